@@ -1,0 +1,174 @@
+# libckpt — plain make.  `make` builds everything into build/; `make V=1`
+# shows the full commands.  `make demo` and `make test` first install the
+# Debian packages the project needs (scripts/setup-deps).
+#
+# Sources are picked up by directory, so adding a file needs no edit here:
+#   interpose/*.c runtime/*.c    -> build/lib/libckpt.so
+#   tools/<tool>/*.c             -> build/bin/<tool>   (+ runtime/ objects)
+#   tests/fake/{driver,runtime,nccl}/*.c + tests/fake/common/*.c
+#                                -> build/fake/libcuda.so.1, libcudart.so.13, libnccl.so.2
+#   tests/fake/test/*.c          -> build/tests/fake/<name>   (linked against the double)
+#   tests/unit/*.c               -> build/tests/unit/<name>   (+ runtime/ objects)
+#   tests/progs/*.c              -> build/tests/progs/<name>  (programs the scenarios run)
+#   bench/*.c                    -> build/bench/<name>
+
+V ?= 0
+Q := $(if $(filter 1,$(V)),,@)
+say = $(if $(filter 1,$(V)),,@printf '  %-7s %s\n' $(1) $(2);)
+
+B       := build
+PREFIX  ?= /usr/local
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WERROR  ?= -Werror
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda))
+NVCC    := $(if $(CUDA_HOME),$(wildcard $(CUDA_HOME)/bin/nvcc))
+
+WARN     := -Wall -Wextra $(WERROR)
+ALL_CFLAGS = -std=gnu11 -fPIC -pthread -D_GNU_SOURCE $(WARN) -Iinterpose/abi -Iruntime $(CFLAGS)
+DEPFLAGS = -MMD -MP
+
+# The double's public headers (cuda.h, cuda_runtime.h, nccl.h) for programs
+# built against it; examples/common holds the portable kernel convention.
+PROG_CFLAGS = -Itests/fake/include -Iexamples/common
+FAKE_LIBS   = -L$(B)/fake -lcudart -lcuda -lnccl -Wl,-rpath,'$$ORIGIN/../../fake'
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+
+FAKE_COMMON_SRC := $(wildcard tests/fake/common/*.c)
+FAKE_DRV_SRC    := $(wildcard tests/fake/driver/*.c)
+FAKE_RT_SRC     := $(wildcard tests/fake/runtime/*.c)
+FAKE_NCCL_SRC   := $(wildcard tests/fake/nccl/*.c)
+LIBCKPT_SRC     := $(wildcard interpose/*.c runtime/*.c)
+RUNTIME_SRC     := $(wildcard runtime/*.c)
+TOOLS           := $(notdir $(wildcard tools/*))
+FAKE_TESTS      := $(patsubst tests/fake/test/%.c,$(B)/tests/fake/%,$(wildcard tests/fake/test/*.c))
+UNIT_TESTS      := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/*.c))
+PROGS           := $(patsubst tests/progs/%.c,$(B)/tests/progs/%,$(wildcard tests/progs/*.c))
+BENCHES         := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
+
+FAKE_LIBS_OUT := $(B)/fake/libcuda.so.1 $(B)/fake/libcudart.so.13 $(B)/fake/libnccl.so.2
+EXAMPLES      := $(B)/examples/mlp-train
+ifneq ($(NVCC),)
+EXAMPLES      += $(B)/examples/mlp-train-cuda $(B)/examples/mlp-train-cuda-shared
+endif
+
+all: $(B)/lib/libckpt.so $(addprefix $(B)/bin/,$(TOOLS)) $(FAKE_LIBS_OUT) $(EXAMPLES) \
+     $(FAKE_TESTS) $(UNIT_TESTS) $(PROGS) $(BENCHES)
+
+$(B)/obj/%.o: %.c
+	$(call say,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+# ---- libckpt.so: hidden by default, exports only what libckpt.map lists.
+$(B)/lib/libckpt.so: $(call obj,$(LIBCKPT_SRC)) interpose/libckpt.map
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -pthread -fvisibility=hidden -Wl,-z,defs -Wl,--version-script=interpose/libckpt.map \
+	    -o $@ $(call obj,$(LIBCKPT_SRC)) -ldl -luring
+$(call obj,$(LIBCKPT_SRC)): ALL_CFLAGS += -fvisibility=hidden
+
+# ---- tools: each tools/<name>/ is one program, linked with runtime/.
+define tool_rule
+$(B)/bin/$(1): $(call obj,$(wildcard tools/$(1)/*.c) $(RUNTIME_SRC))
+	$$(call say,LD,$$@)
+	$(Q)mkdir -p $$(@D)
+	$(Q)$$(CC) -pthread -o $$@ $$^ -ldl -luring
+endef
+$(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
+
+# ---- the test double of the GPU stack, with the real sonames.
+$(B)/fake/libcuda.so.1: $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) tests/fake/driver/libcuda.map
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,--version-script=tests/fake/driver/libcuda.map \
+	    -o $@ $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) -lrt
+	$(Q)ln -sf libcuda.so.1 $(B)/fake/libcuda.so
+$(B)/fake/libcudart.so.13: $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) tests/fake/runtime/libcudart.map
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libcudart.so.13 -Wl,--version-script=tests/fake/runtime/libcudart.map \
+	    -o $@ $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) -ldl
+	$(Q)ln -sf libcudart.so.13 $(B)/fake/libcudart.so
+$(B)/fake/libnccl.so.2: $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) tests/fake/nccl/libnccl.map
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libnccl.so.2 -Wl,--version-script=tests/fake/nccl/libnccl.map \
+	    -o $@ $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) -ldl -lrt
+	$(Q)ln -sf libnccl.so.2 $(B)/fake/libnccl.so
+
+# ---- programs built against the double (one level below build/).
+$(B)/tests/fake/% $(B)/tests/progs/%: ALL_CFLAGS += $(PROG_CFLAGS)
+$(B)/tests/fake/%: $(B)/obj/tests/fake/test/%.o $(FAKE_LIBS_OUT)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -pthread -o $@ $< $(FAKE_LIBS) -ldl
+$(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(FAKE_LIBS_OUT)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -pthread -o $@ $< $(FAKE_LIBS) -ldl
+$(B)/obj/tests/fake/test/%.o $(B)/obj/tests/progs/%.o: ALL_CFLAGS += $(PROG_CFLAGS)
+
+$(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(call obj,$(RUNTIME_SRC))
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -pthread -o $@ $^ -ldl -luring
+
+$(B)/bench/%: $(B)/obj/bench/%.o $(FAKE_LIBS_OUT)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -pthread -o $@ $< $(FAKE_LIBS) -ldl
+$(B)/obj/bench/%.o: ALL_CFLAGS += $(PROG_CFLAGS)
+
+# ---- the example trainer: one CUDA C source, built against the double
+# (as C, kernels are host functions: examples/common/kernels.h) and, where
+# a toolkit exists, by nvcc for sm_90 with the static and the shared runtime.
+MLP_SRC := examples/mlp/mlp_train.cu
+$(B)/examples/mlp-train: $(MLP_SRC) $(wildcard examples/common/*.h) $(FAKE_LIBS_OUT)
+	$(call say,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -x c $(ALL_CFLAGS) $(PROG_CFLAGS) -o $@ $(MLP_SRC) \
+	    -L$(B)/fake -lcudart -lnccl -Wl,-rpath,'$$ORIGIN/../fake' -lm
+NVCC_FLAGS := -O2 -arch=sm_90 -Iexamples/common -Xcompiler -Wall,-Wextra
+$(B)/examples/mlp-train-cuda: $(MLP_SRC) $(wildcard examples/common/*.h)
+	$(call say,NVCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCC_FLAGS) -o $@ $(MLP_SRC) -lnccl
+$(B)/examples/mlp-train-cuda-shared: $(MLP_SRC) $(wildcard examples/common/*.h)
+	$(call say,NVCC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCC_FLAGS) -cudart shared -o $@ $(MLP_SRC) -lnccl
+
+.SECONDARY:
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+
+# ---- set-up, tests, demo, benchmarks, install.
+.PHONY: all deps test check demo bench install clean abi-check
+deps:
+	$(Q)scripts/setup-deps
+
+# `make test` = set-up, build, then every test; ends with "N passed, N failed".
+test: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)tests/run
+check: test
+
+abi-check:
+	$(Q)tests/abi/check $(CUDA_HOME)
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)scripts/demo
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)bench/run
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib
+	install -m 0755 $(addprefix $(B)/bin/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(B)/lib/libckpt.so $(DESTDIR)$(PREFIX)/lib/
+
+clean:
+	rm -rf $(B)

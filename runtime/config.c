@@ -1,0 +1,214 @@
+/*
+ * Parsing and checking of the CKPT_* variables declared in config.def.
+ * This file owns the table; callers read values through ckpt_cfg_*().  It
+ * must never exit or print: errors go back to the caller, who decides
+ * whether the process stops (libckpt.so at load, ckpt-resume at start).
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+
+enum kind { BOOL, UINT, ENUM, SECONDS, STR };
+
+struct var {
+    const char *name; /* without the CKPT_ prefix */
+    enum kind kind;
+    const char *def;
+    const char *accepted;
+    const char *help;
+};
+
+static const struct var vars[CFG_COUNT] = {
+#define CKPT_VAR(name, kind, def, accepted, help) {#name, kind, def, accepted, help},
+#include "config.def"
+#undef CKPT_VAR
+};
+
+static union {
+    long long i;
+    double d;
+    const char *s;
+} values[CFG_COUNT];
+
+/* "min..max" -> bounds.  Parsed by hand: strtod would read "0." of "0..9". */
+static void range(const char *accepted, double *lo, double *hi)
+{
+    const char *dots = accepted ? strstr(accepted, "..") : NULL;
+    char low[32];
+
+    *lo = 0;
+    *hi = 1e300;
+    if (!dots || (size_t)(dots - accepted) >= sizeof(low))
+        return;
+    memcpy(low, accepted, dots - accepted);
+    low[dots - accepted] = '\0';
+    *lo = strtod(low, NULL);
+    if (dots[2])
+        *hi = strtod(dots + 2, NULL);
+}
+
+/* Index of word in "a|b|c", or -1. */
+static int choice(const char *choices, const char *word)
+{
+    int idx = 0;
+    size_t n = strlen(word);
+    for (const char *p = choices; *p; idx++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (n && len == n && strncasecmp(p, word, n) == 0)
+            return idx;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+/* Parses text as v's kind into *out.  Returns 0 or -EINVAL, with the
+ * expectation written to want. */
+static int parse(const struct var *v, const char *text, int id, char *want, size_t wantlen)
+{
+    char *end;
+    double lo, hi;
+
+    switch (v->kind) {
+    case BOOL: {
+        static const char *const yes[] = {"1", "yes", "true", "on"}, *const no[] = {"0", "no", "false", "off"};
+        for (int i = 0; i < 4; i++) {
+            if (strcasecmp(text, yes[i]) == 0) return values[id].i = 1, 0;
+            if (strcasecmp(text, no[i]) == 0) return values[id].i = 0, 0;
+        }
+        snprintf(want, wantlen, "0 or 1 (also yes/no, true/false, on/off)");
+        return -EINVAL;
+    }
+    case UINT: {
+        range(v->accepted, &lo, &hi);
+        errno = 0;
+        long long x = strtoll(text, &end, 10);
+        if (errno || end == text || *end || x < lo || x > hi || text[0] == '-' || text[0] == '+') {
+            snprintf(want, wantlen, "an integer in %s", v->accepted);
+            return -EINVAL;
+        }
+        values[id].i = x;
+        return 0;
+    }
+    case ENUM: {
+        int idx = choice(v->accepted, text);
+        if (idx < 0) {
+            snprintf(want, wantlen, "one of %s", v->accepted);
+            return -EINVAL;
+        }
+        values[id].i = idx;
+        return 0;
+    }
+    case SECONDS: {
+        range(v->accepted, &lo, &hi);
+        errno = 0;
+        double x = strtod(text, &end);
+        if (errno || end == text || *end || !(x >= lo && x <= hi)) {
+            snprintf(want, wantlen, "a number of seconds in %s", v->accepted);
+            return -EINVAL;
+        }
+        values[id].d = x;
+        return 0;
+    }
+    case STR:
+        if (strcmp(v->accepted, "path") == 0 && !*text) {
+            snprintf(want, wantlen, "a non-empty path");
+            return -EINVAL;
+        }
+        values[id].s = text;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int ckpt_config_load(char *err, size_t errlen)
+{
+    char want[160], envname[64];
+
+    for (int id = 0; id < CFG_COUNT; id++) {
+        const struct var *v = &vars[id];
+        snprintf(envname, sizeof(envname), "CKPT_%s", v->name);
+        const char *text = getenv(envname);
+        if (!text) {
+            if (v->kind == STR && !*v->def)
+                values[id].s = NULL;
+            else
+                parse(v, v->def, id, want, sizeof(want));
+            continue;
+        }
+        if (parse(v, text, id, want, sizeof(want)) < 0) {
+            snprintf(err, errlen, "%s='%s' is not valid: expected %s", envname, text, want);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+long long ckpt_cfg_int(enum ckpt_cfg_id id) { return values[id].i; }
+double ckpt_cfg_seconds(enum ckpt_cfg_id id) { return values[id].d; }
+const char *ckpt_cfg_str(enum ckpt_cfg_id id) { return values[id].s; }
+
+/* Levenshtein distance, for "did you mean"; names are short. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (lb >= 64)
+        return lb;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t sub = diag + (a[i - 1] != b[j - 1]);
+            size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+void ckpt_config_unknown(void (*warn)(const char *name, const char *suggestion))
+{
+    extern char **environ;
+    char name[64], best_name[64];
+
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (strncmp(*e, "CKPT_", 5) != 0 || len >= sizeof(name))
+            continue;
+        memcpy(name, *e, len);
+        name[len] = '\0';
+        size_t best = (size_t)-1;
+        bool known = false;
+        for (int id = 0; id < CFG_COUNT && !known; id++) {
+            size_t d = distance(name + 5, vars[id].name);
+            known = d == 0;
+            if (d < best) {
+                best = d;
+                snprintf(best_name, sizeof(best_name), "CKPT_%s", vars[id].name);
+            }
+        }
+        if (!known)
+            warn(name, best <= 3 ? best_name : NULL);
+    }
+}
+
+void ckpt_config_describe(FILE *f)
+{
+    static const char *const kinds[] = {"bool", "integer", "choice", "seconds", "string"};
+    for (int id = 0; id < CFG_COUNT; id++) {
+        const struct var *v = &vars[id];
+        fprintf(f, "CKPT_%s (%s%s%s, default '%s')\n    %s\n", v->name, kinds[v->kind],
+                *v->accepted ? ": " : "", v->accepted, v->def, v->help);
+    }
+}

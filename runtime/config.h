@@ -1,0 +1,39 @@
+/*
+ * Configuration: the CKPT_* environment variables of runtime/config.def,
+ * parsed and checked once.  A bad value is a configuration error that must
+ * stop the job before training starts; an unknown CKPT_* name is only a
+ * warning (with a "did you mean").  Nothing here allocates after load.
+ */
+#ifndef CKPT_CONFIG_H
+#define CKPT_CONFIG_H
+
+#include <stdio.h>
+
+enum ckpt_cfg_id {
+#define CKPT_VAR(name, kind, def, accepted, help) CFG_##name,
+#include "config.def"
+#undef CKPT_VAR
+    CFG_COUNT
+};
+
+/* Reads every CKPT_* variable from the environment.  Returns 0, or -EINVAL
+ * with one line in err naming the variable, the value and what is accepted.
+ * Safe to call again (tests do); not thread-safe. */
+int ckpt_config_load(char *err, size_t errlen);
+
+/* The value of a BOOL, UINT or ENUM variable (for ENUM, the index of the
+ * choice); of a SECONDS variable; of a STR variable (NULL when unset and
+ * without a default). */
+long long ckpt_cfg_int(enum ckpt_cfg_id id);
+double ckpt_cfg_seconds(enum ckpt_cfg_id id);
+const char *ckpt_cfg_str(enum ckpt_cfg_id id);
+
+/* Calls warn(name, suggestion) for each CKPT_* variable in the environment
+ * that is not declared; suggestion is the closest declared name, or NULL
+ * when none is close. */
+void ckpt_config_unknown(void (*warn)(const char *name, const char *suggestion));
+
+/* Writes the table (name, default, accepted values, help) to f. */
+void ckpt_config_describe(FILE *f);
+
+#endif

@@ -1,0 +1,88 @@
+/*
+ * The CKPT_* table: every kind accepts what it documents and refuses the
+ * rest with a message naming the variable, the value and what is accepted;
+ * unknown names get a "did you mean".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+static const struct {
+    const char *var, *value;
+    int ok;
+    const char *says; /* substring of the error, when !ok */
+} cases[] = {
+    {"CKPT_DISABLE", "1", 1, NULL},
+    {"CKPT_DISABLE", "yes", 1, NULL},
+    {"CKPT_DISABLE", "Off", 1, NULL},
+    {"CKPT_DISABLE", "2", 0, "CKPT_DISABLE='2' is not valid: expected 0 or 1"},
+    {"CKPT_DISABLE", "", 0, "CKPT_DISABLE=''"},
+    {"CKPT_LOG", "debug", 1, NULL},
+    {"CKPT_LOG", "INFO", 1, NULL},
+    {"CKPT_LOG", "loud", 0, "expected one of error|warn|info|debug"},
+    {"CKPT_LOG", "", 0, "CKPT_LOG=''"},
+    {"CKPT_KILL_GRACE", "0.5", 1, NULL},
+    {"CKPT_KILL_GRACE", "3600", 1, NULL},
+    {"CKPT_KILL_GRACE", "3601", 0, "a number of seconds in 0..3600"},
+    {"CKPT_KILL_GRACE", "-1", 0, "CKPT_KILL_GRACE='-1'"},
+    {"CKPT_KILL_GRACE", "5s", 0, "CKPT_KILL_GRACE='5s'"},
+    {"CKPT_KILL_GRACE", "nan", 0, "CKPT_KILL_GRACE='nan'"},
+};
+
+static int unknown_calls;
+static char unknown_name[64], unknown_hint[64];
+
+static void on_unknown(const char *name, const char *suggestion)
+{
+    unknown_calls++;
+    snprintf(unknown_name, sizeof(unknown_name), "%s", name);
+    snprintf(unknown_hint, sizeof(unknown_hint), "%s", suggestion ? suggestion : "(none)");
+}
+
+int main(void)
+{
+    char err[256];
+    int failures = 0;
+
+    if (ckpt_config_load(err, sizeof(err)) != 0 || ckpt_cfg_int(CFG_LOG) != 1 ||
+        ckpt_cfg_int(CFG_DISABLE) != 0 || ckpt_cfg_seconds(CFG_KILL_GRACE) != 5.0) {
+        printf("defaults: wrong (%s)\n", err);
+        failures++;
+    }
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setenv(cases[i].var, cases[i].value, 1);
+        err[0] = '\0';
+        int rc = ckpt_config_load(err, sizeof(err));
+        unsetenv(cases[i].var);
+        if ((rc == 0) != cases[i].ok || (!cases[i].ok && !strstr(err, cases[i].says))) {
+            printf("%s='%s': rc %d, message '%s'\n", cases[i].var, cases[i].value, rc, err);
+            failures++;
+        }
+    }
+
+    setenv("CKPT_LOG", "debug", 1);
+    ckpt_config_load(err, sizeof(err));
+    if (ckpt_cfg_int(CFG_LOG) != 3) {
+        printf("CKPT_LOG=debug gives index %lld\n", ckpt_cfg_int(CFG_LOG));
+        failures++;
+    }
+
+    setenv("CKPT_KILL_GRAC", "1", 1);
+    ckpt_config_unknown(on_unknown);
+    if (unknown_calls != 1 || strcmp(unknown_name, "CKPT_KILL_GRAC") || strcmp(unknown_hint, "CKPT_KILL_GRACE")) {
+        printf("did you mean: %d calls, %s -> %s\n", unknown_calls, unknown_name, unknown_hint);
+        failures++;
+    }
+    unsetenv("CKPT_KILL_GRAC");
+    setenv("CKPT_ZZZZZZZZZZZZ", "1", 1);
+    unknown_calls = 0;
+    ckpt_config_unknown(on_unknown);
+    if (unknown_calls != 1 || strcmp(unknown_hint, "(none)")) {
+        printf("far name: %d calls, hint %s\n", unknown_calls, unknown_hint);
+        failures++;
+    }
+    return failures ? 1 : 0;
+}
