@@ -1,15 +1,25 @@
 /*
- * libckpt.so's load-time entry: read and check the configuration, nothing
- * else (CUDA is not touched until the program's own first cuInit).  A bad
- * CKPT_* value stops the process here, before any training starts, with one
- * message naming the variable; unknown CKPT_* names are only warned about.
+ * libckpt.so's life cycle.  At load: read and check the configuration and
+ * nothing else (CUDA is not touched until the program's own first cuInit).
+ * A bad CKPT_* value stops the process here, before any training starts,
+ * with one message naming the variable; unknown CKPT_* names are only
+ * warned about.  At the first successful cuInit: wake.  In a child forked
+ * after that: stay a pass-through forever, since the child shares nothing
+ * of the parent's device state that libckpt could checkpoint.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "interpose.h"
 #include "log.h"
+#include "registry.h"
+
+bool ckpt_active;
+static bool disabled;
+static pthread_once_t wake_once = PTHREAD_ONCE_INIT;
 
 static void warn_unknown(const char *name, const char *suggestion)
 {
@@ -32,4 +42,29 @@ __attribute__((constructor)) static void ckpt_load(void)
     }
     ckpt_log_init(prefix, (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
+    disabled = ckpt_cfg_int(CFG_DISABLE);
+}
+
+/* The registry's lock may be held by a thread that does not exist in the
+ * child; the child never touches it again. */
+static void forked_child(void)
+{
+    ckpt_active = false;
+    disabled = true;
+}
+
+static void wake(void)
+{
+    if (disabled) {
+        ckpt_log(CKPT_INFO, "CKPT_DISABLE is set: pass-through");
+        return;
+    }
+    pthread_atfork(NULL, NULL, forked_child);
+    __atomic_store_n(&ckpt_active, true, __ATOMIC_RELEASE);
+    ckpt_log(CKPT_DEBUG, "awake: CUDA initialised");
+}
+
+void ckpt_wake(void)
+{
+    pthread_once(&wake_once, wake);
 }

@@ -1,0 +1,37 @@
+/*
+ * The host-memory arena of one rank: two slot files (double buffering)
+ * under CKPT_ARENA_DIR/<uid>-<job>/rank<N>/, each a snapshot image as
+ * format.h lays it out, mapped shared so ckpt-resume (and a restarted rank)
+ * can read what the rank wrote, and surviving the rank's death.
+ * Directories are 0700 and files 0600, owned by the job's user; an existing
+ * path owned by someone else or open to others is refused, never used.
+ */
+#ifndef CKPT_ARENA_H
+#define CKPT_ARENA_H
+
+#include <limits.h>
+#include <stddef.h>
+
+struct ckpt_arena {
+    char dir[PATH_MAX];
+    int fd[2];
+    void *base[2];
+    size_t len[2];
+};
+
+/* Creates (or opens) the rank's directory and both slot files.  Returns 0,
+ * or -errno with a one-line reason in why (naming the path). */
+int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, char *why, size_t whylen);
+
+/* Makes slot at least bytes long and mapped.  *moved is set when the
+ * mapping address changed (pinned registrations must be redone).  Returns
+ * 0 or -errno (-ENOSPC when /dev/shm is full: the slot is left as it was). */
+int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved);
+
+/* Unmaps and closes; the files stay for ckpt-resume. */
+void ckpt_arena_close(struct ckpt_arena *a);
+
+/* The directory of a rank, as ckpt_arena_open names it. */
+int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * Finding iteration boundaries in the stream of calls a program makes.
+ * The hooks feed one token per collective (its op, size, type and
+ * communicator hashed) and per host synchronisation; this module learns the
+ * period of that stream, confirmed over three repetitions, and says which
+ * token ends an iteration (the first host sync after the last collective of
+ * the period: the optimizer's kernels that follow the last collective are
+ * queued by then) and which one is the last collective (the next update
+ * follows it).  Without collectives the period is one of host syncs.
+ * CKPT_BOUNDARY=every:N instead makes every N-th host sync a boundary.
+ * Pure logic: no CUDA, no I/O, so the unit tests drive it directly.
+ */
+#ifndef CKPT_BOUNDARY_H
+#define CKPT_BOUNDARY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum ckpt_tok_kind { CKPT_TOK_COLL, CKPT_TOK_SYNC };
+
+enum ckpt_bd_event {
+    CKPT_BD_NONE,
+    CKPT_BD_BOUNDARY,    /* an iteration ends at this token */
+    CKPT_BD_LAST_COLL,   /* the last collective of an iteration */
+};
+
+/* every == 0: auto.  every > 0: every N-th host sync. */
+void ckpt_bd_init(unsigned every);
+
+/* Feeds one token; says what it is.  Thread-safe. */
+enum ckpt_bd_event ckpt_bd_feed(enum ckpt_tok_kind kind, uint64_t hash);
+
+/* Iterations completed so far (boundaries passed, counted back over the
+ * history that matches the learned period once it is learned). */
+uint64_t ckpt_bd_iteration(void);
+
+/* The learned period in tokens (0 while learning), and whether it has
+ * collectives.  For stats and tests. */
+unsigned ckpt_bd_period(bool *has_collectives);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * The arena's files: private directories and files, refusal of paths that
+ * belong to someone else or are open to others or are symlinks, growth of
+ * a slot, and files that outlive the mapping.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "arena.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            printf(__VA_ARGS__);                                               \
+            printf("\n");                                                      \
+            failures++;                                                        \
+        }                                                                      \
+    } while (0)
+
+int main(void)
+{
+    char root[] = "/tmp/ckpt-arena-XXXXXX", why[512], path[PATH_MAX + 64];
+    struct ckpt_arena a;
+    struct stat st;
+    int moved;
+
+    if (!mkdtemp(root))
+        return 1;
+
+    int rc = ckpt_arena_open(&a, root, "job1", 2, why, sizeof(why));
+    CHECK(rc == 0, "open: %d %s", rc, why);
+    snprintf(path, sizeof(path), "%s/%u-job1", root, (unsigned)geteuid());
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0700, "job dir mode %o", st.st_mode & 0777);
+    snprintf(path, sizeof(path), "%s/%u-job1/rank2/slot1", root, (unsigned)geteuid());
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "slot mode %o", st.st_mode & 0777);
+
+    rc = ckpt_arena_reserve(&a, 1, 1 << 20, &moved);
+    CHECK(rc == 0 && moved && a.len[1] >= (1 << 20), "reserve: %d moved %d len %zu", rc, moved, a.len[1]);
+    memset(a.base[1], 0xab, 1 << 20);
+    rc = ckpt_arena_reserve(&a, 1, 1000, &moved);
+    CHECK(rc == 0 && !moved, "smaller reserve remapped");
+    rc = ckpt_arena_reserve(&a, 1, 4 << 20, &moved);
+    CHECK(rc == 0 && moved && ((unsigned char *)a.base[1])[12345] == 0xab, "grow lost the data");
+    ckpt_arena_close(&a);
+    CHECK(stat(path, &st) == 0 && st.st_size >= (4 << 20), "slot file gone or short after close");
+
+    /* A job directory opened to others is refused, not used. */
+    snprintf(path, sizeof(path), "%s/%u-job1", root, (unsigned)geteuid());
+    chmod(path, 0755);
+    rc = ckpt_arena_open(&a, root, "job1", 2, why, sizeof(why));
+    CHECK(rc == -EPERM && strstr(why, "0700"), "open dir: rc %d '%s'", rc, why);
+    chmod(path, 0700);
+
+    /* A symlink planted where a rank directory goes is never followed. */
+    snprintf(path, sizeof(path), "%s/%u-job1/rank5", root, (unsigned)geteuid());
+    if (symlink("/tmp", path) == 0) {
+        rc = ckpt_arena_open(&a, root, "job1", 5, why, sizeof(why));
+        CHECK(rc == -ENOTDIR && strstr(why, "symlink"), "symlink: rc %d '%s'", rc, why);
+    }
+    rc = ckpt_arena_open(&a, root, "../evil", 0, why, sizeof(why));
+    CHECK(rc == -EINVAL, "job with a slash accepted");
+
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    if (system(cmd) != 0)
+        failures++;
+    return failures ? 1 : 0;
+}
