@@ -96,6 +96,8 @@ __attribute__((visibility("default"))) CUresult cuMemAllocManaged(CUdeviceptr *d
 __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     NEED_REAL(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
+    if (ckpt_active)
+        ckpt_before_free(NULL, false);
     CUresult r = real_cuMemFree_v2(dptr);
     if (r == CUDA_SUCCESS)
         untrack(dptr);
@@ -126,6 +128,8 @@ __attribute__((visibility("default"))) CUresult cuMemAllocFromPoolAsync(CUdevice
 __attribute__((visibility("default"))) CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     NEED_REAL(cuMemFreeAsync, CUDA_ERROR_NOT_INITIALIZED);
+    if (ckpt_active)
+        ckpt_before_free(hStream, true);
     CUresult r = real_cuMemFreeAsync(dptr, hStream);
     if (r == CUDA_SUCCESS)
         untrack(dptr);
@@ -147,6 +151,8 @@ __attribute__((visibility("default"))) CUresult cuMemMap(CUdeviceptr ptr, size_t
 __attribute__((visibility("default"))) CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     NEED_REAL(cuMemUnmap, CUDA_ERROR_NOT_INITIALIZED);
+    if (ckpt_active)
+        ckpt_before_free(NULL, false);
     CUresult r = real_cuMemUnmap(ptr, size);
     if (r == CUDA_SUCCESS)
         untrack(ptr);

@@ -10,11 +10,13 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "interpose.h"
 #include "log.h"
+#include "boundary.h"
 #include "registry.h"
 
 bool ckpt_active;
@@ -59,6 +61,8 @@ static void wake(void)
         ckpt_log(CKPT_INFO, "CKPT_DISABLE is set: pass-through");
         return;
     }
+    const char *b = ckpt_cfg_str(CFG_BOUNDARY);
+    ckpt_bd_init(strncmp(b, "every:", 6) == 0 ? (unsigned)strtoul(b + 6, NULL, 10) : 0);
     pthread_atfork(NULL, NULL, forked_child);
     __atomic_store_n(&ckpt_active, true, __ATOMIC_RELEASE);
     ckpt_log(CKPT_DEBUG, "awake: CUDA initialised");

@@ -18,9 +18,11 @@ enum ckpt_lib { LIB_DRV, LIB_RT, LIB_NCCL };
 #define DRV(ret, name, params, args) extern __typeof__(&name) real_##name;
 #define RT DRV
 #define NCCL DRV
+#define USE DRV
 #include "hooks.def"
 
-/* One row per hooked symbol.  real points at real_<name>. */
+/* One row per hooked symbol (and per USE, with no wrapper).  real points
+ * at real_<name>. */
 struct ckpt_hook {
     const char *name;
     void *wrapper;
@@ -62,5 +64,25 @@ extern __thread int ckpt_nccl_depth;
  * not a child forked after CUDA initialised. */
 extern bool ckpt_active;
 void ckpt_wake(void);
+
+/* ---- the snapshot engine (snapshot.c), driven by the hooks. */
+
+/* Records that the program queued work on s (cheap; called per launch). */
+void ckpt_stream_seen(CUstream s);
+
+/* A host synchronisation of the program returned; token identifies the
+ * kind of call.  May take a snapshot: boundaries are found here. */
+void ckpt_on_sync(uint64_t token);
+
+/* The program queued a collective on s; token hashes what it was. */
+void ckpt_on_collective(uint64_t token, CUstream s);
+
+/* Before a free takes effect: the device copies of a snapshot in flight may
+ * still read that memory.  With a stream the free is ordered on it (a
+ * GPU-side wait); without, the host waits for the copies. */
+void ckpt_before_free(CUstream stream, bool on_stream);
+
+/* Streams being captured into graphs right now. */
+extern int ckpt_capturing;
 
 #endif

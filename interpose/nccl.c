@@ -14,6 +14,28 @@
     ckpt_nccl_depth--;                                                         \
     return r
 
+/* A collective is a token of the call stream (what it does, on how much,
+ * on which communicator) and queues work on its stream. */
+#define COLLECTIVE(name, args, op, count, type, comm, stream)                  \
+    NEED_REAL(name, ncclSystemError);                                          \
+    ckpt_nccl_depth++;                                                         \
+    ncclResult_t r = real_##name args;                                         \
+    ckpt_nccl_depth--;                                                         \
+    if (r == ncclSuccess && ckpt_active)                                       \
+        ckpt_on_collective(token(op, count, type, comm), stream);              \
+    return r
+
+enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_REDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_SEND, OP_RECV };
+
+static uint64_t token(int op, size_t count, int type, ncclComm_t comm)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)op;
+    h ^= (uint64_t)count + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h ^= (uint64_t)type + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h ^= (uint64_t)(uintptr_t)comm + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
 __attribute__((visibility("default"))) ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
     FORWARD(ncclCommInitRank, (comm, nranks, commId, rank));
@@ -66,35 +88,35 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupEnd(void)
 
 __attribute__((visibility("default"))) ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    FORWARD(ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream));
+    COLLECTIVE(ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream), OP_ALLREDUCE, count, datatype, comm, stream);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    FORWARD(ncclBroadcast, (sendbuff, recvbuff, count, datatype, root, comm, stream));
+    COLLECTIVE(ncclBroadcast, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_BROADCAST, count, datatype, comm, stream);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    FORWARD(ncclReduce, (sendbuff, recvbuff, count, datatype, op, root, comm, stream));
+    COLLECTIVE(ncclReduce, (sendbuff, recvbuff, count, datatype, op, root, comm, stream), OP_REDUCE, count, datatype, comm, stream);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    FORWARD(ncclAllGather, (sendbuff, recvbuff, sendcount, datatype, comm, stream));
+    COLLECTIVE(ncclAllGather, (sendbuff, recvbuff, sendcount, datatype, comm, stream), OP_ALLGATHER, sendcount, datatype, comm, stream);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    FORWARD(ncclReduceScatter, (sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
+    COLLECTIVE(ncclReduceScatter, (sendbuff, recvbuff, recvcount, datatype, op, comm, stream), OP_REDUCESCATTER, recvcount, datatype, comm, stream);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    FORWARD(ncclSend, (sendbuff, count, datatype, peer, comm, stream));
+    COLLECTIVE(ncclSend, (sendbuff, count, datatype, peer, comm, stream), OP_SEND, count, datatype, comm, stream);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    FORWARD(ncclRecv, (recvbuff, count, datatype, peer, comm, stream));
+    COLLECTIVE(ncclRecv, (recvbuff, count, datatype, peer, comm, stream), OP_RECV, count, datatype, comm, stream);
 }

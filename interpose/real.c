@@ -18,12 +18,14 @@
 #define DRV(ret, name, params, args) __typeof__(&name) real_##name;
 #define RT DRV
 #define NCCL DRV
+#define USE DRV
 #include "hooks.def"
 
 const struct ckpt_hook ckpt_hooks[] = {
 #define DRV(ret, name, params, args) {#name, (void *)name, (void **)&real_##name, LIB_DRV},
 #define RT(ret, name, params, args) {#name, (void *)name, (void **)&real_##name, LIB_RT},
 #define NCCL(ret, name, params, args) {#name, (void *)name, (void **)&real_##name, LIB_NCCL},
+#define USE(ret, name, params, args) {#name, NULL, (void **)&real_##name, LIB_DRV},
 #include "hooks.def"
 };
 const size_t ckpt_nhooks = sizeof(ckpt_hooks) / sizeof(ckpt_hooks[0]);
@@ -116,7 +118,7 @@ void *ckpt_hook_substitute(void *fn)
 {
     for (size_t i = 0; i < ckpt_nhooks; i++) {
         const struct ckpt_hook *h = &ckpt_hooks[i];
-        if (h->lib != LIB_DRV)
+        if (h->lib != LIB_DRV || !h->wrapper)
             continue;
         if (resolve_row(h) == fn)
             return h->wrapper;

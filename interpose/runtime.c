@@ -29,6 +29,8 @@ __attribute__((visibility("default"))) cudaError_t cudaMalloc(void **devPtr, siz
 __attribute__((visibility("default"))) cudaError_t cudaFree(void *devPtr)
 {
     NEED_REAL(cudaFree, cudaErrorInitializationError);
+    if (ckpt_active && devPtr)
+        ckpt_before_free(NULL, false);
     ckpt_rt_depth++;
     cudaError_t r = real_cudaFree(devPtr);
     ckpt_rt_depth--;
@@ -51,6 +53,8 @@ __attribute__((visibility("default"))) cudaError_t cudaMallocAsync(void **devPtr
 __attribute__((visibility("default"))) cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
     NEED_REAL(cudaFreeAsync, cudaErrorInitializationError);
+    if (ckpt_active && devPtr)
+        ckpt_before_free(hStream, true);
     ckpt_rt_depth++;
     cudaError_t r = real_cudaFreeAsync(devPtr, hStream);
     ckpt_rt_depth--;

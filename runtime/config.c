@@ -68,6 +68,32 @@ static int choice(const char *choices, const char *word)
     return -1;
 }
 
+/* The shapes a STR variable may be restricted to (its "accepted"). */
+static bool str_ok(const char *accepted, const char *text, char *want, size_t wantlen)
+{
+    if (strcmp(accepted, "path") == 0 && !*text) {
+        snprintf(want, wantlen, "a non-empty path");
+        return false;
+    }
+    if (strcmp(accepted, "name") == 0) {
+        size_t n = strlen(text);
+        if (n == 0 || n > 63 || strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n ||
+            text[0] == '.') {
+            snprintf(want, wantlen, "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)");
+            return false;
+        }
+    }
+    if (strcmp(accepted, "boundary") == 0 && strcmp(text, "auto") != 0) {
+        char *end;
+        unsigned long n = strncmp(text, "every:", 6) == 0 ? strtoul(text + 6, &end, 10) : 0;
+        if (n == 0 || n > 1000000 || *end || text[6] < '0' || text[6] > '9') {
+            snprintf(want, wantlen, "auto or every:N with N in 1..1000000");
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Parses text as v's kind into *out.  Returns 0 or -EINVAL, with the
  * expectation written to want. */
 static int parse(const struct var *v, const char *text, int id, char *want, size_t wantlen)
@@ -117,10 +143,8 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
         return 0;
     }
     case STR:
-        if (strcmp(v->accepted, "path") == 0 && !*text) {
-            snprintf(want, wantlen, "a non-empty path");
+        if (!str_ok(v->accepted, text, want, wantlen))
             return -EINVAL;
-        }
         values[id].s = text;
         return 0;
     }

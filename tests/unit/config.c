@@ -29,6 +29,21 @@ static const struct {
     {"CKPT_KILL_GRACE", "-1", 0, "CKPT_KILL_GRACE='-1'"},
     {"CKPT_KILL_GRACE", "5s", 0, "CKPT_KILL_GRACE='5s'"},
     {"CKPT_KILL_GRACE", "nan", 0, "CKPT_KILL_GRACE='nan'"},
+    {"CKPT_EVERY", "10", 1, NULL},
+    {"CKPT_EVERY", "0", 0, "expected an integer in 1..1000000"},
+    {"CKPT_EVERY", "1e3", 0, "CKPT_EVERY='1e3'"},
+    {"CKPT_EVERY", "-5", 0, "CKPT_EVERY='-5'"},
+    {"CKPT_EVERY", "99999999999999999999", 0, "CKPT_EVERY="},
+    {"CKPT_BOUNDARY", "every:4", 1, NULL},
+    {"CKPT_BOUNDARY", "every:", 0, "auto or every:N"},
+    {"CKPT_BOUNDARY", "every:x", 0, "auto or every:N"},
+    {"CKPT_BOUNDARY", "sometimes", 0, "CKPT_BOUNDARY='sometimes'"},
+    {"CKPT_CONSISTENCY", "strict", 1, NULL},
+    {"CKPT_CONSISTENCY", "eventual", 0, "one of overlap|strict"},
+    {"CKPT_ARENA_DIR", "", 0, "a non-empty path"},
+    {"CKPT_JOB", "train-7.b_2", 1, NULL},
+    {"CKPT_JOB", "a/b", 0, "CKPT_JOB='a/b'"},
+    {"CKPT_JOB", "..", 0, "not starting with a dot"},
 };
 
 static int unknown_calls;
@@ -46,7 +61,7 @@ int main(void)
     char err[256];
     int failures = 0;
 
-    if (ckpt_config_load(err, sizeof(err)) != 0 || ckpt_cfg_int(CFG_LOG) != 1 ||
+    if (ckpt_config_load(err, sizeof(err)) != 0 || ckpt_cfg_int(CFG_LOG) != 2 ||
         ckpt_cfg_int(CFG_DISABLE) != 0 || ckpt_cfg_seconds(CFG_KILL_GRACE) != 5.0) {
         printf("defaults: wrong (%s)\n", err);
         failures++;

@@ -1,0 +1,411 @@
+/*
+ * The snapshot engine.  At an iteration boundary it copies every live
+ * program allocation device-to-host into the free slot of the rank's arena,
+ * on libckpt's own stream, ordered after the work the program had queued on
+ * every stream it uses; a committer thread waits for the copies, checksums
+ * them and writes the header last.  The program is not held (unless
+ * CKPT_CONSISTENCY=strict): its streams wait on the GPU for the copies
+ * before the next update can run.  A fault in here (no arena, no memory,
+ * a failed copy) costs a snapshot, is reported, and never reaches the
+ * program: every CUDA call libckpt makes for itself goes to the real
+ * function and its error stays here.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "boundary.h"
+#include "config.h"
+#include "image.h"
+#include "interpose.h"
+#include "log.h"
+#include "registry.h"
+
+#define MAX_STREAMS 64
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool ready, broken;
+    CUcontext ctx;
+    CUstream stream;
+    CUevent start, done, marks[MAX_STREAMS];
+
+    struct ckpt_arena arena;
+    int last_slot; /* holds the newest committed snapshot, -1 before one */
+    int slot;      /* being written */
+    uint64_t generation;
+
+    bool in_flight, wait_pending, stop;
+    struct ckpt_header hdr;
+    struct ckpt_alloc *allocs;
+    struct ckpt_rec *recs;
+    size_t cap;
+    pthread_t committer;
+    double held_ms_last; /* of the snapshot in flight */
+
+    /* statistics */
+    uint64_t taken, skipped, bytes;
+    double copy_ms_sum, copy_ms_max, held_ms;
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .last_slot = -1};
+
+/* Streams the program queued work on.  Read without the lock: entries are
+ * only ever appended, and the count is published after the entry. */
+static CUstream streams[MAX_STREAMS];
+static int nstreams;
+static bool streams_full;
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void ckpt_stream_seen(CUstream s)
+{
+    static __thread CUstream last = (CUstream)-1;
+    if (s == last)
+        return;
+    last = s;
+    int n = __atomic_load_n(&nstreams, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (streams[i] == s)
+            return;
+    pthread_mutex_lock(&streams_lock);
+    n = nstreams;
+    bool known = false;
+    for (int i = 0; i < n && !known; i++)
+        known = streams[i] == s;
+    if (!known && n < MAX_STREAMS) {
+        streams[n] = s;
+        __atomic_store_n(&nstreams, n + 1, __ATOMIC_RELEASE);
+    } else if (!known && !streams_full) {
+        streams_full = true;
+        ckpt_log(CKPT_WARN, "more than %d streams: snapshots order after the legacy stream only for the rest",
+                 MAX_STREAMS);
+    }
+    pthread_mutex_unlock(&streams_lock);
+}
+
+/* Makes the program's streams wait (on the GPU) for the copies in flight. */
+static void streams_wait_done(void)
+{
+    int n = __atomic_load_n(&nstreams, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        real_cuStreamWaitEvent(streams[i], S.done, 0);
+}
+
+static void stats_line(double copy_ms, double held_ms)
+{
+    const char *path = ckpt_cfg_str(CFG_STATS_FILE);
+    if (!path)
+        return;
+    char line[512];
+    int n = snprintf(line, sizeof(line),
+                     "{\"rank\":%u,\"generation\":%llu,\"iteration\":%llu,\"allocations\":%llu,\"bytes\":%llu,"
+                     "\"copy_ms\":%.3f,\"held_ms\":%.3f,\"slot\":%d}\n",
+                     S.hdr.rank, (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
+                     (unsigned long long)S.hdr.nallocs, (unsigned long long)S.hdr.data_bytes, copy_ms, held_ms,
+                     S.slot);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        ckpt_log_once(CKPT_WARN, "cannot write CKPT_STATS_FILE=%s: %s", path, strerror(errno));
+        return;
+    }
+    if (write(fd, line, n) != n)
+        ckpt_log_once(CKPT_WARN, "short write to CKPT_STATS_FILE=%s", path);
+    close(fd);
+}
+
+/* Waits for each snapshot's copies, then checksums and commits it. */
+static void *committer(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&S.lock);
+    for (;;) {
+        while (!S.in_flight && !S.stop)
+            pthread_cond_wait(&S.cond, &S.lock);
+        if (!S.in_flight)
+            break;
+        pthread_mutex_unlock(&S.lock);
+
+        real_cuCtxSetCurrent(S.ctx);
+        CUresult r = real_cuEventSynchronize(S.done);
+        float ms = 0;
+        if (r == CUDA_SUCCESS)
+            real_cuEventElapsedTime_v2(&ms, S.start, S.done);
+        if (r == CUDA_SUCCESS)
+            ckpt_image_commit(S.arena.base[S.slot], &S.hdr, S.recs);
+
+        pthread_mutex_lock(&S.lock);
+        if (r == CUDA_SUCCESS) {
+            S.last_slot = S.slot;
+            S.generation = S.hdr.generation;
+            S.taken++;
+            S.bytes += S.hdr.data_bytes;
+            S.copy_ms_sum += ms;
+            if (ms > S.copy_ms_max)
+                S.copy_ms_max = ms;
+            stats_line(ms, S.held_ms_last);
+            ckpt_log(CKPT_DEBUG, "committed generation %llu (iteration %llu, %llu bytes, copy %.2f ms)",
+                     (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
+                     (unsigned long long)S.hdr.data_bytes, ms);
+        } else {
+            S.skipped++;
+            ckpt_log(CKPT_WARN, "snapshot of iteration %llu lost: its copies failed (CUDA error %d)",
+                     (unsigned long long)S.hdr.iteration, (int)r);
+        }
+        S.in_flight = false;
+        pthread_cond_broadcast(&S.cond);
+    }
+    pthread_mutex_unlock(&S.lock);
+    return NULL;
+}
+
+/* First snapshot: the stream and events live in the program's context,
+ * current on the thread that reached the boundary.  Returns 0 or -errno;
+ * on failure checkpointing is off for good, said once. */
+static int prepare(void)
+{
+    char why[PATH_MAX + 128];
+    const char *rank = getenv("RANK");
+
+    static const char *const needed[] = {
+        "cuCtxGetCurrent", "cuCtxSetCurrent", "cuStreamCreate", "cuEventCreate", "cuEventRecord",
+        "cuEventSynchronize", "cuEventElapsedTime_v2", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2",
+        "cuMemHostRegister_v2", "cuMemHostUnregister",
+    };
+
+    if (S.ready)
+        return 0;
+    if (S.broken)
+        return -EIO;
+    S.broken = true;
+    for (size_t i = 0; i < sizeof(needed) / sizeof(needed[0]); i++) {
+        if (ckpt_resolve(needed[i]) < 0) {
+            ckpt_log(CKPT_ERROR, "checkpointing is off for this run: the driver lacks %s", needed[i]);
+            return -ENOENT;
+        }
+    }
+    if (real_cuCtxGetCurrent(&S.ctx) != CUDA_SUCCESS || !S.ctx ||
+        real_cuStreamCreate(&S.stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        real_cuEventCreate(&S.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+        real_cuEventCreate(&S.done, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+        ckpt_log(CKPT_ERROR, "cannot create libckpt's stream and events: checkpointing is off for this run");
+        return -EIO;
+    }
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (real_cuEventCreate(&S.marks[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            ckpt_log(CKPT_ERROR, "cannot create libckpt's events: checkpointing is off for this run");
+            return -EIO;
+        }
+    }
+    int rc = ckpt_arena_open(&S.arena, ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB), rank ? atoi(rank) : 0,
+                             why, sizeof(why));
+    if (rc < 0) {
+        ckpt_log(CKPT_ERROR, "no arena (%s): checkpointing is off for this run", why);
+        return rc;
+    }
+    if (pthread_create(&S.committer, NULL, committer, NULL) != 0) {
+        ckpt_log(CKPT_ERROR, "cannot start the commit thread: checkpointing is off for this run");
+        return -EAGAIN;
+    }
+    S.broken = false;
+    S.ready = true;
+    return 0;
+}
+
+/* Lists the live allocations into S.allocs/S.recs, growing them as needed.
+ * Returns the count or -ENOMEM. */
+static long list_allocations(void)
+{
+    for (;;) {
+        size_t n = ckpt_reg_snapshot(S.allocs, S.cap);
+        if (n <= S.cap) {
+            for (size_t i = 0; i < n; i++)
+                S.recs[i] = (struct ckpt_rec){.ordinal = S.allocs[i].ordinal,
+                                              .size = S.allocs[i].size,
+                                              .kind = S.allocs[i].kind,
+                                              .birth = S.allocs[i].birth};
+            return (long)n;
+        }
+        size_t cap = n + n / 2 + 16;
+        struct ckpt_alloc *a = realloc(S.allocs, cap * sizeof(*a));
+        if (a)
+            S.allocs = a;
+        struct ckpt_rec *r = a ? realloc(S.recs, cap * sizeof(*r)) : NULL;
+        if (!r)
+            return -ENOMEM;
+        S.recs = r;
+        S.cap = cap;
+    }
+}
+
+/* Queues one snapshot of iteration iter.  Called with S.lock held, on the
+ * program's thread, right after one of its host syncs returned. */
+static void take(uint64_t iter, bool has_collectives)
+{
+    if (S.in_flight) {
+        S.skipped++;
+        ckpt_log(CKPT_DEBUG, "iteration %llu: previous snapshot still being copied; skipped",
+                 (unsigned long long)iter);
+        return;
+    }
+    if (prepare() < 0)
+        return;
+    long n = list_allocations();
+    if (n < 0) {
+        S.skipped++;
+        ckpt_log_once(CKPT_WARN, "out of host memory listing allocations; snapshots skipped");
+        return;
+    }
+
+    const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
+    struct ckpt_header h = {.rank = rank ? (uint32_t)atoi(rank) : 0,
+                            .world = world ? (uint32_t)atoi(world) : 1,
+                            .generation = S.generation + 1,
+                            .iteration = iter,
+                            .chunk_bytes = CKPT_CHUNK_DEFAULT};
+    snprintf(h.job, sizeof(h.job), "%s", ckpt_cfg_str(CFG_JOB));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    h.time_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+    size_t total = ckpt_image_layout(&h, S.recs, (size_t)n);
+
+    int slot = S.last_slot == 0 ? 1 : 0, moved = 0;
+    void *old = S.arena.base[slot];
+    int rc = ckpt_arena_reserve(&S.arena, slot, total, &moved);
+    if (rc < 0) {
+        S.skipped++;
+        ckpt_log(CKPT_WARN, "iteration %llu: cannot make room for %zu bytes in %s (%s); snapshot skipped",
+                 (unsigned long long)iter, total, S.arena.dir, strerror(-rc));
+        return;
+    }
+    if (moved) {
+        /* One large registration per mapping, not one per copy. */
+        if (old)
+            real_cuMemHostUnregister(old);
+        if (real_cuMemHostRegister_v2(S.arena.base[slot], S.arena.len[slot], 0) != CUDA_SUCCESS)
+            ckpt_log_once(CKPT_WARN, "cannot pin the arena (RLIMIT_MEMLOCK?); copies use pageable memory");
+    }
+    char *base = S.arena.base[slot];
+    ckpt_image_invalidate(base);
+
+    /* Order the copies after everything the program queued so far. */
+    real_cuEventRecord(S.marks[0], CU_STREAM_LEGACY);
+    real_cuStreamWaitEvent(S.stream, S.marks[0], 0);
+    int ns = __atomic_load_n(&nstreams, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < ns && i + 1 < MAX_STREAMS; i++) {
+        real_cuEventRecord(S.marks[i + 1], streams[i]);
+        real_cuStreamWaitEvent(S.stream, S.marks[i + 1], 0);
+    }
+    real_cuEventRecord(S.start, S.stream);
+    CUresult r = CUDA_SUCCESS;
+    for (long i = 0; i < n && r == CUDA_SUCCESS; i++)
+        r = real_cuMemcpyDtoHAsync_v2(base + h.data_offset + S.recs[i].offset, S.allocs[i].addr, S.recs[i].size,
+                                      S.stream);
+    if (r == CUDA_SUCCESS)
+        r = real_cuEventRecord(S.done, S.stream);
+    if (r != CUDA_SUCCESS) {
+        S.skipped++;
+        ckpt_log(CKPT_WARN, "iteration %llu: device-to-host copy failed (CUDA error %d); snapshot skipped",
+                 (unsigned long long)iter, (int)r);
+        return;
+    }
+
+    S.slot = slot;
+    S.hdr = h;
+    S.in_flight = true;
+    S.held_ms_last = 0;
+    pthread_cond_broadcast(&S.cond);
+
+    if (ckpt_cfg_int(CFG_CONSISTENCY) == 1) {
+        /* strict: hold the program here until the copies are done. */
+        double t0 = now_s();
+        real_cuEventSynchronize(S.done);
+        S.held_ms_last = (now_s() - t0) * 1e3;
+        S.held_ms += S.held_ms_last;
+    } else if (has_collectives) {
+        /* The next update follows the next iteration's last collective. */
+        S.wait_pending = true;
+    } else {
+        /* No collective tells where the update is: wait before anything. */
+        streams_wait_done();
+    }
+}
+
+void ckpt_on_sync(uint64_t token)
+{
+    if (ckpt_bd_feed(CKPT_TOK_SYNC, token) != CKPT_BD_BOUNDARY)
+        return;
+    uint64_t iter = ckpt_bd_iteration();
+    ckpt_reg_set_iteration(iter);
+    if (iter % (uint64_t)ckpt_cfg_int(CFG_EVERY) != 0)
+        return;
+    if (__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) > 0) {
+        ckpt_log(CKPT_DEBUG, "iteration %llu: a stream is being captured; no snapshot", (unsigned long long)iter);
+        return;
+    }
+    bool colls = false;
+    ckpt_bd_period(&colls);
+    pthread_mutex_lock(&S.lock);
+    take(iter, colls);
+    pthread_mutex_unlock(&S.lock);
+}
+
+void ckpt_on_collective(uint64_t token, CUstream s)
+{
+    ckpt_stream_seen(s);
+    if (ckpt_bd_feed(CKPT_TOK_COLL, token) != CKPT_BD_LAST_COLL || !S.wait_pending)
+        return;
+    pthread_mutex_lock(&S.lock);
+    if (S.wait_pending && S.in_flight)
+        streams_wait_done();
+    S.wait_pending = false;
+    pthread_mutex_unlock(&S.lock);
+}
+
+void ckpt_before_free(CUstream stream, bool on_stream)
+{
+    if (!__atomic_load_n(&S.in_flight, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&S.lock);
+    if (S.in_flight) {
+        if (on_stream)
+            real_cuStreamWaitEvent(stream, S.done, 0);
+        else
+            real_cuEventSynchronize(S.done);
+    }
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* One line per rank at exit.  A snapshot still in flight is given a moment
+ * to commit; the previous one stays valid either way. */
+__attribute__((destructor)) static void ckpt_snapshot_exit(void)
+{
+    if (!S.ready)
+        return;
+    pthread_mutex_lock(&S.lock);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    while (S.in_flight && pthread_cond_timedwait(&S.cond, &S.lock, &deadline) == 0)
+        ;
+    S.stop = true;
+    pthread_cond_broadcast(&S.cond);
+    uint64_t taken = S.taken;
+    ckpt_log(CKPT_INFO,
+             "snapshots %llu (skipped %llu), %.1f MiB each, copy mean %.2f ms max %.2f ms, program held %.1f ms",
+             (unsigned long long)taken, (unsigned long long)S.skipped,
+             taken ? S.bytes / (double)taken / (1 << 20) : 0.0, taken ? S.copy_ms_sum / taken : 0.0,
+             S.copy_ms_max, S.held_ms);
+    pthread_mutex_unlock(&S.lock);
+}
