@@ -85,17 +85,19 @@ $(B)/fake/libcuda.so.1: $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) tests/fak
 	$(Q)$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,--version-script=tests/fake/driver/libcuda.map \
 	    -o $@ $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) -lrt
 	$(Q)ln -sf libcuda.so.1 $(B)/fake/libcuda.so
+# The runtime dlopens libcuda.so.1; RUNPATH $ORIGIN finds the sibling driver
+# for programs whose own RUNPATH (which dlopen ignores) points at build/fake.
 $(B)/fake/libcudart.so.13: $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) tests/fake/runtime/libcudart.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -shared -pthread -Wl,-soname,libcudart.so.13 -Wl,--version-script=tests/fake/runtime/libcudart.map \
-	    -o $@ $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) -ldl
+	    -Wl,-rpath,'$$ORIGIN' -o $@ $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) -ldl
 	$(Q)ln -sf libcudart.so.13 $(B)/fake/libcudart.so
 $(B)/fake/libnccl.so.2: $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) tests/fake/nccl/libnccl.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -shared -pthread -Wl,-soname,libnccl.so.2 -Wl,--version-script=tests/fake/nccl/libnccl.map \
-	    -o $@ $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) -ldl -lrt
+	    -Wl,-rpath,'$$ORIGIN' -o $@ $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) -ldl -lrt
 	$(Q)ln -sf libnccl.so.2 $(B)/fake/libnccl.so
 
 # ---- programs built against the double (one level below build/).
@@ -104,10 +106,12 @@ $(B)/tests/fake/%: $(B)/obj/tests/fake/test/%.o $(FAKE_LIBS_OUT)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -pthread -o $@ $< $(FAKE_LIBS) -ldl
+# --as-needed: a program that reaches CUDA only through dlopen keeps no
+# link-time dependency on it (tests/progs/shapes.c relies on that).
 $(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(FAKE_LIBS_OUT)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -pthread -o $@ $< $(FAKE_LIBS) -ldl
+	$(Q)$(CC) -pthread -o $@ $< -Wl,--as-needed $(FAKE_LIBS) -ldl
 $(B)/obj/tests/fake/test/%.o $(B)/obj/tests/progs/%.o: ALL_CFLAGS += $(PROG_CFLAGS)
 
 $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(call obj,$(RUNTIME_SRC))
@@ -125,17 +129,17 @@ $(B)/obj/bench/%.o: ALL_CFLAGS += $(PROG_CFLAGS)
 # (as C, kernels are host functions: examples/common/kernels.h) and, where
 # a toolkit exists, by nvcc for sm_90 with the static and the shared runtime.
 MLP_SRC := examples/mlp/mlp_train.cu
-$(B)/examples/mlp-train: $(MLP_SRC) $(wildcard examples/common/*.h) $(FAKE_LIBS_OUT)
+$(B)/examples/mlp-train: $(MLP_SRC) $(wildcard examples/common/*.h examples/mlp/*.h) $(FAKE_LIBS_OUT)
 	$(call say,CC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -x c $(ALL_CFLAGS) $(PROG_CFLAGS) -o $@ $(MLP_SRC) \
 	    -L$(B)/fake -lcudart -lnccl -Wl,-rpath,'$$ORIGIN/../fake' -lm
 NVCC_FLAGS := -O2 -arch=sm_90 -Iexamples/common -Xcompiler -Wall,-Wextra
-$(B)/examples/mlp-train-cuda: $(MLP_SRC) $(wildcard examples/common/*.h)
+$(B)/examples/mlp-train-cuda: $(MLP_SRC) $(wildcard examples/common/*.h examples/mlp/*.h)
 	$(call say,NVCC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -o $@ $(MLP_SRC) -lnccl
-$(B)/examples/mlp-train-cuda-shared: $(MLP_SRC) $(wildcard examples/common/*.h)
+$(B)/examples/mlp-train-cuda-shared: $(MLP_SRC) $(wildcard examples/common/*.h examples/mlp/*.h)
 	$(call say,NVCC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -cudart shared -o $@ $(MLP_SRC) -lnccl

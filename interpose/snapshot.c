@@ -48,6 +48,7 @@ static struct {
     struct ckpt_rec *recs;
     size_t cap;
     pthread_t committer;
+    pid_t pid; /* of the process that owns this state; a fork child does not */
     double held_ms_last; /* of the snapshot in flight */
 
     /* statistics */
@@ -181,7 +182,7 @@ static int prepare(void)
     static const char *const needed[] = {
         "cuCtxGetCurrent", "cuCtxSetCurrent", "cuStreamCreate", "cuEventCreate", "cuEventRecord",
         "cuEventSynchronize", "cuEventElapsedTime_v2", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2",
-        "cuMemHostRegister_v2", "cuMemHostUnregister",
+        "cuMemHostRegister_v2", "cuMemHostUnregister", "cuEventQuery",
     };
 
     if (S.ready)
@@ -219,6 +220,7 @@ static int prepare(void)
         return -EAGAIN;
     }
     S.broken = false;
+    S.pid = getpid();
     S.ready = true;
     return 0;
 }
@@ -253,6 +255,10 @@ static long list_allocations(void)
  * program's thread, right after one of its host syncs returned. */
 static void take(uint64_t iter, bool has_collectives)
 {
+    /* Copies done but not yet committed: the commit is a checksum pass
+     * away, so wait for it rather than lose this iteration's snapshot. */
+    while (S.in_flight && real_cuEventQuery(S.done) == CUDA_SUCCESS)
+        pthread_cond_wait(&S.cond, &S.lock);
     if (S.in_flight) {
         S.skipped++;
         ckpt_log(CKPT_DEBUG, "iteration %llu: previous snapshot still being copied; skipped",
@@ -391,8 +397,8 @@ void ckpt_before_free(CUstream stream, bool on_stream)
  * to commit; the previous one stays valid either way. */
 __attribute__((destructor)) static void ckpt_snapshot_exit(void)
 {
-    if (!S.ready)
-        return;
+    if (!S.ready || S.pid != getpid())
+        return; /* a fork child: its copy of this state belongs to the parent */
     pthread_mutex_lock(&S.lock);
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);

@@ -25,6 +25,7 @@ static unsigned phase;   /* position of the last token in the period */
 static unsigned bd_pos;  /* position of the boundary token in the period */
 static int coll_pos;     /* position of the last collective, or -1 */
 static uint64_t iteration;
+static bool seen_collective; /* then a period without one is not training */
 
 #define SYNC_BIT (1ULL << 63)
 static uint64_t tok(enum ckpt_tok_kind kind, uint64_t hash)
@@ -44,6 +45,7 @@ void ckpt_bd_init(unsigned n)
     every = n;
     ntok = nsync = iteration = 0;
     period = 0;
+    seen_collective = false;
     pthread_mutex_unlock(&lock);
 }
 
@@ -71,6 +73,9 @@ static bool place_boundary(unsigned p)
     }
     if (last_sync < 0)
         return false; /* collectives only: nothing ends an iteration yet */
+    if (last_coll < 0 && seen_collective)
+        return false; /* host syncs alone after training with collectives:
+                         an evaluation or the program's epilogue */
     coll_pos = last_coll;
     if (last_coll < 0) {
         bd_pos = (unsigned)last_sync;
@@ -129,6 +134,8 @@ enum ckpt_bd_event ckpt_bd_feed(enum ckpt_tok_kind kind, uint64_t hash)
         goto out;
     }
     uint64_t t = tok(kind, hash);
+    if (kind == CKPT_TOK_COLL)
+        seen_collective = true;
     history[ntok++ & (HISTORY - 1)] = t;
     if (!period) {
         ev = learn();

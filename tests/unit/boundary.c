@@ -57,6 +57,14 @@ static void trainer(void)
     CHECK(ckpt_bd_iteration() == 10, "trainer: iteration %llu, expected 10", (unsigned long long)ckpt_bd_iteration());
     CHECK(first_iter + (uint64_t)boundaries - 1 == 10, "trainer: first boundary at iteration %llu", (unsigned long long)first_iter);
     CHECK(last_colls >= 6, "trainer: %d last-collective marks", last_colls);
+
+    /* The epilogue reads the state back with many host syncs: not training,
+     * so no boundaries and no new period. */
+    int epilogue = 0;
+    for (int i = 0; i < 20; i++)
+        epilogue += feed(S1) == CKPT_BD_BOUNDARY;
+    CHECK(epilogue == 0 && ckpt_bd_iteration() == 10, "trainer epilogue: %d boundaries, iteration %llu", epilogue,
+          (unsigned long long)ckpt_bd_iteration());
 }
 
 static void no_collectives(void)

@@ -1,0 +1,184 @@
+/*
+ * Copies and memsets.  Each is an op on a stream; the synchronous forms go
+ * on the legacy stream and wait for it.  A copy between host and device
+ * memory is throttled to FAKEGPU_COPY_GBPS on one link per direction, so
+ * checkpoint traffic competes with the program's own transfers as over
+ * PCIe; copies within the device and memsets are not throttled.  The
+ * device side of a copy must lie inside one known allocation: a copy that
+ * runs off the end of one fails here instead of corrupting the heap.
+ */
+#include "driver.h"
+
+enum copy_dir { DIR_UNIFIED, DIR_HTOD, DIR_DTOH, DIR_DTOD };
+
+/* Whether [p, p + n) lies inside one allocation the driver knows.  Lock held. */
+static int known_range(uintptr_t p, size_t n)
+{
+    const struct fg_alloc *a = fg_alloc_find(p);
+
+    return a && n <= a->size - (p - a->base);
+}
+
+static int on_device(uintptr_t p)
+{
+    const struct fg_alloc *a = fg_alloc_find(p);
+
+    return a && fg_mem_is_device(a->kind);
+}
+
+/*
+ * Validates a copy of n bytes in direction dir.  Typed directions name the
+ * device side, which must be known memory (device, or pinned host memory,
+ * which is device-addressable under unified addressing); a unified copy
+ * only requires that a side inside a known allocation stays inside it.
+ * Lock held.
+ */
+static int copy_ok(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n)
+{
+    if (!dst || !src)
+        return 0;
+    switch (dir) {
+    case DIR_HTOD:
+        return known_range(dst, n);
+    case DIR_DTOH:
+        return known_range(src, n);
+    case DIR_DTOD:
+        return known_range(dst, n) && known_range(src, n);
+    case DIR_UNIFIED:
+        return (!fg_alloc_find(dst) || known_range(dst, n)) && (!fg_alloc_find(src) || known_range(src, n));
+    }
+    return 0;
+}
+
+/* Copies, synchronous when sync (then hStream is ignored: the legacy stream is used). */
+static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, CUstream hStream, int sync)
+{
+    struct fg_stream *s;
+    struct fg_op *op;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_stream_get(sync ? CU_STREAM_LEGACY : hStream, &s);
+    if (rc || n == 0)
+        goto out;
+    if (!copy_ok(dir, dst, src, n)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (sync && fg_in_worker()) {
+        rc = CUDA_ERROR_NOT_PERMITTED;
+        goto out;
+    }
+    if (!(op = fg_op_new(FG_OP_COPY, 0))) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    op->u.copy.dst = (void *)dst;
+    op->u.copy.src = (const void *)src;
+    op->u.copy.n = n;
+    if (!on_device(src) && on_device(dst))
+        op->u.copy.link = &drv.h2d;
+    else if (on_device(src) && !on_device(dst))
+        op->u.copy.link = &drv.d2h;
+    rc = fg_submit(s, op);
+    if (!rc && sync)
+        fg_stream_wait_seq(s, s->enq_seq);
+out:
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return copy(DIR_UNIFIED, (uintptr_t)dst, (uintptr_t)src, ByteCount, NULL, 1);
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+    return copy(DIR_UNIFIED, (uintptr_t)dst, (uintptr_t)src, ByteCount, hStream, 0);
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return copy(DIR_HTOD, (uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, NULL, 1);
+}
+
+CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(DIR_DTOH, (uintptr_t)dstHost, (uintptr_t)srcDevice, ByteCount, NULL, 1);
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(DIR_DTOD, (uintptr_t)dstDevice, (uintptr_t)srcDevice, ByteCount, NULL, 1);
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    return copy(DIR_HTOD, (uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, hStream, 0);
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    return copy(DIR_DTOH, (uintptr_t)dstHost, (uintptr_t)srcDevice, ByteCount, hStream, 0);
+}
+
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    return copy(DIR_DTOD, (uintptr_t)dstDevice, (uintptr_t)srcDevice, ByteCount, hStream, 0);
+}
+
+/* Sets n elements of elem (1 or 4) bytes; the range must be known memory. */
+static CUresult memset_elems(uintptr_t dst, unsigned value, unsigned elem, size_t n, CUstream hStream, int sync)
+{
+    struct fg_stream *s;
+    struct fg_op *op;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_stream_get(sync ? CU_STREAM_LEGACY : hStream, &s);
+    if (rc || n == 0)
+        goto out;
+    if (dst % elem || n > SIZE_MAX / elem || !known_range(dst, n * elem)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (sync && fg_in_worker()) {
+        rc = CUDA_ERROR_NOT_PERMITTED;
+        goto out;
+    }
+    if (!(op = fg_op_new(FG_OP_MEMSET, 0))) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    op->u.memset.dst = (void *)dst;
+    op->u.memset.value = value;
+    op->u.memset.elem = elem;
+    op->u.memset.n = n;
+    rc = fg_submit(s, op);
+    if (!rc && sync)
+        fg_stream_wait_seq(s, s->enq_seq);
+out:
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    return memset_elems((uintptr_t)dstDevice, uc, 1, N, NULL, 1);
+}
+
+CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    return memset_elems((uintptr_t)dstDevice, ui, 4, N, NULL, 1);
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+    return memset_elems((uintptr_t)dstDevice, uc, 1, N, hStream, 0);
+}
+
+CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+{
+    return memset_elems((uintptr_t)dstDevice, ui, 4, N, hStream, 0);
+}

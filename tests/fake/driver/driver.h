@@ -1,0 +1,306 @@
+/*
+ * Internal header of the fake CUDA driver (libcuda.so.1 of the CPU test
+ * double).  One device whose "device memory" is host memory, streams run
+ * in order by one worker thread each, events with real timestamps, stream
+ * capture into replayable graphs.  All driver state is guarded by one lock,
+ * drv.lock; work runs outside it.  Nothing here is exported: only the cu*
+ * entry points are, through libcuda.map.
+ *
+ * Error convention: functions that implement API semantics (validating
+ * handles, enqueueing work) return CUresult, because the fake driver is
+ * itself the API edge; plain helpers (tables, memory) return 0 or -errno.
+ */
+#ifndef FAKEGPU_DRIVER_H
+#define FAKEGPU_DRIVER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ckpt_cuda.h"
+#include "../common/fakegpu.h"
+
+#define FG_DRIVER_VERSION 13000
+#define FG_GRANULARITY (2u << 20) /* VMM granularity, minimum and recommended */
+#define FG_MAX_KERNEL_ARGS 64
+
+/* ---- work on streams (stream.c, copy.c, launch.c, event.c) --------- */
+
+/* One argument slot of the double's kernel convention (examples/common/kernels.h). */
+struct fg_arg_slot {
+    _Alignas(16) unsigned char bytes[16];
+};
+
+enum fg_op_kind {
+    FG_OP_KERNEL,      /* call a kernel with its private copy of the arguments */
+    FG_OP_HOST_FN,     /* cuLaunchHostFunc */
+    FG_OP_COPY,        /* memcpy, throttled when it crosses a link */
+    FG_OP_MEMSET,      /* 1- or 4-byte elements */
+    FG_OP_RECORD,      /* stamp an event */
+    FG_OP_WAIT,        /* block until another stream ran up to a sequence number */
+    FG_OP_POOL_FREE,   /* return a stream-ordered allocation to its pool */
+};
+
+struct fg_event;
+struct fg_stream;
+struct fg_block;
+
+/*
+ * A unit of stream work.  Ops are heap blocks of op->size bytes with no
+ * internal pointers, so a graph can copy them byte for byte; the references
+ * they hold (events, streams, blocks) are taken by fg_op_clone and dropped
+ * by fg_op_free.
+ */
+struct fg_op {
+    struct fg_op *next;
+    enum fg_op_kind kind;
+    size_t size;
+    union {
+        struct {
+            CUfunction f;
+            unsigned nargs; /* the slots follow the op */
+        } kernel;
+        struct {
+            CUhostFn fn;
+            void *data;
+        } host;
+        struct {
+            void *dst;
+            const void *src;
+            size_t n;
+            struct fg_link *link; /* NULL: not throttled */
+        } copy;
+        struct {
+            void *dst;
+            unsigned value;
+            unsigned elem; /* 1 or 4 */
+            size_t n;      /* elements */
+        } memset;
+        struct {
+            struct fg_event *ev;
+            uint64_t gen;
+        } record;
+        struct {
+            struct fg_stream *s;
+            uint64_t seq;
+        } wait;
+        struct {
+            struct fg_block *block;
+        } pool_free;
+    } u;
+    struct fg_arg_slot slots[];
+};
+
+/* A zeroed op of the given kind with room for nslots argument slots, or NULL. */
+struct fg_op *fg_op_new(enum fg_op_kind kind, unsigned nslots);
+/* A copy of op holding its own references, or NULL.  Lock held. */
+struct fg_op *fg_op_clone(const struct fg_op *op);
+/* Drops the op's references and frees it.  Lock held. */
+void fg_op_free(struct fg_op *op);
+
+enum fg_stream_kind { FG_STREAM_USER, FG_STREAM_LEGACY, FG_STREAM_PER_THREAD };
+
+struct fg_capture;
+
+struct fg_stream {
+    struct fg_ctx *ctx;
+    enum fg_stream_kind kind;
+    unsigned flags; /* CU_STREAM_NON_BLOCKING */
+    int priority;
+    int refs; /* the handle, plus every op that waits on this stream */
+    struct fg_op *head, *tail;
+    uint64_t enq_seq;     /* ops ever enqueued */
+    uint64_t done_seq;    /* ops completed, in order */
+    uint64_t legacy_seen; /* legacy-stream work this stream already waits for */
+    pthread_cond_t wake;  /* new work, or stop */
+    pthread_t thread;
+    int running, stopping;
+    struct fg_capture *capture; /* NULL unless capturing */
+    struct fg_stream *ctx_prev, *ctx_next;
+};
+
+/* ---- contexts (ctx.c) ---------------------------------------------- */
+
+struct fg_ctx {
+    uint64_t id; /* unique for the life of the process */
+    int primary;
+    unsigned flags;
+    struct fg_stream *legacy;
+    struct fg_stream *streams; /* every stream of the context, legacy included */
+};
+
+/* ---- events (event.c) ---------------------------------------------- */
+
+/*
+ * An event is its most recent record: the stream and sequence number of
+ * the record op (complete once the stream got there), and the time that op
+ * ran.  Waiting on an event is waiting on that stream position.
+ */
+struct fg_event {
+    unsigned flags;
+    int refs;                    /* the handle, plus pending record ops */
+    struct fg_stream *rec_stream; /* referenced; NULL: never recorded */
+    uint64_t rec_seq;
+    uint64_t rec_gen;            /* counts records; stamps of older ones are dropped */
+    uint64_t time_gen;           /* the record time_ns belongs to */
+    uint64_t time_ns;
+    uint64_t capture_id;         /* nonzero: last recorded into that capture */
+};
+
+void fg_event_unref(struct fg_event *ev);
+/* Makes the record op, just enqueued as op number seq of s, its event's latest record.  Lock held. */
+void fg_event_mark(struct fg_op *op, struct fg_stream *s, uint64_t seq);
+
+/* ---- stream capture and graphs (graph.c) --------------------------- */
+
+struct fg_graph {
+    struct fg_op *head, *tail;
+};
+
+struct fg_capture {
+    uint64_t id;
+    CUstreamCaptureMode mode;
+    pthread_t thread;
+    struct fg_stream *origin;
+    int invalidated;
+    struct fg_graph *graph;
+    struct fg_capture *next;
+};
+
+/* The active capture with this id, or NULL.  Lock held. */
+struct fg_capture *fg_capture_find(uint64_t id);
+/* Appends op to the capture's graph and takes ownership of it.  Lock held. */
+CUresult fg_capture_add(struct fg_capture *cap, struct fg_op *op);
+/* Marks a capture invalid: later work fails and EndCapture reports it.  Lock held. */
+void fg_capture_invalidate(struct fg_capture *cap);
+/*
+ * For calls CUDA forbids while capturing ("potentially unsafe": allocation,
+ * device synchronisation): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, after
+ * invalidating the captures that forbid it (every global-mode capture, and
+ * thread-local ones of the calling thread), or CUDA_SUCCESS.  Lock held.
+ */
+CUresult fg_capture_forbid_unsafe(void);
+void fg_graph_free(struct fg_graph *g);
+
+/* ---- memory (memory.c, pool.c, vmm.c) ------------------------------ */
+
+enum fg_mem_kind {
+    FG_MEM_DEVICE,     /* cuMemAlloc, cuMemAllocPitch */
+    FG_MEM_MANAGED,    /* cuMemAllocManaged */
+    FG_MEM_POOL,       /* stream-ordered allocation; owner is its fg_block */
+    FG_MEM_VMM,        /* a cuMemMap mapping; owner is the mapped handle */
+    FG_MEM_HOST,       /* cuMemAllocHost, cuMemHostAlloc */
+    FG_MEM_REGISTERED, /* cuMemHostRegister */
+};
+
+struct fg_alloc {
+    uintptr_t base;
+    size_t size;
+    enum fg_mem_kind kind;
+    void *owner;
+};
+
+/* The sorted table of every allocation the driver knows.  Lock held. */
+int fg_alloc_insert(uintptr_t base, size_t size, enum fg_mem_kind kind, void *owner);
+/* Returns 0, or -ENOENT when no entry starts at base. */
+int fg_alloc_remove(uintptr_t base);
+/* The entry containing addr, or NULL.  The pointer is valid until the table changes. */
+struct fg_alloc *fg_alloc_find(uintptr_t addr);
+/* The first entry overlapping [base, base + size), or NULL. */
+struct fg_alloc *fg_alloc_overlap(uintptr_t base, size_t size);
+/* Whether an entry of this kind lives in GPU memory (as opposed to host memory). */
+int fg_mem_is_device(enum fg_mem_kind kind);
+
+/*
+ * Accounts bytes of device memory: 0, or -ENOMEM when the device (of
+ * FAKEGPU_MEM_GB) would be over-full.  Lock held.
+ */
+int fg_mem_reserve(size_t bytes);
+void fg_mem_unreserve(size_t bytes);
+
+/* Anonymous page-aligned memory standing in for device or pinned memory, or NULL. */
+void *fg_pages_alloc(size_t bytes);
+void fg_pages_free(void *p, size_t bytes);
+
+struct fg_pool;
+
+struct fg_block {
+    void *ptr;
+    size_t cap;  /* bytes backed */
+    size_t size; /* bytes of the current allocation */
+    struct fg_pool *pool;
+    struct fg_block *next; /* in the pool's cache */
+};
+
+/* Executes a stream-ordered free: the block becomes reusable.  Lock held. */
+void fg_pool_free_block(struct fg_block *b);
+/* Releases every pool's cached blocks above its release threshold (0). Lock held. */
+void fg_pool_trim_all(void);
+/* Creates the default pool at cuInit: 0 or -ENOMEM.  Lock held. */
+int fg_pool_init(void);
+
+/* ---- the driver ---------------------------------------------------- */
+
+struct fg_driver {
+    pthread_mutex_t lock;
+    pthread_cond_t progress; /* broadcast when any op completes or a stream stops */
+    int initialized;
+    int forked; /* this process is a child forked after cuInit */
+    size_t total_mem, used_mem;
+    struct fg_link h2d, d2h;
+    struct fg_ctx *primary;
+    int primary_refs;
+    struct fg_ptrset ctxs, streams, events, graphs, execs, pools, vmm_handles;
+    struct fg_pool *default_pool;
+    struct fg_capture *captures;
+    uint64_t next_capture_id;
+    struct fg_alloc *allocs;
+    size_t nallocs, allocs_cap;
+};
+
+extern struct fg_driver drv;
+
+void fg_lock(void);
+void fg_unlock(void);
+/* Waits on drv.progress.  Lock held. */
+void fg_wait_progress(void);
+/* CUDA_ERROR_NOT_INITIALIZED before cuInit, else CUDA_SUCCESS.  Lock held. */
+CUresult fg_check_init(void);
+/* The calling thread's current context, checked: NOT_INITIALIZED, INVALID_CONTEXT.  Lock held. */
+CUresult fg_current_ctx(struct fg_ctx **ctx);
+
+/* ---- streams (stream.c) -------------------------------------------- */
+
+/* A new stream of ctx, or NULL (out of memory).  Lock held. */
+struct fg_stream *fg_stream_new(struct fg_ctx *ctx, enum fg_stream_kind kind, unsigned flags, int priority);
+/*
+ * Resolves a stream handle of the current context: NULL and
+ * CU_STREAM_LEGACY are its legacy stream, CU_STREAM_PER_THREAD the calling
+ * thread's per-thread stream (created on first use).  Lock held.
+ */
+CUresult fg_stream_get(CUstream h, struct fg_stream **s);
+/*
+ * Enqueues op on s and takes ownership of it, whatever the result.  Adds
+ * the legacy stream's implicit synchronisation; while s captures, records
+ * op into the capture instead.  Lock held.
+ */
+CUresult fg_submit(struct fg_stream *s, struct fg_op *op);
+/* Waits until s has completed the first seq ops.  Lock held (released while waiting). */
+void fg_stream_wait_seq(struct fg_stream *s, uint64_t seq);
+/* Stops and frees a stream after its work has completed.  Lock held. */
+void fg_stream_retire(struct fg_stream *s);
+void fg_stream_unref(struct fg_stream *s);
+/* Waits for all work of every stream of ctx enqueued before the call.  Lock held. */
+void fg_ctx_drain(struct fg_ctx *ctx);
+/* fg_ctx_drain for every context: before memory goes away under running work. */
+void fg_drain_all(void);
+/* Runs op on the calling worker; lock held, released around user code. */
+void fg_op_run(struct fg_op *op);
+/* Whether the caller is a stream worker (running a kernel or host function). */
+int fg_in_worker(void);
+
+/* ---- versions CUDA keeps exporting for older binaries -------------- */
+
+/* cuEventElapsedTime as resolved for cudaVersion < 12080 (same behaviour here). */
+CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+
+#endif /* FAKEGPU_DRIVER_H */

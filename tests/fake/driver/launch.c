@@ -1,0 +1,75 @@
+/*
+ * Kernel launches.  In the double a CUfunction is a host function
+ * `void k(void **kernelParams)` and kernelParams a NULL-terminated array of
+ * pointers to 16-byte argument slots (examples/common/kernels.h).  The
+ * launch copies the slots, as CUDA copies argument values at launch, so the
+ * caller may reuse its storage at once; the kernel runs once, in stream
+ * order, on the stream's worker.  The grid shape is checked but never
+ * changes what runs: kernels are grid-stride loops over the whole range.
+ */
+#include <string.h>
+
+#include "driver.h"
+
+#define FG_MAX_SHARED_MEM 232448
+
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, unsigned shared, CUstream hStream, void **params, void **extra)
+{
+    struct fg_stream *s;
+    struct fg_op *op;
+    unsigned n = 0, i;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_stream_get(hStream, &s);
+    if (rc)
+        goto out;
+    if (!f) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    if (!gx || !gy || !gz || !bx || !by || !bz || gy > 65535 || gz > 65535 || bz > 64 ||
+        (unsigned long long)bx * by * bz > 1024 || shared > FG_MAX_SHARED_MEM || (params && extra)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (extra) {
+        rc = CUDA_ERROR_NOT_SUPPORTED; /* a packed argument buffer has no slots to copy */
+        goto out;
+    }
+    while (params && params[n])
+        if (++n > FG_MAX_KERNEL_ARGS) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+            goto out;
+        }
+    if (!(op = fg_op_new(FG_OP_KERNEL, n))) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    op->u.kernel.f = f;
+    op->u.kernel.nargs = n;
+    for (i = 0; i < n; i++)
+        memcpy(op->slots[i].bytes, params[i], sizeof(op->slots[i].bytes));
+    rc = fg_submit(s, op);
+out:
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                  kernelParams, extra);
+}
+
+/* Launch attributes (priority, cooperative, ...) change nothing in the double. */
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+    if (!config || (config->numAttrs && !config->attrs))
+        return fg_check_init() ? CUDA_ERROR_NOT_INITIALIZED : CUDA_ERROR_INVALID_VALUE;
+    return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                  config->blockDimZ, config->sharedMemBytes, config->hStream, kernelParams, extra);
+}

@@ -1,0 +1,298 @@
+/*
+ * Stream-ordered allocation (cuMemAllocAsync and friends) from memory
+ * pools.  An allocation's address is known when the call returns; its free
+ * runs in stream order, after which the block is cached in its pool for a
+ * later allocation of a fitting size, until a synchronisation or
+ * cuMemPoolTrimTo releases it (every pool's release threshold is CUDA's
+ * default, 0).  A block must never be handed out again before the free
+ * has run on its stream.
+ */
+#include <stdlib.h>
+
+#include "driver.h"
+
+struct fg_pool {
+    CUmemPoolProps props;
+    int is_default, destroyed;
+    size_t reserved; /* bytes backing this pool's blocks */
+    size_t live;     /* blocks in use or being freed */
+    struct fg_block *cached;
+};
+
+/* A pool registered as a handle, or NULL.  Lock held. */
+static struct fg_pool *pool_new(const CUmemPoolProps *props)
+{
+    struct fg_pool *pool = calloc(1, sizeof(*pool));
+
+    if (!pool)
+        return NULL;
+    pool->props = *props;
+    if (fg_ptrset_add(&drv.pools, pool)) {
+        free(pool);
+        return NULL;
+    }
+    return pool;
+}
+
+int fg_pool_init(void)
+{
+    CUmemPoolProps props = {
+        .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+    };
+
+    if (drv.default_pool)
+        return 0;
+    drv.default_pool = pool_new(&props);
+    if (!drv.default_pool)
+        return -1;
+    drv.default_pool->is_default = 1;
+    return 0;
+}
+
+static void block_release(struct fg_block *b)
+{
+    fg_pages_free(b->ptr, b->cap);
+    fg_mem_unreserve(b->cap);
+    b->pool->reserved -= b->cap;
+    free(b);
+}
+
+/* Releases cached blocks while the pool holds more than keep bytes.  Lock held. */
+static void pool_trim(struct fg_pool *pool, size_t keep)
+{
+    while (pool->cached && pool->reserved > keep) {
+        struct fg_block *b = pool->cached;
+
+        pool->cached = b->next;
+        block_release(b);
+    }
+}
+
+static void pool_maybe_free(struct fg_pool *pool)
+{
+    if (pool->destroyed && pool->live == 0 && !pool->cached)
+        free(pool);
+}
+
+void fg_pool_free_block(struct fg_block *b)
+{
+    struct fg_pool *pool = b->pool;
+
+    pool->live--;
+    if (pool->destroyed) {
+        block_release(b);
+        pool_maybe_free(pool);
+        return;
+    }
+    b->next = pool->cached;
+    pool->cached = b;
+}
+
+static void trim_one(void *p, void *arg)
+{
+    (void)arg;
+    pool_trim(p, 0);
+}
+
+void fg_pool_trim_all(void)
+{
+    fg_ptrset_each(&drv.pools, trim_one, NULL);
+}
+
+/*
+ * A block of at least bytes from the pool: the smallest cached one that
+ * fits, else fresh memory.  Lock held.
+ */
+static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, CUdeviceptr *dptr)
+{
+    size_t want = (bytes + 511) & ~(size_t)511;
+    struct fg_block **pp, **best = NULL, *b;
+
+    for (pp = &pool->cached; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= want && (!best || (*pp)->cap < (*best)->cap))
+            best = pp;
+    if (best) {
+        b = *best;
+        *best = b->next;
+    } else {
+        if (fg_mem_reserve(want))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        b = calloc(1, sizeof(*b));
+        if (!b || !(b->ptr = fg_pages_alloc(want))) {
+            free(b);
+            fg_mem_unreserve(want);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        b->cap = want;
+        b->pool = pool;
+        pool->reserved += want;
+    }
+    if (fg_alloc_insert((uintptr_t)b->ptr, bytes, FG_MEM_POOL, b)) {
+        b->next = pool->cached;
+        pool->cached = b;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    b->size = bytes;
+    b->next = NULL;
+    pool->live++;
+    *dptr = (CUdeviceptr)(uintptr_t)b->ptr;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Allocation inside a stream capture would need graph-owned memory, which
+ * the double does not model: it refuses, and invalidates the capture so
+ * the failure cannot go unnoticed.  Lock held.
+ */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool hPool, CUstream hStream)
+{
+    struct fg_stream *s;
+    CUresult rc = fg_stream_get(hStream, &s);
+
+    if (rc)
+        return rc;
+    if (!dptr || bytes == 0 || !fg_ptrset_has(&drv.pools, hPool))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (s->capture) {
+        fg_capture_invalidate(s->capture);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return pool_alloc((struct fg_pool *)hPool, bytes, dptr);
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CUresult rc;
+
+    fg_lock();
+    rc = alloc_async(dptr, bytesize, (CUmemoryPool)drv.default_pool, hStream);
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    CUresult rc;
+
+    fg_lock();
+    rc = alloc_async(dptr, bytesize, pool, hStream);
+    fg_unlock();
+    return rc;
+}
+
+/* The pointer is dead to the program at once; the block is reusable once the stream gets there. */
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    struct fg_stream *s;
+    struct fg_alloc *a;
+    struct fg_block *b;
+    struct fg_op *op;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_stream_get(hStream, &s);
+    if (rc)
+        goto out;
+    a = fg_alloc_find((uintptr_t)dptr);
+    if (!a || a->base != (uintptr_t)dptr || a->kind != FG_MEM_POOL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (s->capture) {
+        fg_capture_invalidate(s->capture);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        goto out;
+    }
+    if (!(op = fg_op_new(FG_OP_POOL_FREE, 0))) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    b = a->owner;
+    op->u.pool_free.block = b;
+    fg_alloc_remove(a->base);
+    rc = fg_submit(s, op);
+    if (rc) {
+        /* Not enqueued: the allocation stays the program's. */
+            if (fg_alloc_insert((uintptr_t)b->ptr, b->size, FG_MEM_POOL, b))
+            fg_pool_free_block(b);
+    }
+out:
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    struct fg_pool *p;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_check_init();
+    if (!rc && (!pool || !poolProps || poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+                poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc && poolProps->location.id != 0)
+        rc = CUDA_ERROR_INVALID_DEVICE;
+    if (!rc && (poolProps->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    if (!rc) {
+        p = pool_new(poolProps);
+        if (p)
+            *pool = (CUmemoryPool)p;
+        else
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    fg_unlock();
+    return rc;
+}
+
+/* Outstanding allocations stay valid; the pool goes away when the last is freed. */
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    struct fg_pool *p = (struct fg_pool *)pool;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_check_init();
+    if (!rc && (!fg_ptrset_has(&drv.pools, p) || p->is_default))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        fg_ptrset_del(&drv.pools, p);
+        p->destroyed = 1;
+        pool_trim(p, 0);
+        pool_maybe_free(p);
+    }
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_check_init();
+    if (!rc && !pool_out)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc && dev != 0)
+        rc = CUDA_ERROR_INVALID_DEVICE;
+    if (!rc)
+        *pool_out = (CUmemoryPool)drv.default_pool;
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_check_init();
+    if (!rc && !fg_ptrset_has(&drv.pools, pool))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc)
+        pool_trim((struct fg_pool *)pool, minBytesToKeep);
+    fg_unlock();
+    return rc;
+}

@@ -1,0 +1,143 @@
+/*
+ * cuGetProcAddress: the way the CUDA runtime (and libraries built on it)
+ * reach the driver.  One table maps a base name and the CUDA version that
+ * introduced a behaviour to the versioned entry point, as the real driver
+ * does: "cuMemAlloc" is cuMemAlloc_v2 from 3.2 on, "cuCtxSynchronize"
+ * takes a context from 13.0 on.  Versions older than the first the double
+ * implements answer VERSION_NOT_SUFFICIENT rather than a function with the
+ * wrong signature.  The per-thread-default-stream flag selects nothing
+ * different here (the double has no _ptsz variants).
+ */
+#include <string.h>
+
+#include "driver.h"
+
+#define P(name, version, fn) {name, version, (void *)fn}
+
+static const struct {
+    const char *name;
+    int version; /* the first cudaVersion that gets fn */
+    void *fn;
+} procs[] = {
+    P("cuInit", 2000, cuInit),
+    P("cuDriverGetVersion", 2020, cuDriverGetVersion),
+    P("cuGetErrorString", 6000, cuGetErrorString),
+    P("cuGetErrorName", 6000, cuGetErrorName),
+    P("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+
+    P("cuDeviceGet", 2000, cuDeviceGet),
+    P("cuDeviceGetCount", 2000, cuDeviceGetCount),
+    P("cuDeviceGetName", 2000, cuDeviceGetName),
+    P("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+    P("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+    P("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    P("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    P("cuCtxCreate", 12050, cuCtxCreate_v4),
+    P("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+    P("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+    P("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+    P("cuCtxGetDevice", 2000, cuCtxGetDevice),
+    P("cuCtxGetDevice", 13000, cuCtxGetDevice_v2),
+    P("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    P("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
+
+    P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    P("cuMemAlloc", 3020, cuMemAlloc_v2),
+    P("cuMemFree", 3020, cuMemFree_v2),
+    P("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+    P("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    P("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+    P("cuMemFreeHost", 2000, cuMemFreeHost),
+    P("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    P("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+    P("cuMemHostUnregister", 4000, cuMemHostUnregister),
+    P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+
+    P("cuMemAllocAsync", 11020, cuMemAllocAsync),
+    P("cuMemFreeAsync", 11020, cuMemFreeAsync),
+    P("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync),
+    P("cuMemPoolCreate", 11020, cuMemPoolCreate),
+    P("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+    P("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
+    P("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
+
+    P("cuMemCreate", 10020, cuMemCreate),
+    P("cuMemRelease", 10020, cuMemRelease),
+    P("cuMemAddressReserve", 10020, cuMemAddressReserve),
+    P("cuMemAddressFree", 10020, cuMemAddressFree),
+    P("cuMemMap", 10020, cuMemMap),
+    P("cuMemUnmap", 10020, cuMemUnmap),
+    P("cuMemSetAccess", 10020, cuMemSetAccess),
+    P("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
+
+    P("cuMemcpy", 4000, cuMemcpy),
+    P("cuMemcpyAsync", 4000, cuMemcpyAsync),
+    P("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
+    P("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),
+    P("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2),
+    P("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
+    P("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2),
+    P("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2),
+    P("cuMemsetD8", 3020, cuMemsetD8_v2),
+    P("cuMemsetD32", 3020, cuMemsetD32_v2),
+    P("cuMemsetD8Async", 3020, cuMemsetD8Async),
+    P("cuMemsetD32Async", 3020, cuMemsetD32Async),
+
+    P("cuStreamCreate", 2000, cuStreamCreate),
+    P("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+    P("cuStreamSynchronize", 2000, cuStreamSynchronize),
+    P("cuStreamQuery", 2000, cuStreamQuery),
+    P("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
+    P("cuStreamGetFlags", 5050, cuStreamGetFlags),
+    P("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
+    P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    P("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    P("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    P("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
+    P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    P("cuGraphLaunch", 10000, cuGraphLaunch),
+    P("cuGraphDestroy", 10000, cuGraphDestroy),
+    P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+
+    P("cuEventCreate", 2000, cuEventCreate),
+    P("cuEventDestroy", 4000, cuEventDestroy_v2),
+    P("cuEventRecord", 2000, cuEventRecord),
+    P("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags),
+    P("cuEventQuery", 2000, cuEventQuery),
+    P("cuEventSynchronize", 2000, cuEventSynchronize),
+    P("cuEventElapsedTime", 2000, cuEventElapsedTime),
+    P("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
+
+    P("cuLaunchKernel", 4000, cuLaunchKernel),
+    P("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
+};
+
+/*
+ * Works before cuInit, as in CUDA (the runtime finds cuInit this way).  A
+ * name the table lacks, or has only for newer versions, gives *pfn = NULL,
+ * the status saying which, and CUDA_ERROR_NOT_FOUND.
+ */
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *symbolStatus)
+{
+    const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    int best = -1, found = 0, i;
+
+    /* A program built for a newer CUDA than this driver is refused, as in CUDA. */
+    if (!symbol || !pfn || cudaVersion <= 0 || cudaVersion > FG_DRIVER_VERSION || (flags & ~known))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < (int)(sizeof(procs) / sizeof(procs[0])); i++) {
+        if (strcmp(procs[i].name, symbol))
+            continue;
+        found = 1;
+        if (procs[i].version <= cudaVersion && (best < 0 || procs[i].version > procs[best].version))
+            best = i;
+    }
+    *pfn = best < 0 ? NULL : procs[best].fn;
+    if (symbolStatus)
+        *symbolStatus = best >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS
+                        : found   ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                                  : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return best < 0 ? CUDA_ERROR_NOT_FOUND : CUDA_SUCCESS;
+}

@@ -1,0 +1,408 @@
+/*
+ * The exported NCCL API of the double: every function of ckpt_nccl.h as
+ * pncclX, with ncclX a weak alias of it, as NCCL's PROFAPI build exports
+ * them (an interposer can reach the real function through pncclX).  This is
+ * the API edge: arguments are checked here, internal -errno results become
+ * ncclResult_t here and nowhere else, and nothing here blocks on a peer
+ * except initialisation and split, which NCCL also makes wait.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "nccl_fake.h"
+
+#define NF_ALIAS(name) extern __typeof__(p##name) name __attribute__((weak, alias("p" #name)))
+
+ncclResult_t pncclGetVersion(int *version)
+{
+    if (!version)
+        return nf_result(nf_fail(-EINVAL, "ncclGetVersion: version is NULL"));
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+NF_ALIAS(ncclGetVersion);
+
+ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId)
+{
+    static _Atomic unsigned counter;
+    struct nf_uid uid = {.magic = NF_UID_MAGIC, .version = NF_SEG_VERSION};
+    unsigned long long nonce;
+
+    if (!uniqueId)
+        return nf_result(nf_fail(-EINVAL, "ncclGetUniqueId: uniqueId is NULL"));
+    if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+        return nf_result(nf_fail(-errno, "ncclGetUniqueId: no random bytes: %s", strerror(errno)));
+    snprintf(uid.name, sizeof(uid.name), "/fakenccl-%u-%d-%u-%016llx", (unsigned)getuid(),
+             (int)getpid(), atomic_fetch_add(&counter, 1), nonce);
+    memcpy(uniqueId, &uid, sizeof(uid));
+    return ncclSuccess;
+}
+NF_ALIAS(ncclGetUniqueId);
+
+ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                     ncclConfig_t *config)
+{
+    struct nf_uid uid;
+    struct nf_config cfg;
+    struct nf_comm *c = NULL;
+    int err;
+
+    if (!comm)
+        return nf_result(nf_fail(-EINVAL, "ncclCommInitRank: comm is NULL"));
+    *comm = NULL;
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return nf_result(nf_fail(-EINVAL, "ncclCommInitRank: rank %d of %d", rank, nranks));
+    memcpy(&uid, &commId, sizeof(uid));
+    if (uid.magic != NF_UID_MAGIC || uid.version != NF_SEG_VERSION || uid.name[0] != '/' ||
+        !memchr(uid.name, 0, sizeof(uid.name)))
+        return nf_result(nf_fail(-EINVAL, "ncclCommInitRank: not a unique id of this library"));
+    err = nf_config_read(config, &cfg);
+    if (!err)
+        err = nf_comm_init(&c, uid.name, nranks, rank, &cfg);
+    *comm = (ncclComm_t)c;
+    return nf_result(err);
+}
+NF_ALIAS(ncclCommInitRankConfig);
+
+ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    return pncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+NF_ALIAS(ncclCommInitRank);
+
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                            ncclConfig_t *config)
+{
+    struct nf_comm *c = nf_comm_get(comm), *child = NULL;
+    struct nf_config cfg;
+    int err;
+
+    if (!newcomm)
+        return nf_result(nf_fail(-EINVAL, "ncclCommSplit: newcomm is NULL"));
+    *newcomm = NULL;
+    if (!c)
+        return nf_result(nf_fail(-EINVAL, "ncclCommSplit: invalid communicator"));
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+        return nf_result(nf_fail(-EINVAL, "ncclCommSplit: color %d", color));
+    err = config ? nf_config_read(config, &cfg) : 0;
+    if (!err)
+        err = nf_comm_split(c, color, key, config ? &cfg : NULL, &child);
+    *newcomm = (ncclComm_t)child;
+    return nf_result(err);
+}
+NF_ALIAS(ncclCommSplit);
+
+ncclResult_t pncclCommFinalize(ncclComm_t comm)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!c)
+        return nf_result(nf_fail(-EINVAL, "ncclCommFinalize: invalid communicator"));
+    return nf_result(nf_comm_finalize(c));
+}
+NF_ALIAS(ncclCommFinalize);
+
+ncclResult_t pncclCommDestroy(ncclComm_t comm)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!comm)
+        return ncclSuccess;
+    if (!c)
+        return nf_result(nf_fail(-EINVAL, "ncclCommDestroy: invalid communicator"));
+    if (!c->finalized)
+        nf_comm_finalize(c);
+    nf_comm_release(c, false);
+    return ncclSuccess;
+}
+NF_ALIAS(ncclCommDestroy);
+
+ncclResult_t pncclCommAbort(ncclComm_t comm)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!comm)
+        return ncclSuccess;
+    if (!c)
+        return nf_result(nf_fail(-EINVAL, "ncclCommAbort: invalid communicator"));
+    nf_comm_release(c, true);
+    return ncclSuccess;
+}
+NF_ALIAS(ncclCommAbort);
+
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!c || !asyncError)
+        return nf_result(nf_fail(-EINVAL, "ncclCommGetAsyncError: invalid argument"));
+    *asyncError = nf_result(nf_comm_status(c));
+    return ncclSuccess;
+}
+NF_ALIAS(ncclCommGetAsyncError);
+
+/*
+ * The check NCCL makes before answering a query on a nonblocking comm:
+ * not ready yet is invalid usage, a failed one reports its error.
+ */
+static int query_check(struct nf_comm *c, const void *out)
+{
+    int err;
+
+    if (!c || !out)
+        return nf_fail(-EINVAL, "invalid communicator or NULL result pointer");
+    err = c->blocking ? 0 : nf_comm_status(c);
+    return err == -EINPROGRESS ? nf_fail(-EPERM, "communicator still initialising") : err;
+}
+
+ncclResult_t pncclCommCount(const ncclComm_t comm, int *count)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    int err = query_check(c, count);
+
+    if (!err)
+        *count = c->nranks;
+    return nf_result(err);
+}
+NF_ALIAS(ncclCommCount);
+
+ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    int err = query_check(c, rank);
+
+    if (!err)
+        *rank = c->rank;
+    return nf_result(err);
+}
+NF_ALIAS(ncclCommUserRank);
+
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    int err = query_check(c, device);
+
+    if (!err)
+        *device = c->cudev;
+    return nf_result(err);
+}
+NF_ALIAS(ncclCommCuDevice);
+
+const char *pncclGetErrorString(ncclResult_t result)
+{
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
+    }
+}
+NF_ALIAS(ncclGetErrorString);
+
+const char *pncclGetLastError(ncclComm_t comm)
+{
+    (void)comm; /* NCCL keeps one text per process */
+    return nf_last_error();
+}
+NF_ALIAS(ncclGetLastError);
+
+ncclResult_t pncclGroupStart(void)
+{
+    return nf_result(nf_group_start());
+}
+NF_ALIAS(ncclGroupStart);
+
+ncclResult_t pncclGroupEnd(void)
+{
+    return nf_result(nf_group_end());
+}
+NF_ALIAS(ncclGroupEnd);
+
+/* ---- operations ----------------------------------------------------- */
+
+/*
+ * Checks an operation as NCCL's argument check does, then enqueues it.
+ * An operation of zero elements is valid and does nothing.  A failure also
+ * fails the open group.
+ */
+static ncclResult_t enqueue(struct nf_op *op, ncclComm_t comm, bool needs_redop,
+                            bool needs_send, bool needs_recv)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    const char *what = NULL;
+    int err = 0;
+
+    if (!c)
+        what = "invalid communicator";
+    else if (!nf_type_size(op->type))
+        what = "invalid data type";
+    else if (needs_redop && (unsigned)op->redop >= ncclNumOps)
+        what = "invalid reduction operation";
+    else if (op->peer < 0 || op->peer >= c->nranks)
+        what = op->func >= NF_SEND ? "invalid peer" : "invalid root";
+    else if (op->count && ((needs_send && !op->sendbuff) || (needs_recv && !op->recvbuff)))
+        what = "NULL buffer";
+    if (what)
+        return nf_result(nf_group_fail(nf_fail(-EINVAL, "%s", what)));
+    err = nf_comm_status(c);
+    if (err == -EINPROGRESS)
+        err = nf_fail(-EPERM, "rank %d: communicator still initialising", c->rank);
+    if (err)
+        return nf_result(nf_group_fail(err));
+    if (!op->count)
+        return ncclSuccess;
+    op->comm = c;
+    return nf_result(nf_enqueue(op));
+}
+
+ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                            cudaStream_t stream)
+{
+    struct nf_op o = {.func = NF_ALLREDUCE, .stream = stream, .sendbuff = sendbuff,
+                      .recvbuff = recvbuff, .count = count, .type = datatype, .redop = op};
+
+    return enqueue(&o, comm, true, true, true);
+}
+NF_ALIAS(ncclAllReduce);
+
+ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                            ncclDataType_t datatype, int root, ncclComm_t comm,
+                            cudaStream_t stream)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    struct nf_op o = {.func = NF_BROADCAST, .stream = stream, .sendbuff = sendbuff,
+                      .recvbuff = recvbuff, .count = count, .type = datatype, .peer = root};
+
+    return enqueue(&o, comm, false, c && c->rank == root, true);
+}
+NF_ALIAS(ncclBroadcast);
+
+ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                         cudaStream_t stream)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    struct nf_op o = {.func = NF_REDUCE, .stream = stream, .sendbuff = sendbuff,
+                      .recvbuff = recvbuff, .count = count, .type = datatype, .redop = op,
+                      .peer = root};
+
+    return enqueue(&o, comm, true, true, c && c->rank == root);
+}
+NF_ALIAS(ncclReduce);
+
+ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    struct nf_op o = {.func = NF_ALLGATHER, .stream = stream, .sendbuff = sendbuff,
+                      .recvbuff = recvbuff, .count = sendcount, .type = datatype};
+
+    return enqueue(&o, comm, false, true, true);
+}
+NF_ALIAS(ncclAllGather);
+
+ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                cudaStream_t stream)
+{
+    struct nf_op o = {.func = NF_REDUCESCATTER, .stream = stream, .sendbuff = sendbuff,
+                      .recvbuff = recvbuff, .count = recvcount, .type = datatype, .redop = op};
+
+    return enqueue(&o, comm, true, true, true);
+}
+NF_ALIAS(ncclReduceScatter);
+
+ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, cudaStream_t stream)
+{
+    struct nf_op o = {.func = NF_SEND, .stream = stream, .sendbuff = sendbuff, .count = count,
+                      .type = datatype, .peer = peer};
+
+    return enqueue(&o, comm, false, true, false);
+}
+NF_ALIAS(ncclSend);
+
+ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, cudaStream_t stream)
+{
+    struct nf_op o = {.func = NF_RECV, .stream = stream, .recvbuff = recvbuff, .count = count,
+                      .type = datatype, .peer = peer};
+
+    return enqueue(&o, comm, false, false, true);
+}
+NF_ALIAS(ncclRecv);
+
+/* ---- memory --------------------------------------------------------- */
+
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!c || !handle || (!buff && size))
+        return nf_result(nf_fail(-EINVAL, "ncclCommRegister: invalid argument"));
+    return nf_result(nf_comm_register(c, buff, size, handle));
+}
+NF_ALIAS(ncclCommRegister);
+
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!c)
+        return nf_result(nf_fail(-EINVAL, "ncclCommDeregister: invalid communicator"));
+    return nf_result(nf_comm_deregister(c, handle));
+}
+NF_ALIAS(ncclCommDeregister);
+
+ncclResult_t pncclMemAlloc(void **ptr, size_t size)
+{
+    CUdeviceptr dptr = 0;
+    CUresult res;
+    int err;
+
+    if (!ptr || !size)
+        return nf_result(nf_fail(-EINVAL, "ncclMemAlloc: invalid argument"));
+    err = nf_drv_enter();
+    if (err)
+        return nf_result(err);
+    res = nf_drv.cuMemAlloc_v2(&dptr, size);
+    if (res != CUDA_SUCCESS)
+        return nf_result(nf_fail(-EIO, "ncclMemAlloc of %zu bytes: CUresult %d", size, (int)res));
+    *ptr = (void *)(uintptr_t)dptr;
+    return ncclSuccess;
+}
+NF_ALIAS(ncclMemAlloc);
+
+ncclResult_t pncclMemFree(void *ptr)
+{
+    CUresult res;
+    int err;
+
+    if (!ptr)
+        return ncclSuccess;
+    err = nf_drv_enter();
+    if (err)
+        return nf_result(err);
+    res = nf_drv.cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr);
+    if (res != CUDA_SUCCESS)
+        return nf_result(nf_fail(-EIO, "ncclMemFree(%p): CUresult %d", ptr, (int)res));
+    return ncclSuccess;
+}
+NF_ALIAS(ncclMemFree);

@@ -1,0 +1,131 @@
+#!/usr/bin/env bats
+# libckpt.so on the unmodified example trainer: the program's results do
+# not change under it, snapshots are taken at every boundary, bad
+# configuration stops the job before it trains, CKPT_DISABLE is a
+# pass-through.
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    LIB=$BUILD/lib/libckpt.so
+    TRAIN=$BUILD/examples/mlp-train
+    RESUME=$BUILD/bin/ckpt-resume
+    ARENA=$(mktemp -d /tmp/ckpt-bats-XXXXXX)
+    export CKPT_ARENA_DIR=$ARENA CKPT_JOB=bats
+}
+
+teardown() {
+    rm -rf "$ARENA"
+}
+
+# Runs the trainer with n ranks, with or without libckpt; prints its stdout.
+train() { # n preload(0/1) args...
+    local n=$1 preload=$2
+    shift 2
+    if [ "$preload" = 1 ]; then
+        LD_PRELOAD=$LIB "$RESUME" --nproc "$n" -- "$TRAIN" "$@"
+    else
+        "$RESUME" --nproc "$n" -- "$TRAIN" "$@"
+    fi
+}
+
+@test "the trainer's digest and loss lines are the same with and without libckpt, 1, 2 and 4 ranks" {
+    for n in 1 2 4; do
+        plain=$(train "$n" 0 --iters 12 --hidden 64 --layers 3 2>/dev/null)
+        hooked=$(CKPT_STATS_FILE=$ARENA/stats.$n train "$n" 1 --iters 12 --hidden 64 --layers 3 2>/dev/null)
+        [ -n "$plain" ]
+        echo "$plain" | grep -q '^digest '
+        [ "$plain" = "$hooked" ] || { echo "ranks $n differ"; diff <(echo "$plain") <(echo "$hooked"); false; }
+        # Snapshots were really taken, by every rank.
+        for r in $(seq 0 $((n - 1))); do
+            count=$(grep -c "\"rank\":$r," "$ARENA/stats.$n")
+            [ "$count" -ge 5 ] || { echo "rank $r took $count snapshots"; false; }
+        done
+    done
+}
+
+@test "snapshot iterations count up by one from the learned boundary, warm-up included" {
+    CKPT_STATS_FILE=$ARENA/stats train 1 1 --iters 15 --hidden 64 --layers 3 >/dev/null 2>&1
+    iters=$(sed -E 's/.*"iteration":([0-9]+).*/\1/' "$ARENA/stats")
+    first=$(echo "$iters" | head -n 1)
+    last=$(echo "$iters" | tail -n 1)
+    [ "$last" -eq 15 ]
+    [ "$(echo "$iters" | wc -l)" -eq $((last - first + 1)) ]
+}
+
+@test "CKPT_EVERY=5 snapshots every fifth iteration" {
+    CKPT_EVERY=5 CKPT_STATS_FILE=$ARENA/stats train 1 1 --iters 20 --hidden 64 --layers 3 >/dev/null 2>&1
+    run sed -E 's/.*"iteration":([0-9]+).*/\1/' "$ARENA/stats"
+    for it in $output; do [ $((it % 5)) -eq 0 ]; done
+    [ "$(echo "$output" | wc -l)" -ge 2 ]
+}
+
+@test "each rank says at exit what it captured" {
+    run env LD_PRELOAD=$LIB "$TRAIN" --iters 8 --hidden 64 --layers 3
+    [ "$status" -eq 0 ]
+    echo "$output" | grep -E '^libckpt\[rank 0\]: snapshots [0-9]+ \(skipped [0-9]+\)'
+}
+
+@test "a bad CKPT_* value stops the job before the first iteration, naming the variable" {
+    while IFS='|' read -r var value says; do
+        run env "$var=$value" LD_PRELOAD=$LIB "$TRAIN" --iters 3
+        [ "$status" -eq 2 ] || { echo "$var=$value: exit $status"; false; }
+        echo "$output" | grep -q "$says" || { echo "$var=$value: '$output'"; false; }
+        ! echo "$output" | grep -q '^iter ' || { echo "$var=$value: training started"; false; }
+    done <<'CASES'
+CKPT_EVERY|0|CKPT_EVERY='0' is not valid: expected an integer in 1..1000000
+CKPT_EVERY|ten|CKPT_EVERY='ten'
+CKPT_BOUNDARY|every:0|CKPT_BOUNDARY='every:0' is not valid: expected auto or every:N
+CKPT_CONSISTENCY|eventual|expected one of overlap|strict
+CKPT_DISABLE|maybe|CKPT_DISABLE='maybe'
+CKPT_LOG|loud|CKPT_LOG='loud'
+CKPT_JOB|a/b|CKPT_JOB='a/b'
+CKPT_ARENA_DIR||CKPT_ARENA_DIR=''
+CASES
+}
+
+@test "an unknown CKPT_* name gets a did-you-mean warning and the job runs" {
+    run env CKPT_EVRY=2 LD_PRELOAD=$LIB "$TRAIN" --iters 3 --hidden 64 --layers 3
+    [ "$status" -eq 0 ]
+    echo "$output" | grep -q 'CKPT_EVRY is not a libckpt variable; did you mean CKPT_EVERY?'
+}
+
+@test "CKPT_DISABLE=1 is a pass-through: same output, no arena" {
+    plain=$("$TRAIN" --iters 5 --hidden 64 --layers 3 2>/dev/null)
+    run env CKPT_DISABLE=1 LD_PRELOAD=$LIB "$TRAIN" --iters 5 --hidden 64 --layers 3
+    [ "$status" -eq 0 ]
+    [ "$(echo "$output" | grep -v '^libckpt')" = "$plain" ]
+    [ -z "$(ls -A "$ARENA")" ]
+}
+
+@test "an arena directory that belongs to someone else is refused and the job still trains" {
+    mkdir -p "$ARENA/$(id -u)-bats"
+    chmod 0755 "$ARENA/$(id -u)-bats"
+    run env LD_PRELOAD=$LIB "$TRAIN" --iters 6 --hidden 64 --layers 3
+    [ "$status" -eq 0 ]
+    echo "$output" | grep -q 'no arena (.*must be this user'
+    echo "$output" | grep -q '^digest '
+}
+
+@test "a child forked after CUDA init never checkpoints, and exits cleanly" {
+    run env CKPT_BOUNDARY=every:1 CKPT_STATS_FILE=$ARENA/stats LD_PRELOAD=$LIB "$BUILD/tests/progs/forker" 6
+    [ "$status" -eq 0 ]
+    echo "$output" | grep -q '^child exit 7$'
+    # One snapshot per parent iteration, and one exit line: the parent's.
+    [ "$(wc -l <"$ARENA/stats")" -eq 6 ]
+    [ "$(echo "$output" | grep -c 'snapshots [0-9]')" -eq 1 ]
+}
+
+@test "every loading shape reaches libckpt: linked runtime, static-runtime dlopen, PyTorch-style, late NCCL" {
+    readelf -d "$BUILD/tests/progs/shapes" | grep NEEDED
+    for shape in linked static pytorch nccl; do
+        rm -f "$ARENA/stats"
+        run env CKPT_STATS_FILE=$ARENA/stats LD_PRELOAD=$LIB "$BUILD/tests/progs/shapes" "$shape" 6
+        [ "$status" -eq 0 ] || { echo "$shape: exit $status: $output"; false; }
+        want=$(echo "$output" | sed -n 's/^allocations //p')
+        [ -s "$ARENA/stats" ] || { echo "$shape: no snapshot taken"; false; }
+        # The newest snapshot holds exactly the program's allocations:
+        # none missed, and none of NCCL's own buffers.
+        got=$(tail -n 1 "$ARENA/stats" | sed -E 's/.*"allocations":([0-9]+).*/\1/')
+        [ "$got" = "$want" ] || { echo "$shape: snapshot has $got allocations, program made $want"; false; }
+    done
+}

@@ -1,0 +1,190 @@
+#!/usr/bin/env bats
+# ckpt-resume as a launcher: what each rank sees, how the job's exit status
+# is formed, how a failure or a signal stops the whole job, and that nothing
+# the job started outlives it.  Ranks are small shell commands; each one
+# writes what it saw, or its pid, into a per-test directory.
+
+BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+CKPT=$BUILD/bin/ckpt-resume
+
+setup() {
+    [ -x "$CKPT" ] || { echo "missing $CKPT: build first" >&2; return 1; }
+    D=$BATS_TEST_TMPDIR
+    unset MASTER_ADDR MASTER_PORT CKPT_KILL_GRACE
+}
+
+# Waits up to 5 s until $1 files match the glob $2.
+wait_files() {
+    local want=$1 glob=$2 i n
+    for i in $(seq 50); do
+        n=$(compgen -G "$glob" | wc -l)
+        [ "$n" -ge "$want" ] && return 0
+        sleep 0.1
+    done
+    echo "only $n of $want files $glob appeared" >&2
+    return 1
+}
+
+# Succeeds when no pid listed in the files $@ is alive.
+all_gone() {
+    local f pid
+    for f in "$@"; do
+        pid=$(cat "$f")
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "pid $pid from $f still alive: $(ps -o args= -p "$pid")" >&2
+            return 1
+        fi
+    done
+}
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+@test "each rank sees the torchrun variables" {
+    run "$CKPT" --nproc 3 -- sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT" > "$0/rank.$RANK"' "$D"
+    [ "$status" -eq 0 ]
+    port=$(cut -d' ' -f7 "$D/rank.0")
+    [[ $port =~ ^[0-9]+$ ]]
+    [ "$port" -gt 0 ]
+    [ "$port" -lt 65536 ]
+    for r in 0 1 2; do
+        [ "$(cat "$D/rank.$r")" = "$r $r 3 3 0 127.0.0.1 $port" ]
+    done
+}
+
+@test "MASTER_ADDR and MASTER_PORT are kept from the environment; stale RANK is replaced" {
+    MASTER_ADDR=10.1.2.3 MASTER_PORT=29555 RANK=7 run "$CKPT" --nproc 2 -- sh -c 'echo "$RANK $MASTER_ADDR $MASTER_PORT" > "$0/rank.$RANK"' "$D"
+    [ "$status" -eq 0 ]
+    [ "$(cat "$D/rank.0")" = "0 10.1.2.3 29555" ]
+    [ "$(cat "$D/rank.1")" = "1 10.1.2.3 29555" ]
+}
+
+@test "the exit status is the rank's, and the done line comes last on stderr" {
+    # command | expected status
+    while IFS='|' read -r cmd want; do
+        "$CKPT" -- sh -c "$cmd" 2>"$D/err" && got=0 || got=$?
+        [ "$got" -eq "$want" ] || { echo "'$cmd': exit $got, want $want" >&2; return 1; }
+        [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=$want restarts=0" ] || { cat "$D/err" >&2; return 1; }
+    done <<'EOF'
+exit 0|0
+exit 3|3
+kill -9 $$|137
+kill -TERM $$|143
+EOF
+}
+
+@test "a command that cannot be run exits 127" {
+    run -127 "$CKPT" -- "$D/no-such-program"
+    [[ $output == *"cannot start rank 0"*"no-such-program"* ]]
+}
+
+@test "the first failure wins and the other ranks are gone within the grace period" {
+    export CKPT_KILL_GRACE=5
+    t0=$(now_ms)
+    run "$CKPT" --nproc 4 -- sh -c '
+        echo $$ > "$0/pid.$RANK.tmp" && mv "$0/pid.$RANK.tmp" "$0/pid.$RANK"
+        if [ "$RANK" = 2 ]; then
+            while [ $(ls "$0" | grep -c "^pid\.[0-9]*$") -lt 4 ]; do sleep 0.05; done
+            exit 3
+        fi
+        exec sleep 1000' "$D"
+    t1=$(now_ms)
+    [ "$status" -eq 3 ]
+    [[ $output == *"rank 2 "*"exited with status 3"* ]]
+    [ $((t1 - t0)) -lt 5000 ]
+    all_gone "$D"/pid.*
+}
+
+@test "a rank that ignores SIGTERM is killed after CKPT_KILL_GRACE" {
+    export CKPT_KILL_GRACE=1
+    t0=$(now_ms)
+    run "$CKPT" --nproc 2 -- sh -c '
+        trap "" TERM
+        echo $$ > "$0/pid.$RANK"
+        if [ "$RANK" = 0 ]; then
+            while [ ! -e "$0/pid.1" ]; do sleep 0.05; done
+            exit 9
+        fi
+        exec sleep 1000' "$D"
+    t1=$(now_ms)
+    [ "$status" -eq 9 ]
+    [[ $output == *"sending SIGKILL"* ]]
+    [ $((t1 - t0)) -ge 1000 ]
+    [ $((t1 - t0)) -lt 4000 ]
+    all_gone "$D"/pid.*
+}
+
+@test "SIGTERM and SIGHUP sent to ckpt-resume reach every rank" {
+    for sig in TERM HUP; do
+        rm -rf "$D/$sig" && mkdir "$D/$sig"
+        "$CKPT" --nproc 3 -- sh -c '
+            trap "echo got > \"$0/trap.$RANK\"; exit 7" '$sig'
+            echo $$ > "$0/pid.$RANK"
+            sleep 1000 & wait' "$D/$sig" 2>"$D/$sig/err" 3>&- &
+        launcher=$!
+        wait_files 3 "$D/$sig/pid.*"
+        kill -$sig $launcher
+        wait $launcher && got=0 || got=$?
+        [ "$got" -eq 7 ] || { echo "SIG$sig: exit $got" >&2; cat "$D/$sig/err" >&2; return 1; }
+        [ "$(cat "$D/$sig"/trap.* | wc -l)" -eq 3 ]
+        grep -q "got SIG$sig, passing it to the job" "$D/$sig/err"
+        all_gone "$D/$sig"/pid.*
+    done
+}
+
+@test "wrapping a command that forks: its children and grandchildren are killed and reaped" {
+    run "$CKPT" -- sh -c '
+        sleep 1000 & echo $! > "$0/pid.a"
+        sh -c "sleep 1000 & echo \$! > \"$0/pid.b\"; wait" & echo $! > "$0/pid.c"
+        while [ ! -e "$0/pid.b" ]; do sleep 0.05; done
+        exit 4' "$D"
+    [ "$status" -eq 4 ]
+    all_gone "$D"/pid.*
+}
+
+@test "processes left behind by ranks that succeeded are stopped, even outside the job's group" {
+    # The setsid child writes its pid once it has left the group, so the
+    # rank's exit cannot catch it still inside.
+    CKPT_KILL_GRACE=1 run "$CKPT" --nproc 2 -- sh -c '
+        sleep 1000 & echo $! > "$0/pid.child.$RANK"
+        setsid sh -c "echo \$\$ > \"$0/pid.setsid.$RANK\"; exec sleep 1000" &
+        while [ ! -s "$0/pid.setsid.$RANK" ]; do sleep 0.05; done
+        exit 0' "$D"
+    [ "$status" -eq 0 ]
+    [[ $output == *"stopping the processes they left"* ]]
+    [ "${lines[-1]}" = "ckpt-resume: done exit=0 restarts=0" ]
+    all_gone "$D"/pid.*
+}
+
+@test "bad usage exits 2 and names the option and what it accepts" {
+    # arguments | expected message
+    while IFS='|' read -r args want; do
+        eval "set -- $args"
+        "$CKPT" "$@" >"$D/out" 2>&1 && got=0 || got=$?
+        [ "$got" -eq 2 ] || { echo "ckpt-resume $args: exit $got" >&2; return 1; }
+        grep -qF -- "$want" "$D/out" || { echo "ckpt-resume $args:" >&2; cat "$D/out" >&2; return 1; }
+    done <<'EOF'
+true|expected '--' before the command, got 'true'
+|missing '-- CMD'
+--|no command after '--'
+--nproc 0 -- true|--nproc: expected an integer from 1 to 4096, got '0'
+--nproc junk -- true|--nproc: expected an integer from 1 to 4096, got 'junk'
+--nproc=4097 -- true|--nproc: expected an integer from 1 to 4096, got '4097'
+--nproc|--nproc needs a value
+--max-restarts -1 -- true|--max-restarts: expected an integer >= 0, got '-1'
+--max-restarts 1.5 -- true|--max-restarts: expected an integer >= 0, got '1.5'
+--frobnicate -- true|unknown option '--frobnicate'; accepted: --nproc N, --max-restarts R, --help
+EOF
+    CKPT_KILL_GRACE=soon run "$CKPT" -- true
+    [ "$status" -eq 2 ]
+    [[ $output == *"CKPT_KILL_GRACE: expected seconds"*"got 'soon'"* ]]
+}
+
+@test "--help describes the options and exits 0" {
+    run "$CKPT" --help
+    [ "$status" -eq 0 ]
+    [[ $output == *"--nproc N"* ]]
+    [[ $output == *"--max-restarts R"* ]]
+    [[ $output == *"CKPT_KILL_GRACE"* ]]
+    run "$CKPT" --nproc 2 --max-restarts=3 -- true
+    [ "$status" -eq 0 ]
+}

@@ -1,0 +1,133 @@
+/*
+ * Starting the ranks of a job.  All ranks share one new process group, the
+ * job's, so one kill() reaches them and everything they start (a wrapped
+ * torchrun's workers, a shell's children); ckpt-resume stays outside it, so
+ * a terminal's Ctrl-C reaches the job once, through us.  ckpt-resume is the
+ * job's child subreaper: orphans of the job come back to it to be reaped,
+ * never to init.  A rank is started with posix_spawn, which reports a
+ * failed exec as an error here, and never runs our code after the fork.
+ */
+#include <errno.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "resume.h"
+
+/*
+ * Prepares @job to launch @opt->cmd: picks the master address and port,
+ * blocks SIGCHLD and the signals we forward (they arrive on job->sigfd
+ * instead) and makes us the subreaper.  The caller keeps @opt alive and
+ * calls job_close() whatever this returns.
+ */
+int job_open(struct job *job, const struct options *opt)
+{
+    sigset_t set;
+
+    memset(job, 0, sizeof(*job));
+    job->opt = opt;
+    job->sigfd = -1;
+    job->ranks = calloc(opt->nproc, sizeof(*job->ranks));
+    if (!job->ranks)
+        return -ENOMEM;
+    int rc = job_master(&job->master_addr, &job->master_port);
+    if (rc < 0)
+        return rc;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &set, &job->rank_mask) < 0)
+        return -errno;
+    job->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (job->sigfd < 0)
+        return -errno;
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+        return -errno;
+    return 0;
+}
+
+void job_close(struct job *job)
+{
+    if (job->sigfd >= 0)
+        close(job->sigfd);
+    free(job->ranks);
+    free(job->master_addr);
+    free(job->master_port);
+    memset(job, 0, sizeof(*job));
+    job->sigfd = -1;
+}
+
+/* Shell convention for a command that could not be run: 127 not found, 126 not runnable. */
+static int exec_failure_code(int err)
+{
+    return err == ENOENT ? 127 : 126;
+}
+
+/*
+ * Starts rank @i in the job's process group (a new one for rank 0), with
+ * the signal mask we had before job_open() blocked ours.
+ */
+static int spawn_rank(struct job *job, int i)
+{
+    posix_spawnattr_t attr;
+    char **env;
+    pid_t pid;
+
+    int rc = rank_env(&env, i, job->opt->nproc, job->master_addr, job->master_port);
+    if (rc < 0)
+        return rc;
+    rc = posix_spawnattr_init(&attr);
+    if (rc == 0) {
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+        posix_spawnattr_setpgroup(&attr, i == 0 ? 0 : job->pgid);
+        posix_spawnattr_setsigmask(&attr, &job->rank_mask);
+        rc = posix_spawnp(&pid, job->opt->cmd[0], NULL, &attr, job->opt->cmd, env);
+        posix_spawnattr_destroy(&attr);
+    }
+    rank_env_free(env);
+    if (rc != 0)
+        return -rc;
+
+    job->ranks[i] = (struct rank){ .pid = pid };
+    job->running++;
+    if (i == 0)
+        job->pgid = pid;
+    return 0;
+}
+
+/*
+ * Starts every rank.  If one cannot be started, the outcome records it
+ * (with the shell's 126/127) and the ranks already running are being
+ * stopped when this returns: job_watch() still has to reap them.
+ */
+int job_launch(struct job *job)
+{
+    const struct options *opt = job->opt;
+
+    memset(job->ranks, 0, opt->nproc * sizeof(*job->ranks));
+    job->running = 0;
+    job->pgid = 0;
+    job->phase = JOB_RUNNING;
+    job->out = (struct outcome){ .failed_rank = -1 };
+
+    for (int i = 0; i < opt->nproc; i++) {
+        int rc = spawn_rank(job, i);
+        if (rc < 0) {
+            resume_log("cannot start rank %d: %s: %s", i, opt->cmd[0], strerror(-rc));
+            job->out.exit_code = exec_failure_code(-rc);
+            job->out.failed_rank = i;
+            if (job->running > 0)
+                job_stop(job, SIGTERM);
+            return rc;
+        }
+    }
+    resume_log("started %d rank%s of %s (process group %d, master %s:%s)", opt->nproc,
+               opt->nproc == 1 ? "" : "s", opt->cmd[0], (int)job->pgid, job->master_addr, job->master_port);
+    return 0;
+}
