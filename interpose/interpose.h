@@ -74,6 +74,10 @@ void ckpt_stream_seen(CUstream s);
  * kind of call.  May take a snapshot: boundaries are found here. */
 void ckpt_on_sync(uint64_t token);
 
+/* The program ended an iteration explicitly (CKPT_BOUNDARY=nvtx:NAME, at
+ * the end of that range).  May take a snapshot. */
+void ckpt_on_marker(void);
+
 /* The program queued a collective on s; token hashes what it was. */
 void ckpt_on_collective(uint64_t token, CUstream s);
 

@@ -348,10 +348,9 @@ static void take(uint64_t iter, bool has_collectives)
     }
 }
 
-void ckpt_on_sync(uint64_t token)
+/* An iteration ended: snapshot it if it is one of every CKPT_EVERY. */
+static void boundary(void)
 {
-    if (ckpt_bd_feed(CKPT_TOK_SYNC, token) != CKPT_BD_BOUNDARY)
-        return;
     uint64_t iter = ckpt_bd_iteration();
     ckpt_reg_set_iteration(iter);
     if (iter % (uint64_t)ckpt_cfg_int(CFG_EVERY) != 0)
@@ -365,6 +364,18 @@ void ckpt_on_sync(uint64_t token)
     pthread_mutex_lock(&S.lock);
     take(iter, colls);
     pthread_mutex_unlock(&S.lock);
+}
+
+void ckpt_on_sync(uint64_t token)
+{
+    if (ckpt_bd_feed(CKPT_TOK_SYNC, token) == CKPT_BD_BOUNDARY)
+        boundary();
+}
+
+void ckpt_on_marker(void)
+{
+    if (ckpt_bd_marker() == CKPT_BD_BOUNDARY)
+        boundary();
 }
 
 void ckpt_on_collective(uint64_t token, CUstream s)

@@ -18,6 +18,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t history[HISTORY]; /* kind in the top bit */
 static uint64_t ntok;             /* tokens seen since (re)learning began */
 static unsigned every;            /* every:N mode when > 0 */
+static bool markers;              /* nvtx:NAME mode */
 static uint64_t nsync;            /* host syncs seen, every:N mode */
 
 static unsigned period;  /* 0 while learning */
@@ -43,10 +44,31 @@ void ckpt_bd_init(unsigned n)
 {
     pthread_mutex_lock(&lock);
     every = n;
+    markers = false;
     ntok = nsync = iteration = 0;
     period = 0;
     seen_collective = false;
     pthread_mutex_unlock(&lock);
+}
+
+void ckpt_bd_init_markers(void)
+{
+    ckpt_bd_init(0);
+    pthread_mutex_lock(&lock);
+    markers = true;
+    pthread_mutex_unlock(&lock);
+}
+
+enum ckpt_bd_event ckpt_bd_marker(void)
+{
+    enum ckpt_bd_event ev = CKPT_BD_NONE;
+    pthread_mutex_lock(&lock);
+    if (markers) {
+        iteration++;
+        ev = CKPT_BD_BOUNDARY;
+    }
+    pthread_mutex_unlock(&lock);
+    return ev;
 }
 
 /* Does the newest 3p tokens consist of one period of length p, three times? */
@@ -126,6 +148,8 @@ enum ckpt_bd_event ckpt_bd_feed(enum ckpt_tok_kind kind, uint64_t hash)
     enum ckpt_bd_event ev = CKPT_BD_NONE;
 
     pthread_mutex_lock(&lock);
+    if (markers)
+        goto out;
     if (every) {
         if (kind == CKPT_TOK_SYNC && ++nsync % every == 0) {
             iteration++;

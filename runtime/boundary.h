@@ -24,8 +24,14 @@ enum ckpt_bd_event {
     CKPT_BD_LAST_COLL,   /* the last collective of an iteration */
 };
 
-/* every == 0: auto.  every > 0: every N-th host sync. */
+/* every == 0: auto.  every > 0: every N-th host sync.  markers: only
+ * ckpt_bd_marker() ends iterations (CKPT_BOUNDARY=nvtx:NAME). */
 void ckpt_bd_init(unsigned every);
+void ckpt_bd_init_markers(void);
+
+/* An explicit end of iteration (the end of the named NVTX range).  Returns
+ * CKPT_BD_BOUNDARY in marker mode, CKPT_BD_NONE otherwise. */
+enum ckpt_bd_event ckpt_bd_marker(void);
 
 /* Feeds one token; says what it is.  Thread-safe. */
 enum ckpt_bd_event ckpt_bd_feed(enum ckpt_tok_kind kind, uint64_t hash);

@@ -23,7 +23,7 @@ CUresult fg_current_ctx(struct fg_ctx **ctx)
 }
 
 /* A context with its legacy stream, registered; NULL when out of memory.  Lock held. */
-static struct fg_ctx *ctx_new(int primary, unsigned flags)
+static struct fg_ctx *ctx_new(int primary)
 {
     struct fg_ctx *ctx = calloc(1, sizeof(*ctx));
 
@@ -31,8 +31,7 @@ static struct fg_ctx *ctx_new(int primary, unsigned flags)
         return NULL;
     ctx->id = ++next_ctx_id;
     ctx->primary = primary;
-    ctx->flags = flags;
-    ctx->legacy = fg_stream_new(ctx, FG_STREAM_LEGACY, 0, 0);
+    ctx->legacy = fg_stream_new(ctx, FG_STREAM_LEGACY, 0);
     if (!ctx->legacy || fg_ptrset_add(&drv.ctxs, ctx)) {
         if (ctx->legacy)
             fg_stream_retire(ctx->legacy);
@@ -72,7 +71,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         rc = CUDA_ERROR_INVALID_VALUE;
     else if (dev != 0)
         rc = CUDA_ERROR_INVALID_DEVICE;
-    else if (!drv.primary && !(drv.primary = ctx_new(1, 0)))
+    else if (!drv.primary && !(drv.primary = ctx_new(1)))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rc) {
         drv.primary_refs++;
@@ -109,11 +108,13 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
         rc = CUDA_ERROR_NOT_INITIALIZED;
     else if (!pctx)
         rc = CUDA_ERROR_INVALID_VALUE;
+    else if (flags & ~0xffu) /* the CU_CTX_* flags; scheduling and the rest change nothing here */
+        rc = CUDA_ERROR_INVALID_VALUE;
     else if (dev != 0)
         rc = CUDA_ERROR_INVALID_DEVICE;
     else if (ctxCreateParams && (ctxCreateParams->numExecAffinityParams || ctxCreateParams->cigParams))
         rc = CUDA_ERROR_NOT_SUPPORTED;
-    else if (!(ctx = ctx_new(0, flags)))
+    else if (!(ctx = ctx_new(0)))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     else {
         *pctx = (CUcontext)ctx;

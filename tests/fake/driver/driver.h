@@ -105,7 +105,6 @@ struct fg_stream {
     struct fg_ctx *ctx;
     enum fg_stream_kind kind;
     unsigned flags; /* CU_STREAM_NON_BLOCKING */
-    int priority;
     int refs; /* the handle, plus every op that waits on this stream */
     struct fg_op *head, *tail;
     uint64_t enq_seq;     /* ops ever enqueued */
@@ -123,7 +122,6 @@ struct fg_stream {
 struct fg_ctx {
     uint64_t id; /* unique for the life of the process */
     int primary;
-    unsigned flags;
     struct fg_stream *legacy;
     struct fg_stream *streams; /* every stream of the context, legacy included */
 };
@@ -271,7 +269,7 @@ CUresult fg_current_ctx(struct fg_ctx **ctx);
 /* ---- streams (stream.c) -------------------------------------------- */
 
 /* A new stream of ctx, or NULL (out of memory).  Lock held. */
-struct fg_stream *fg_stream_new(struct fg_ctx *ctx, enum fg_stream_kind kind, unsigned flags, int priority);
+struct fg_stream *fg_stream_new(struct fg_ctx *ctx, enum fg_stream_kind kind, unsigned flags);
 /*
  * Resolves a stream handle of the current context: NULL and
  * CU_STREAM_LEGACY are its legacy stream, CU_STREAM_PER_THREAD the calling

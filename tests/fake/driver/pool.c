@@ -12,21 +12,22 @@
 #include "driver.h"
 
 struct fg_pool {
-    CUmemPoolProps props;
     int is_default, destroyed;
     size_t reserved; /* bytes backing this pool's blocks */
     size_t live;     /* blocks in use or being freed */
     struct fg_block *cached;
 };
 
-/* A pool registered as a handle, or NULL.  Lock held. */
-static struct fg_pool *pool_new(const CUmemPoolProps *props)
+/*
+ * A pool registered as a handle, or NULL.  Every pool here is pinned device
+ * memory of device 0, the only kind cuMemPoolCreate accepts.  Lock held.
+ */
+static struct fg_pool *pool_new(void)
 {
     struct fg_pool *pool = calloc(1, sizeof(*pool));
 
     if (!pool)
         return NULL;
-    pool->props = *props;
     if (fg_ptrset_add(&drv.pools, pool)) {
         free(pool);
         return NULL;
@@ -36,14 +37,9 @@ static struct fg_pool *pool_new(const CUmemPoolProps *props)
 
 int fg_pool_init(void)
 {
-    CUmemPoolProps props = {
-        .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
-        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
-    };
-
     if (drv.default_pool)
         return 0;
-    drv.default_pool = pool_new(&props);
+    drv.default_pool = pool_new();
     if (!drv.default_pool)
         return -1;
     drv.default_pool->is_default = 1;
@@ -237,7 +233,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
     if (!rc && (poolProps->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
         rc = CUDA_ERROR_NOT_SUPPORTED;
     if (!rc) {
-        p = pool_new(poolProps);
+        p = pool_new();
         if (p)
             *pool = (CUmemoryPool)p;
         else

@@ -6,7 +6,7 @@
  * by inserting wait ops at enqueue time.  A stream must never run an op
  * before everything enqueued ahead of it has completed.
  */
-#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include "driver.h"
@@ -38,7 +38,7 @@ static void ctx_unlink(struct fg_ctx *ctx, struct fg_stream *s)
     s->ctx_prev = s->ctx_next = NULL;
 }
 
-struct fg_stream *fg_stream_new(struct fg_ctx *ctx, enum fg_stream_kind kind, unsigned flags, int priority)
+struct fg_stream *fg_stream_new(struct fg_ctx *ctx, enum fg_stream_kind kind, unsigned flags)
 {
     struct fg_stream *s = calloc(1, sizeof(*s));
 
@@ -47,7 +47,6 @@ struct fg_stream *fg_stream_new(struct fg_ctx *ctx, enum fg_stream_kind kind, un
     s->ctx = ctx;
     s->kind = kind;
     s->flags = flags;
-    s->priority = priority;
     s->refs = 1;
     pthread_cond_init(&s->wake, NULL);
     if (kind == FG_STREAM_USER && fg_ptrset_add(&drv.streams, s)) {
@@ -91,16 +90,34 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/*
+ * Starts the stream's worker: 0 or -errno.  Workers block every signal, as
+ * a real driver's threads do, so that the program's handlers (and libckpt's)
+ * run on the program's own threads.
+ */
+static int start_worker(struct fg_stream *s)
+{
+    sigset_t all, old;
+    int err;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    err = pthread_create(&s->thread, NULL, worker, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err)
+        return -err;
+    pthread_setname_np(s->thread, "fakegpu-stream");
+    s->running = 1;
+    return 0;
+}
+
 /* Appends op to the queue, starting the worker on first use: 0 or -errno.  Lock held. */
 static int push(struct fg_stream *s, struct fg_op *op)
 {
-    if (!s->running) {
-        int err = pthread_create(&s->thread, NULL, worker, s);
+    int err = s->running ? 0 : start_worker(s);
 
-        if (err)
-            return -err;
-        s->running = 1;
-    }
+    if (err)
+        return err;
     op->next = NULL;
     if (s->tail)
         s->tail->next = op;
@@ -326,7 +343,7 @@ static CUresult per_thread_stream(struct fg_ctx *ctx, struct fg_stream **out)
         }
     }
     pt = calloc(1, sizeof(*pt));
-    if (!pt || !(pt->s = fg_stream_new(ctx, FG_STREAM_PER_THREAD, 0, 0))) {
+    if (!pt || !(pt->s = fg_stream_new(ctx, FG_STREAM_PER_THREAD, 0))) {
         free(pt);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -362,9 +379,7 @@ CUresult fg_stream_get(CUstream h, struct fg_stream **s)
 
 /* ---- the stream API ------------------------------------------------ */
 
-/* The priority range of the device: 0 (least) to -5 (greatest); others are clamped. */
-#define FG_PRIORITY_GREATEST (-5)
-
+/* Every stream runs on its own thread, so a priority would change nothing. */
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     struct fg_ctx *ctx;
@@ -375,12 +390,9 @@ CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int 
     rc = fg_current_ctx(&ctx);
     if (!rc && (!phStream || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)))
         rc = CUDA_ERROR_INVALID_VALUE;
+    (void)priority;
     if (!rc) {
-        if (priority > 0)
-            priority = 0;
-        if (priority < FG_PRIORITY_GREATEST)
-            priority = FG_PRIORITY_GREATEST;
-        s = fg_stream_new(ctx, FG_STREAM_USER, flags, priority);
+        s = fg_stream_new(ctx, FG_STREAM_USER, flags);
         if (s)
             *phStream = (CUstream)s;
         else
