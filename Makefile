@@ -78,11 +78,14 @@ $(B)/bin/$(1): $(call obj,$(wildcard tools/$(1)/*.c) $(RUNTIME_SRC))
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
-# ---- the test double of the GPU stack, with the real sonames.
+# ---- the test double of the GPU stack, with the real sonames.  Calls
+# inside one library bind to its own functions (-Bsymbolic-functions), as
+# in the vendor's libraries: an interposer sees what programs call, never
+# the library's internal calls to its own exports.
 $(B)/fake/libcuda.so.1: $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) tests/fake/driver/libcuda.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,--version-script=tests/fake/driver/libcuda.map \
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/driver/libcuda.map \
 	    -o $@ $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) -lrt
 	$(Q)ln -sf libcuda.so.1 $(B)/fake/libcuda.so
 # The runtime dlopens libcuda.so.1; RUNPATH $ORIGIN finds the sibling driver
@@ -90,13 +93,13 @@ $(B)/fake/libcuda.so.1: $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) tests/fak
 $(B)/fake/libcudart.so.13: $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) tests/fake/runtime/libcudart.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared -pthread -Wl,-soname,libcudart.so.13 -Wl,--version-script=tests/fake/runtime/libcudart.map \
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/runtime/libcudart.map \
 	    -Wl,-rpath,'$$ORIGIN' -o $@ $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) -ldl
 	$(Q)ln -sf libcudart.so.13 $(B)/fake/libcudart.so
 $(B)/fake/libnccl.so.2: $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) tests/fake/nccl/libnccl.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared -pthread -Wl,-soname,libnccl.so.2 -Wl,--version-script=tests/fake/nccl/libnccl.map \
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libnccl.so.2 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/nccl/libnccl.map \
 	    -Wl,-rpath,'$$ORIGIN' -o $@ $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) -ldl -lrt
 	$(Q)ln -sf libnccl.so.2 $(B)/fake/libnccl.so
 
@@ -113,6 +116,9 @@ $(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(FAKE_LIBS_OUT)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -pthread -o $@ $< -Wl,--as-needed $(FAKE_LIBS) -ldl
 $(B)/obj/tests/fake/test/%.o $(B)/obj/tests/progs/%.o: ALL_CFLAGS += $(PROG_CFLAGS)
+# The real NVTX v3 client, header-only, from the toolkit when there is one;
+# -idirafter so that the double's cuda.h still wins over the toolkit's.
+$(B)/obj/tests/progs/nvtx_train.o: ALL_CFLAGS += $(if $(CUDA_HOME),-idirafter $(CUDA_HOME)/include)
 
 $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(call obj,$(RUNTIME_SRC))
 	$(call say,LD,$@)

@@ -14,6 +14,7 @@
 
 __thread int ckpt_rt_depth;
 __thread int ckpt_nccl_depth;
+__thread int ckpt_self_depth;
 
 /* True when code inside libnccl made the call: NCCL's own threads (a
  * nonblocking init, the proxy) allocate outside any wrapped NCCL call. */
@@ -23,21 +24,21 @@ static bool called_from_nccl(const void *caller)
     return dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, "libnccl");
 }
 
-/* Registers an allocation the program made (or NCCL made for itself). */
-static void track_from(const void *caller, CUdeviceptr p, size_t size, enum ckpt_alloc_kind kind, CUstream stream)
+void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_kind kind, CUstream stream)
 {
-    if (!ckpt_active)
+    if (!ckpt_active || ckpt_self_depth)
         return;
     bool internal = ckpt_nccl_depth > 0 || called_from_nccl(caller);
-    int rc = ckpt_reg_add(p, size, kind, (uint64_t)(uintptr_t)stream, internal);
-    if (rc == -EEXIST)
-        return;
-    if (rc < 0)
+    uint64_t ordinal;
+    int rc = ckpt_reg_add(p, size, kind, (uint64_t)(uintptr_t)stream, internal, &ordinal);
+    if (rc == 0 && !internal)
+        ckpt_history_alloc(ordinal, size);
+    if (rc < 0 && rc != -EEXIST)
         ckpt_log_once(CKPT_WARN, "cannot track a device allocation (%s); checkpoints are incomplete",
                       rc == -ENOMEM ? "out of host memory" : "registry error");
 }
 
-#define track(...) track_from(__builtin_return_address(0), __VA_ARGS__)
+#define track(...) ckpt_track(__builtin_return_address(0), __VA_ARGS__)
 
 static void untrack(CUdeviceptr p)
 {

@@ -1,12 +1,14 @@
 /*
  * libckpt.so's life cycle.  At load: read and check the configuration and
- * nothing else (CUDA is not touched until the program's own first cuInit).
+ * nothing else (CUDA is not touched until the program's own first cuInit);
+ * for CKPT_BOUNDARY=nvtx:NAME that includes pointing NVTX at libckpt.so.
  * A bad CKPT_* value stops the process here, before any training starts,
  * with one message naming the variable; unknown CKPT_* names are only
  * warned about.  At the first successful cuInit: wake.  In a child forked
  * after that: stay a pass-through forever, since the child shares nothing
  * of the parent's device state that libckpt could checkpoint.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +47,12 @@ __attribute__((constructor)) static void ckpt_load(void)
     ckpt_log_init(prefix, (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
     disabled = ckpt_cfg_int(CFG_DISABLE);
+    /* Here and not at wake: the program's first NVTX range may come before
+     * its first cuInit, and NVTX reads the variable at that first call. */
+    if (!disabled && ckpt_nvtx_setup(ckpt_cfg_str(CFG_BOUNDARY), err, sizeof(err)) < 0) {
+        ckpt_log(CKPT_ERROR, "%s", err);
+        _exit(2);
+    }
 }
 
 /* The registry's lock may be held by a thread that does not exist in the
@@ -62,8 +70,20 @@ static void wake(void)
         return;
     }
     const char *b = ckpt_cfg_str(CFG_BOUNDARY);
-    ckpt_bd_init(strncmp(b, "every:", 6) == 0 ? (unsigned)strtoul(b + 6, NULL, 10) : 0);
+    if (strncmp(b, "nvtx:", 5) == 0)
+        ckpt_bd_init_markers(); /* nvtx.c ends the iterations */
+    else
+        ckpt_bd_init(strncmp(b, "every:", 6) == 0 ? (unsigned)strtoul(b + 6, NULL, 10) : 0);
     pthread_atfork(NULL, NULL, forked_child);
+
+    char dir[PATH_MAX + 64];
+    uint64_t restore = (uint64_t)ckpt_cfg_int(CFG_RESTORE);
+    if (ckpt_snapshot_open(restore == 0, dir, sizeof(dir)) == 0) {
+        ckpt_history_init(dir, restore);
+    } else if (restore) {
+        ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: no arena", (unsigned long long)restore);
+        _exit(CKPT_EXIT_RESTORE);
+    }
     __atomic_store_n(&ckpt_active, true, __ATOMIC_RELEASE);
     ckpt_log(CKPT_DEBUG, "awake: CUDA initialised");
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "ckpt_nccl.h"
+#include "registry.h"
 
 enum ckpt_lib { LIB_DRV, LIB_RT, LIB_NCCL };
 
@@ -60,10 +61,19 @@ void *ckpt_hook_substitute(void *fn);
 extern __thread int ckpt_rt_depth;
 extern __thread int ckpt_nccl_depth;
 
+/* Non-zero while libckpt makes CUDA calls of its own on this thread: a
+ * library that reaches a hooked export from inside must not be taken for
+ * the program. */
+extern __thread int ckpt_self_depth;
+
 /* True once the program's cuInit succeeded, CKPT_DISABLE is off and this is
  * not a child forked after CUDA initialised. */
 extern bool ckpt_active;
 void ckpt_wake(void);
+
+/* Registers an allocation the program made (or NCCL made for itself:
+ * caller inside libnccl, or a thread inside an NCCL call). */
+void ckpt_track(const void *caller, uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, CUstream stream);
 
 /* ---- the snapshot engine (snapshot.c), driven by the hooks. */
 
@@ -88,5 +98,46 @@ void ckpt_before_free(CUstream stream, bool on_stream);
 
 /* Streams being captured into graphs right now. */
 extern int ckpt_capturing;
+
+/* ---- NVTX (nvtx.c): libckpt as the program's NVTX injection library. */
+
+/* At load, for CKPT_BOUNDARY=nvtx:NAME: keeps NAME and points
+ * NVTX_INJECTION64_PATH at libckpt.so (any other boundary: nothing).
+ * Returns 0, or -EINVAL with one line in err when that variable names
+ * another injection library or libckpt.so cannot find its own file. */
+int ckpt_nvtx_setup(const char *boundary, char *err, size_t errlen);
+
+/* Opens the rank's arena at wake (fresh: a new run, slots emptied) and
+ * gives its directory.  Returns 0 or -errno (then no checkpointing). */
+int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen);
+
+/* After a restore: the snapshot engine goes on from that generation and
+ * never overwrites its slot before a newer one is committed. */
+void ckpt_snapshot_resumed(uint64_t generation, int slot);
+
+/* ---- history (replay.c): what the host saw of the device, recorded in a
+ * fresh run and served back while a restarted run replays. */
+
+/* Non-zero while replaying: device work is suppressed. */
+extern int ckpt_replaying;
+
+/* At wake: record (restore == 0) or prepare the restore of iteration
+ * restore from the arena dir.  A restore that cannot be done ends the
+ * process with CKPT_EXIT_RESTORE and the reason. */
+void ckpt_history_init(const char *dir, uint64_t restore);
+#define CKPT_EXIT_RESTORE 75
+
+void ckpt_history_alloc(uint64_t ordinal, uint64_t size);
+/* A synchronous device-to-host copy into dst: recorded after the real copy,
+ * or served from the log instead of it (then returns true). */
+bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy);
+/* An asynchronous one: its bytes are known at the next host sync. */
+void ckpt_history_d2h_async(void *dst, size_t size);
+/* A host sync returned: pending asynchronous copies are settled. */
+void ckpt_history_settle(void);
+/* A value the host read (an elapsed time): recorded, or replaced. */
+void ckpt_history_value(uint64_t what, uint64_t *value);
+/* An iteration ended.  Returns true when a snapshot may be taken. */
+bool ckpt_history_boundary(uint64_t iter);
 
 #endif

@@ -3,7 +3,9 @@
  * memory it allocates belongs to NCCL (communicator buffers, FIFOs, flags):
  * the depth marks those allocations internal, so a restore can never write
  * old bytes into a live communicator.  Each wrapper forwards to the real
- * pncclX, the strong definition behind NCCL's weak ncclX.
+ * pncclX, the strong definition behind NCCL's weak ncclX.  While a
+ * restarted rank replays, collectives are tokens only: the data they would
+ * move is restored with the snapshot; communicators are created for real.
  */
 #include "interpose.h"
 
@@ -18,6 +20,10 @@
  * on which communicator) and queues work on its stream. */
 #define COLLECTIVE(name, args, op, count, type, comm, stream)                  \
     NEED_REAL(name, ncclSystemError);                                          \
+    if (ckpt_replaying) {                                                      \
+        ckpt_on_collective(token(op, count, type, comm), stream);              \
+        return ncclSuccess;                                                    \
+    }                                                                          \
     ckpt_nccl_depth++;                                                         \
     ncclResult_t r = real_##name args;                                         \
     ckpt_nccl_depth--;                                                         \
@@ -66,9 +72,19 @@ __attribute__((visibility("default"))) ncclResult_t ncclCommFinalize(ncclComm_t 
     FORWARD(ncclCommFinalize, (comm));
 }
 
+/* The buffer is NCCL-allocated but the program's: it holds user data (for
+ * buffer registration), so it is snapshotted like any allocation. */
 __attribute__((visibility("default"))) ncclResult_t ncclMemAlloc(void **ptr, size_t size)
 {
-    FORWARD(ncclMemAlloc, (ptr, size));
+    NEED_REAL(ncclMemAlloc, ncclSystemError);
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclMemAlloc(ptr, size);
+    ckpt_nccl_depth--;
+    if (r == ncclSuccess && ckpt_active && ptr && *ptr) {
+        ckpt_reg_remove((uint64_t)(uintptr_t)*ptr);
+        ckpt_track(NULL, (uint64_t)(uintptr_t)*ptr, size, CKPT_ALLOC_PLAIN, NULL);
+    }
+    return r;
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclMemFree(void *ptr)

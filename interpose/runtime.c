@@ -9,11 +9,8 @@
 #include "interpose.h"
 #include "registry.h"
 
-static void track(void *p, size_t size, enum ckpt_alloc_kind kind, cudaStream_t stream)
-{
-    if (ckpt_active && p)
-        ckpt_reg_add((uint64_t)(uintptr_t)p, size, kind, (uint64_t)(uintptr_t)stream, ckpt_nccl_depth > 0);
-}
+#define track(p, size, kind, stream)                                           \
+    ckpt_track(__builtin_return_address(0), (uint64_t)(uintptr_t)(p), size, kind, stream)
 
 __attribute__((visibility("default"))) cudaError_t cudaMalloc(void **devPtr, size_t size)
 {

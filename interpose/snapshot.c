@@ -38,6 +38,7 @@ static struct {
     CUevent start, done, marks[MAX_STREAMS];
 
     struct ckpt_arena arena;
+    bool arena_ok;
     int last_slot; /* holds the newest committed snapshot, -1 before one */
     int slot;      /* being written */
     uint64_t generation;
@@ -138,6 +139,7 @@ static void *committer(void *arg)
             break;
         pthread_mutex_unlock(&S.lock);
 
+        ckpt_self_depth = 1; /* this thread is libckpt's own */
         real_cuCtxSetCurrent(S.ctx);
         CUresult r = real_cuEventSynchronize(S.done);
         float ms = 0;
@@ -176,9 +178,6 @@ static void *committer(void *arg)
  * on failure checkpointing is off for good, said once. */
 static int prepare(void)
 {
-    char why[PATH_MAX + 128];
-    const char *rank = getenv("RANK");
-
     static const char *const needed[] = {
         "cuCtxGetCurrent", "cuCtxSetCurrent", "cuStreamCreate", "cuEventCreate", "cuEventRecord",
         "cuEventSynchronize", "cuEventElapsedTime_v2", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2",
@@ -209,11 +208,9 @@ static int prepare(void)
             return -EIO;
         }
     }
-    int rc = ckpt_arena_open(&S.arena, ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB), rank ? atoi(rank) : 0,
-                             why, sizeof(why));
-    if (rc < 0) {
-        ckpt_log(CKPT_ERROR, "no arena (%s): checkpointing is off for this run", why);
-        return rc;
+    if (!S.arena_ok) {
+        ckpt_log(CKPT_ERROR, "no arena: checkpointing is off for this run");
+        return -ENOENT;
     }
     if (pthread_create(&S.committer, NULL, committer, NULL) != 0) {
         ckpt_log(CKPT_ERROR, "cannot start the commit thread: checkpointing is off for this run");
@@ -223,6 +220,30 @@ static int prepare(void)
     S.pid = getpid();
     S.ready = true;
     return 0;
+}
+
+int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen)
+{
+    char why[PATH_MAX + 128];
+    const char *rank = getenv("RANK");
+
+    int rc = ckpt_arena_open(&S.arena, ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB), rank ? atoi(rank) : 0,
+                             fresh, why, sizeof(why));
+    if (rc < 0) {
+        ckpt_log(CKPT_ERROR, "no arena (%s): checkpointing is off for this run", why);
+        return rc;
+    }
+    S.arena_ok = true;
+    snprintf(dir, dirlen, "%s", S.arena.dir);
+    return 0;
+}
+
+void ckpt_snapshot_resumed(uint64_t generation, int slot)
+{
+    pthread_mutex_lock(&S.lock);
+    S.generation = generation;
+    S.last_slot = slot;
+    pthread_mutex_unlock(&S.lock);
 }
 
 /* Lists the live allocations into S.allocs/S.recs, growing them as needed.
@@ -352,7 +373,10 @@ static void take(uint64_t iter, bool has_collectives)
 static void boundary(void)
 {
     uint64_t iter = ckpt_bd_iteration();
+    ckpt_log(CKPT_DEBUG, "iteration %llu ended", (unsigned long long)iter);
     ckpt_reg_set_iteration(iter);
+    if (!ckpt_history_boundary(iter))
+        return; /* replaying, or the log can no longer restore this */
     if (iter % (uint64_t)ckpt_cfg_int(CFG_EVERY) != 0)
         return;
     if (__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) > 0) {
@@ -362,7 +386,9 @@ static void boundary(void)
     bool colls = false;
     ckpt_bd_period(&colls);
     pthread_mutex_lock(&S.lock);
+    ckpt_self_depth++;
     take(iter, colls);
+    ckpt_self_depth--;
     pthread_mutex_unlock(&S.lock);
 }
 
@@ -384,8 +410,10 @@ void ckpt_on_collective(uint64_t token, CUstream s)
     if (ckpt_bd_feed(CKPT_TOK_COLL, token) != CKPT_BD_LAST_COLL || !S.wait_pending)
         return;
     pthread_mutex_lock(&S.lock);
+    ckpt_self_depth++;
     if (S.wait_pending && S.in_flight)
         streams_wait_done();
+    ckpt_self_depth--;
     S.wait_pending = false;
     pthread_mutex_unlock(&S.lock);
 }
@@ -395,12 +423,14 @@ void ckpt_before_free(CUstream stream, bool on_stream)
     if (!__atomic_load_n(&S.in_flight, __ATOMIC_ACQUIRE))
         return;
     pthread_mutex_lock(&S.lock);
+    ckpt_self_depth++;
     if (S.in_flight) {
         if (on_stream)
             real_cuStreamWaitEvent(stream, S.done, 0);
         else
             real_cuEventSynchronize(S.done);
     }
+    ckpt_self_depth--;
     pthread_mutex_unlock(&S.lock);
 }
 

@@ -49,7 +49,8 @@ static int check_dir(const char *dir, mode_t mode, int private_dir, char *why, s
     return 0;
 }
 
-int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, char *why, size_t whylen)
+int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, int fresh, char *why,
+                    size_t whylen)
 {
     char path[PATH_MAX + 16];
     int rc;
@@ -74,7 +75,7 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
 
     for (int s = 0; s < 2; s++) {
         snprintf(path, sizeof(path), "%s/slot%d", a->dir, s);
-        a->fd[s] = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        a->fd[s] = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600);
         struct stat st;
         if (a->fd[s] < 0 || fstat(a->fd[s], &st) < 0) {
             rc = -errno;

@@ -19,9 +19,12 @@ struct ckpt_arena {
     size_t len[2];
 };
 
-/* Creates (or opens) the rank's directory and both slot files.  Returns 0,
- * or -errno with a one-line reason in why (naming the path). */
-int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, char *why, size_t whylen);
+/* Creates (or opens) the rank's directory and both slot files; fresh
+ * empties the slots (a new run must never be taken for an old one's
+ * restart).  Returns 0, or -errno with a one-line reason in why (naming
+ * the path). */
+int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, int fresh, char *why,
+                    size_t whylen);
 
 /* Makes slot at least bytes long and mapped.  *moved is set when the
  * mapping address changed (pinned registrations must be redone).  Returns

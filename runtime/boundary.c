@@ -81,8 +81,12 @@ static bool repeats(unsigned p)
 }
 
 /* Positions are counted in the period that ends with the newest token, at
- * position p-1.  The boundary is the first sync after the last collective
- * (cyclically); with no collective, the last sync of the period. */
+ * position p-1.  The boundary is the last host sync before the collectives
+ * start again (cyclically after the last one): by then the optimizer's
+ * kernels are queued and the host has read back what it reads of this
+ * iteration (its loss), so a restart replays those reads from the log and
+ * the next iteration overwrites whatever else it scribbles on.  With no
+ * collective, the last sync of the period. */
 static bool place_boundary(unsigned p)
 {
     int last_coll = -1, last_sync = -1;
@@ -103,14 +107,17 @@ static bool place_boundary(unsigned p)
         bd_pos = (unsigned)last_sync;
         return true;
     }
-    for (unsigned k = 1; k <= p; k++) {
+    int found = -1;
+    for (unsigned k = 1; k < p; k++) {
         unsigned pos = ((unsigned)last_coll + k) % p;
-        if (back(p - 1 - pos) & SYNC_BIT) {
-            bd_pos = pos;
-            return true;
-        }
+        if (!(back(p - 1 - pos) & SYNC_BIT))
+            break; /* the next iteration's first collective */
+        found = (int)pos;
     }
-    return false;
+    if (found < 0)
+        return false; /* no sync between iterations */
+    bd_pos = (unsigned)found;
+    return true;
 }
 
 /* Counts the boundaries in the history that matches the period, walking

@@ -3,10 +3,10 @@
  * The hooks feed one token per collective (its op, size, type and
  * communicator hashed) and per host synchronisation; this module learns the
  * period of that stream, confirmed over three repetitions, and says which
- * token ends an iteration (the first host sync after the last collective of
- * the period: the optimizer's kernels that follow the last collective are
- * queued by then) and which one is the last collective (the next update
- * follows it).  Without collectives the period is one of host syncs.
+ * token ends an iteration (the last host sync after the last collective of
+ * the period, before the next collective: the optimizer's kernels are
+ * queued and the iteration's own reads are done by then) and which one is
+ * the last collective (the next update follows it).  Without collectives the period is one of host syncs.
  * CKPT_BOUNDARY=every:N instead makes every N-th host sync a boundary.
  * Pure logic: no CUDA, no I/O, so the unit tests drive it directly.
  */

@@ -12,7 +12,7 @@
 
 #include "config.h"
 
-enum kind { BOOL, UINT, ENUM, SECONDS, STR };
+enum kind { BOOL, UINT, ENUM, SECONDS, SIZE, STR };
 
 struct var {
     const char *name; /* without the CKPT_ prefix */
@@ -34,6 +34,15 @@ static union {
     const char *s;
 } values[CFG_COUNT];
 
+/* A bound, with the suffixes of SIZE. */
+static double bytes(const char *s)
+{
+    char *end;
+    double x = strtod(s, &end);
+    const char *u = *end ? strchr("KMGT", *end) : NULL;
+    return u ? x * (double)(1ULL << (10 * (u - "KMGT" + 1))) : x;
+}
+
 /* "min..max" -> bounds.  Parsed by hand: strtod would read "0." of "0..9". */
 static void range(const char *accepted, double *lo, double *hi)
 {
@@ -46,9 +55,9 @@ static void range(const char *accepted, double *lo, double *hi)
         return;
     memcpy(low, accepted, dots - accepted);
     low[dots - accepted] = '\0';
-    *lo = strtod(low, NULL);
+    *lo = bytes(low);
     if (dots[2])
-        *hi = strtod(dots + 2, NULL);
+        *hi = bytes(dots + 2);
 }
 
 /* Index of word in "a|b|c", or -1. */
@@ -68,6 +77,20 @@ static int choice(const char *choices, const char *word)
     return -1;
 }
 
+/* The NAME of CKPT_BOUNDARY=nvtx:NAME: compared byte for byte with range
+ * messages (and widened for wide ones), so only printable ASCII, and short
+ * enough for libckpt to keep a fixed copy. */
+static bool nvtx_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (name[i] < 0x20 || name[i] > 0x7e)
+            return false;
+    return true;
+}
+
 /* The shapes a STR variable may be restricted to (its "accepted"). */
 static bool str_ok(const char *accepted, const char *text, char *want, size_t wantlen)
 {
@@ -84,10 +107,17 @@ static bool str_ok(const char *accepted, const char *text, char *want, size_t wa
         }
     }
     if (strcmp(accepted, "boundary") == 0 && strcmp(text, "auto") != 0) {
+        if (strncmp(text, "nvtx:", 5) == 0) {
+            if (!nvtx_name_ok(text + 5)) {
+                snprintf(want, wantlen, "nvtx:NAME with NAME 1 to 63 printable ASCII characters");
+                return false;
+            }
+            return true;
+        }
         char *end;
         unsigned long n = strncmp(text, "every:", 6) == 0 ? strtoul(text + 6, &end, 10) : 0;
         if (n == 0 || n > 1000000 || *end || text[6] < '0' || text[6] > '9') {
-            snprintf(want, wantlen, "auto or every:N with N in 1..1000000");
+            snprintf(want, wantlen, "auto or every:N with N in 1..1000000, or nvtx:NAME");
             return false;
         }
     }
@@ -140,6 +170,23 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
             return -EINVAL;
         }
         values[id].d = x;
+        return 0;
+    }
+    case SIZE: {
+        range(v->accepted, &lo, &hi);
+        errno = 0;
+        unsigned long long x = strtoull(text, &end, 10), mult = 1;
+        if (*end && !end[1]) {
+            const char *u = strchr("KMGT", *end == 'k' ? 'K' : *end);
+            mult = u ? 1ULL << (10 * (u - "KMGT" + 1)) : 0;
+            end += mult != 0;
+        }
+        if (errno || end == text || *end || text[0] == '-' || text[0] == '+' || x > ~0ULL / (mult ? mult : 1) ||
+            (double)(x * mult) < lo || (double)(x * mult) > hi) {
+            snprintf(want, wantlen, "a size in bytes (K, M, G, T suffixes) in %s", v->accepted);
+            return -EINVAL;
+        }
+        values[id].i = (long long)(x * mult);
         return 0;
     }
     case STR:
@@ -229,7 +276,7 @@ void ckpt_config_unknown(void (*warn)(const char *name, const char *suggestion))
 
 void ckpt_config_describe(FILE *f)
 {
-    static const char *const kinds[] = {"bool", "integer", "choice", "seconds", "string"};
+    static const char *const kinds[] = {"bool", "integer", "choice", "seconds", "size", "string"};
     for (int id = 0; id < CFG_COUNT; id++) {
         const struct var *v = &vars[id];
         fprintf(f, "CKPT_%s (%s%s%s, default '%s')\n    %s\n", v->name, kinds[v->kind],

@@ -61,7 +61,8 @@ static int grow(void)
     return 0;
 }
 
-int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64_t stream, bool internal)
+int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64_t stream, bool internal,
+                 uint64_t *ordinal)
 {
     int rc = 0;
     if (addr == 0 || addr == TOMB)
@@ -86,9 +87,23 @@ int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64
         .internal = internal,
     };
     used++;
+    if (ordinal)
+        *ordinal = s->ordinal;
 out:
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+bool ckpt_reg_contains(uint64_t addr)
+{
+    bool found = false;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < cap && !found; i++) {
+        const struct ckpt_alloc *s = &slots[i];
+        found = s->addr && s->addr != TOMB && addr >= s->addr && addr - s->addr < s->size;
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
 }
 
 int ckpt_reg_remove(uint64_t addr)

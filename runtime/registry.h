@@ -29,10 +29,15 @@ struct ckpt_alloc {
     bool internal;    /* made by a library (NCCL) for itself */
 };
 
-/* Adds a live allocation.  Returns 0, -EEXIST when addr is already live (a
- * runtime wrapper seeing what the driver hook underneath recorded), or
- * -ENOMEM. */
-int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64_t stream, bool internal);
+/* Adds a live allocation and gives its ordinal (ordinal may be NULL).
+ * Returns 0, -EEXIST when addr is already live (a runtime wrapper seeing
+ * what the driver hook underneath recorded), or -ENOMEM. */
+int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64_t stream, bool internal,
+                 uint64_t *ordinal);
+
+/* True when addr lies inside a live allocation (program or internal).
+ * A scan: for the rare calls that do not say which side an address is on. */
+bool ckpt_reg_contains(uint64_t addr);
 
 /* Removes the allocation starting at addr.  Returns 0 or -ENOENT. */
 int ckpt_reg_remove(uint64_t addr);

@@ -32,7 +32,7 @@ int main(void)
     if (!mkdtemp(root))
         return 1;
 
-    int rc = ckpt_arena_open(&a, root, "job1", 2, why, sizeof(why));
+    int rc = ckpt_arena_open(&a, root, "job1", 2, 0, why, sizeof(why));
     CHECK(rc == 0, "open: %d %s", rc, why);
     snprintf(path, sizeof(path), "%s/%u-job1", root, (unsigned)geteuid());
     CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0700, "job dir mode %o", st.st_mode & 0777);
@@ -52,17 +52,17 @@ int main(void)
     /* A job directory opened to others is refused, not used. */
     snprintf(path, sizeof(path), "%s/%u-job1", root, (unsigned)geteuid());
     chmod(path, 0755);
-    rc = ckpt_arena_open(&a, root, "job1", 2, why, sizeof(why));
+    rc = ckpt_arena_open(&a, root, "job1", 2, 0, why, sizeof(why));
     CHECK(rc == -EPERM && strstr(why, "0700"), "open dir: rc %d '%s'", rc, why);
     chmod(path, 0700);
 
     /* A symlink planted where a rank directory goes is never followed. */
     snprintf(path, sizeof(path), "%s/%u-job1/rank5", root, (unsigned)geteuid());
     if (symlink("/tmp", path) == 0) {
-        rc = ckpt_arena_open(&a, root, "job1", 5, why, sizeof(why));
+        rc = ckpt_arena_open(&a, root, "job1", 5, 0, why, sizeof(why));
         CHECK(rc == -ENOTDIR && strstr(why, "symlink"), "symlink: rc %d '%s'", rc, why);
     }
-    rc = ckpt_arena_open(&a, root, "../evil", 0, why, sizeof(why));
+    rc = ckpt_arena_open(&a, root, "../evil", 0, 0, why, sizeof(why));
     CHECK(rc == -EINVAL, "job with a slash accepted");
 
     char cmd[PATH_MAX + 16];

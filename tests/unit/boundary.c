@@ -3,6 +3,7 @@
  * boundary falls in it (the first host sync after the last collective), the
  * iteration count (warm-up excluded, iterations before the lock included),
  * relearning when the pattern changes, the host-sync fallback, every:N.
+ * The boundary is the last host sync before the collectives resume.
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,7 +28,7 @@ static enum ckpt_bd_event feed(int t)
 }
 
 /* A data-parallel trainer: a broadcast in iteration 0, then three gradient
- * buckets, the loss copy (S1) and a stream sync (S2) per iteration. */
+ * buckets, a stream sync (S1) and the loss copy (S2) per iteration. */
 static void trainer(void)
 {
     ckpt_bd_init(0);
@@ -39,7 +40,7 @@ static void trainer(void)
         for (int k = 0; k < 5; k++) {
             enum ckpt_bd_event ev = feed(seq[k]);
             if (ev == CKPT_BD_BOUNDARY) {
-                CHECK(seq[k] == S1, "trainer: boundary at token %d, not at the loss copy", seq[k]);
+                CHECK(seq[k] == S2, "trainer: boundary at token %d, not at the last sync", seq[k]);
                 if (!boundaries++)
                     first_iter = ckpt_bd_iteration();
             }

@@ -38,12 +38,30 @@ static const struct {
     {"CKPT_BOUNDARY", "every:", 0, "auto or every:N"},
     {"CKPT_BOUNDARY", "every:x", 0, "auto or every:N"},
     {"CKPT_BOUNDARY", "sometimes", 0, "CKPT_BOUNDARY='sometimes'"},
+    {"CKPT_BOUNDARY", "nvtx:train_step", 1, NULL},
+    {"CKPT_BOUNDARY", "nvtx:a", 1, NULL},
+    {"CKPT_BOUNDARY", "nvtx:step 1/fwd (x~y)", 1, NULL},
+    {"CKPT_BOUNDARY", "nvtx:123456789012345678901234567890123456789012345678901234567890123", 1, NULL},
+    {"CKPT_BOUNDARY", "nvtx:1234567890123456789012345678901234567890123456789012345678901234", 0,
+     "nvtx:NAME with NAME 1 to 63 printable"},
+    {"CKPT_BOUNDARY", "nvtx:", 0, "CKPT_BOUNDARY='nvtx:' is not valid: expected nvtx:NAME"},
+    {"CKPT_BOUNDARY", "nvtx:tab\there", 0, "nvtx:NAME with NAME 1 to 63 printable"},
+    {"CKPT_BOUNDARY", "nvtx:caf\xc3\xa9", 0, "nvtx:NAME with NAME 1 to 63 printable"},
+    {"CKPT_BOUNDARY", "nvtx", 0, "auto or every:N with N in 1..1000000, or nvtx:NAME"},
+    {"CKPT_BOUNDARY", "NVTX:train_step", 0, "CKPT_BOUNDARY='NVTX:train_step'"},
     {"CKPT_CONSISTENCY", "strict", 1, NULL},
     {"CKPT_CONSISTENCY", "eventual", 0, "one of overlap|strict"},
     {"CKPT_ARENA_DIR", "", 0, "a non-empty path"},
     {"CKPT_JOB", "train-7.b_2", 1, NULL},
     {"CKPT_JOB", "a/b", 0, "CKPT_JOB='a/b'"},
     {"CKPT_JOB", "..", 0, "not starting with a dot"},
+    {"CKPT_REPLAY_LOG_MAX", "64M", 1, NULL},
+    {"CKPT_REPLAY_LOG_MAX", "4096", 1, NULL},
+    {"CKPT_REPLAY_LOG_MAX", "2K", 0, "a size in bytes (K, M, G, T suffixes) in 4K..1T"},
+    {"CKPT_REPLAY_LOG_MAX", "5X", 0, "CKPT_REPLAY_LOG_MAX='5X'"},
+    {"CKPT_REPLAY_LOG_MAX", "2T", 0, "CKPT_REPLAY_LOG_MAX='2T'"},
+    {"CKPT_RESTORE", "12", 1, NULL},
+    {"CKPT_RESTORE", "x", 0, "CKPT_RESTORE='x'"},
 };
 
 static int unknown_calls;
@@ -77,6 +95,14 @@ int main(void)
             failures++;
         }
     }
+
+    setenv("CKPT_REPLAY_LOG_MAX", "64M", 1);
+    ckpt_config_load(err, sizeof(err));
+    if (ckpt_cfg_int(CFG_REPLAY_LOG_MAX) != 64LL << 20) {
+        printf("CKPT_REPLAY_LOG_MAX=64M gives %lld\n", ckpt_cfg_int(CFG_REPLAY_LOG_MAX));
+        failures++;
+    }
+    unsetenv("CKPT_REPLAY_LOG_MAX");
 
     setenv("CKPT_LOG", "debug", 1);
     ckpt_config_load(err, sizeof(err));

@@ -59,6 +59,15 @@ static size_t slot_bytes(const struct run *x)
     return x->seg->hdr->slot_bytes;
 }
 
+const char *nf_func_name(enum nf_func func)
+{
+    static const char *const names[NF_NFUNCS] = {
+        "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "Send", "Recv",
+    };
+
+    return names[func];
+}
+
 size_t nf_op_wire_bytes(const struct nf_op *op, int nranks)
 {
     size_t bytes = op->count * nf_type_size(op->type);
@@ -415,15 +424,6 @@ static int run_batch(struct nf_batch *b)
     return 0;
 }
 
-static const char *func_name(enum nf_func f)
-{
-    static const char *const names[NF_NFUNCS] = {
-        "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "Send", "Recv",
-    };
-
-    return names[f];
-}
-
 void nf_batch_run(void *arg)
 {
     struct nf_batch *b = arg;
@@ -434,7 +434,7 @@ void nf_batch_run(void *arg)
     if (!err && !b->cancelled && !nf_comm_status(c)) {
         err = run_batch(b);
         if (err)
-            nf_fail(err, "rank %d: %s failed: %s%s", c->rank, func_name(b->ops[0].func),
+            nf_fail(err, "rank %d: %s failed: %s%s", c->rank, nf_func_name(b->ops[0].func),
                     err == -ETIMEDOUT ? "no progress within NCCL_FAKE_TIMEOUT" :
                     err == -EPIPE ? "a peer died or left" :
                     err == -ECONNABORTED ? "a peer gave up" : strerror(-err),

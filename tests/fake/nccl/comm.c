@@ -183,6 +183,8 @@ static void *setup_thread(void *arg)
         err = nf_fail(-EIO, "the init thread cannot use the creator's context");
     if (!err)
         err = comm_setup(c);
+    if (err && c->joined) /* the peers are waiting for a comm that will not be */
+        nf_seg_abort(&c->seg);
     atomic_store(&c->async_err, err);
     return NULL;
 }
@@ -276,18 +278,27 @@ int nf_comm_split(struct nf_comm *parent, int color, int key, const struct nf_co
 
 /* ---- the way out --------------------------------------------------- */
 
-/* Waits until every issued batch has run; 0 or -ETIMEDOUT. */
+/*
+ * Waits until every issued batch has run; 0 or -ETIMEDOUT.  A batch gives
+ * up within NCCL_FAKE_TIMEOUT of its last progress, but may first wait for
+ * its stream: allow twice that between two completions.
+ */
 static int drain(struct nf_comm *c)
 {
+    uint64_t seen = UINT64_MAX, deadline = 0;
     struct timespec ts;
-    uint64_t deadline = fg_now_ns() + op_timeout_ns;
     int err = 0;
 
-    ts.tv_sec = (time_t)(deadline / 1000000000u);
-    ts.tv_nsec = (long)(deadline % 1000000000u);
     pthread_mutex_lock(&c->lock);
-    while (c->done < atomic_load(&c->issued) && err != ETIMEDOUT)
+    while (c->done < atomic_load(&c->issued) && err != ETIMEDOUT) {
+        if (c->done != seen) {
+            seen = c->done;
+            deadline = fg_now_ns() + 2 * op_timeout_ns;
+            ts.tv_sec = (time_t)(deadline / 1000000000u);
+            ts.tv_nsec = (long)(deadline % 1000000000u);
+        }
         err = pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+    }
     err = c->done < atomic_load(&c->issued) ? -ETIMEDOUT : 0;
     pthread_mutex_unlock(&c->lock);
     return err;
@@ -305,8 +316,8 @@ int nf_comm_finalize(struct nf_comm *c)
     err = drain(c);
     c->finalized = true;
     if (err)
-        return nf_fail(err, "rank %d: operations still pending after %.0f s (NCCL_FAKE_TIMEOUT)",
-                       c->rank, (double)op_timeout_ns / 1e9);
+        return nf_fail(err, "rank %d: operations still pending, none ended for %.0f s "
+                       "(twice NCCL_FAKE_TIMEOUT)", c->rank, 2 * (double)op_timeout_ns / 1e9);
     return nf_comm_status(c);
 }
 

@@ -373,6 +373,8 @@ int nf_group_fail(int err);
 
 /* The host function that runs a batch on its stream's worker. */
 void nf_batch_run(void *batch);
+/* NCCL's name of the function ("AllReduce"), as profiler events carry it. */
+const char *nf_func_name(enum nf_func func);
 /* Bytes this rank sends for an op: what the network throttle charges. */
 size_t nf_op_wire_bytes(const struct nf_op *op, int nranks);
 

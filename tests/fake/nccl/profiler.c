@@ -29,10 +29,6 @@ static const ncclProfiler_v4_t *v4;
    pointer init received, so it is read anew for every event. */
 static int mask;
 
-static const char *const func_names[NF_NFUNCS] = {
-    "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "Send", "Recv",
-};
-
 /*
  * The GPU's %globaltimer: nanoseconds of the wall clock, which is what the
  * real driver keeps it calibrated to and what KernelCh pTimer values carry.
@@ -139,7 +135,7 @@ static int active(void)
 #define FILL_TASK(d, op, seq)                                                  \
     do {                                                                       \
         if ((op)->func >= NF_SEND) {                                           \
-            (d).p2p.func = func_names[(op)->func];                             \
+            (d).p2p.func = nf_func_name((op)->func);                           \
             (d).p2p.buff = (op)->func == NF_SEND ? (void *)(op)->sendbuff      \
                                                  : (op)->recvbuff;             \
             (d).p2p.datatype = nf_type_name((op)->type);                       \
@@ -148,7 +144,7 @@ static int active(void)
             (d).p2p.nChannels = 1;                                             \
         } else {                                                               \
             (d).coll.seqNumber = (seq);                                        \
-            (d).coll.func = func_names[(op)->func];                            \
+            (d).coll.func = nf_func_name((op)->func);                          \
             (d).coll.sendBuff = (op)->sendbuff;                                \
             (d).coll.recvBuff = (op)->recvbuff;                                \
             (d).coll.count = (op)->count;                                      \

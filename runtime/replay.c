@@ -1,0 +1,305 @@
+/*
+ * The replay log file of replay.h.  Layout: a 64-byte file header, then
+ * records of a 32-byte header and a payload padded to 8 bytes, each with an
+ * XXH3 checksum over its header fields and payload.  Appends are buffered
+ * in memory and written at iteration boundaries, one write per flush, so a
+ * rank that dies mid-iteration leaves a log that ends at a record boundary
+ * or with a torn record that the reader refuses.  Replay reads through a
+ * private mapping and never writes before it goes live.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "log.h"
+#include "replay.h"
+
+#define FILE_MAGIC "CKPTRLG1"
+#define FILE_VERSION 1u
+#define FILE_HEADER 64
+
+struct rec {
+    uint32_t type;
+    uint32_t len;
+    uint64_t a, b;
+    uint64_t sum;
+};
+_Static_assert(sizeof(struct rec) == 32, "replay record layout changed: bump FILE_VERSION");
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int fd = -1;
+static char *buf;
+static size_t buflen, bufcap;
+static uint64_t written, limit, last_iter;
+static bool overflowed;
+
+static const char *map; /* replay */
+static size_t maplen, cur, end;
+
+static const char *const names[] = {"?", "allocation", "device-to-host copy", "value", "iteration end", "overflow"};
+static const char *name(uint32_t t)
+{
+    return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
+}
+
+static uint64_t rec_sum(const struct rec *r, const void *payload)
+{
+    struct rec h = *r;
+    h.sum = 0;
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, &h, sizeof(h));
+    XXH3_64bits_update(&st, payload, r->len);
+    return XXH3_64bits_digest(&st);
+}
+
+static size_t padded(uint32_t len)
+{
+    return (len + 7u) & ~(size_t)7u;
+}
+
+static void path_of(char *out, size_t n, const char *dir)
+{
+    snprintf(out, n, "%s/replay.log", dir);
+}
+
+int ckpt_rlog_create(const char *dir, uint64_t max_bytes, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 16], head[FILE_HEADER] = FILE_MAGIC;
+    uint32_t version = FILE_VERSION;
+
+    ckpt_rlog_close();
+    path_of(path, sizeof(path), dir);
+    int f = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (f < 0) {
+        int e = errno;
+        snprintf(why, whylen, "cannot create %s: %s", path, strerror(e));
+        return -e;
+    }
+    memcpy(head + 8, &version, sizeof(version));
+    if (write(f, head, sizeof(head)) != (ssize_t)sizeof(head)) {
+        snprintf(why, whylen, "cannot write %s", path);
+        close(f);
+        return -EIO;
+    }
+    pthread_mutex_lock(&lock);
+    fd = f;
+    written = FILE_HEADER;
+    limit = max_bytes;
+    overflowed = false;
+    last_iter = 0;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_bytes, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 16];
+    struct stat st;
+
+    ckpt_rlog_close();
+    path_of(path, sizeof(path), dir);
+    int f = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0 || fstat(f, &st) < 0) {
+        int e = errno;
+        snprintf(why, whylen, "no replay log %s: %s", path, strerror(e));
+        if (f >= 0)
+            close(f);
+        return -ENOENT;
+    }
+    size_t len = (size_t)st.st_size;
+    const char *m = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, f, 0) : MAP_FAILED;
+    if (m == MAP_FAILED || len < FILE_HEADER || memcmp(m, FILE_MAGIC, 8) != 0) {
+        snprintf(why, whylen, "%s is not a replay log of this version", path);
+        if (m != MAP_FAILED)
+            munmap((void *)m, len);
+        close(f);
+        return -EBADMSG;
+    }
+    /* Walk and check every record up to the target iteration's end. */
+    size_t off = FILE_HEADER;
+    uint64_t seen = 0;
+    int rc = -ERANGE;
+    while (off + sizeof(struct rec) <= len) {
+        struct rec r;
+        memcpy(&r, m + off, sizeof(r));
+        if (r.len > len - off - sizeof(r) || rec_sum(&r, m + off + sizeof(r)) != r.sum) {
+            snprintf(why, whylen, "replay log record at byte %zu is damaged (after iteration %llu)", off,
+                     (unsigned long long)seen);
+            rc = -EBADMSG;
+            break;
+        }
+        off += sizeof(r) + padded(r.len);
+        if (r.type == CKPT_RL_OVERFLOW) {
+            snprintf(why, whylen, "the replay log stopped at iteration %llu (CKPT_REPLAY_LOG_MAX); it cannot "
+                     "bring back iteration %llu", (unsigned long long)r.a, (unsigned long long)iteration);
+            break;
+        }
+        if (r.type == CKPT_RL_ITER) {
+            seen = r.a;
+            if (r.a == iteration) {
+                rc = 0;
+                break;
+            }
+        }
+    }
+    if (rc == -ERANGE && !strstr(why, "CKPT_REPLAY_LOG_MAX"))
+        snprintf(why, whylen, "the replay log ends at iteration %llu, before iteration %llu",
+                 (unsigned long long)seen, (unsigned long long)iteration);
+    if (rc < 0) {
+        munmap((void *)m, len);
+        close(f);
+        return rc;
+    }
+    pthread_mutex_lock(&lock);
+    fd = f;
+    map = m;
+    maplen = len;
+    cur = FILE_HEADER;
+    end = off;
+    limit = max_bytes;
+    overflowed = false;
+    last_iter = iteration;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t a, uint64_t b, const void *payload, uint32_t len)
+{
+    pthread_mutex_lock(&lock);
+    if (fd < 0 || map || overflowed)
+        goto out;
+    if (type == CKPT_RL_ITER)
+        last_iter = a;
+    size_t need = sizeof(struct rec) + padded(len);
+    if (written + buflen + need > limit) {
+        overflowed = true;
+        type = CKPT_RL_OVERFLOW;
+        a = last_iter;
+        b = 0;
+        len = 0;
+        need = sizeof(struct rec);
+        ckpt_log(CKPT_WARN, "the replay log reached CKPT_REPLAY_LOG_MAX (%llu bytes) after iteration %llu: "
+                 "snapshots from here on cannot be restored", (unsigned long long)limit,
+                 (unsigned long long)last_iter);
+    }
+    if (buflen + need > bufcap) {
+        size_t cap = (buflen + need) * 2;
+        char *n = realloc(buf, cap);
+        if (!n) {
+            overflowed = true;
+            ckpt_log(CKPT_WARN, "out of host memory for the replay log: snapshots from here on cannot be restored");
+            goto out;
+        }
+        buf = n;
+        bufcap = cap;
+    }
+    struct rec r = {.type = type, .len = len, .a = a, .b = b};
+    r.sum = rec_sum(&r, payload);
+    memcpy(buf + buflen, &r, sizeof(r));
+    if (len)
+        memcpy(buf + buflen + sizeof(r), payload, len);
+    memset(buf + buflen + sizeof(r) + len, 0, padded(len) - len);
+    buflen += need;
+out:
+    pthread_mutex_unlock(&lock);
+}
+
+int ckpt_rlog_flush(void)
+{
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    size_t done = 0;
+    while (fd >= 0 && done < buflen) {
+        ssize_t n = write(fd, buf + done, buflen - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : -EIO;
+            overflowed = true; /* a hole in the log: nothing after it can be replayed */
+            ckpt_log(CKPT_WARN, "cannot write the replay log (%s): snapshots from here on cannot be restored",
+                     strerror(-rc));
+            break;
+        }
+        done += (size_t)n;
+    }
+    written += done;
+    buflen = 0;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+bool ckpt_rlog_complete(void)
+{
+    pthread_mutex_lock(&lock);
+    bool ok = fd >= 0 && !overflowed;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+int ckpt_rlog_next(enum ckpt_rl_type want, uint64_t *a, uint64_t *b, const void **payload, uint32_t *len,
+                   char *why, size_t whylen)
+{
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    if (!map || cur >= end) {
+        snprintf(why, whylen, "the program made a %s past the end of the replay log", name(want));
+        rc = -ENODATA;
+        goto out;
+    }
+    struct rec r;
+    memcpy(&r, map + cur, sizeof(r));
+    if (r.type != (uint32_t)want) {
+        snprintf(why, whylen, "the program made a %s where the log has a %s", name(want), name(r.type));
+        rc = -EPROTO;
+        goto out;
+    }
+    *a = r.a;
+    *b = r.b;
+    if (payload)
+        *payload = map + cur + sizeof(r);
+    if (len)
+        *len = r.len;
+    cur += sizeof(r) + padded(r.len);
+out:
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int ckpt_rlog_go_live(void)
+{
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    if (map) {
+        munmap((void *)map, maplen);
+        map = NULL;
+        if (ftruncate(fd, (off_t)end) < 0 || lseek(fd, (off_t)end, SEEK_SET) < 0)
+            rc = -errno;
+        written = end;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void ckpt_rlog_close(void)
+{
+    pthread_mutex_lock(&lock);
+    if (map)
+        munmap((void *)map, maplen);
+    map = NULL;
+    if (fd >= 0)
+        close(fd);
+    fd = -1;
+    buflen = 0;
+    pthread_mutex_unlock(&lock);
+}
