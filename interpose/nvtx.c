@@ -7,9 +7,10 @@
  * InitializeInjectionNvtx2, which stores handlers for the core range calls
  * in the client's table.  Pushes and pops are matched on a small per-thread
  * stack, starts and ends by a bit carried in the range id.  The handlers
- * run on the program's threads at every range: they must stay cheap, never
- * allocate, lock or fail the program's call, and do nothing but their
- * bookkeeping while libckpt is not active.
+ * run on the program's threads at every range: they must stay cheap (no
+ * allocation, no lock; the snapshot engine runs only at the end of NAME),
+ * never fail the program's call, and do nothing but their bookkeeping
+ * while libckpt is not active.
  */
 #include <errno.h>
 #include <limits.h>
@@ -72,10 +73,48 @@ int ckpt_nvtx_setup(const char *boundary, char *err, size_t errlen)
     return 0;
 }
 
+/* The context current on this thread, or NULL. */
+static CUcontext current_ctx(void)
+{
+    CUcontext c = NULL;
+    if (!real_cuCtxGetCurrent && ckpt_resolve("cuCtxGetCurrent") < 0)
+        return NULL;
+    return real_cuCtxGetCurrent(&c) == CUDA_SUCCESS ? c : NULL;
+}
+
+/* The snapshot engine works in the context current on the thread that
+ * reaches the boundary, but a range may end on a thread that never made a
+ * CUDA call.  Such a thread borrows the program's context, learned at the
+ * start of any range on a thread that has one (one driver call per range
+ * until then, a load afterwards). */
+static CUcontext program_ctx;
+
+static void learn_ctx(void)
+{
+    if (__atomic_load_n(&program_ctx, __ATOMIC_RELAXED) || !__atomic_load_n(&ckpt_active, __ATOMIC_ACQUIRE))
+        return;
+    CUcontext c = current_ctx();
+    if (c)
+        __atomic_store_n(&program_ctx, c, __ATOMIC_RELAXED);
+}
+
 static void iteration_end(void)
 {
-    if (__atomic_load_n(&ckpt_active, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&ckpt_active, __ATOMIC_ACQUIRE))
+        return;
+    if (current_ctx()) {
         ckpt_on_marker();
+        return;
+    }
+    CUcontext ctx = __atomic_load_n(&program_ctx, __ATOMIC_RELAXED);
+    if (!ctx || (!real_cuCtxSetCurrent && ckpt_resolve("cuCtxSetCurrent") < 0) ||
+        real_cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
+        ckpt_log_once(CKPT_WARN, "range %s ended on a thread without a CUDA context before libckpt knew the "
+                      "program's: that end is not counted", name);
+        return;
+    }
+    ckpt_on_marker();
+    real_cuCtxSetCurrent(NULL); /* the thread as the program left it */
 }
 
 static bool is_name(const char *m)
@@ -110,6 +149,7 @@ static __thread uint64_t named[LEVELS / 64];
 /* Returns the 0-based level of the range, as nvtxRangePush* must. */
 static int push(bool match)
 {
+    learn_ctx();
     int level = depth++;
     if (level < LEVELS) {
         uint64_t bit = 1ULL << (level % 64);
@@ -143,6 +183,7 @@ static uint64_t next_range = 1;
 
 static nvtxRangeId_t start(bool match)
 {
+    learn_ctx();
     return __atomic_fetch_add(&next_range, 1, __ATOMIC_RELAXED) << 1 | (match ? 1 : 0);
 }
 

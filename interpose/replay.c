@@ -142,7 +142,8 @@ void ckpt_history_alloc(uint64_t ordinal, uint64_t size)
         uint64_t o, n;
         next(CKPT_RL_ALLOC, &o, &n, NULL, NULL);
         if (o != ordinal || n != size)
-            refuse("allocation %llu of %llu bytes, the recorded run made allocation %llu of %llu bytes",
+            refuse("the program diverged from its recorded run: it made allocation %llu of %llu bytes where the "
+                   "recorded run made allocation %llu of %llu bytes",
                    (unsigned long long)ordinal, (unsigned long long)size, (unsigned long long)o,
                    (unsigned long long)n);
     } else if (recording) {
