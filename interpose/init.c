@@ -18,6 +18,7 @@
 #include "config.h"
 #include "interpose.h"
 #include "log.h"
+#include "agent.h"
 #include "boundary.h"
 #include "registry.h"
 
@@ -84,6 +85,11 @@ static void wake(void)
         ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: no arena", (unsigned long long)restore);
         _exit(CKPT_EXIT_RESTORE);
     }
+    const char *rank = getenv("RANK");
+    if (ckpt_agent_connect(ckpt_cfg_str(CFG_AGENT_SOCKET), rank ? (uint32_t)atoi(rank) : 0) < 0)
+        ckpt_log(CKPT_WARN, "cannot reach ckpt-resume at CKPT_AGENT_SOCKET=%s: it cannot see this rank's progress",
+                 ckpt_cfg_str(CFG_AGENT_SOCKET));
+    ckpt_agent_send(CKPT_MSG_HELLO, 0, 0);
     __atomic_store_n(&ckpt_active, true, __ATOMIC_RELEASE);
     ckpt_log(CKPT_DEBUG, "awake: CUDA initialised");
 }

@@ -12,6 +12,7 @@
  * never fail the program's call, and do nothing but their bookkeeping
  * while libckpt is not active.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -20,7 +21,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <wchar.h>
-#include <dlfcn.h>
 
 #include "ckpt_nvtx.h"
 #include "interpose.h"
@@ -213,7 +213,8 @@ static void end(nvtxRangeId_t id)
     _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), nvtx##call##_impl_fntype), \
                    #fn " must have the type of nvtx" #call);
 HANDLERS(CHECK)
-_Static_assert(__builtin_types_compatible_p(__typeof__(&InitializeInjectionNvtx2), NvtxInitializeInjectionNvtxFunc_t),
+_Static_assert(__builtin_types_compatible_p(__typeof__(&InitializeInjectionNvtx2),
+                                           NvtxInitializeInjectionNvtxFunc_t),
                "the entry point must have NVTX's type");
 
 static const struct {
@@ -234,9 +235,11 @@ __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExpor
     if (!nvtx_mode || !getExportTable)
         return 0;
     const NvtxExportTableCallbacks *cb = getExportTable(NVTX_ETID_CALLBACKS);
+    const size_t cb_needs =
+        offsetof(NvtxExportTableCallbacks, GetModuleFunctionTable) + sizeof(cb->GetModuleFunctionTable);
     NvtxFunctionTable table = NULL;
     unsigned int size = 0;
-    if (!cb || cb->struct_size < offsetof(NvtxExportTableCallbacks, GetModuleFunctionTable) + sizeof(cb->GetModuleFunctionTable) ||
+    if (!cb || cb->struct_size < cb_needs ||
         !cb->GetModuleFunctionTable || !cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &table, &size) || !table ||
         size <= NVTX_CBID_CORE_RangePop) {
         ckpt_log(CKPT_ERROR, "an NVTX client without the core callback table: its ranges end no iteration");
@@ -254,8 +257,9 @@ __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExpor
 
     /* NVTX asks tools to say which version they were written for: 3. */
     const NvtxExportTableVersionInfo *vi = getExportTable(NVTX_ETID_VERSIONINFO);
-    if (vi && vi->struct_size >= offsetof(NvtxExportTableVersionInfo, SetInjectionNvtxVersion) + sizeof(vi->SetInjectionNvtxVersion) &&
-        vi->SetInjectionNvtxVersion)
+    const size_t vi_needs =
+        offsetof(NvtxExportTableVersionInfo, SetInjectionNvtxVersion) + sizeof(vi->SetInjectionNvtxVersion);
+    if (vi && vi->struct_size >= vi_needs && vi->SetInjectionNvtxVersion)
         vi->SetInjectionNvtxVersion(3);
     ckpt_log(CKPT_DEBUG, "NVTX attached: the end of range %s ends an iteration", name);
     return 1;

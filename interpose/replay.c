@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "boundary.h"
 #include "config.h"
 #include "image.h"
@@ -276,6 +277,7 @@ static void restore_now(void)
     ckpt_log(CKPT_INFO, "restored iteration %llu (generation %llu, %llu bytes): replay took %.2f s",
              (unsigned long long)target, (unsigned long long)image_hdr.generation,
              (unsigned long long)image_hdr.data_bytes, now_s() - replay_start);
+    ckpt_agent_send(CKPT_MSG_RESTORED, target, image_hdr.generation);
     munmap((void *)image, image_len);
     image = NULL;
     __atomic_store_n(&ckpt_replaying, 0, __ATOMIC_RELEASE);

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "arena.h"
 #include "boundary.h"
 #include "config.h"
@@ -158,6 +159,7 @@ static void *committer(void *arg)
             if (ms > S.copy_ms_max)
                 S.copy_ms_max = ms;
             stats_line(ms, S.held_ms_last);
+            ckpt_agent_send(CKPT_MSG_COMMITTED, S.hdr.iteration, S.hdr.generation);
             ckpt_log(CKPT_DEBUG, "committed generation %llu (iteration %llu, %llu bytes, copy %.2f ms)",
                      (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
                      (unsigned long long)S.hdr.data_bytes, ms);
@@ -374,6 +376,7 @@ static void boundary(void)
 {
     uint64_t iter = ckpt_bd_iteration();
     ckpt_log(CKPT_DEBUG, "iteration %llu ended", (unsigned long long)iter);
+    ckpt_agent_send(CKPT_MSG_BOUNDARY, iter, 0);
     ckpt_reg_set_iteration(iter);
     if (!ckpt_history_boundary(iter))
         return; /* replaying, or the log can no longer restore this */

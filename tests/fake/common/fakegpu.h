@@ -54,6 +54,12 @@ void fg_link_init(struct fg_link *link, double gbps);
  */
 uint64_t fg_link_book(struct fg_link *link, size_t bytes);
 
+/* ---- fault injection (crash.c) ------------------------------------- */
+
+/* Kills this process with SIGKILL at the FAKEGPU_CRASH_AT-th call when its
+ * RANK is FAKEGPU_CRASH_RANK (once per FAKEGPU_CRASH_ONCE file). */
+void fg_maybe_crash(void);
+
 /* ---- a set of live handles (ptrset.c) ------------------------------ */
 
 /*

@@ -435,6 +435,7 @@ CUresult cuStreamSynchronize(CUstream hStream)
     struct fg_stream *s;
     CUresult rc;
 
+    fg_maybe_crash();
     fg_lock();
     rc = fg_stream_get(hStream, &s);
     if (!rc && fg_in_worker())

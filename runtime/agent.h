@@ -1,0 +1,40 @@
+/*
+ * What a rank tells its node agent (ckpt-resume): one datagram per event on
+ * the unix socket named by CKPT_AGENT_SOCKET.  Sending never blocks and
+ * never fails the rank: a full or missing socket loses a message, nothing
+ * else.  The agent uses them to see ranks alive (hang detection), which
+ * generations are committed, and when a restore finished.
+ */
+#ifndef CKPT_AGENT_H
+#define CKPT_AGENT_H
+
+#include <stdint.h>
+
+#define CKPT_MSG_MAGIC 0x54504b43u /* "CKPT" */
+#define CKPT_MSG_VERSION 1u
+
+enum ckpt_msg_kind {
+    CKPT_MSG_HELLO = 1,     /* the rank woke (CUDA initialised) */
+    CKPT_MSG_BOUNDARY = 2,  /* iteration ended */
+    CKPT_MSG_COMMITTED = 3, /* generation holding iteration committed */
+    CKPT_MSG_RESTORED = 4,  /* iteration restored; the rank is live */
+};
+
+struct ckpt_msg {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t kind;
+    uint32_t rank;
+    uint64_t iteration;
+    uint64_t generation;
+    int64_t pid;
+};
+_Static_assert(sizeof(struct ckpt_msg) == 40, "agent message layout changed: bump CKPT_MSG_VERSION");
+
+/* Connects to the agent at path (NULL or empty: no agent).  Returns 0 or
+ * -errno; without an agent ckpt_agent_send does nothing. */
+int ckpt_agent_connect(const char *path, uint32_t rank);
+
+void ckpt_agent_send(enum ckpt_msg_kind kind, uint64_t iteration, uint64_t generation);
+
+#endif
