@@ -125,10 +125,11 @@ $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(call obj,$(RUNTIME_SRC))
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -pthread -o $@ $^ -ldl -luring
 
+# (build/bench/ is one level below build/, so its RUNPATH is ../fake.)
 $(B)/bench/%: $(B)/obj/bench/%.o $(FAKE_LIBS_OUT)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -pthread -o $@ $< $(FAKE_LIBS) -ldl
+	$(Q)$(CC) -pthread -o $@ $< $(subst ../../fake,../fake,$(FAKE_LIBS)) -ldl
 $(B)/obj/bench/%.o: ALL_CFLAGS += $(PROG_CFLAGS)
 
 # ---- the example trainer: one CUDA C source, built against the double

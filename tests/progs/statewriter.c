@@ -7,6 +7,7 @@
  * allocation, (4) synchronises with the host.  At the end it prints one
  * line per live state allocation: "live <ordinal> <bytes> <iteration>".
  * Ordinals count the program's allocations in order, as libckpt does.
+ * --mib M adds one state allocation of M MiB (benchmarks).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,14 +105,16 @@ static void drop(struct buf *b)
 
 int main(int argc, char **argv)
 {
-    int iters = 10, churn = 0;
+    int iters = 10, churn = 0, mib = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
             iters = atoi(argv[++i]);
         else if (strcmp(argv[i], "--churn") == 0)
             churn = 1;
+        else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
+            mib = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: statewriter [--iters N] [--churn]\n");
+            fprintf(stderr, "usage: statewriter [--iters N] [--churn] [--mib M]\n");
             return 2;
         }
     }
@@ -129,6 +132,8 @@ int main(int argc, char **argv)
     static const size_t sizes[] = {4096, 12345 * 4, 1 << 18, 777 * 4, 3 << 16};
     for (int k = 0; k < 5; k++)
         make(sizes[k], PLAIN);
+    if (mib > 0) /* one large state tensor, for throughput benchmarks */
+        make((size_t)mib << 20, PLAIN);
 
     for (int it = 0; it < iters; it++) {
         for (int s = 0; s < 2; s++)

@@ -2,10 +2,14 @@
 # ckpt-resume as a launcher: what each rank sees, how the job's exit status
 # is formed, how a failure or a signal stops the whole job, and that nothing
 # the job started outlives it.  Ranks are small shell commands; each one
-# writes what it saw, or its pid, into a per-test directory.
+# writes what it saw, or its pid, into a per-test directory.  Ranks that
+# start long sleeps send their output to /dev/null, so that a process the
+# launcher failed to stop cannot hold bats' output open: the test then fails
+# at once instead of hanging.
 
 BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
 CKPT=$BUILD/bin/ckpt-resume
+bats_require_minimum_version 1.5.0
 
 setup() {
     [ -x "$CKPT" ] || { echo "missing $CKPT: build first" >&2; return 1; }
@@ -25,22 +29,29 @@ wait_files() {
     return 1
 }
 
-# Succeeds when no pid listed in the files $@ is alive.
+# Succeeds when no pid listed in the files $@ is alive; a survivor is named,
+# then killed, so a failing test leaves nothing behind either.
 all_gone() {
-    local f pid
+    local f pid rc=0
     for f in "$@"; do
         pid=$(cat "$f")
         if kill -0 "$pid" 2>/dev/null; then
-            echo "pid $pid from $f still alive: $(ps -o args= -p "$pid")" >&2
-            return 1
+            echo "pid $pid from $f still alive: $(ps -o stat=,args= -p "$pid")" >&2
+            kill -9 "$pid" 2>/dev/null
+            rc=1
         fi
     done
+    return $rc
 }
+
+# ckpt-resume, bounded: if it ever fails to end a job, the test fails in
+# 30 s (timeout's SIGTERM is passed on like any other) instead of hanging.
+ckpt() { timeout -k 5 30 "$CKPT" "$@"; }
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
 @test "each rank sees the torchrun variables" {
-    run "$CKPT" --nproc 3 -- sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT" > "$0/rank.$RANK"' "$D"
+    run ckpt --nproc 3 -- sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT" > "$0/rank.$RANK"' "$D"
     [ "$status" -eq 0 ]
     port=$(cut -d' ' -f7 "$D/rank.0")
     [[ $port =~ ^[0-9]+$ ]]
@@ -52,7 +63,7 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 }
 
 @test "MASTER_ADDR and MASTER_PORT are kept from the environment; stale RANK is replaced" {
-    MASTER_ADDR=10.1.2.3 MASTER_PORT=29555 RANK=7 run "$CKPT" --nproc 2 -- sh -c 'echo "$RANK $MASTER_ADDR $MASTER_PORT" > "$0/rank.$RANK"' "$D"
+    MASTER_ADDR=10.1.2.3 MASTER_PORT=29555 RANK=7 run ckpt --nproc 2 -- sh -c 'echo "$RANK $MASTER_ADDR $MASTER_PORT" > "$0/rank.$RANK"' "$D"
     [ "$status" -eq 0 ]
     [ "$(cat "$D/rank.0")" = "0 10.1.2.3 29555" ]
     [ "$(cat "$D/rank.1")" = "1 10.1.2.3 29555" ]
@@ -61,7 +72,7 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 @test "the exit status is the rank's, and the done line comes last on stderr" {
     # command | expected status
     while IFS='|' read -r cmd want; do
-        "$CKPT" -- sh -c "$cmd" 2>"$D/err" && got=0 || got=$?
+        ckpt -- sh -c "$cmd" 2>"$D/err" && got=0 || got=$?
         [ "$got" -eq "$want" ] || { echo "'$cmd': exit $got, want $want" >&2; return 1; }
         [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=$want restarts=0" ] || { cat "$D/err" >&2; return 1; }
     done <<'EOF'
@@ -73,14 +84,15 @@ EOF
 }
 
 @test "a command that cannot be run exits 127" {
-    run -127 "$CKPT" -- "$D/no-such-program"
+    run -127 ckpt -- "$D/no-such-program"
     [[ $output == *"cannot start rank 0"*"no-such-program"* ]]
 }
 
 @test "the first failure wins and the other ranks are gone within the grace period" {
     export CKPT_KILL_GRACE=5
     t0=$(now_ms)
-    run "$CKPT" --nproc 4 -- sh -c '
+    run ckpt --nproc 4 -- sh -c '
+        exec >/dev/null 2>&1
         echo $$ > "$0/pid.$RANK.tmp" && mv "$0/pid.$RANK.tmp" "$0/pid.$RANK"
         if [ "$RANK" = 2 ]; then
             while [ $(ls "$0" | grep -c "^pid\.[0-9]*$") -lt 4 ]; do sleep 0.05; done
@@ -97,7 +109,8 @@ EOF
 @test "a rank that ignores SIGTERM is killed after CKPT_KILL_GRACE" {
     export CKPT_KILL_GRACE=1
     t0=$(now_ms)
-    run "$CKPT" --nproc 2 -- sh -c '
+    run ckpt --nproc 2 -- sh -c '
+        exec >/dev/null 2>&1
         trap "" TERM
         echo $$ > "$0/pid.$RANK"
         if [ "$RANK" = 0 ]; then
@@ -113,26 +126,38 @@ EOF
     all_gone "$D"/pid.*
 }
 
-@test "SIGTERM and SIGHUP sent to ckpt-resume reach every rank" {
-    for sig in TERM HUP; do
+@test "SIGTERM, SIGHUP and SIGINT sent to ckpt-resume reach every rank" {
+    for sig in TERM HUP INT; do
         rm -rf "$D/$sig" && mkdir "$D/$sig"
-        "$CKPT" --nproc 3 -- sh -c '
+        # timeout (as in ckpt, but run directly so that $! is its pid) passes
+        # the signal on to ckpt-resume; env undoes the SIGINT that bash ignores
+        # in background jobs.
+        env --default-signal=INT timeout -k 20 30 "$CKPT" --nproc 3 -- sh -c '
+            exec >/dev/null 2>&1
             trap "echo got > \"$0/trap.$RANK\"; exit 7" '$sig'
+            sleep 1000 & echo $! > "$0/pid.sleep.$RANK"
             echo $$ > "$0/pid.$RANK"
-            sleep 1000 & wait' "$D/$sig" 2>"$D/$sig/err" 3>&- &
+            wait' "$D/$sig" 2>"$D/$sig/err" 3>&- &
         launcher=$!
-        wait_files 3 "$D/$sig/pid.*"
+        wait_files 3 "$D/$sig/pid.[0-9]*"
+        t0=$(now_ms)
         kill -$sig $launcher
         wait $launcher && got=0 || got=$?
+        t1=$(now_ms)
+        # The background sleeps ignore SIGINT: the SIGTERM for what the ranks
+        # left, not the SIGKILL after the grace period, must end them.
+        [ $((t1 - t0)) -lt 3000 ] || { echo "SIG$sig: took $((t1 - t0)) ms" >&2; return 1; }
         [ "$got" -eq 7 ] || { echo "SIG$sig: exit $got" >&2; cat "$D/$sig/err" >&2; return 1; }
         [ "$(cat "$D/$sig"/trap.* | wc -l)" -eq 3 ]
         grep -q "got SIG$sig, passing it to the job" "$D/$sig/err"
         all_gone "$D/$sig"/pid.*
+        [ $(ls "$D/$sig"/pid.* | wc -l) -eq 6 ]
     done
 }
 
 @test "wrapping a command that forks: its children and grandchildren are killed and reaped" {
-    run "$CKPT" -- sh -c '
+    run ckpt -- sh -c '
+        exec >/dev/null 2>&1
         sleep 1000 & echo $! > "$0/pid.a"
         sh -c "sleep 1000 & echo \$! > \"$0/pid.b\"; wait" & echo $! > "$0/pid.c"
         while [ ! -e "$0/pid.b" ]; do sleep 0.05; done
@@ -144,7 +169,8 @@ EOF
 @test "processes left behind by ranks that succeeded are stopped, even outside the job's group" {
     # The setsid child writes its pid once it has left the group, so the
     # rank's exit cannot catch it still inside.
-    CKPT_KILL_GRACE=1 run "$CKPT" --nproc 2 -- sh -c '
+    CKPT_KILL_GRACE=1 run ckpt --nproc 2 -- sh -c '
+        exec >/dev/null 2>&1
         sleep 1000 & echo $! > "$0/pid.child.$RANK"
         setsid sh -c "echo \$\$ > \"$0/pid.setsid.$RANK\"; exec sleep 1000" &
         while [ ! -s "$0/pid.setsid.$RANK" ]; do sleep 0.05; done
@@ -159,7 +185,7 @@ EOF
     # arguments | expected message
     while IFS='|' read -r args want; do
         eval "set -- $args"
-        "$CKPT" "$@" >"$D/out" 2>&1 && got=0 || got=$?
+        ckpt "$@" >"$D/out" 2>&1 && got=0 || got=$?
         [ "$got" -eq 2 ] || { echo "ckpt-resume $args: exit $got" >&2; return 1; }
         grep -qF -- "$want" "$D/out" || { echo "ckpt-resume $args:" >&2; cat "$D/out" >&2; return 1; }
     done <<'EOF'
@@ -170,21 +196,22 @@ true|expected '--' before the command, got 'true'
 --nproc junk -- true|--nproc: expected an integer from 1 to 4096, got 'junk'
 --nproc=4097 -- true|--nproc: expected an integer from 1 to 4096, got '4097'
 --nproc|--nproc needs a value
---max-restarts -1 -- true|--max-restarts: expected an integer >= 0, got '-1'
---max-restarts 1.5 -- true|--max-restarts: expected an integer >= 0, got '1.5'
+--max-restarts -1 -- true|--max-restarts: expected an integer from 0 to 1000, got '-1'
+--max-restarts 1.5 -- true|--max-restarts: expected an integer from 0 to 1000, got '1.5'
+--max-restarts=1001 -- true|--max-restarts: expected an integer from 0 to 1000, got '1001'
 --frobnicate -- true|unknown option '--frobnicate'; accepted: --nproc N, --max-restarts R, --help
 EOF
-    CKPT_KILL_GRACE=soon run "$CKPT" -- true
+    CKPT_KILL_GRACE=soon run ckpt -- true
     [ "$status" -eq 2 ]
     [[ $output == *"CKPT_KILL_GRACE: expected seconds"*"got 'soon'"* ]]
 }
 
 @test "--help describes the options and exits 0" {
-    run "$CKPT" --help
+    run ckpt --help
     [ "$status" -eq 0 ]
     [[ $output == *"--nproc N"* ]]
     [[ $output == *"--max-restarts R"* ]]
     [[ $output == *"CKPT_KILL_GRACE"* ]]
-    run "$CKPT" --nproc 2 --max-restarts=3 -- true
+    run ckpt --nproc 2 --max-restarts=3 -- true
     [ "$status" -eq 0 ]
 }

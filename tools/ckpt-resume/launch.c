@@ -114,6 +114,7 @@ int job_launch(struct job *job)
     job->running = 0;
     job->pgid = 0;
     job->phase = JOB_RUNNING;
+    job->term_sent = false;
     job->out = (struct outcome){ .failed_rank = -1 };
 
     for (int i = 0; i < opt->nproc; i++) {

@@ -7,7 +7,6 @@
  * restarts=N" and the exit status is C.
  */
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,7 +29,7 @@ static const char usage_text[] =
     "options:\n"
     "  --nproc N          local ranks to start, 1 to 4096 (default 1)\n"
     "  --max-restarts R   restarts from a checkpoint allowed after a failure,\n"
-    "                     an integer >= 0 (default 0)\n"
+    "                     0 to 1000 (default 0)\n"
     "  -h, --help         this text\n"
     "\n"
     "environment:\n"
@@ -82,7 +81,7 @@ static int parse_int_option(char **argv, int argc, int *i, struct options *opt)
         const char *accepted;
     } options[] = {
         { "--nproc", &opt->nproc, 1, RESUME_MAX_NPROC, "an integer from 1 to 4096" },
-        { "--max-restarts", &opt->max_restarts, 0, INT_MAX, "an integer >= 0" },
+        { "--max-restarts", &opt->max_restarts, 0, RESUME_MAX_RESTARTS, "an integer from 0 to 1000" },
     };
     const char *arg = argv[*i];
 
@@ -158,19 +157,17 @@ static int parse_options(int argc, char **argv, struct options *opt)
 }
 
 /*
- * Whether to launch again after a run that ended with @out.  Success and a
- * requested stop are final.  A failure is final too while no checkpoint
- * exists to restart from: a clean start would only repeat the work lost.
+ * Whether to launch again after a run that ended with @out.  Success, a
+ * requested stop and running out of restarts are final.  A failure is final
+ * too while no checkpoint exists to restart from: a clean start would only
+ * repeat the work lost.
  */
 static bool decide_restart(const struct outcome *out, const struct options *opt, int restarts)
 {
     if (out->exit_code == 0 || out->stop_signal)
         return false;
-    if (restarts >= opt->max_restarts) {
-        if (opt->max_restarts > 0)
-            resume_log("giving up after %d restart%s", restarts, restarts == 1 ? "" : "s");
+    if (restarts >= opt->max_restarts)
         return false;
-    }
     resume_log("no checkpoint to restart from; the job fails with rank %d's status %d", out->failed_rank,
                out->exit_code);
     return false;

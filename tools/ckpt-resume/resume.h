@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #define RESUME_MAX_NPROC 4096
+#define RESUME_MAX_RESTARTS 1000
 
 struct options {
     int nproc;              /* local ranks to start, >= 1 */
@@ -22,12 +23,11 @@ struct options {
 
 struct rank {
     pid_t pid;              /* 0 once reaped */
-    int exit_code;          /* shell convention: status, or 128 + signal */
 };
 
 /* How one launch of the job ended. */
 struct outcome {
-    int exit_code;          /* first failure's code, or 0 when every rank succeeded */
+    int exit_code;          /* first failure's, as a shell has it (128 + N for signal N), else 0 */
     int failed_rank;        /* rank of the first failure, -1 when none */
     int stop_signal;        /* signal that asked the job to stop (forwarded), 0 if none */
 };
@@ -47,6 +47,7 @@ struct job {
     int sigfd;              /* signalfd for SIGCHLD and the forwarded signals */
     sigset_t rank_mask;     /* the signal mask ranks start with: ours before we blocked */
     enum job_phase phase;
+    bool term_sent;         /* SIGTERM has gone to the job */
     double deadline;        /* CLOCK_MONOTONIC seconds at which the phase times out */
     struct outcome out;
 };

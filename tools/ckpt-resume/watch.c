@@ -89,21 +89,23 @@ static void name_one(pid_t pid, int sig)
 /* Sends @sig to the job's process group and to every stray. */
 static void job_signal(struct job *job, int sig)
 {
+    if (sig == SIGTERM)
+        job->term_sent = true;
     if (job->pgid > 0)
         kill(-job->pgid, sig);
     for_each_stray(job, kill_one, sig);
 }
 
 /*
- * Begins stopping the job with @sig; SIGKILL follows after the grace
- * period.  Stopping a job already being stopped changes nothing.
+ * Sends @sig to the job; the first time, also starts the grace period
+ * after which SIGKILL follows.  Later calls never move that deadline.
  */
 void job_stop(struct job *job, int sig)
 {
-    if (job->phase != JOB_RUNNING)
-        return;
-    job->phase = JOB_TERMINATING;
-    job->deadline = now_s() + job->opt->kill_grace_s;
+    if (job->phase == JOB_RUNNING) {
+        job->phase = JOB_TERMINATING;
+        job->deadline = now_s() + job->opt->kill_grace_s;
+    }
     job_signal(job, sig);
 }
 
@@ -119,7 +121,7 @@ static void reaped(struct job *job, pid_t pid, int status)
         return; /* a descendant of a rank, reaped as its subreaper */
 
     int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-    job->ranks[i] = (struct rank){ .pid = 0, .exit_code = code };
+    job->ranks[i].pid = 0;
     job->running--;
     if (code == 0 || job->out.failed_rank >= 0)
         return;
@@ -130,7 +132,9 @@ static void reaped(struct job *job, pid_t pid, int status)
         resume_log("rank %d (pid %d) was killed by %s", i, (int)pid, sig_name(WTERMSIG(status)));
     else
         resume_log("rank %d (pid %d) exited with status %d", i, (int)pid, code);
-    if (job->phase == JOB_RUNNING && job->running > 0)
+    if (job->phase != JOB_RUNNING)
+        return; /* already stopping: let the others finish with the signal they got */
+    if (job->running > 0)
         resume_log("stopping the other ranks (SIGTERM, SIGKILL after %gs)", job->opt->kill_grace_s);
     job_stop(job, SIGTERM);
 }
@@ -155,10 +159,7 @@ static void forward(struct job *job, int sig)
     resume_log("got %s, passing it to the job", sig_name(sig));
     if (!job->out.stop_signal)
         job->out.stop_signal = sig;
-    if (job->phase == JOB_RUNNING)
-        job_stop(job, sig);
-    else
-        job_signal(job, sig);
+    job_stop(job, sig);
 }
 
 /* Milliseconds until the phase's deadline, for poll(); -1 while running. */
@@ -196,7 +197,12 @@ void job_watch(struct job *job)
     for (;;) {
         if (!reap(job))
             return;
-        if (job->running == 0 && job->phase == JOB_RUNNING) {
+        /*
+         * What the ranks left behind gets SIGTERM once they are gone, even
+         * when the job was stopped with another signal: a shell's
+         * background children ignore SIGINT.
+         */
+        if (job->running == 0 && !job->term_sent) {
             resume_log("the ranks have exited; stopping the processes they left");
             job_stop(job, SIGTERM);
         }
