@@ -65,7 +65,7 @@ $(B)/obj/%.o: %.c
 $(B)/lib/libckpt.so: $(call obj,$(LIBCKPT_SRC)) interpose/libckpt.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared -pthread -fvisibility=hidden -Wl,-z,defs -Wl,--version-script=interpose/libckpt.map \
+	$(Q)$(CC) $(LDFLAGS) -shared -pthread -fvisibility=hidden -Wl,-z,defs -Wl,--version-script=interpose/libckpt.map \
 	    -o $@ $(call obj,$(LIBCKPT_SRC)) -ldl -luring
 $(call obj,$(LIBCKPT_SRC)): ALL_CFLAGS += -fvisibility=hidden
 
@@ -74,9 +74,10 @@ define tool_rule
 $(B)/bin/$(1): $(call obj,$(wildcard tools/$(1)/*.c) $(RUNTIME_SRC))
 	$$(call say,LD,$$@)
 	$(Q)mkdir -p $$(@D)
-	$(Q)$$(CC) -pthread -o $$@ $$^ -ldl -luring
+	$(Q)$$(CC) $$(LDFLAGS) -pthread -o $$@ $$^ -ldl -luring $$(TOOL_LIBS)
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
+$(B)/bin/ckpt-doctor: TOOL_LIBS := -lelf
 
 # ---- the test double of the GPU stack, with the real sonames.  Calls
 # inside one library bind to its own functions (-Bsymbolic-functions), as
@@ -85,7 +86,7 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 $(B)/fake/libcuda.so.1: $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) tests/fake/driver/libcuda.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/driver/libcuda.map \
+	$(Q)$(CC) $(LDFLAGS) -shared -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/driver/libcuda.map \
 	    -o $@ $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) -lrt
 	$(Q)ln -sf libcuda.so.1 $(B)/fake/libcuda.so
 # The runtime dlopens libcuda.so.1; RUNPATH $ORIGIN finds the sibling driver
@@ -93,13 +94,13 @@ $(B)/fake/libcuda.so.1: $(call obj,$(FAKE_DRV_SRC) $(FAKE_COMMON_SRC)) tests/fak
 $(B)/fake/libcudart.so.13: $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) tests/fake/runtime/libcudart.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared -pthread -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/runtime/libcudart.map \
+	$(Q)$(CC) $(LDFLAGS) -shared -pthread -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/runtime/libcudart.map \
 	    -Wl,-rpath,'$$ORIGIN' -o $@ $(call obj,$(FAKE_RT_SRC) $(FAKE_COMMON_SRC)) -ldl
 	$(Q)ln -sf libcudart.so.13 $(B)/fake/libcudart.so
 $(B)/fake/libnccl.so.2: $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) tests/fake/nccl/libnccl.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -shared -pthread -Wl,-soname,libnccl.so.2 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/nccl/libnccl.map \
+	$(Q)$(CC) $(LDFLAGS) -shared -pthread -Wl,-soname,libnccl.so.2 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/nccl/libnccl.map \
 	    -Wl,-rpath,'$$ORIGIN' -o $@ $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) -ldl -lrt
 	$(Q)ln -sf libnccl.so.2 $(B)/fake/libnccl.so
 
@@ -108,13 +109,13 @@ $(B)/tests/fake/% $(B)/tests/progs/%: ALL_CFLAGS += $(PROG_CFLAGS)
 $(B)/tests/fake/%: $(B)/obj/tests/fake/test/%.o $(FAKE_LIBS_OUT)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -pthread -o $@ $< $(FAKE_LIBS) -ldl
+	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $< $(FAKE_LIBS) -ldl
 # --as-needed: a program that reaches CUDA only through dlopen keeps no
 # link-time dependency on it (tests/progs/shapes.c relies on that).
 $(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(FAKE_LIBS_OUT)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -pthread -o $@ $< -Wl,--as-needed $(FAKE_LIBS) -ldl
+	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $< -Wl,--as-needed $(FAKE_LIBS) -ldl
 $(B)/obj/tests/fake/test/%.o $(B)/obj/tests/progs/%.o: ALL_CFLAGS += $(PROG_CFLAGS)
 # The real NVTX v3 client, header-only, from the toolkit when there is one;
 # -idirafter so that the double's cuda.h still wins over the toolkit's.
@@ -123,13 +124,13 @@ $(B)/obj/tests/progs/nvtx_train.o: ALL_CFLAGS += $(if $(CUDA_HOME),-idirafter $(
 $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(call obj,$(RUNTIME_SRC))
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -pthread -o $@ $^ -ldl -luring
+	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $^ -ldl -luring
 
 # (build/bench/ is one level below build/, so its RUNPATH is ../fake.)
 $(B)/bench/%: $(B)/obj/bench/%.o $(FAKE_LIBS_OUT)
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) -pthread -o $@ $< $(subst ../../fake,../fake,$(FAKE_LIBS)) -ldl
+	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $< $(subst ../../fake,../fake,$(FAKE_LIBS)) -ldl
 $(B)/obj/bench/%.o: ALL_CFLAGS += $(PROG_CFLAGS)
 
 # ---- the example trainer: one CUDA C source, built against the double
@@ -155,7 +156,7 @@ $(B)/examples/mlp-train-cuda-shared: $(MLP_SRC) $(wildcard examples/common/*.h e
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
 
 # ---- set-up, tests, demo, benchmarks, install.
-.PHONY: all deps test check demo bench install clean abi-check
+.PHONY: all deps test check demo bench install clean abi-check check-sanitize fuzz
 deps:
 	$(Q)scripts/setup-deps
 
@@ -164,6 +165,36 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/run
 check: test
+
+# Every test again with AddressSanitizer and UndefinedBehaviorSanitizer, in
+# build-asan/.  libckpt.so is preloaded into sanitized programs, so the
+# runtime's link-order check is relaxed; leak checking is off (forked ranks
+# and worker threads that outlive main are expected).
+SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+check-sanitize: deps
+	$(Q)$(MAKE) --no-print-directory B=build-asan CFLAGS="-O1 -g $(SAN)" LDFLAGS="$(SAN)" all
+	$(Q)BUILD=$(CURDIR)/build-asan ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0 \
+	    UBSAN_OPTIONS=print_stacktrace=1 tests/run
+
+# Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/,
+# for FUZZ_SECONDS each, from the corpus kept in tests/fuzz/corpus/<name>/
+# (new interesting inputs are added there).  A crash stops with the input
+# saved in build-fuzz/; it then becomes a regression test.
+FUZZ_SECONDS ?= 30
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+FUZZERS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
+FUZZ_OBJS := $(patsubst %,build-fuzz/obj/runtime/%.o,image replay log)
+fuzz: deps
+	$(Q)$(MAKE) --no-print-directory B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" $(FUZZ_OBJS)
+	$(Q)for f in $(FUZZERS); do \
+	    clang $(FUZZ_FLAGS) -fsanitize=fuzzer -std=gnu11 -D_GNU_SOURCE -Iruntime -o build-fuzz/fuzz-$$f \
+	        tests/fuzz/$$f.c $(FUZZ_OBJS) -pthread \
+	        || exit 1; \
+	    mkdir -p tests/fuzz/corpus/$$f; \
+	    echo "fuzz: $$f for $(FUZZ_SECONDS) s"; \
+	    (cd build-fuzz && ./fuzz-$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        ../tests/fuzz/corpus/$$f 2>&1 | grep -E "^(stat::number_of_executed_units|==.*ERROR|SUMMARY)") || exit 1; \
+	done
 
 abi-check:
 	$(Q)tests/abi/check $(CUDA_HOME)

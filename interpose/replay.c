@@ -72,7 +72,7 @@ __attribute__((noreturn, format(printf, 1, 2))) static void refuse(const char *f
 /* Maps the slot holding iteration k, verified; refuses otherwise. */
 static void load_image(const char *dir)
 {
-    char path[PATH_MAX + 16], why[256] = "", whys[2][256] = {"", ""};
+    char path[PATH_MAX + 16], why[256] = "", whys[2][300] = {"", ""};
     for (int s = 0; s < 2; s++) {
         snprintf(path, sizeof(path), "%s/slot%d", dir, s);
         int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
