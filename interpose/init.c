@@ -80,6 +80,7 @@ static void wake(void)
     char dir[PATH_MAX + 64];
     uint64_t restore = (uint64_t)ckpt_cfg_int(CFG_RESTORE);
     if (ckpt_snapshot_open(restore == 0, dir, sizeof(dir)) == 0) {
+        ckpt_fault_init(dir);
         ckpt_history_init(dir, restore);
     } else if (restore) {
         ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: no arena", (unsigned long long)restore);

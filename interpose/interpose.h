@@ -140,4 +140,9 @@ void ckpt_history_value(uint64_t what, uint64_t *value);
 /* An iteration ended.  Returns true when a snapshot may be taken. */
 bool ckpt_history_boundary(uint64_t iter);
 
+/* ---- CKPT_FAULT (fault.c) */
+void ckpt_fault_init(const char *rank_dir);
+/* phase: 0 boundary, 1 snapshot copy, 2 restore. */
+void ckpt_fault_point(int phase, uint64_t iteration);
+
 #endif

@@ -260,6 +260,8 @@ static void restore_now(void)
         refuse("the driver lacks cuMemcpyHtoD_v2 or cuCtxSynchronize");
     ckpt_self_depth++;
     for (size_t i = 0; i < n; i++) {
+        if (i == n / 2)
+            ckpt_fault_point(2, target);
         CUresult r = real_cuMemcpyHtoD_v2(live[i].addr, image + image_hdr.data_offset + recs[i].offset,
                                           recs[i].size);
         if (r != CUDA_SUCCESS)

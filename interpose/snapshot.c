@@ -355,6 +355,7 @@ static void take(uint64_t iter, bool has_collectives)
     S.in_flight = true;
     S.held_ms_last = 0;
     pthread_cond_broadcast(&S.cond);
+    ckpt_fault_point(1, iter);
 
     if (ckpt_cfg_int(CFG_CONSISTENCY) == 1) {
         /* strict: hold the program here until the copies are done. */
@@ -377,6 +378,7 @@ static void boundary(void)
     uint64_t iter = ckpt_bd_iteration();
     ckpt_log(CKPT_DEBUG, "iteration %llu ended", (unsigned long long)iter);
     ckpt_agent_send(CKPT_MSG_BOUNDARY, iter, 0);
+    ckpt_fault_point(0, iter);
     ckpt_reg_set_iteration(iter);
     if (!ckpt_history_boundary(iter))
         return; /* replaying, or the log can no longer restore this */

@@ -91,6 +91,47 @@ static bool nvtx_name_ok(const char *name)
     return true;
 }
 
+/* "prefix<digits>": the number, with *p moved past it; -1 if absent. */
+static long long field(const char **p, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    char *end;
+    if (strncmp(*p, prefix, n) != 0 || (*p)[n] < '0' || (*p)[n] > '9')
+        return -1;
+    errno = 0;
+    unsigned long long x = strtoull(*p + n, &end, 10);
+    if (errno || x > (1ULL << 62))
+        return -1;
+    *p = end;
+    return (long long)x;
+}
+
+int ckpt_fault_parse(const char *text, struct ckpt_fault *out)
+{
+    static const char *const phases[] = {"boundary", "snapshot", "restore"};
+    const char *p = text;
+    struct ckpt_fault f = {.phase = 0};
+    long long rank = field(&p, "kill:rank="), iter = rank < 0 ? -1 : field(&p, ":iter=");
+
+    if (rank < 0 || iter <= 0)
+        return -EINVAL;
+    if (*p) {
+        if (strncmp(p, ":phase=", 7) != 0)
+            return -EINVAL;
+        f.phase = -1;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(p + 7, phases[i]) == 0)
+                f.phase = i;
+        if (f.phase < 0)
+            return -EINVAL;
+    }
+    f.rank = (unsigned long long)rank;
+    f.iteration = (unsigned long long)iter;
+    if (out)
+        *out = f;
+    return 0;
+}
+
 /* The shapes a STR variable may be restricted to (its "accepted"). */
 static bool str_ok(const char *accepted, const char *text, char *want, size_t wantlen)
 {
@@ -105,6 +146,10 @@ static bool str_ok(const char *accepted, const char *text, char *want, size_t wa
             snprintf(want, wantlen, "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)");
             return false;
         }
+    }
+    if (strcmp(accepted, "fault") == 0 && *text && ckpt_fault_parse(text, NULL) < 0) {
+        snprintf(want, wantlen, "kill:rank=R:iter=I[:phase=boundary|snapshot|restore]");
+        return false;
     }
     if (strcmp(accepted, "boundary") == 0 && strcmp(text, "auto") != 0) {
         if (strncmp(text, "nvtx:", 5) == 0) {
@@ -281,5 +326,77 @@ void ckpt_config_describe(FILE *f)
         const struct var *v = &vars[id];
         fprintf(f, "CKPT_%s (%s%s%s, default '%s')\n    %s\n", v->name, kinds[v->kind],
                 *v->accepted ? ": " : "", v->accepted, v->def, v->help);
+    }
+}
+
+/* One table cell: a '|' would end the cell, so it is escaped. */
+static void md_cell(FILE *f, const char *text)
+{
+    for (const char *p = text; *p; p++) {
+        if (*p == '|')
+            fputc('\\', f);
+        fputc(*p, f);
+    }
+}
+
+/* What a variable accepts, in words: the table's "accepted" is written
+ * for the parser. */
+static void md_accepted(FILE *f, const struct var *v)
+{
+    static const struct {
+        const char *accepted, *says;
+    } shapes[] = {
+        {"", "any text"},
+        {"path", "a non-empty path"},
+        {"name", "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)"},
+        {"boundary", "auto, every:N (N in 1..1000000) or nvtx:NAME"},
+        {"fault", "kill:rank=R:iter=I[:phase=boundary|snapshot|restore]"},
+    };
+
+    switch (v->kind) {
+    case BOOL:
+        fputs("0 or 1 (also yes/no, true/false, on/off)", f);
+        return;
+    case ENUM:
+        for (const char *p = v->accepted; *p; p++)
+            *p == '|' ? fputs(", ", f) : fputc(*p, f);
+        return;
+    case SIZE:
+        fprintf(f, "%s bytes (K, M, G, T suffixes)", v->accepted);
+        return;
+    case STR:
+        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+            if (strcmp(v->accepted, shapes[i].accepted) == 0) {
+                md_cell(f, shapes[i].says);
+                return;
+            }
+        }
+        md_cell(f, v->accepted);
+        return;
+    default:
+        md_cell(f, v->accepted);
+    }
+}
+
+void ckpt_config_describe_markdown(FILE *f)
+{
+    static const char *const kinds[] = {"bool", "integer", "choice", "seconds", "size", "string"};
+
+    fprintf(f, "| Variable | Type | Default | Accepted | Description |\n|---|---|---|---|---|\n");
+    for (int id = 0; id < CFG_COUNT; id++) {
+        const struct var *v = &vars[id];
+        fprintf(f, "| `CKPT_%s` | %s | ", v->name, kinds[v->kind]);
+        if (*v->def) {
+            fputc('`', f);
+            md_cell(f, v->def);
+            fputc('`', f);
+        } else {
+            fputs("(unset)", f);
+        }
+        fputs(" | ", f);
+        md_accepted(f, v);
+        fputs(" | ", f);
+        md_cell(f, v->help);
+        fputs(" |\n", f);
     }
 }

@@ -33,7 +33,19 @@ const char *ckpt_cfg_str(enum ckpt_cfg_id id);
  * when none is close. */
 void ckpt_config_unknown(void (*warn)(const char *name, const char *suggestion));
 
+/* CKPT_FAULT, parsed: kill rank at iteration in phase (0 boundary,
+ * 1 snapshot, 2 restore).  Returns 0 or -EINVAL; out may be NULL. */
+struct ckpt_fault {
+    unsigned long long rank, iteration;
+    int phase;
+};
+int ckpt_fault_parse(const char *text, struct ckpt_fault *out);
+
 /* Writes the table (name, default, accepted values, help) to f. */
 void ckpt_config_describe(FILE *f);
+
+/* The same table as a Markdown table (docs/configuration.md is this
+ * output, so the documentation cannot drift from config.def). */
+void ckpt_config_describe_markdown(FILE *f);
 
 #endif

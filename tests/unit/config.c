@@ -61,6 +61,14 @@ static const struct {
     {"CKPT_REPLAY_LOG_MAX", "5X", 0, "CKPT_REPLAY_LOG_MAX='5X'"},
     {"CKPT_REPLAY_LOG_MAX", "2T", 0, "CKPT_REPLAY_LOG_MAX='2T'"},
     {"CKPT_RESTORE", "12", 1, NULL},
+    {"CKPT_FAULT", "kill:rank=1:iter=7", 1, NULL},
+    {"CKPT_FAULT", "kill:rank=0:iter=3:phase=snapshot", 1, NULL},
+    {"CKPT_FAULT", "kill:rank=0:iter=3:phase=restore", 1, NULL},
+    {"CKPT_FAULT", "kill:rank=0:iter=0", 0, "kill:rank=R:iter=I[:phase=boundary|snapshot|restore]"},
+    {"CKPT_FAULT", "kill:rank=a:iter=3", 0, "CKPT_FAULT='kill:rank=a:iter=3'"},
+    {"CKPT_FAULT", "kill:rank=0:iter=3:phase=later", 0, "CKPT_FAULT="},
+    {"CKPT_FAULT", "kill:rank=0:iter=3:", 0, "CKPT_FAULT="},
+    {"CKPT_FAULT", "stop:rank=0:iter=3", 0, "CKPT_FAULT="},
     {"CKPT_RESTORE", "x", 0, "CKPT_RESTORE='x'"},
 };
 
