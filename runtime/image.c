@@ -77,7 +77,7 @@ void ckpt_image_commit(void *base, const struct ckpt_header *h, const struct ckp
     __atomic_store_n((uint64_t *)dst->magic, magic, __ATOMIC_RELEASE);
 }
 
-int ckpt_image_verify(const void *base, size_t len, struct ckpt_header *out, char *why, size_t whylen)
+int ckpt_image_verify_header(const void *base, size_t len, struct ckpt_header *out, char *why, size_t whylen)
 {
     struct ckpt_header h;
 
@@ -113,16 +113,32 @@ int ckpt_image_verify(const void *base, size_t len, struct ckpt_header *out, cha
             return -EBADMSG;
         }
     }
-    const uint64_t *sums = chunk_sums((void *)base, &h);
-    const char *data = (const char *)base + h.data_offset;
-    for (uint64_t c = 0; c < h.nchunks; c++) {
-        uint64_t n = h.data_bytes - c * h.chunk_bytes;
-        if (XXH3_64bits(data + c * h.chunk_bytes, n < h.chunk_bytes ? n : h.chunk_bytes) != sums[c]) {
+    *out = h;
+    return 0;
+}
+
+int ckpt_image_verify_chunks(const void *base, const struct ckpt_header *h, uint64_t first, uint64_t count,
+                             char *why, size_t whylen)
+{
+    const uint64_t *sums = chunk_sums((void *)base, h);
+    const char *data = (const char *)base + h->data_offset;
+    for (uint64_t c = first; c < h->nchunks && c - first < count; c++) {
+        uint64_t n = h->data_bytes - c * h->chunk_bytes;
+        if (XXH3_64bits(data + c * h->chunk_bytes, n < h->chunk_bytes ? n : h->chunk_bytes) != sums[c]) {
             snprintf(why, whylen, "chunk %llu (bytes %llu..) checksum mismatch", (unsigned long long)c,
-                     (unsigned long long)(c * h.chunk_bytes));
+                     (unsigned long long)(c * h->chunk_bytes));
             return -EBADMSG;
         }
     }
+    return 0;
+}
+
+int ckpt_image_verify(const void *base, size_t len, struct ckpt_header *out, char *why, size_t whylen)
+{
+    struct ckpt_header h;
+    int rc = ckpt_image_verify_header(base, len, &h, why, whylen);
+    if (rc < 0 || (rc = ckpt_image_verify_chunks(base, &h, 0, h.nchunks, why, whylen)) < 0)
+        return rc;
     *out = h;
     return 0;
 }

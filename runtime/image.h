@@ -29,6 +29,16 @@ void ckpt_image_commit(void *base, const struct ckpt_header *h, const struct ckp
  * -EBADMSG (-ENODATA when never committed) with why naming what is wrong. */
 int ckpt_image_verify(const void *base, size_t len, struct ckpt_header *out, char *why, size_t whylen);
 
+/* The two halves of ckpt_image_verify, for readers that check a large
+ * image piece by piece (ckpt-inspect shows progress and names every bad
+ * chunk).  The header half checks all but the data and, like
+ * ckpt_image_verify, copies the header to *out only when it verifies; the
+ * chunk half checks chunks first .. first + count - 1 of an image whose
+ * header verified, naming the first mismatch in why (-EBADMSG). */
+int ckpt_image_verify_header(const void *base, size_t len, struct ckpt_header *out, char *why, size_t whylen);
+int ckpt_image_verify_chunks(const void *base, const struct ckpt_header *h, uint64_t first, uint64_t count,
+                             char *why, size_t whylen);
+
 /* The records and chunk sums of a verified image. */
 static inline const struct ckpt_rec *ckpt_image_recs(const void *base)
 {

@@ -303,3 +303,66 @@ void ckpt_rlog_close(void)
     buflen = 0;
     pthread_mutex_unlock(&lock);
 }
+
+/* Read-only, for tools: the same walk as ckpt_rlog_open_replay, over the
+ * whole file, through a read-only descriptor that never changes the log
+ * (a live rank may be appending to it). */
+int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 16], head[FILE_HEADER];
+    struct stat st;
+    int rc = 0;
+
+    *last_iteration = 0;
+    path_of(path, sizeof(path), dir);
+    int f = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0 || fstat(f, &st) < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "no replay log %s: %s", path, strerror(errno));
+        if (f >= 0)
+            close(f);
+        return rc;
+    }
+    /* Only what was whole when we looked: a rank appends while we read. */
+    size_t len = (size_t)st.st_size, off = FILE_HEADER;
+    char *payload = NULL;
+    size_t cap = 0;
+    if (len < FILE_HEADER || pread(f, head, sizeof(head), 0) != (ssize_t)sizeof(head) ||
+        memcmp(head, FILE_MAGIC, 8) != 0) {
+        snprintf(why, whylen, "%s is not a replay log of this version", path);
+        rc = -EBADMSG;
+    }
+    while (rc == 0 && off < len) {
+        struct rec r;
+        if (len - off < sizeof(r) || pread(f, &r, sizeof(r), (off_t)off) != (ssize_t)sizeof(r) ||
+            r.len > len - off - sizeof(r)) {
+            snprintf(why, whylen, "replay log record at byte %zu is cut short by the end of the file, or its "
+                     "length is damaged (after iteration %llu)", off, (unsigned long long)*last_iteration);
+            rc = -ENODATA;
+            break;
+        }
+        if (r.len > cap) {
+            char *n = realloc(payload, r.len);
+            if (!n) {
+                rc = -ENOMEM;
+                snprintf(why, whylen, "out of memory reading %s", path);
+                break;
+            }
+            payload = n;
+            cap = r.len;
+        }
+        if (pread(f, payload, r.len, (off_t)(off + sizeof(r))) != (ssize_t)r.len ||
+            rec_sum(&r, payload) != r.sum) {
+            snprintf(why, whylen, "replay log record at byte %zu is damaged (after iteration %llu)", off,
+                     (unsigned long long)*last_iteration);
+            rc = -EBADMSG;
+            break;
+        }
+        if (r.type == CKPT_RL_ITER)
+            *last_iteration = r.a;
+        off += sizeof(r) + padded(r.len);
+    }
+    free(payload);
+    close(f);
+    return rc;
+}

@@ -53,4 +53,13 @@ int ckpt_rlog_go_live(void);
 
 void ckpt_rlog_close(void);
 
+/* Checks every record of dir's log without opening it for replay (tools;
+ * safe beside a rank that is appending).  Returns 0 with *last_iteration
+ * the last iteration the log closes; -errno (why says so) when it cannot
+ * be opened; -EBADMSG with why naming the byte offset of the first damaged
+ * record, or -ENODATA when the last record is cut short by the end of the
+ * file (a rank may be writing it: look again), *last_iteration then being
+ * the last iteration closed before it. */
+int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_t whylen);
+
 #endif

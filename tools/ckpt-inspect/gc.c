@@ -1,0 +1,194 @@
+/*
+ * `ckpt-inspect gc [--yes] [--min-age S]`: the arenas of this user's jobs
+ * that are dead, and with --yes their removal.  A job is alive while any
+ * process maps or holds open anything under its directory (or the
+ * directory itself), as /proc/<pid>/maps and /proc/<pid>/fd show; a job
+ * whose files changed in the last S seconds (default 60, longer than
+ * ckpt-resume's longest wait between a crash and the restart that reads
+ * the arena) is left alone too.  Without --yes nothing is removed; with it,
+ * only what a dead job's own directory holds, never through a symlink.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "inspect.h"
+#include "log.h"
+
+#define MIN_AGE_DEFAULT 60
+
+struct arena_job {
+    char name[CKPT_JOB_MAX + 16];
+    char dir[PATH_MAX];      /* as the user named the root */
+    char real[PATH_MAX];     /* canonical, as /proc shows paths */
+    int pid;                 /* a process using it, or 0 */
+    char comm[64];
+    uint64_t newest_ns, bytes;
+};
+
+/* nftw has no argument for its callback. */
+static struct arena_job *walking;
+
+static int measure(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)path, (void)type, (void)ftw;
+    uint64_t t = (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec;
+    if (t > walking->newest_ns)
+        walking->newest_ns = t;
+    walking->bytes += (uint64_t)st->st_blocks * 512;
+    return 0;
+}
+
+static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    if ((type == FTW_DP ? rmdir(path) : unlink(path)) < 0) {
+        ckpt_log(CKPT_ERROR, "cannot remove %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether path is dir or lies under it. */
+static bool under(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/' || path[n] == ' ');
+}
+
+/* Marks in j[] the jobs some process (not this one) maps or holds open. */
+static void scan_proc(struct arena_job *j, size_t n)
+{
+    char path[PATH_MAX + 64], target[PATH_MAX], line[PATH_MAX + 256];
+    DIR *proc = opendir("/proc");
+    if (!proc)
+        return;
+    for (struct dirent *e; (e = readdir(proc));) {
+        int pid = atoi(e->d_name);
+        if (pid <= 0 || pid == getpid())
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+        FILE *maps = fopen(path, "re");
+        while (maps && fgets(line, sizeof(line), maps)) {
+            char *file = strchr(line, '/');
+            for (size_t k = 0; file && k < n; k++)
+                if (!j[k].pid && under(file, j[k].real))
+                    j[k].pid = pid;
+        }
+        if (maps)
+            fclose(maps);
+        snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+        DIR *fds = opendir(path);
+        for (struct dirent *f; fds && (f = readdir(fds));) {
+            snprintf(path, sizeof(path), "/proc/%d/fd/%s", pid, f->d_name);
+            ssize_t len = readlink(path, target, sizeof(target) - 1);
+            if (len <= 0)
+                continue;
+            target[len] = '\0';
+            for (size_t k = 0; k < n; k++)
+                if (!j[k].pid && under(target, j[k].real))
+                    j[k].pid = pid;
+        }
+        if (fds)
+            closedir(fds);
+        for (size_t k = 0; k < n; k++) {
+            if (j[k].pid == pid && !j[k].comm[0]) {
+                snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+                FILE *c = fopen(path, "re");
+                if (c && fgets(j[k].comm, sizeof(j[k].comm), c))
+                    j[k].comm[strcspn(j[k].comm, "\n")] = '\0';
+                if (c)
+                    fclose(c);
+            }
+        }
+    }
+    closedir(proc);
+}
+
+int cmd_gc(const struct options *o, int argc, char **argv)
+{
+    struct tier tiers[MAX_TIERS];
+    struct names jobs = {0};
+    bool yes = false;
+    uint64_t min_age = MIN_AGE_DEFAULT;
+    int rc = EXIT_OK;
+
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--yes") == 0) {
+            yes = true;
+        } else if (strcmp(argv[i], "--min-age") == 0 && i + 1 < argc &&
+                   parse_u64(argv[i + 1], 0, 1u << 30, &min_age) == 0) {
+            i++;
+        } else {
+            ckpt_log(CKPT_ERROR, "usage: ckpt-inspect gc [--yes] [--min-age SECONDS]");
+            return EXIT_USAGE;
+        }
+    }
+    int nt = tiers_open(o, tiers, MAX_TIERS);
+    if (nt == 0 || tiers[0].ops != &arena_tier_ops) {
+        printf("no arena at %s\n", o->arena_root);
+        return EXIT_OK;
+    }
+    if (jobs_find(o, tiers, 1, &jobs) < 0)
+        return EXIT_ERROR;
+    struct arena_job *j = calloc(jobs.n ? jobs.n : 1, sizeof(*j));
+    if (!j) {
+        names_free(&jobs);
+        ckpt_log(CKPT_ERROR, "out of memory");
+        return EXIT_ERROR;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < jobs.n; i++) {
+        struct stat st;
+        struct arena_job *a = &j[n];
+        snprintf(a->name, sizeof(a->name), "%s", jobs.v[i]);
+        if (ckpt_arena_path(a->dir, sizeof(a->dir), o->arena_root, a->name, 0) < 0)
+            continue;
+        *strrchr(a->dir, '/') = '\0';
+        /* Only a real directory of this user's (arena.c's rule). */
+        if (lstat(a->dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || !realpath(a->dir, a->real))
+            continue;
+        walking = a;
+        nftw(a->dir, measure, 16, FTW_PHYS);
+        n++;
+    }
+    scan_proc(j, n);
+
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, dead = 0, dead_bytes = 0;
+    char size[32], age[32];
+    for (size_t i = 0; i < n; i++) {
+        struct arena_job *a = &j[i];
+        human_bytes(a->bytes, size, sizeof(size));
+        human_age(a->newest_ns, age, sizeof(age));
+        if (a->pid) {
+            printf("live   %s: %s, %s, in use by pid %d (%s)\n", a->name, a->dir, size, a->pid, a->comm);
+        } else if (now_ns < a->newest_ns + min_age * 1000000000ull) {
+            printf("recent %s: %s, %s, changed %s ago: left alone (younger than %llus)\n", a->name, a->dir, size, age,
+                   (unsigned long long)min_age);
+        } else if (!yes) {
+            printf("dead   %s: %s, %s, last changed %s ago\n", a->name, a->dir, size, age);
+            dead++;
+            dead_bytes += a->bytes;
+        } else if (nftw(a->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0) {
+            printf("removed %s: %s, %s, last changed %s ago\n", a->name, a->dir, size, age);
+        } else {
+            rc = EXIT_ERROR;
+        }
+    }
+    if (!n)
+        printf("no arenas of this user in %s\n", o->arena_root);
+    if (dead)
+        printf("%llu dead arena%s, %s: `ckpt-inspect gc --yes` removes %s\n", (unsigned long long)dead,
+               dead == 1 ? "" : "s", human_bytes(dead_bytes, size, sizeof(size)), dead == 1 ? "it" : "them");
+    free(j);
+    names_free(&jobs);
+    return rc;
+}

@@ -1,0 +1,111 @@
+/*
+ * `ckpt-inspect list`: every image of every job of this user (or of
+ * --job) in every tier available now, one line per rank and slot, each
+ * image verified in full so that the last column can be trusted.  It only
+ * shows: whatever it finds, it exits 0 unless it could not look at all
+ * (`verify` is the command whose exit status says whether data is good).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "inspect.h"
+#include "log.h"
+
+static uint64_t image_bytes(const struct image *img)
+{
+    return img->state >= IMG_HEADER_OK ? img->h.data_offset + img->h.data_bytes : img->file_bytes;
+}
+
+/* A header field: "-" when nothing was committed, "?" when the header
+ * cannot be trusted. */
+static void number(const struct image *img, uint64_t x, char *out, size_t outlen)
+{
+    if (img->state >= IMG_HEADER_OK)
+        snprintf(out, outlen, "%llu", (unsigned long long)x);
+    else
+        snprintf(out, outlen, "%s", img->state == IMG_EMPTY ? "-" : "?");
+}
+
+static const char *status(const struct image *img, char *out, size_t outlen)
+{
+    switch (img->state) {
+    case IMG_VERIFIED:
+        return "verified";
+    case IMG_EMPTY:
+        snprintf(out, outlen, "-- %s", img->why);
+        return out;
+    default:
+        snprintf(out, outlen, "NOT verified: %s", img->why);
+        return out;
+    }
+}
+
+static void print_job(const char *job, const struct catalog *cat)
+{
+    char size[32], age[32], st[320], gen[24], iter[24];
+    uint64_t newest = catalog_newest(cat);
+    int world = catalog_world(cat);
+
+    printf("job %s: %d rank%s", job, world, world == 1 ? "" : "s");
+    if (newest) {
+        for (size_t i = 0; i < cat->n; i++) {
+            if (cat->v[i].state >= IMG_HEADER_OK && cat->v[i].h.generation == newest) {
+                printf(", newest generation on every rank %llu (iteration %llu)", (unsigned long long)newest,
+                       (unsigned long long)cat->v[i].h.iteration);
+                break;
+            }
+        }
+    } else {
+        printf(", no generation held by every rank");
+    }
+    printf("\n  %-6s %5s %4s %10s %10s %10s %8s  %s\n", "tier", "rank", "slot", "generation", "iteration", "size",
+           "age", "status");
+    for (size_t i = 0; i < cat->n; i++) {
+        const struct image *img = &cat->v[i];
+        bool known = img->state >= IMG_HEADER_OK;
+        number(img, img->h.generation, gen, sizeof(gen));
+        number(img, img->h.iteration, iter, sizeof(iter));
+        printf("  %-6s %5d %4d %10s %10s %10s %8s  %s\n", img->tier->ops->name, img->rank, img->slot, gen, iter,
+               human_bytes(image_bytes(img), size, sizeof(size)),
+               human_age(known ? img->h.time_ns : img->mtime_ns, age, sizeof(age)), status(img, st, sizeof(st)));
+    }
+}
+
+int cmd_list(const struct options *o, int argc, char **argv)
+{
+    struct tier tiers[MAX_TIERS];
+    struct names jobs = {0};
+    struct progress p;
+    int rc = EXIT_OK;
+    (void)argv;
+
+    if (argc > 0) {
+        ckpt_log(CKPT_ERROR, "list takes no arguments");
+        return EXIT_USAGE;
+    }
+    int nt = tiers_open(o, tiers, MAX_TIERS);
+    if (jobs_find(o, tiers, nt, &jobs) < 0)
+        return EXIT_ERROR;
+    if (!jobs.n)
+        printf("no jobs of this user in %s\n", o->arena_root);
+    for (size_t j = 0; j < jobs.n; j++) {
+        struct catalog cat = {0};
+        if (catalog_build(tiers, nt, jobs.v[j], &cat) < 0) {
+            rc = EXIT_ERROR;
+            continue;
+        }
+        uint64_t total = 0;
+        for (size_t i = 0; i < cat.n; i++)
+            total += cat.v[i].state == IMG_HEADER_OK ? image_bytes(&cat.v[i]) : 0;
+        progress_start(&p, "verifying", total);
+        for (size_t i = 0; i < cat.n; i++)
+            if (cat.v[i].state == IMG_HEADER_OK)
+                image_check(&cat.v[i], true, &p, NULL);
+        progress_end(&p);
+        print_job(jobs.v[j], &cat);
+        catalog_free(&cat);
+    }
+    names_free(&jobs);
+    return rc;
+}

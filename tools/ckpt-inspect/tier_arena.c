@@ -1,0 +1,167 @@
+/*
+ * The arena tier: the host-memory arenas libckpt writes under
+ * CKPT_ARENA_DIR/<uid>-<job>/rank<N>/{slot0,slot1,replay.log} (arena.h).
+ * Only this user's directories are looked at, and only real directories
+ * and files in them (never a symlink: /dev/shm is shared by every user).
+ * Images are mapped read-only and shared, so reading costs no copy; it
+ * must never open anything for writing.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "inspect.h"
+#include "replay.h"
+
+/* root/<uid>-<job>, as ckpt_arena_path names it without the rank. */
+static int job_dir(const struct tier *t, const char *job, char *out, size_t outlen)
+{
+    int rc = ckpt_arena_path(out, outlen, t->root, job, 0);
+    if (rc == 0)
+        *strrchr(out, '/') = '\0';
+    return rc;
+}
+
+/* A directory of this user's that is not a symlink. */
+static bool own_dir(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid();
+}
+
+static int arena_jobs(const struct tier *t, struct names *out, char *why, size_t whylen)
+{
+    char prefix[32], path[PATH_MAX + 300];
+    DIR *d = opendir(t->root);
+
+    if (!d) {
+        int e = errno;
+        snprintf(why, whylen, "cannot read %s: %s", t->root, strerror(e));
+        return -e;
+    }
+    int n = snprintf(prefix, sizeof(prefix), "%u-", (unsigned)geteuid());
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, (size_t)n) != 0 || !e->d_name[n])
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", t->root, e->d_name);
+        if (own_dir(path))
+            names_add(out, e->d_name + n);
+    }
+    closedir(d);
+    return 0;
+}
+
+/* "rank<N>" with N written as ckpt_arena_path writes it. */
+static bool rank_of(const char *name, int *rank)
+{
+    char *end;
+    if (strncmp(name, "rank", 4) != 0 || name[4] < '0' || name[4] > '9' || (name[4] == '0' && name[5]))
+        return false;
+    long r = strtol(name + 4, &end, 10);
+    if (*end || r > 1 << 24)
+        return false;
+    *rank = (int)r;
+    return true;
+}
+
+static int arena_images(const struct tier *t, const char *job, struct catalog *cat, char *why, size_t whylen)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 300];
+    int rank;
+
+    if (job_dir(t, job, dir, sizeof(dir)) < 0) {
+        snprintf(why, whylen, "the arena path of job '%s' is too long", job);
+        return -ENAMETOOLONG;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        int e = errno;
+        snprintf(why, whylen, "cannot read %s: %s", dir, strerror(e));
+        return -e;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (!rank_of(e->d_name, &rank) || !own_dir(path))
+            continue;
+        for (int s = 0; s < 2; s++) {
+            struct stat st;
+            snprintf(path, sizeof(path), "%s/%s/slot%d", dir, e->d_name, s);
+            if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || strlen(path) >= sizeof(((struct image *)0)->where))
+                continue;
+            struct image *img = catalog_add(cat);
+            img->tier = t;
+            snprintf(img->job, sizeof(img->job), "%s", job);
+            img->rank = rank;
+            img->slot = s;
+            memcpy(img->where, path, strlen(path) + 1);
+            img->file_bytes = (uint64_t)st.st_size;
+            img->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+        }
+    }
+    closedir(d);
+    return 0;
+}
+
+static int arena_map(const struct tier *t, const struct image *img, struct view *v, char *why, size_t whylen)
+{
+    struct stat st;
+    (void)t;
+
+    *v = (struct view){0};
+    int fd = open(img->where, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int e = errno;
+        snprintf(why, whylen, "cannot open %s: %s", img->where, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
+    if (st.st_size > 0) {
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            int e = errno;
+            snprintf(why, whylen, "cannot map %s: %s", img->where, strerror(e));
+            close(fd);
+            return -e;
+        }
+        v->base = m;
+        v->len = (size_t)st.st_size;
+    }
+    close(fd);
+    return 0;
+}
+
+static void arena_unmap(const struct tier *t, struct view *v)
+{
+    (void)t;
+    if (v->base)
+        munmap((void *)v->base, v->len);
+    *v = (struct view){0};
+}
+
+static int arena_rlog_verify(const struct tier *t, const char *job, int rank, uint64_t *last_iteration, char *why,
+                             size_t whylen)
+{
+    char dir[PATH_MAX];
+    if (ckpt_arena_path(dir, sizeof(dir), t->root, job, rank) < 0) {
+        snprintf(why, whylen, "the arena path of job '%s' is too long", job);
+        return -ENAMETOOLONG;
+    }
+    return ckpt_rlog_verify(dir, last_iteration, why, whylen);
+}
+
+const struct tier_ops arena_tier_ops = {
+    .name = "arena",
+    .jobs = arena_jobs,
+    .images = arena_images,
+    .map = arena_map,
+    .unmap = arena_unmap,
+    .rlog_verify = arena_rlog_verify,
+};
