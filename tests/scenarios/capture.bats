@@ -18,13 +18,15 @@ teardown() {
 }
 
 # Runs the trainer with n ranks, with or without libckpt; prints its stdout.
+# ckpt-resume always preloads libckpt.so: without it means CKPT_DISABLE=1,
+# every call passed straight through.
 train() { # n preload(0/1) args...
     local n=$1 preload=$2
     shift 2
     if [ "$preload" = 1 ]; then
         LD_PRELOAD=$LIB "$RESUME" --nproc "$n" -- "$TRAIN" "$@"
     else
-        "$RESUME" --nproc "$n" -- "$TRAIN" "$@"
+        CKPT_DISABLE=1 "$RESUME" --nproc "$n" -- "$TRAIN" "$@"
     fi
 }
 

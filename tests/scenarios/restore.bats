@@ -11,7 +11,9 @@ setup() {
     TRAIN=$BUILD/examples/mlp-train
     RESUME=$BUILD/bin/ckpt-resume
     ARENA=$(mktemp -d /tmp/ckpt-bats-XXXXXX)
-    export CKPT_ARENA_DIR=$ARENA CKPT_JOB=restore
+    # ckpt-resume removes the arena of a job that succeeded; these tests
+    # restore from it by hand afterwards.
+    export CKPT_ARENA_DIR=$ARENA CKPT_JOB=restore CKPT_KEEP_ARENA=1
     ARGS="--iters 24 --hidden 64 --layers 3"
 }
 

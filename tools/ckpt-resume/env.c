@@ -2,18 +2,23 @@
  * The environment each rank starts with: ckpt-resume's own, plus the
  * variables torchrun sets for a single node (RANK, LOCAL_RANK, WORLD_SIZE,
  * LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so programs
- * written for torchrun run unchanged.  The environment is built in the
- * parent, before any fork, so a child never allocates; ckpt-resume's own
- * environment is never modified.
+ * written for torchrun run unchanged, and the job's (LD_PRELOAD with
+ * libckpt.so first, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_RESTORE).  The
+ * environment is built in the parent, before any fork, so a child never
+ * allocates; ckpt-resume's own environment is never modified.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "log.h"
 
 #include "resume.h"
 
@@ -25,11 +30,19 @@ static const char *const rank_vars[] = {
 };
 #define N_RANK_VARS (sizeof(rank_vars) / sizeof(rank_vars[0]))
 
-static bool is_rank_var(const char *entry)
+/*
+ * The job's variables, the same for every rank: inherited values are
+ * dropped even when this launch sets no value of its own (a restart from
+ * the beginning must not pass on the user's CKPT_RESTORE).
+ */
+static const char *const job_vars[] = { "LD_PRELOAD", "CKPT_JOB", "CKPT_AGENT_SOCKET", "CKPT_RESTORE" };
+#define N_JOB_VARS (sizeof(job_vars) / sizeof(job_vars[0]))
+
+static bool named(const char *entry, const char *const *names, size_t count)
 {
-    for (size_t i = 0; i < N_RANK_VARS; i++) {
-        size_t n = strlen(rank_vars[i]);
-        if (strncmp(entry, rank_vars[i], n) == 0 && entry[n] == '=')
+    for (size_t i = 0; i < count; i++) {
+        size_t n = strlen(names[i]);
+        if (strncmp(entry, names[i], n) == 0 && entry[n] == '=')
             return true;
     }
     return false;
@@ -90,22 +103,28 @@ int job_master(char **addr, char **port)
 
 /*
  * Builds the environment of one rank in @out: every inherited variable
- * except those in rank_vars, then ours.  The caller releases it with
- * rank_env_free().
+ * except those in rank_vars and job_vars, then the job's @vars
+ * ("NAME=value", NULL-terminated; the caller keeps them), then the rank's.
+ * The caller releases it with rank_env_free().
  */
-int rank_env(char ***out, int rank, int nproc, const char *master_addr, const char *master_port)
+int rank_env(char ***out, int rank, int nproc, const char *master_addr, const char *master_port,
+             char *const *vars)
 {
-    size_t n = 0;
+    size_t n = 0, nvars = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + N_RANK_VARS + 1, sizeof(*env));
+    while (vars[nvars])
+        nvars++;
+    char **env = calloc(n + nvars + N_RANK_VARS + 1, sizeof(*env));
     if (!env)
         return -ENOMEM;
 
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (!is_rank_var(environ[i]))
+        if (!named(environ[i], rank_vars, N_RANK_VARS) && !named(environ[i], job_vars, N_JOB_VARS))
             env[k++] = environ[i];
+    for (size_t i = 0; i < nvars; i++)
+        env[k++] = vars[i];
     size_t ours = k;
 
     /* One per rank_vars entry, in the same order. */
@@ -140,4 +159,85 @@ void rank_env_free(char **env)
     for (size_t i = n - N_RANK_VARS; i < n; i++)
         free(env[i]);
     free(env);
+}
+
+/*
+ * Whether the LD_PRELOAD entry @e (@len bytes) is a libckpt.so: the file
+ * @ours itself, or another one by name, which must not be loaded beside
+ * ours (two interposers would hook every call twice).
+ */
+static bool is_libckpt(const char *e, size_t len, const struct stat *ours)
+{
+    char path[PATH_MAX];
+    struct stat st;
+
+    if (len == 0 || len >= sizeof(path))
+        return false;
+    memcpy(path, e, len);
+    path[len] = '\0';
+    if (stat(path, &st) == 0 && st.st_dev == ours->st_dev && st.st_ino == ours->st_ino)
+        return true;
+    const char *base = strrchr(path, '/');
+    if (strcmp(base ? base + 1 : path, "libckpt.so") != 0)
+        return false;
+    ckpt_log(CKPT_WARN, "LD_PRELOAD names another libckpt.so (%s): the ranks get only the one chosen here", path);
+    return true;
+}
+
+/*
+ * The LD_PRELOAD of the ranks in *@out (the caller frees it): the
+ * libckpt.so @lib (CKPT_LIB) or, when @lib is NULL or empty, the one
+ * installed beside this program (<dir of /proc/self/exe>/../lib), then
+ * whatever our own LD_PRELOAD names except a libckpt.so.  A library that
+ * cannot be read is an error that names its path.
+ */
+int preload_value(char **out, const char *lib)
+{
+    char exe[PATH_MAX], want[PATH_MAX + 32], real[PATH_MAX];
+    struct stat st;
+
+    if (lib && *lib) {
+        snprintf(want, sizeof(want), "%s", lib);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n < 0) {
+            int e = errno;
+            ckpt_log(CKPT_ERROR, "cannot find where ckpt-resume is installed (/proc/self/exe: %s); set CKPT_LIB",
+                     strerror(e));
+            return -e;
+        }
+        exe[n] = '\0';
+        *strrchr(exe, '/') = '\0';
+        snprintf(want, sizeof(want), "%s/../lib/libckpt.so", exe);
+    }
+    int e = 0;
+    if (!realpath(want, real) || stat(real, &st) < 0 || access(real, R_OK) < 0)
+        e = errno;
+    else if (!S_ISREG(st.st_mode))
+        e = EISDIR;
+    if (e) {
+        ckpt_log(CKPT_ERROR, "cannot preload %s into the ranks: %s (CKPT_LIB names the libckpt.so to use)", want,
+                 e == EISDIR ? "not a regular file" : strerror(e));
+        return -e;
+    }
+
+    const char *old = getenv("LD_PRELOAD");
+    size_t cap = strlen(real) + (old ? strlen(old) : 0) + 2, k = strlen(real);
+    char *v = malloc(cap);
+    if (!v)
+        return -ENOMEM;
+    memcpy(v, real, k + 1);
+    /* ld.so separates entries with colons or spaces. */
+    for (const char *p = old; p && *p;) {
+        size_t len = strcspn(p, ": ");
+        if (len && !is_libckpt(p, len, &st)) {
+            v[k++] = ':';
+            memcpy(v + k, p, len);
+            v[k += len] = '\0';
+        }
+        p += len;
+        p += *p != '\0';
+    }
+    *out = v;
+    return 0;
 }

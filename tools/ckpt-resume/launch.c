@@ -6,22 +6,38 @@
  * job's child subreaper: orphans of the job come back to it to be reaped,
  * never to init.  A rank is started with posix_spawn, which reports a
  * failed exec as an error here, and never runs our code after the fork.
+ * Every launch of a job gets the same LD_PRELOAD, CKPT_JOB and agent
+ * socket; only CKPT_RESTORE differs from one launch to the next.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "resume.h"
+
+/* Sets *@slot to "@name=@value"; on failure to NULL (asprintf leaves it undefined). */
+static int set_var(char **slot, const char *name, const char *value)
+{
+    free(*slot);
+    if (asprintf(slot, "%s=%s", name, value) < 0) {
+        *slot = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
 
 /*
  * Prepares @job to launch @opt->cmd: picks the master address and port,
- * blocks SIGCHLD and the signals we forward (they arrive on job->sigfd
- * instead) and makes us the subreaper.  The caller keeps @opt alive and
- * calls job_close() whatever this returns.
+ * opens the agent channel, blocks SIGCHLD and the signals we forward (they
+ * arrive on job->sigfd instead) and makes us the subreaper.  The caller
+ * keeps @opt alive and calls job_close() whatever this returns.
  */
 int job_open(struct job *job, const struct options *opt)
 {
@@ -30,11 +46,19 @@ int job_open(struct job *job, const struct options *opt)
     memset(job, 0, sizeof(*job));
     job->opt = opt;
     job->sigfd = -1;
+    job->chan.fd = -1;
     job->ranks = calloc(opt->nproc, sizeof(*job->ranks));
     if (!job->ranks)
         return -ENOMEM;
     int rc = job_master(&job->master_addr, &job->master_port);
     if (rc < 0)
+        return rc;
+    rc = channel_open(&job->chan);
+    if (rc < 0)
+        return rc;
+    if ((rc = set_var(&job->vars[0], "LD_PRELOAD", opt->preload)) < 0 ||
+        (rc = set_var(&job->vars[1], "CKPT_JOB", opt->job_name)) < 0 ||
+        (rc = set_var(&job->vars[2], "CKPT_AGENT_SOCKET", job->chan.path)) < 0)
         return rc;
 
     sigemptyset(&set);
@@ -56,11 +80,15 @@ void job_close(struct job *job)
 {
     if (job->sigfd >= 0)
         close(job->sigfd);
+    channel_close(&job->chan);
+    for (size_t i = 0; i < sizeof(job->vars) / sizeof(job->vars[0]); i++)
+        free(job->vars[i]);
     free(job->ranks);
     free(job->master_addr);
     free(job->master_port);
     memset(job, 0, sizeof(*job));
     job->sigfd = -1;
+    job->chan.fd = -1;
 }
 
 /* Shell convention for a command that could not be run: 127 not found, 126 not runnable. */
@@ -79,7 +107,7 @@ static int spawn_rank(struct job *job, int i)
     char **env;
     pid_t pid;
 
-    int rc = rank_env(&env, i, job->opt->nproc, job->master_addr, job->master_port);
+    int rc = rank_env(&env, i, job->opt->nproc, job->master_addr, job->master_port, job->vars);
     if (rc < 0)
         return rc;
     rc = posix_spawnattr_init(&attr);
@@ -102,11 +130,12 @@ static int spawn_rank(struct job *job, int i)
 }
 
 /*
- * Starts every rank.  If one cannot be started, the outcome records it
- * (with the shell's 126/127) and the ranks already running are being
- * stopped when this returns: job_watch() still has to reap them.
+ * Starts every rank, with CKPT_RESTORE=@restore (none when 0).  If one
+ * cannot be started, the outcome records it (with the shell's 126/127) and
+ * the ranks already running are being stopped when this returns:
+ * job_watch() still has to reap them.
  */
-int job_launch(struct job *job)
+int job_launch(struct job *job, uint64_t restore)
 {
     const struct options *opt = job->opt;
 
@@ -115,12 +144,26 @@ int job_launch(struct job *job)
     job->pgid = 0;
     job->phase = JOB_RUNNING;
     job->term_sent = false;
-    job->out = (struct outcome){ .failed_rank = -1 };
+    job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1 };
+    job->restore = restore;
+    free(job->vars[3]);
+    job->vars[3] = NULL;
+    if (restore) {
+        char value[24];
+        snprintf(value, sizeof(value), "%" PRIu64, restore);
+        if (set_var(&job->vars[3], "CKPT_RESTORE", value) < 0) {
+            ckpt_log(CKPT_ERROR, "cannot start the job: %s", strerror(ENOMEM));
+            job->out.exit_code = 1;
+            job->out.failed_rank = 0;
+            return -ENOMEM;
+        }
+    }
+    channel_reset(&job->chan);
 
     for (int i = 0; i < opt->nproc; i++) {
         int rc = spawn_rank(job, i);
         if (rc < 0) {
-            resume_log("cannot start rank %d: %s: %s", i, opt->cmd[0], strerror(-rc));
+            ckpt_log(CKPT_ERROR, "cannot start rank %d: %s: %s", i, opt->cmd[0], strerror(-rc));
             job->out.exit_code = exec_failure_code(-rc);
             job->out.failed_rank = i;
             if (job->running > 0)
@@ -128,7 +171,7 @@ int job_launch(struct job *job)
             return rc;
         }
     }
-    resume_log("started %d rank%s of %s (process group %d, master %s:%s)", opt->nproc,
-               opt->nproc == 1 ? "" : "s", opt->cmd[0], (int)job->pgid, job->master_addr, job->master_port);
+    ckpt_log(CKPT_INFO, "started %d rank%s of %s (process group %d, master %s:%s)", opt->nproc,
+             opt->nproc == 1 ? "" : "s", opt->cmd[0], (int)job->pgid, job->master_addr, job->master_port);
     return 0;
 }

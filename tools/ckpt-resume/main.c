@@ -1,18 +1,22 @@
 /*
- * ckpt-resume's entry: the command line and the life of a job, which is a
- * loop of launch, watch and decide.  Usage errors are found here, before
- * anything starts, and end with exit status 2 and a message that names
- * the option and what it accepts.  Whatever happens once the job has been
- * launched, the last line on stderr is "ckpt-resume: done exit=C
- * restarts=N" and the exit status is C.
+ * ckpt-resume's entry: the command line, the configuration (the CKPT_*
+ * table of runtime/config.def, read once, never parsed a second way), the
+ * job's name and libckpt.so, then the job.  Usage and configuration errors
+ * are found here, before any rank starts, and end with exit status 2 and
+ * one message that names the option or variable and what it accepts.
+ * Whatever happens once the job has been launched, the last line on
+ * stderr is "ckpt-resume: done exit=C restarts=N" and the exit status is C.
  */
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "config.h"
+#include "log.h"
 #include "resume.h"
 
 #define USAGE_ERROR 2
@@ -20,26 +24,40 @@
 static const char usage_text[] =
     "usage: ckpt-resume [--nproc N] [--max-restarts R] -- CMD [ARGS...]\n"
     "\n"
-    "Runs CMD as a training job on this node and stops all of it when one part\n"
-    "fails.  It starts N local ranks of CMD, each with RANK, LOCAL_RANK,\n"
-    "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and MASTER_PORT set as\n"
-    "torchrun sets them, or, with one rank, wraps a launcher that starts its own\n"
-    "processes (ckpt-resume -- torchrun --nproc-per-node 8 train.py).\n"
+    "Runs CMD as a training job on this node with libckpt.so preloaded, stops\n"
+    "all of it when one part fails or hangs, and restarts it from the newest\n"
+    "iteration every rank holds a verified snapshot of.  It starts N local ranks\n"
+    "of CMD, each with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
+    "MASTER_ADDR and MASTER_PORT set as torchrun sets them, or, without --nproc,\n"
+    "wraps a launcher that starts its own processes\n"
+    "(ckpt-resume -- torchrun --nproc-per-node 8 train.py).\n"
     "\n"
     "options:\n"
-    "  --nproc N          local ranks to start, 1 to 4096 (default 1)\n"
-    "  --max-restarts R   restarts from a checkpoint allowed after a failure,\n"
-    "                     0 to 1000 (default 0)\n"
+    "  --nproc N          local ranks to start, 1 to 4096 (default: CMD is one\n"
+    "                     process, maybe a launcher of the ranks)\n"
+    "  --max-restarts R   restarts after a failure before giving up, 0 to 1000\n"
+    "                     (default CKPT_MAX_RESTARTS, 3)\n"
     "  -h, --help         this text\n"
+    "  --help-env         every CKPT_* variable, its default and what it accepts\n"
     "\n"
-    "environment:\n"
+    "environment (see --help-env):\n"
     "  CKPT_KILL_GRACE    seconds between SIGTERM and SIGKILL when the job is\n"
     "                     stopped (default 5)\n"
+    "  CKPT_HANG_TIMEOUT  seconds without an iteration boundary before a rank\n"
+    "                     is taken as hung (default 1800; 0: never)\n"
+    "  CKPT_RESTART_BACKOFF  seconds before the first restart, doubled for\n"
+    "                     each further one, at most 30 (default 1)\n"
+    "  CKPT_LIB           the libckpt.so to preload (default ../lib/libckpt.so\n"
+    "                     beside ckpt-resume)\n"
+    "  CKPT_JOB           the job's name (default: a new one per invocation)\n"
     "  MASTER_ADDR        kept when set, else 127.0.0.1\n"
     "  MASTER_PORT        kept when set, else a free TCP port\n"
     "\n"
     "SIGINT, SIGTERM and SIGHUP are passed to the whole job.  The exit status is\n"
-    "the first failing rank's (128+N for a rank killed by signal N), else 0.\n";
+    "the last launch's first failing rank's (128+N for a rank killed by signal N,\n"
+    "124 for a hang), else 0.\n";
+
+static const char usage_line[] = "usage: ckpt-resume [--nproc N] [--max-restarts R] -- CMD [ARGS...]  (see --help)\n";
 
 /* Reports a usage error (one line, then the usage line); returns -EINVAL. */
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
@@ -50,8 +68,8 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    resume_log("%s", msg);
-    fprintf(stderr, "usage: ckpt-resume [--nproc N] [--max-restarts R] -- CMD [ARGS...]  (see --help)\n");
+    ckpt_log(CKPT_ERROR, "%s", msg);
+    fputs(usage_line, stderr);
     return -EINVAL;
 }
 
@@ -68,11 +86,12 @@ static int parse_int(const char *s, long min, long max, int *out)
 }
 
 /*
- * Parses argv[*i] if it is an option that takes an integer, as "--name=V" or "--name V"
- * (then *i moves past V).  Returns 1 when it was one, 0 when it is no
- * integer option, -EINVAL after reporting a missing or bad value.
+ * Parses argv[*i] if it is an option that takes an integer, as "--name=V"
+ * or "--name V" (then *i moves past V).  Returns 1 when it was one (*@given
+ * is then set), 0 when it is no integer option, -EINVAL after reporting a
+ * missing or bad value.
  */
-static int parse_int_option(char **argv, int argc, int *i, struct options *opt)
+static int parse_int_option(char **argv, int argc, int *i, struct options *opt, bool given[2])
 {
     const struct {
         const char *name;
@@ -100,36 +119,22 @@ static int parse_int_option(char **argv, int argc, int *i, struct options *opt)
             return usage_error("%s needs a value: %s", o->name, o->accepted);
         if (parse_int(v, o->min, o->max, o->value) < 0)
             return usage_error("%s: expected %s, got '%s'", o->name, o->accepted, v);
+        given[k] = true;
         return 1;
     }
     return 0;
 }
 
-/* CKPT_KILL_GRACE: seconds, a number >= 0 (fractions allowed); 5 when unset. */
-static int parse_grace(double *out)
-{
-    const char *s = getenv("CKPT_KILL_GRACE");
-    char *end;
-
-    *out = 5.0;
-    if (!s || !*s)
-        return 0;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < 0 || v > 3600)
-        return usage_error("CKPT_KILL_GRACE: expected seconds, a number from 0 to 3600, got '%s'", s);
-    *out = v;
-    return 0;
-}
-
 /*
- * Fills @opt from the command line.  Returns 1 when --help was asked for
- * (the text is printed), 0 to go on, -EINVAL after reporting a usage error.
+ * Fills @opt's command-line part.  Returns 1 when --help or --help-env
+ * was asked for (the text is printed), 0 to go on, -EINVAL after reporting
+ * a usage error.  *@restarts_given says whether --max-restarts was.
  */
-static int parse_options(int argc, char **argv, struct options *opt)
+static int parse_options(int argc, char **argv, struct options *opt, bool *restarts_given)
 {
-    *opt = (struct options){ .nproc = 1, .max_restarts = 0 };
+    bool given[2] = { false, false };
 
+    *opt = (struct options){ .nproc = 1 };
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
 
@@ -137,68 +142,101 @@ static int parse_options(int argc, char **argv, struct options *opt)
             if (i + 1 >= argc)
                 return usage_error("no command after '--'");
             opt->cmd = argv + i + 1;
-            return parse_grace(&opt->kill_grace_s);
+            opt->wrap = !given[0];
+            *restarts_given = given[1];
+            return 0;
         }
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             fputs(usage_text, stdout);
             return 1;
         }
-        int rc = parse_int_option(argv, argc, &i, opt);
+        if (strcmp(arg, "--help-env") == 0) {
+            ckpt_config_describe(stdout);
+            return 1;
+        }
+        int rc = parse_int_option(argv, argc, &i, opt, given);
         if (rc < 0)
             return rc;
         if (rc > 0)
             continue;
         if (arg[0] == '-')
-            return usage_error("unknown option '%s'; accepted: --nproc N, --max-restarts R, --help, "
+            return usage_error("unknown option '%s'; accepted: --nproc N, --max-restarts R, --help, --help-env, "
                                "then -- CMD", arg);
         return usage_error("expected '--' before the command, got '%s'", arg);
     }
     return usage_error("missing '-- CMD': the command to run comes after '--'");
 }
 
-/*
- * Whether to launch again after a run that ended with @out.  Success, a
- * requested stop and running out of restarts are final.  A failure is final
- * too while no checkpoint exists to restart from: a clean start would only
- * repeat the work lost.
- */
-static bool decide_restart(const struct outcome *out, const struct options *opt, int restarts)
+static void warn_unknown(const char *name, const char *suggestion)
 {
-    if (out->exit_code == 0 || out->stop_signal)
-        return false;
-    if (restarts >= opt->max_restarts)
-        return false;
-    resume_log("no checkpoint to restart from; the job fails with rank %d's status %d", out->failed_rank,
-               out->exit_code);
-    return false;
+    if (suggestion)
+        ckpt_log(CKPT_WARN, "%s is not a libckpt variable; did you mean %s?", name, suggestion);
+    else
+        ckpt_log(CKPT_WARN, "%s is not a libckpt variable (ckpt-resume --help-env lists them)", name);
+}
+
+/*
+ * Fills the rest of @opt from the CKPT_* table, which must be loaded.
+ * The job keeps the user's CKPT_JOB, else gets a name of its own, the same
+ * for every launch of this invocation.  Returns 0, or -errno after saying
+ * what is wrong.
+ */
+static int configure(struct options *opt, bool restarts_given)
+{
+    if (!restarts_given)
+        opt->max_restarts = (int)ckpt_cfg_int(CFG_MAX_RESTARTS);
+    opt->kill_grace_s = ckpt_cfg_seconds(CFG_KILL_GRACE);
+    opt->hang_timeout_s = ckpt_cfg_seconds(CFG_HANG_TIMEOUT);
+    opt->backoff_s = ckpt_cfg_seconds(CFG_RESTART_BACKOFF);
+    opt->keep_arena = ckpt_cfg_int(CFG_KEEP_ARENA);
+    opt->first_restore = (uint64_t)ckpt_cfg_int(CFG_RESTORE);
+    opt->arena_root = ckpt_cfg_str(CFG_ARENA_DIR);
+    if (getenv("CKPT_JOB"))
+        snprintf(opt->job_name, sizeof(opt->job_name), "%s", ckpt_cfg_str(CFG_JOB));
+    else
+        snprintf(opt->job_name, sizeof(opt->job_name), "j%d-%lld", (int)getpid(), (long long)time(NULL));
+    return preload_value(&opt->preload, ckpt_cfg_str(CFG_LIB));
 }
 
 int main(int argc, char **argv)
 {
     struct options opt;
     struct job job;
+    char err[512];
+    bool restarts_given = false;
     int restarts = 0;
 
-    int rc = parse_options(argc, argv, &opt);
+    ckpt_log_init("ckpt-resume", CKPT_INFO);
+    int rc = parse_options(argc, argv, &opt, &restarts_given);
     if (rc != 0)
         return rc > 0 ? 0 : USAGE_ERROR;
+    if (ckpt_config_load(err, sizeof(err)) < 0) {
+        ckpt_log(CKPT_ERROR, "%s", err);
+        return USAGE_ERROR;
+    }
+    ckpt_log_init("ckpt-resume", (int)ckpt_cfg_int(CFG_LOG));
+    ckpt_config_unknown(warn_unknown);
+    if (configure(&opt, restarts_given) < 0)
+        return USAGE_ERROR;
+    /*
+     * A fresh start makes whatever an earlier run of this job left in the
+     * arena useless, and stale slots could be taken for this run's when a
+     * rank fails before it has written its own.
+     */
+    if (!opt.first_restore && arena_remove(&opt) > 0)
+        ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", opt.job_name);
 
     rc = job_open(&job, &opt);
     if (rc < 0) {
-        resume_log("cannot prepare the job: %s", strerror(-rc));
+        ckpt_log(CKPT_ERROR, "cannot prepare the job: %s", strerror(-rc));
         job_close(&job);
-        resume_log("done exit=1 restarts=0");
+        free(opt.preload);
+        ckpt_log(CKPT_INFO, "done exit=1 restarts=0");
         return 1;
     }
-    for (;;) {
-        job_launch(&job);
-        job_watch(&job);
-        if (!decide_restart(&job.out, &opt, restarts))
-            break;
-        restarts++;
-    }
-    int code = job.out.exit_code;
+    int code = job_run(&job, &restarts);
     job_close(&job);
-    resume_log("done exit=%d restarts=%d", code, restarts);
+    free(opt.preload);
+    ckpt_log(CKPT_INFO, "done exit=%d restarts=%d", code, restarts);
     return code;
 }

@@ -1,7 +1,8 @@
 /*
- * What the files of ckpt-resume share: the options it was started with, a
- * job (the ranks of one launch and how they ended), and the one logging
- * call.  Every function here returns 0 or -errno unless its comment says
+ * What the files of ckpt-resume share: the settings it runs with (command
+ * line and CKPT_* table), a job (the ranks of one launch and how they
+ * ended), the agent channel the ranks report on, and the job's arena on
+ * disk.  Every function here returns 0 or -errno unless its comment says
  * otherwise.  Declarations only: no definitions, no static tables.
  */
 #ifndef CKPT_RESUME_H
@@ -9,16 +10,55 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+#include "format.h"
 
 #define RESUME_MAX_NPROC 4096
 #define RESUME_MAX_RESTARTS 1000
+#define RESUME_MAX_BACKOFF_S 30.0
+/* Ranks a wrapped launcher may report as (RANK values); reports past it are ignored. */
+#define RESUME_MAX_RANKS 65536
+/* The exit status of a job that ckpt-resume stopped because it hung, as timeout(1) has it. */
+#define RESUME_EXIT_HUNG 124
+/* A rank's exit status when it refused a restore (interpose/interpose.h: CKPT_EXIT_RESTORE). */
+#define RESUME_EXIT_REFUSED 75
 
 struct options {
     int nproc;              /* local ranks to start, >= 1 */
-    int max_restarts;       /* restarts allowed before giving up, >= 0 */
-    double kill_grace_s;    /* SIGTERM -> SIGKILL delay, from CKPT_KILL_GRACE */
+    bool wrap;              /* no --nproc: CMD is one process, maybe a launcher of the ranks */
+    int max_restarts;       /* restarts allowed before giving up: --max-restarts, else CKPT_MAX_RESTARTS */
+    double kill_grace_s;    /* SIGTERM -> SIGKILL delay, CKPT_KILL_GRACE */
+    double hang_timeout_s;  /* CKPT_HANG_TIMEOUT; 0: no hang detection */
+    double backoff_s;       /* CKPT_RESTART_BACKOFF: wait before the first restart */
+    bool keep_arena;        /* CKPT_KEEP_ARENA */
+    uint64_t first_restore; /* the user's CKPT_RESTORE, for the first launch only */
+    const char *arena_root; /* CKPT_ARENA_DIR */
+    char job_name[CKPT_JOB_MAX]; /* CKPT_JOB, the user's or generated */
+    char *preload;          /* LD_PRELOAD of the ranks: libckpt.so first */
     char **cmd;             /* the command and its arguments, NULL-terminated */
+};
+
+/* What one rank has told us on the agent channel during this launch. */
+struct report {
+    pid_t pid;              /* the process that reports as this rank; 0: none yet */
+    bool gone;              /* that process has ended */
+    bool ticking;           /* has sent a BOUNDARY: hang detection watches it */
+    bool restored;          /* sent RESTORED */
+    double boundary_s;      /* CLOCK_MONOTONIC seconds of its last BOUNDARY */
+    uint64_t iteration;     /* of its last BOUNDARY */
+    uint64_t committed_iteration; /* of its last COMMITTED */
+};
+
+struct channel {
+    int fd;                 /* the bound datagram socket, -1 when closed */
+    char dir[101];          /* private directory holding it (mkdtemp, 0700), "/agent" fits after it */
+    char path[108];         /* the socket (sun_path's size), passed to ranks as CKPT_AGENT_SOCKET */
+    struct report *reports; /* indexed by rank */
+    int nreports;           /* entries allocated */
+    int restored;           /* ranks that sent RESTORED in this launch */
 };
 
 struct rank {
@@ -30,6 +70,7 @@ struct outcome {
     int exit_code;          /* first failure's, as a shell has it (128 + N for signal N), else 0 */
     int failed_rank;        /* rank of the first failure, -1 when none */
     int stop_signal;        /* signal that asked the job to stop (forwarded), 0 if none */
+    int refused_rank;       /* first rank that exited RESUME_EXIT_REFUSED in a restore, else -1 */
 };
 
 enum job_phase {
@@ -44,6 +85,9 @@ struct job {
     int running;            /* ranks not yet reaped */
     pid_t pgid;             /* the job's process group: the first rank's pid */
     char *master_addr, *master_port;
+    char *vars[5];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, [CKPT_RESTORE], NULL */
+    uint64_t restore;       /* CKPT_RESTORE of this launch, 0: a fresh start */
+    struct channel chan;
     int sigfd;              /* signalfd for SIGCHLD and the forwarded signals */
     sigset_t rank_mask;     /* the signal mask ranks start with: ours before we blocked */
     enum job_phase phase;
@@ -52,21 +96,44 @@ struct job {
     struct outcome out;
 };
 
-/* log.c */
-void resume_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* env.c */
-int rank_env(char ***out, int rank, int nproc, const char *master_addr, const char *master_port);
+int rank_env(char ***out, int rank, int nproc, const char *master_addr, const char *master_port,
+             char *const *vars);
 void rank_env_free(char **env);
 int job_master(char **addr, char **port);
+int preload_value(char **out, const char *lib);
 
 /* launch.c */
 int job_open(struct job *job, const struct options *opt);
-int job_launch(struct job *job);
+int job_launch(struct job *job, uint64_t restore);
 void job_close(struct job *job);
 
-/* watch.c */
+/* watch.c (now_s: CLOCK_MONOTONIC seconds; sig_name: "SIGTERM") */
+double now_s(void);
 void job_watch(struct job *job);
 void job_stop(struct job *job, int sig);
+const char *sig_name(int sig);
+
+/* channel.c */
+int channel_open(struct channel *c);
+void channel_close(struct channel *c);
+void channel_reset(struct channel *c);
+void channel_read(struct channel *c, const struct options *opt);
+void channel_ended(struct channel *c, pid_t pid);
+void channel_committed(const struct channel *c, char *out, size_t outlen);
+int channel_hung(struct channel *c, double timeout_s, double *next_s);
+
+/* restart.c */
+int job_run(struct job *job, int *restarts);
+
+/* jobarena.c */
+struct restore_point {
+    uint64_t iteration;
+    uint64_t generation;    /* of the lowest rank's snapshot */
+};
+int arena_job_dir(const struct options *opt, char *out, size_t outlen);
+bool arena_pick(const struct options *opt, uint64_t below, struct restore_point *pt, char *why, size_t whylen);
+int arena_remove(const struct options *opt);
 
 #endif

@@ -1,8 +1,9 @@
 /*
  * Watching a running job until nothing of it is left: reaping ranks and
- * their orphans, forwarding SIGINT/SIGTERM/SIGHUP to the job, and stopping
- * it (SIGTERM, then SIGKILL after CKPT_KILL_GRACE) when a rank fails, when
- * we are told to stop, or when the ranks have exited and left processes
+ * their orphans, forwarding SIGINT/SIGTERM/SIGHUP to the job, reading the
+ * ranks' reports on the agent channel, and stopping the job (SIGTERM,
+ * then SIGKILL after CKPT_KILL_GRACE) when a rank fails or hangs, when we
+ * are told to stop, or when the ranks have exited and left processes
  * behind.  The first failure decides the job's exit code; what the others
  * do while being stopped never does.  This file never leaves a process of
  * the job running when job_watch() returns, short of one that SIGKILL
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "resume.h"
 
 /*
@@ -27,14 +29,14 @@
  */
 #define KILL_WAIT_S 5.0
 
-static double now_s(void)
+double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static const char *sig_name(int sig)
+const char *sig_name(int sig)
 {
     static __thread char buf[16];
     const char *abbrev = sigabbrev_np(sig);
@@ -83,10 +85,14 @@ static void kill_one(pid_t pid, int sig)
 static void name_one(pid_t pid, int sig)
 {
     (void)sig;
-    resume_log("process %d (outside the job's process group) survived SIGKILL", (int)pid);
+    ckpt_log(CKPT_WARN, "process %d (outside the job's process group) survived SIGKILL", (int)pid);
 }
 
-/* Sends @sig to the job's process group and to every stray. */
+/*
+ * Sends @sig to the job's process group and to every stray.  SIGCONT
+ * follows SIGTERM, so that a stopped process (a hung rank someone
+ * SIGSTOPped) can act on it now rather than at SIGKILL.
+ */
 static void job_signal(struct job *job, int sig)
 {
     if (sig == SIGTERM)
@@ -94,6 +100,11 @@ static void job_signal(struct job *job, int sig)
     if (job->pgid > 0)
         kill(-job->pgid, sig);
     for_each_stray(job, kill_one, sig);
+    if (sig == SIGTERM) {
+        if (job->pgid > 0)
+            kill(-job->pgid, SIGCONT);
+        for_each_stray(job, kill_one, SIGCONT);
+    }
 }
 
 /*
@@ -114,6 +125,7 @@ static void reaped(struct job *job, pid_t pid, int status)
 {
     int i;
 
+    channel_ended(&job->chan, pid);
     for (i = 0; i < job->opt->nproc; i++)
         if (job->ranks[i].pid == pid)
             break;
@@ -123,19 +135,21 @@ static void reaped(struct job *job, pid_t pid, int status)
     int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
     job->ranks[i].pid = 0;
     job->running--;
+    if (code == RESUME_EXIT_REFUSED && job->restore && job->out.refused_rank < 0)
+        job->out.refused_rank = i;
     if (code == 0 || job->out.failed_rank >= 0)
         return;
 
     job->out.exit_code = code;
     job->out.failed_rank = i;
     if (WIFSIGNALED(status))
-        resume_log("rank %d (pid %d) was killed by %s", i, (int)pid, sig_name(WTERMSIG(status)));
+        ckpt_log(CKPT_INFO, "rank %d (pid %d) was killed by %s", i, (int)pid, sig_name(WTERMSIG(status)));
     else
-        resume_log("rank %d (pid %d) exited with status %d", i, (int)pid, code);
+        ckpt_log(CKPT_INFO, "rank %d (pid %d) exited with status %d", i, (int)pid, code);
     if (job->phase != JOB_RUNNING)
         return; /* already stopping: let the others finish with the signal they got */
     if (job->running > 0)
-        resume_log("stopping the other ranks (SIGTERM, SIGKILL after %gs)", job->opt->kill_grace_s);
+        ckpt_log(CKPT_INFO, "stopping the other ranks (SIGTERM, SIGKILL after %gs)", job->opt->kill_grace_s);
     job_stop(job, SIGTERM);
 }
 
@@ -156,10 +170,34 @@ static bool reap(struct job *job)
 /* A signal we were sent: the job gets it too, and is on its way to stop. */
 static void forward(struct job *job, int sig)
 {
-    resume_log("got %s, passing it to the job", sig_name(sig));
+    ckpt_log(CKPT_INFO, "got %s, passing it to the job", sig_name(sig));
     if (!job->out.stop_signal)
         job->out.stop_signal = sig;
     job_stop(job, sig);
+}
+
+/*
+ * With hang detection on, a running job one of whose ranks has reached no
+ * iteration boundary for CKPT_HANG_TIMEOUT is stopped, as a failure of
+ * that rank.  Returns the milliseconds until the next check is due, -1
+ * when none is.
+ */
+static int check_hang(struct job *job)
+{
+    double timeout = job->opt->hang_timeout_s, next;
+    if (timeout <= 0 || job->phase != JOB_RUNNING)
+        return -1;
+    int r = channel_hung(&job->chan, timeout, &next);
+    if (r < 0)
+        return next < 0 ? -1 : (int)(next * 1000) + 1;
+
+    ckpt_log(CKPT_INFO, "rank %d hung: no iteration boundary for %g s (last iteration %llu)", r, timeout,
+             (unsigned long long)job->chan.reports[r].iteration);
+    job->out.exit_code = RESUME_EXIT_HUNG;
+    job->out.failed_rank = r;
+    ckpt_log(CKPT_INFO, "stopping the job (SIGTERM, SIGKILL after %gs)", job->opt->kill_grace_s);
+    job_stop(job, SIGTERM);
+    return -1;
 }
 
 /* Milliseconds until the phase's deadline, for poll(); -1 while running. */
@@ -175,14 +213,14 @@ static int timeout_ms(const struct job *job)
 static bool deadline_passed(struct job *job)
 {
     if (job->phase == JOB_TERMINATING) {
-        resume_log("the job is still running %gs after SIGTERM; sending SIGKILL", job->opt->kill_grace_s);
+        ckpt_log(CKPT_INFO, "the job is still running %gs after SIGTERM; sending SIGKILL", job->opt->kill_grace_s);
         job->phase = JOB_KILLING;
         job->deadline = now_s() + KILL_WAIT_S;
         job_signal(job, SIGKILL);
         return true;
     }
     if (job->pgid > 0 && kill(-job->pgid, 0) == 0)
-        resume_log("processes of group %d survived SIGKILL", (int)job->pgid);
+        ckpt_log(CKPT_WARN, "processes of group %d survived SIGKILL", (int)job->pgid);
     for_each_stray(job, name_one, 0);
     return false;
 }
@@ -203,25 +241,35 @@ void job_watch(struct job *job)
          * background children ignore SIGINT.
          */
         if (job->running == 0 && !job->term_sent) {
-            resume_log("the ranks have exited; stopping the processes they left");
+            ckpt_log(CKPT_INFO, "the ranks have exited; stopping the processes they left");
             job_stop(job, SIGTERM);
         }
         /* Orphans outside the group may have come back since the last SIGKILL. */
         if (job->phase == JOB_KILLING)
             job_signal(job, SIGKILL);
 
-        struct pollfd pfd = { .fd = job->sigfd, .events = POLLIN };
-        int n = poll(&pfd, 1, timeout_ms(job));
+        int hang_ms = check_hang(job), wait_ms = timeout_ms(job);
+        if (hang_ms >= 0 && (wait_ms < 0 || hang_ms < wait_ms))
+            wait_ms = hang_ms;
+        struct pollfd pfd[2] = {
+            { .fd = job->sigfd, .events = POLLIN },
+            { .fd = job->chan.fd, .events = POLLIN },
+        };
+        int n = poll(pfd, 2, wait_ms);
         if (n < 0 && errno != EINTR) {
-            resume_log("cannot wait for the job: %s", strerror(errno));
+            ckpt_log(CKPT_ERROR, "cannot wait for the job: %s", strerror(errno));
             return;
         }
-        if (n == 0) {
+        if (n == 0 && job->phase != JOB_RUNNING && now_s() >= job->deadline) {
             if (!deadline_passed(job))
                 return;
             continue;
         }
+        if (n <= 0)
+            continue;
 
+        if (pfd[1].revents)
+            channel_read(&job->chan, job->opt);
         struct signalfd_siginfo si;
         while (read(job->sigfd, &si, sizeof(si)) == sizeof(si))
             if (si.ssi_signo != SIGCHLD)

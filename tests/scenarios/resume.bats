@@ -1,0 +1,257 @@
+#!/usr/bin/env bats
+# ckpt-resume restarting failed jobs: a rank that dies or hangs stops the
+# job, which comes back from the newest iteration every rank holds a
+# verified snapshot of and ends exactly as an uninterrupted run; damaged
+# snapshots are skipped; a restore the ranks refuse falls back to an older
+# snapshot, then to a clean start; restarts are bounded and spaced;
+# configuration errors stop it before any rank runs; the arena goes after
+# success and stays after a failure.
+#
+# Snapshots are taken every 5th iteration (CKPT_EVERY=5) and ranks are
+# killed at their 24th stream synchronisation, the end of iteration 23, far
+# from a snapshot: every rank then holds verified snapshots of iterations 15
+# and 20 (generations 3 and 4), so the restore point is known.  With a
+# snapshot at every iteration, the survivors are stopped while a snapshot
+# is being copied, and whether all ranks still share one would be a race.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    CKPT=$BUILD/bin/ckpt-resume
+    TRAIN=$BUILD/examples/mlp-train
+    [ -x "$CKPT" ] && [ -x "$TRAIN" ] || { echo "missing $CKPT or $TRAIN: build first" >&2; return 1; }
+    D=$(mktemp -d /tmp/ckpt-resume-bats-XXXXXX)
+    unset CKPT_JOB CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_KEEP_ARENA LD_PRELOAD \
+        MASTER_ADDR MASTER_PORT FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE
+    export CKPT_ARENA_DIR=$D/arena CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=5
+    ARGS="--iters 40 --hidden 64 --layers 3"
+    # $D/damage DIR ITERATION: flips one byte in the data area of the slot
+    # of rank directory DIR that holds ITERATION; prints the slot's path.
+    cat >"$D/damage" <<'SCRIPT'
+#!/bin/sh
+for s in "$1/slot0" "$1/slot1"; do
+    [ "$(od -A n -t u8 -j 96 -N 8 "$s" | tr -d ' ')" = "$2" ] || continue
+    off=$(($(stat -c %s "$s") - 100000))
+    byte=$(od -A n -t u1 -j $off -N 1 "$s" | tr -d ' ')
+    printf "$(printf '\\%03o' $(((byte ^ 1) & 255)))" | dd of="$s" bs=1 seek=$off conv=notrunc 2>/dev/null
+    echo "$s"
+    exit 0
+done
+echo "no slot in $1 holds iteration $2" >&2
+exit 1
+SCRIPT
+    chmod +x "$D/damage"
+}
+
+teardown() {
+    rm -rf "$D"
+}
+
+# ckpt-resume, bounded: a job it fails to end fails the test instead of hanging it.
+ckpt() { timeout -k 5 30 "$CKPT" "$@"; }
+
+# What the last launch printed: from the last "iter 1 " line to the end.
+last_launch() {
+    awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$1"
+}
+
+# Crash injection: rank $1 is SIGKILLed at the end of iteration 23, once per file $2.
+crash() { export FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_ONCE=$2; }
+
+@test "a rank killed mid-run: one restart from the newest common snapshot, output as uninterrupted (1, 2, 4 ranks)" {
+    # Another job's arena beside this one's must outlive it.
+    mkdir -p "$CKPT_ARENA_DIR/$(id -u)-other/rank0" && echo keep >"$CKPT_ARENA_DIR/$(id -u)-other/rank0/slot0"
+    for n in 1 2 4; do
+        ckpt --nproc $n -- "$TRAIN" $ARGS >"$D/plain.$n" 2>"$D/plain.$n.err" || { cat "$D/plain.$n.err"; return 1; }
+        grep -q '^digest ' "$D/plain.$n"
+        victim=$((n - 1))
+        (crash $victim "$D/crashed.$n" && ckpt --nproc $n -- "$TRAIN" $ARGS >"$D/out.$n" 2>"$D/err.$n") ||
+            { echo "ranks $n: exit $?"; cat "$D/err.$n"; return 1; }
+        [ -e "$D/crashed.$n" ]
+        grep -q "rank $victim (pid [0-9]*) was killed by SIGKILL" "$D/err.$n"
+        grep -q "^ckpt-resume: restarting from generation 4 (iteration 20)$" "$D/err.$n" || { cat "$D/err.$n"; return 1; }
+        [ "$(grep -c '^libckpt\[rank [0-9]*\]: restored iteration 20 ' "$D/err.$n")" -eq $n ]
+        [ "$(tail -n 1 "$D/err.$n")" = "ckpt-resume: done exit=0 restarts=1" ]
+        # The restarted run's iteration lines and digest are the uninterrupted run's.
+        diff <(last_launch "$D/out.$n") "$D/plain.$n"
+        # The job's arena is gone; the other job's is not.
+        [ "$(ls "$CKPT_ARENA_DIR")" = "$(id -u)-other" ] || { ls -R "$CKPT_ARENA_DIR"; return 1; }
+    done
+    [ "$(cat "$CKPT_ARENA_DIR/$(id -u)-other/rank0/slot0")" = keep ]
+}
+
+@test "a launcher that starts the ranks itself is restarted from what every rank directory holds" {
+    # A failed launch of this launcher damages rank 1's snapshot of
+    # iteration 20: only a restore point that counts rank1/ finds 15.
+    launcher='pids=; for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 "$@" & pids="$pids $!"; done
+              rc=0; for p in $pids; do wait $p || rc=$?; done
+              if [ $rc -ne 0 ] && [ ! -e "$0/damaged" ]; then
+                  "$0/damage" "$CKPT_ARENA_DIR/$(id -u)-$CKPT_JOB/rank1" 20 >"$0/damaged"
+              fi
+              exit $rc'
+    ckpt -- sh -c "$launcher" "$D" "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    crash 1 "$D/crashed"
+    run --separate-stderr ckpt -- sh -c "$launcher" "$D" "$TRAIN" $ARGS
+    [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
+    [[ $stderr == *"rank1/slot"?" is damaged"* ]]
+    [[ $stderr == *"restarting from generation 3 (iteration 15)"* ]] || { echo "$stderr"; return 1; }
+    [[ $stderr != *"refused"* ]]
+    [[ $stderr == *"ckpt-resume: done exit=0 restarts=1" ]]
+    [ "$(echo "$output" | grep '^digest')" = "$(grep '^digest' "$D/plain")" ]
+}
+
+@test "a hung rank is detected, the job stopped and restarted, and it completes" {
+    args="--iters 400 --hidden 64 --layers 3"
+    ckpt --nproc 2 -- "$TRAIN" $args >"$D/plain" 2>/dev/null
+    CKPT_HANG_TIMEOUT=2 timeout -k 5 20 "$CKPT" --nproc 2 -- sh -c 'echo $$ > "$0/pid.$RANK"; exec "$@"' \
+        "$D" "$TRAIN" $args >"$D/out" 2>"$D/err" &
+    launcher=$!
+    for i in $(seq 200); do grep -q '^iter 20 ' "$D/out" 2>/dev/null && break; sleep 0.05; done
+    kill -STOP "$(cat "$D/pid.1")"
+    wait $launcher && rc=0 || rc=$?
+    [ "$rc" -eq 0 ] || { echo "exit $rc"; cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: rank [01] hung: no iteration boundary for 2 s (last iteration [0-9]*)$" "$D/err"
+    grep -q "^ckpt-resume: restarting from " "$D/err"
+    [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=1" ]
+    [ "$(grep '^digest' "$D/out" | tail -n 1)" = "$(grep '^digest' "$D/plain")" ]
+}
+
+@test "a damaged snapshot is skipped and named; the restart goes to the newest iteration every rank still holds" {
+    # Rank 1's first launch damages its own snapshot of iteration 20 once
+    # its trainer has been killed, ignoring the job's SIGTERM meanwhile.
+    rank='if [ "$RANK" != 1 ] || [ -e "$0/launched" ]; then exec "$@"; fi
+          touch "$0/launched"; trap "" TERM
+          "$@"; rc=$?
+          "$0/damage" "$CKPT_ARENA_DIR/$(id -u)-$CKPT_JOB/rank1" 20 >"$0/damaged"; exit $rc'
+    ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    crash 1 "$D/crashed"
+    run --separate-stderr ckpt --nproc 2 -- sh -c "$rank" "$D" "$TRAIN" $ARGS
+    [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
+    slot=$(cat "$D/damaged")
+    [[ $slot == */rank1/slot? ]]
+    [[ $stderr == *"ckpt-resume: warning: $slot is damaged (chunk "*" checksum mismatch): skipped"* ]]
+    [[ $stderr == *"ckpt-resume: restarting from generation 3 (iteration 15)"* ]] || { echo "$stderr"; return 1; }
+    [[ $stderr != *"refused"* ]]
+    [[ $stderr == *"ckpt-resume: done exit=0 restarts=1" ]]
+    [ "$(echo "$output" | grep '^digest')" = "$(grep '^digest' "$D/plain")" ]
+}
+
+@test "a restore the ranks refuse falls back to an older snapshot, then to a clean start; the job still ends" {
+    # After the first launch the ranks run a narrower model, whose replay diverges from the recorded run.
+    model='if [ -e "$0/launched.$RANK" ]; then h=32; else h=64; touch "$0/launched.$RANK"; fi
+           exec "$1" --iters 40 --hidden $h --layers 3'
+    crash 1 "$D/crashed"
+    run --separate-stderr ckpt --nproc 2 -- sh -c "$model" "$D" "$TRAIN"
+    [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
+    expect=(
+        "restarting from generation 4 (iteration 20)"
+        "rank [01] refused the restore of iteration 20 (exit 75): not a failure of the program"
+        "falling back to generation 3 (iteration 15), the next older iteration every rank holds"
+        "rank [01] refused the restore of iteration 15 (exit 75): not a failure of the program"
+        "falling back to a clean start: no iteration older than 15 has a verified snapshot on every rank"
+        "done exit=0 restarts=1"
+    )
+    said=$(echo "$stderr" | grep -e "restarting" -e "refused the restore" -e "falling back" -e "done")
+    [ "$(echo "$said" | wc -l)" -eq ${#expect[@]} ] || { echo "$stderr"; return 1; }
+    for i in "${!expect[@]}"; do
+        echo "$said" | sed -n "$((i + 1))p" | grep -q "^ckpt-resume: ${expect[$i]}" ||
+            { echo "line $((i + 1)) is not '${expect[$i]}':"; echo "$said"; return 1; }
+    done
+    # The clean start ran the narrower model to its end.
+    unset FAKEGPU_CRASH_AT
+    narrow=$(ckpt --nproc 2 -- "$TRAIN" --iters 40 --hidden 32 --layers 3 2>/dev/null | grep '^digest')
+    [ "$(echo "$output" | grep '^digest')" = "$narrow" ]
+}
+
+@test "a restore asked for by hand that a rank refuses falls back past its damaged snapshot" {
+    export CKPT_JOB=by-hand
+    crash 1 "$D/crashed"
+    run -137 ckpt --nproc 2 --max-restarts 0 -- "$TRAIN" $ARGS
+    [[ $output == *"the job's arena is kept in $CKPT_ARENA_DIR/$(id -u)-by-hand (CKPT_JOB=by-hand)"* ]]
+    slot=$("$D/damage" "$CKPT_ARENA_DIR/$(id -u)-by-hand/rank1" 20)
+    run --separate-stderr env CKPT_RESTORE=20 "$CKPT" --nproc 2 -- "$TRAIN" $ARGS
+    [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
+    [[ $stderr == *"rank 1 refused the restore of iteration 20 (exit 75)"* ]]
+    [[ $stderr == *"warning: $slot is damaged (chunk "*" checksum mismatch): skipped"* ]]
+    [[ $stderr == *"falling back to generation 3 (iteration 15)"* ]]
+    [[ $stderr == *"ckpt-resume: done exit=0 restarts=0" ]]
+    ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    [ "$(echo "$output" | grep '^digest')" = "$(grep '^digest' "$D/plain")" ]
+}
+
+@test "when restarts run out: giving up after 2 restarts, the job's exit status, the arena kept" {
+    export CKPT_JOB=doomed FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=1 # every launch crashes
+    run -137 --separate-stderr ckpt --nproc 2 --max-restarts 2 -- "$TRAIN" $ARGS
+    [ "$(echo "$stderr" | grep -c 'restarting from generation 4 (iteration 20)')" -eq 2 ]
+    [[ $stderr == *"ckpt-resume: giving up after 2 restarts"* ]]
+    [[ $stderr == *"the job's arena is kept in $CKPT_ARENA_DIR/$(id -u)-doomed (CKPT_JOB=doomed)"* ]]
+    [ "${stderr_lines[-1]}" = "ckpt-resume: done exit=137 restarts=2" ]
+    for r in 0 1; do
+        [ -s "$CKPT_ARENA_DIR/$(id -u)-doomed/rank$r/replay.log" ]
+    done
+    # A fresh start of the same job clears what the failed one left.
+    unset FAKEGPU_CRASH_AT
+    run --separate-stderr ckpt --nproc 2 -- "$TRAIN" $ARGS
+    [ "$status" -eq 0 ]
+    [[ $stderr == *"removed the arena an earlier run of job doomed left"* ]]
+    [ -z "$(ls -A "$CKPT_ARENA_DIR")" ]
+}
+
+@test "restarts wait CKPT_RESTART_BACKOFF, twice as long each time" {
+    export CKPT_RESTART_BACKOFF=0.4
+    t0=$(date +%s%N)
+    run --separate-stderr ckpt --max-restarts 2 -- sh -c 'exit 3'
+    t1=$(date +%s%N)
+    [ "$status" -eq 3 ]
+    [[ $stderr == *"restart 1 of 2 in 0.4 s"*"restart 2 of 2 in 0.8 s"*"giving up after 2 restarts"* ]]
+    [ $(((t1 - t0) / 1000000)) -ge 1200 ]
+}
+
+@test "ranks get libckpt.so first in LD_PRELOAD, the agent socket, and one CKPT_JOB for all launches" {
+    lib=$(realpath "$BUILD/lib/libckpt.so")
+    rank='echo "$LD_PRELOAD|$CKPT_JOB|${CKPT_RESTORE-unset}|$(test -S "$CKPT_AGENT_SOCKET" && echo "$CKPT_AGENT_SOCKET")" >>"$0/env"
+          [ -e "$0/failed" ] || { touch "$0/failed"; exit 3; }'
+    LD_PRELOAD=libm.so.6 run --separate-stderr ckpt --max-restarts 1 -- sh -c "$rank" "$D"
+    [ "$status" -eq 0 ]
+    [[ $stderr == *"restarting from the beginning: no rank took a snapshot"* ]]
+    [ "$(wc -l <"$D/env")" -eq 2 ]
+    [ "$(sort -u "$D/env" | wc -l)" -eq 1 ]
+    IFS='|' read -r preload job restore socket <"$D/env"
+    [ "$preload" = "$lib:libm.so.6" ]
+    [[ $job =~ ^j[0-9]+-[0-9]+$ ]]
+    [ "$restore" = unset ]
+    [ -n "$socket" ] && [ ! -e "$(dirname "$socket")" ]
+    # The user's job name is kept; a libckpt.so the user preloads is not loaded twice.
+    rm "$D/env"
+    CKPT_JOB=mine LD_PRELOAD=$BUILD/lib/libckpt.so run ckpt -- sh -c "$rank" "$D"
+    [ "$(cut -d'|' -f1,2 "$D/env")" = "$lib|mine" ]
+}
+
+@test "configuration errors stop ckpt-resume before any rank starts, naming the variable" {
+    while IFS='|' read -r var value says; do
+        run env "$var=$value" "$CKPT" --nproc 2 -- sh -c 'touch "$0/started"' "$D"
+        [ "$status" -eq 2 ] || { echo "$var=$value: exit $status"; return 1; }
+        [ "${#lines[@]}" -eq 1 ] && [[ ${lines[0]} == *"$says"* ]] || { echo "$var=$value: $output"; return 1; }
+        [ ! -e "$D/started" ]
+    done <<'EOF'
+CKPT_HANG_TIMEOUT|soon|ckpt-resume: error: CKPT_HANG_TIMEOUT='soon' is not valid: expected a number of seconds in 0..86400
+CKPT_MAX_RESTARTS|-1|CKPT_MAX_RESTARTS='-1' is not valid: expected an integer in 0..1000
+CKPT_RESTART_BACKOFF|31|CKPT_RESTART_BACKOFF='31' is not valid: expected a number of seconds in 0..30
+CKPT_EVERY|0|CKPT_EVERY='0' is not valid: expected an integer in 1..1000000
+CKPT_JOB|a/b|CKPT_JOB='a/b' is not valid
+CKPT_LIB|/nowhere/libckpt.so|cannot preload /nowhere/libckpt.so into the ranks: No such file or directory
+EOF
+    CKPT_HANG_TIMOUT=1 run ckpt -- true
+    [ "$status" -eq 0 ]
+    [[ $output == *"ckpt-resume: warning: CKPT_HANG_TIMOUT is not a libckpt variable; did you mean CKPT_HANG_TIMEOUT?"* ]]
+}
+
+@test "--help-env lists every CKPT_* variable with its default and what it accepts" {
+    run ckpt --help-env
+    [ "$status" -eq 0 ]
+    for v in EVERY HANG_TIMEOUT MAX_RESTARTS KILL_GRACE RESTART_BACKOFF KEEP_ARENA LIB JOB ARENA_DIR RESTORE; do
+        [[ $output == *"CKPT_$v ("* ]] || { echo "CKPT_$v missing"; return 1; }
+    done
+    [[ $output == *"CKPT_EVERY (integer: 1..1000000, default '1')"* ]]
+}

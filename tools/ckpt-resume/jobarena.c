@@ -1,0 +1,312 @@
+/*
+ * The job's arena as ckpt-resume sees it once the ranks are gone: the
+ * newest iteration that every rank holds a verified snapshot of (where a
+ * restart goes back to), and the removal of the arena after the job has
+ * succeeded.  A slot is trusted only after ckpt_image_verify has checked
+ * every chunk, so a damaged one is never chosen.  Removal touches only
+ * what libckpt creates (rank<N>/slot0, slot1, replay.log and those
+ * directories) under this user's <uid>-<job> directory: never another
+ * job's or another user's files.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "image.h"
+#include "log.h"
+#include "resume.h"
+
+/* What one rank holds: up to two verified snapshots. */
+struct held {
+    int n;
+    uint64_t iteration[2], generation[2];
+};
+
+/* The files libckpt keeps in a rank's directory. */
+static const char *const rank_files[] = { "slot0", "slot1", "replay.log" };
+
+/* CKPT_ARENA_DIR/<uid>-<job>: the parent of every rank's directory. */
+int arena_job_dir(const struct options *opt, char *out, size_t outlen)
+{
+    int rc = ckpt_arena_path(out, outlen, opt->arena_root, opt->job_name, 0);
+    if (rc < 0)
+        return rc;
+    *strrchr(out, '/') = '\0';
+    return 0;
+}
+
+/* Whether @name is "rank<N>" as ckpt_arena_path writes it; *@rank is N. */
+static bool rank_dir(const char *name, int *rank)
+{
+    char *end;
+    if (strncmp(name, "rank", 4) != 0 || name[4] < '0' || name[4] > '9' || (name[4] == '0' && name[5]))
+        return false;
+    long r = strtol(name + 4, &end, 10);
+    if (*end || r >= RESUME_MAX_RANKS)
+        return false;
+    *rank = (int)r;
+    return true;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/*
+ * The ranks whose snapshots must agree, in *@ranks (the caller frees it):
+ * 0..nproc-1 for ranks we started, every rank<N> directory in @dir when
+ * a wrapped launcher started them.  Returns how many, or -errno.
+ */
+static int job_ranks(const struct options *opt, const char *dir, int **ranks)
+{
+    if (!opt->wrap) {
+        *ranks = malloc(opt->nproc * sizeof(int));
+        if (!*ranks)
+            return -ENOMEM;
+        for (int i = 0; i < opt->nproc; i++)
+            (*ranks)[i] = i;
+        return opt->nproc;
+    }
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    int n = 0, cap = 0, r;
+    *ranks = NULL;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!rank_dir(e->d_name, &r))
+            continue;
+        if (n == cap) {
+            int *grown = realloc(*ranks, (cap = cap ? 2 * cap : 16) * sizeof(int));
+            if (!grown) {
+                closedir(d);
+                free(*ranks);
+                *ranks = NULL;
+                return -ENOMEM;
+            }
+            *ranks = grown;
+        }
+        (*ranks)[n++] = r;
+    }
+    closedir(d);
+    if (n)
+        qsort(*ranks, n, sizeof(int), by_value);
+    return n;
+}
+
+/* Verifies both slots of rank @r into @h; a damaged one is named and skipped. */
+static void scan_rank(const struct options *opt, const char *dir, int r, struct held *h)
+{
+    char path[PATH_MAX + 32], why[256];
+
+    h->n = 0;
+    for (int s = 0; s < 2; s++) {
+        snprintf(path, sizeof(path), "%s/rank%d/slot%d", dir, r, s);
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0) {
+            if (errno != ENOENT)
+                ckpt_log(CKPT_WARN, "cannot read %s: %s: skipped", path, strerror(errno));
+            continue;
+        }
+        if (fstat(fd, &st) < 0 || st.st_size == 0) {
+            close(fd); /* never written: the rank took no snapshot into it */
+            continue;
+        }
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) {
+            ckpt_log(CKPT_WARN, "cannot map %s: %s: skipped", path, strerror(errno));
+            continue;
+        }
+        struct ckpt_header hdr;
+        int rc = ckpt_image_verify(m, (size_t)st.st_size, &hdr, why, sizeof(why));
+        munmap(m, (size_t)st.st_size);
+        if (rc == -ENODATA) {
+            ckpt_log(CKPT_DEBUG, "%s holds no committed snapshot", path); /* it was being written */
+        } else if (rc < 0) {
+            ckpt_log(CKPT_WARN, "%s is damaged (%s): skipped", path, why);
+        } else if (strncmp(hdr.job, opt->job_name, sizeof(hdr.job)) != 0 || hdr.rank != (uint32_t)r) {
+            ckpt_log(CKPT_WARN, "%s holds a snapshot of job '%.*s' rank %u: skipped", path, (int)sizeof(hdr.job),
+                     hdr.job, hdr.rank);
+        } else if (hdr.iteration > 0) {
+            h->iteration[h->n] = hdr.iteration;
+            h->generation[h->n] = hdr.generation;
+            h->n++;
+        }
+    }
+}
+
+static bool holds(const struct held *h, uint64_t iteration)
+{
+    for (int i = 0; i < h->n; i++)
+        if (h->iteration[i] == iteration)
+            return true;
+    return false;
+}
+
+/* "iterations 27 and 26", for a reason. */
+static void describe(const struct held *h, char *out, size_t outlen)
+{
+    if (h->n == 2)
+        snprintf(out, outlen, "iterations %llu and %llu", (unsigned long long)h->iteration[0],
+                 (unsigned long long)h->iteration[1]);
+    else
+        snprintf(out, outlen, "only iteration %llu", (unsigned long long)h->iteration[0]);
+}
+
+/* Says in @why why the ranks @r, holding @h, share no iteration (older than @below, unless 0). */
+static void no_common(const int *r, const struct held *h, int n, uint64_t below, char *why, size_t whylen)
+{
+    char which[64] = "", a[64], b[64];
+
+    if (below)
+        snprintf(which, sizeof(which), " older than %llu", (unsigned long long)below);
+    for (int i = 0; i < n; i++) {
+        if (h[i].n == 0) {
+            snprintf(why, whylen, "rank %d has no verified snapshot", r[i]);
+            return;
+        }
+    }
+    for (int i = 1; i < n; i++) {
+        bool shares = false;
+        for (int k = 0; k < h[0].n; k++)
+            shares |= (!below || h[0].iteration[k] < below) && holds(&h[i], h[0].iteration[k]);
+        if (!shares) {
+            describe(&h[0], a, sizeof(a));
+            describe(&h[i], b, sizeof(b));
+            snprintf(why, whylen, "no iteration%s has a verified snapshot on every rank (rank %d holds %s, rank %d %s)",
+                     which, r[0], a, r[i], b);
+            return;
+        }
+    }
+    snprintf(why, whylen, "no iteration%s has a verified snapshot on every rank", which);
+}
+
+/*
+ * Finds the newest iteration, below @below unless that is 0, that every
+ * rank of the job holds a verified snapshot of.  Returns true with @pt
+ * filled (the generation is the lowest rank's), or false with the reason
+ * in @why.
+ */
+bool arena_pick(const struct options *opt, uint64_t below, struct restore_point *pt, char *why, size_t whylen)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    int *ranks = NULL;
+
+    if (arena_job_dir(opt, dir, sizeof(dir)) < 0) {
+        snprintf(why, whylen, "the arena path under %s is too long", opt->arena_root);
+        return false;
+    }
+    if (stat(dir, &st) < 0 && errno == ENOENT) {
+        snprintf(why, whylen, "no rank took a snapshot (there is no %s)", dir);
+        return false;
+    }
+    int n = job_ranks(opt, dir, &ranks);
+    if (n <= 0) {
+        if (n == 0)
+            snprintf(why, whylen, "no rank took a snapshot (%s holds no rank's directory)", dir);
+        else
+            snprintf(why, whylen, "cannot read the job's arena %s: %s", dir, strerror(-n));
+        return false;
+    }
+    struct held *h = calloc(n, sizeof(*h));
+    if (!h) {
+        free(ranks);
+        snprintf(why, whylen, "out of memory");
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        scan_rank(opt, dir, ranks[i], &h[i]);
+
+    bool found = false;
+    for (int k = 0; k < h[0].n; k++) {
+        uint64_t it = h[0].iteration[k];
+        if ((below && it >= below) || (found && it <= pt->iteration))
+            continue;
+        bool everywhere = true;
+        for (int i = 1; i < n && everywhere; i++)
+            everywhere = holds(&h[i], it);
+        if (everywhere) {
+            *pt = (struct restore_point){ .iteration = it, .generation = h[0].generation[k] };
+            found = true;
+        }
+    }
+    if (!found)
+        no_common(ranks, h, n, below, why, whylen);
+    free(h);
+    free(ranks);
+    return found;
+}
+
+/*
+ * Removes the rank directory @name of the job directory @dfd, with the
+ * files libckpt keeps in it; anything else there stays, and so does the
+ * directory.  Returns 0, or -errno.
+ */
+static int remove_rank(int dfd, const char *name)
+{
+    int rfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0)
+        return -errno;
+    for (size_t i = 0; i < sizeof(rank_files) / sizeof(rank_files[0]); i++)
+        unlinkat(rfd, rank_files[i], 0);
+    close(rfd);
+    return unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+}
+
+/*
+ * Removes the job's arena, as this file's opening says.  Returns 1 when
+ * there was one and it is gone, 0 when there was none, -errno (said) when
+ * part of it stays.
+ */
+int arena_remove(const struct options *opt)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    int rc = arena_job_dir(opt, dir, sizeof(dir)), r;
+
+    if (rc < 0)
+        return rc;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        rc = -errno;
+        ckpt_log(CKPT_WARN, "cannot remove %s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    if (fstat(dfd, &st) < 0 || st.st_uid != geteuid()) {
+        close(dfd);
+        ckpt_log(CKPT_WARN, "%s is not this user's: left as it is", dir);
+        return -EPERM;
+    }
+    DIR *d = fdopendir(dup(dfd));
+    if (!d) {
+        rc = -errno;
+        close(dfd);
+        return rc;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        if (rank_dir(e->d_name, &r) && (rc = remove_rank(dfd, e->d_name)) < 0)
+            ckpt_log(CKPT_WARN, "cannot remove %s/%s: %s", dir, e->d_name, strerror(-rc));
+    }
+    closedir(d);
+    close(dfd);
+    if (rmdir(dir) < 0) {
+        rc = -errno;
+        ckpt_log(CKPT_WARN, "cannot remove %s: %s", dir,
+                 rc == -ENOTEMPTY ? "it holds files libckpt did not create" : strerror(-rc));
+        return rc;
+    }
+    return 1;
+}

@@ -1,0 +1,152 @@
+/*
+ * The life of a job: launch, watch, decide, for as many launches as its
+ * failures and CKPT_MAX_RESTARTS allow.  A restart goes back to the newest
+ * iteration that every rank holds a verified snapshot of in the arena (or
+ * to the beginning when there is none, saying why).  A rank that refuses
+ * a restore has not failed the program: the next older common iteration
+ * is tried, then a clean start, each step said with its reason, and none
+ * of them counts as a restart.  Restarts wait, twice as long each time, so
+ * a fault that persists does not spin.  This file decides and says; it
+ * never chooses a snapshot that did not verify on every rank.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "resume.h"
+
+/* Seconds to wait before restart number @n (1, 2, ...). */
+static double backoff_s(const struct options *opt, int n)
+{
+    double d = opt->backoff_s;
+    for (int i = 1; i < n && d < RESUME_MAX_BACKOFF_S; i++)
+        d *= 2;
+    return d < RESUME_MAX_BACKOFF_S ? d : RESUME_MAX_BACKOFF_S;
+}
+
+/*
+ * Waits before restart number @n.  Returns false when a signal told us to
+ * stop meanwhile: then nothing is restarted.  Orphans of the last launch
+ * that come back to us while we wait are reaped.
+ */
+static bool backoff(struct job *job, int n)
+{
+    double delay = backoff_s(job->opt, n), end = now_s() + delay;
+
+    if (delay > 0)
+        ckpt_log(CKPT_INFO, "restart %d of %d in %g s", n, job->opt->max_restarts, delay);
+    for (double left = delay; left > 0; left = end - now_s()) {
+        struct pollfd pfd = { .fd = job->sigfd, .events = POLLIN };
+        if (poll(&pfd, 1, (int)(left * 1000) + 1) <= 0)
+            continue;
+        struct signalfd_siginfo si;
+        while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
+            if (si.ssi_signo == SIGCHLD) {
+                while (waitpid(-1, NULL, WNOHANG) > 0)
+                    ;
+                continue;
+            }
+            ckpt_log(CKPT_INFO, "got %s while waiting to restart; not restarting", sig_name((int)si.ssi_signo));
+            job->out.stop_signal = (int)si.ssi_signo;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Where a restart after a failure goes back to: an iteration, or 0 for the beginning. */
+static uint64_t restart_point(const struct job *job)
+{
+    struct restore_point pt;
+    char why[512], reported[256];
+
+    if (arena_pick(job->opt, 0, &pt, why, sizeof(why))) {
+        ckpt_log(CKPT_INFO, "restarting from generation %llu (iteration %llu)", (unsigned long long)pt.generation,
+                 (unsigned long long)pt.iteration);
+        return pt.iteration;
+    }
+    channel_committed(&job->chan, reported, sizeof(reported));
+    ckpt_log(CKPT_INFO, "restarting from the beginning: %s%s%s%s", why, *reported ? " (newest commits reported: " : "",
+             reported, *reported ? ")" : "");
+    return 0;
+}
+
+/* Where to go after the restore of @refused was refused: older, else the beginning. */
+static uint64_t fall_back(const struct options *opt, uint64_t refused)
+{
+    struct restore_point pt;
+    char why[512];
+
+    if (arena_pick(opt, refused, &pt, why, sizeof(why))) {
+        ckpt_log(CKPT_INFO, "falling back to generation %llu (iteration %llu), the next older iteration every "
+                 "rank holds a verified snapshot of", (unsigned long long)pt.generation,
+                 (unsigned long long)pt.iteration);
+        return pt.iteration;
+    }
+    ckpt_log(CKPT_INFO, "falling back to a clean start: %s", why);
+    return 0;
+}
+
+/*
+ * The job's arena when it is over: removed after success (unless
+ * CKPT_KEEP_ARENA), kept after a failure, with its path said, so that it
+ * can be restored from by hand.
+ */
+static void settle_arena(const struct options *opt, int code)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+
+    if (code == 0 && !opt->keep_arena) {
+        arena_remove(opt);
+        return;
+    }
+    if (arena_job_dir(opt, dir, sizeof(dir)) == 0 && stat(dir, &st) == 0)
+        ckpt_log(CKPT_INFO, "the job's arena is kept in %s (CKPT_JOB=%s)", dir, opt->job_name);
+}
+
+/*
+ * Runs the job to its end, as this file's opening says.  Returns the
+ * job's exit code (its last launch's); *@restarts is the number of
+ * restarts after failures.
+ */
+int job_run(struct job *job, int *restarts)
+{
+    const struct options *opt = job->opt;
+    const struct outcome *out = &job->out;
+    uint64_t restore = opt->first_restore;
+
+    *restarts = 0;
+    for (;;) {
+        bool started = job_launch(job, restore) == 0;
+        job_watch(job);
+        if (out->exit_code == 0 || out->stop_signal)
+            break;
+        if (!started)
+            break; /* what could not be started will not start on a restart either */
+        if (out->refused_rank >= 0) {
+            ckpt_log(CKPT_INFO, "rank %d refused the restore of iteration %llu (exit %d): not a failure of the program",
+                     out->refused_rank, (unsigned long long)restore, RESUME_EXIT_REFUSED);
+            restore = fall_back(opt, restore);
+            continue;
+        }
+        if (*restarts >= opt->max_restarts) {
+            if (opt->max_restarts > 0)
+                ckpt_log(CKPT_INFO, "giving up after %d restart%s", *restarts, *restarts == 1 ? "" : "s");
+            break;
+        }
+        ++*restarts;
+        if (!backoff(job, *restarts))
+            break;
+        restore = restart_point(job);
+    }
+    settle_arena(opt, out->exit_code);
+    return out->exit_code;
+}
