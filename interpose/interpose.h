@@ -113,7 +113,7 @@ int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen);
 
 /* After a restore: the snapshot engine goes on from that generation and
  * never overwrites its slot before a newer one is committed. */
-void ckpt_snapshot_resumed(uint64_t generation, int slot);
+void ckpt_snapshot_resumed(uint64_t generation, uint64_t iteration, int slot);
 
 /* ---- history (replay.c): what the host saw of the device, recorded in a
  * fresh run and served back while a restarted run replays. */

@@ -273,7 +273,7 @@ static void restore_now(void)
     ckpt_self_depth--;
     free(live);
 
-    ckpt_snapshot_resumed(image_hdr.generation, image_slot);
+    ckpt_snapshot_resumed(image_hdr.generation, image_hdr.iteration, image_slot);
     if (ckpt_rlog_go_live() < 0)
         ckpt_log(CKPT_WARN, "cannot reopen the replay log for writing: snapshots of this run cannot be restored");
     ckpt_log(CKPT_INFO, "restored iteration %llu (generation %llu, %llu bytes): replay took %.2f s",

@@ -41,6 +41,8 @@ static struct {
     struct ckpt_arena arena;
     bool arena_ok;
     int last_slot; /* holds the newest committed snapshot, -1 before one */
+    uint64_t last_iter; /* its iteration */
+    bool slot_used[2];  /* a slot has held a committed snapshot */
     int slot;      /* being written */
     uint64_t generation;
 
@@ -152,6 +154,8 @@ static void *committer(void *arg)
         pthread_mutex_lock(&S.lock);
         if (r == CUDA_SUCCESS) {
             S.last_slot = S.slot;
+            S.last_iter = S.hdr.iteration;
+            S.slot_used[S.slot] = true;
             S.generation = S.hdr.generation;
             S.taken++;
             S.bytes += S.hdr.data_bytes;
@@ -240,11 +244,13 @@ int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen)
     return 0;
 }
 
-void ckpt_snapshot_resumed(uint64_t generation, int slot)
+void ckpt_snapshot_resumed(uint64_t generation, uint64_t iteration, int slot)
 {
     pthread_mutex_lock(&S.lock);
     S.generation = generation;
     S.last_slot = slot;
+    S.last_iter = iteration;
+    S.slot_used[0] = S.slot_used[1] = true;
     pthread_mutex_unlock(&S.lock);
 }
 
@@ -272,6 +278,38 @@ static long list_allocations(void)
         S.recs = r;
         S.cap = cap;
     }
+}
+
+/* Does every other rank of this node hold a committed snapshot of
+ * iteration?  Overwriting our older slot is safe only then: otherwise a
+ * rank that dies now could leave the job with no iteration every rank
+ * holds (we would keep only the newer one, a slower peer only the older).
+ * Peers' slot headers are read, not verified: a set magic means the peer's
+ * commit finished. */
+static bool peers_hold(uint64_t iteration)
+{
+    const char *rank = getenv("RANK"), *local = getenv("LOCAL_RANK"), *local_world = getenv("LOCAL_WORLD_SIZE");
+    int me = rank ? atoi(rank) : 0, first = me - (local ? atoi(local) : 0), n = local_world ? atoi(local_world) : 1;
+    char dir[PATH_MAX + 64], path[PATH_MAX + 96];
+
+    for (int r = first; r < first + n; r++) {
+        if (r == me || ckpt_arena_path(dir, sizeof(dir), ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB), r) < 0)
+            continue;
+        bool held = false;
+        for (int s = 0; s < 2 && !held; s++) {
+            struct ckpt_header h;
+            snprintf(path, sizeof(path), "%s/slot%d", dir, s);
+            int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0)
+                continue;
+            held = pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+                   memcmp(h.magic, CKPT_MAGIC, sizeof(h.magic)) == 0 && h.iteration == iteration;
+            close(fd);
+        }
+        if (!held)
+            return false;
+    }
+    return true;
 }
 
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
@@ -310,6 +348,19 @@ static void take(uint64_t iter, bool has_collectives)
     size_t total = ckpt_image_layout(&h, S.recs, (size_t)n);
 
     int slot = S.last_slot == 0 ? 1 : 0, moved = 0;
+    /* Peers commit a checksum pass after their copies: give a lagging one
+     * a moment (the program waits, and the stats say so) before skipping. */
+    double wait_from = now_s();
+    while (S.slot_used[slot] && !peers_hold(S.last_iter) && now_s() - wait_from < 0.2)
+        usleep(500);
+    S.held_ms += (now_s() - wait_from) * 1e3;
+    if (S.slot_used[slot] && !peers_hold(S.last_iter)) {
+        S.skipped++;
+        ckpt_log(CKPT_DEBUG, "iteration %llu: a peer has not committed iteration %llu yet; snapshot skipped so "
+                 "every rank keeps an iteration in common", (unsigned long long)iter,
+                 (unsigned long long)S.last_iter);
+        return;
+    }
     void *old = S.arena.base[slot];
     int rc = ckpt_arena_reserve(&S.arena, slot, total, &moved);
     if (rc < 0) {
