@@ -4,8 +4,8 @@
  * restart goes back to), and the removal of the arena after the job has
  * succeeded.  A slot is trusted only after ckpt_image_verify has checked
  * every chunk, so a damaged one is never chosen.  Removal touches only
- * what libckpt creates (rank<N>/slot0, slot1, replay.log and those
- * directories) under this user's <uid>-<job> directory: never another
+ * what libckpt creates (rank<N>/slot0, slot1, replay.log, those
+ * directories and the fault-fired marker) under this user's <uid>-<job> directory: never another
  * job's or another user's files.
  */
 #include <dirent.h>
@@ -301,6 +301,7 @@ int arena_remove(const struct options *opt)
             ckpt_log(CKPT_WARN, "cannot remove %s/%s: %s", dir, e->d_name, strerror(-rc));
     }
     closedir(d);
+    unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */
     close(dfd);
     if (rmdir(dir) < 0) {
         rc = -errno;
