@@ -259,6 +259,7 @@ static void restore_now(void)
     if (ckpt_resolve("cuMemcpyHtoD_v2") < 0 || ckpt_resolve("cuCtxSynchronize") < 0)
         refuse("the driver lacks cuMemcpyHtoD_v2 or cuCtxSynchronize");
     ckpt_self_depth++;
+    double copy_start = now_s();
     for (size_t i = 0; i < n; i++) {
         if (i == n / 2)
             ckpt_fault_point(2, target);
@@ -271,14 +272,16 @@ static void restore_now(void)
     if (real_cuCtxSynchronize() != CUDA_SUCCESS)
         refuse("the device failed while the snapshot was copied back");
     ckpt_self_depth--;
+    double copy_s = now_s() - copy_start;
     free(live);
 
     ckpt_snapshot_resumed(image_hdr.generation, image_hdr.iteration, image_slot);
     if (ckpt_rlog_go_live() < 0)
         ckpt_log(CKPT_WARN, "cannot reopen the replay log for writing: snapshots of this run cannot be restored");
-    ckpt_log(CKPT_INFO, "restored iteration %llu (generation %llu, %llu bytes): replay took %.2f s",
-             (unsigned long long)target, (unsigned long long)image_hdr.generation,
-             (unsigned long long)image_hdr.data_bytes, now_s() - replay_start);
+    ckpt_log(CKPT_INFO, "restored iteration %llu (generation %llu, %llu bytes): replay took %.2f s, "
+             "copying back %.3f s (%.2f GB/s)", (unsigned long long)target, (unsigned long long)image_hdr.generation,
+             (unsigned long long)image_hdr.data_bytes, copy_start - replay_start, copy_s,
+             copy_s > 0 ? image_hdr.data_bytes / copy_s / 1e9 : 0.0);
     ckpt_agent_send(CKPT_MSG_RESTORED, target, image_hdr.generation);
     munmap((void *)image, image_len);
     image = NULL;

@@ -389,9 +389,15 @@ static void take(uint64_t iter, bool has_collectives)
     }
     real_cuEventRecord(S.start, S.stream);
     CUresult r = CUDA_SUCCESS;
-    for (long i = 0; i < n && r == CUDA_SUCCESS; i++)
-        r = real_cuMemcpyDtoHAsync_v2(base + h.data_offset + S.recs[i].offset, S.allocs[i].addr, S.recs[i].size,
-                                      S.stream);
+    /* In checksum-sized pieces: a large tensor does not hold the copy
+     * engine in one piece, and each piece can be scheduled on its own. */
+    for (long i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        for (uint64_t off = 0; off < S.recs[i].size && r == CUDA_SUCCESS; off += h.chunk_bytes) {
+            uint64_t len = S.recs[i].size - off < h.chunk_bytes ? S.recs[i].size - off : h.chunk_bytes;
+            r = real_cuMemcpyDtoHAsync_v2(base + h.data_offset + S.recs[i].offset + off, S.allocs[i].addr + off,
+                                          len, S.stream);
+        }
+    }
     if (r == CUDA_SUCCESS)
         r = real_cuEventRecord(S.done, S.stream);
     if (r != CUDA_SUCCESS) {
