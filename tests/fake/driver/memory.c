@@ -103,11 +103,15 @@ void fg_mem_unreserve(size_t bytes)
 
 /*
  * Fresh pages for every allocation: freed memory is unmapped, so a use
- * after free faults instead of silently reading someone else's data.
+ * after free faults instead of silently reading someone else's data.  The
+ * pages are populated at once, as device memory and pinned host memory are
+ * resident from allocation on a GPU: the first copy into them must not pay
+ * for page faults a GPU would not take.
  */
 void *fg_pages_alloc(size_t bytes)
 {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_POPULATE,
+                   -1, 0);
 
     return p == MAP_FAILED ? NULL : p;
 }
