@@ -5,6 +5,7 @@
 # Sources are picked up by directory, so adding a file needs no edit here:
 #   interpose/*.c runtime/*.c    -> build/lib/libckpt.so
 #   tools/<tool>/*.c             -> build/bin/<tool>   (+ runtime/ objects)
+#   replica/*.c                  -> into the tools named in REPLICA_TOOLS (+ -lfabric)
 #   tests/fake/{driver,runtime,nccl}/*.c + tests/fake/common/*.c
 #                                -> build/fake/libcuda.so.1, libcudart.so.13, libnccl.so.2
 #   tests/fake/test/*.c          -> build/tests/fake/<name>   (linked against the double)
@@ -39,8 +40,12 @@ FAKE_COMMON_SRC := $(wildcard tests/fake/common/*.c)
 FAKE_DRV_SRC    := $(wildcard tests/fake/driver/*.c)
 FAKE_RT_SRC     := $(wildcard tests/fake/runtime/*.c)
 FAKE_NCCL_SRC   := $(wildcard tests/fake/nccl/*.c)
-LIBCKPT_SRC     := $(wildcard interpose/*.c runtime/*.c)
 RUNTIME_SRC     := $(wildcard runtime/*.c)
+# What only the node agent and the tools use (disk I/O with liburing,
+# placement) stays out of libckpt.so: the rank's library needs nothing that
+# a GPU machine's training image might lack.
+AGENT_ONLY_SRC  := $(wildcard runtime/persist*.c runtime/placement.c)
+LIBCKPT_SRC     := $(wildcard interpose/*.c) $(filter-out $(AGENT_ONLY_SRC),$(RUNTIME_SRC))
 TOOLS           := $(notdir $(wildcard tools/*))
 FAKE_TESTS      := $(patsubst tests/fake/test/%.c,$(B)/tests/fake/%,$(wildcard tests/fake/test/*.c))
 UNIT_TESTS      := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/*.c))
@@ -66,7 +71,7 @@ $(B)/lib/libckpt.so: $(call obj,$(LIBCKPT_SRC)) interpose/libckpt.map
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -shared -pthread -fvisibility=hidden -Wl,-z,defs -Wl,--version-script=interpose/libckpt.map \
-	    -o $@ $(call obj,$(LIBCKPT_SRC)) -ldl -luring
+	    -o $@ $(call obj,$(LIBCKPT_SRC)) -ldl
 $(call obj,$(LIBCKPT_SRC)): ALL_CFLAGS += -fvisibility=hidden
 
 # ---- tools: each tools/<name>/ is one program, linked with runtime/.
@@ -78,6 +83,16 @@ $(B)/bin/$(1): $(call obj,$(wildcard tools/$(1)/*.c) $(RUNTIME_SRC))
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 $(B)/bin/ckpt-doctor: TOOL_LIBS := -lelf
+
+# ---- replica/: replication's data path (libfabric), linked only into the
+# tools that move replicas, never into libckpt.so.  A tool that uses it
+# lists it here: replica/ objects as prerequisites (the link takes $^),
+# -lfabric, and -Ireplica for its sources.
+REPLICA_SRC   := $(wildcard replica/*.c)
+REPLICA_TOOLS := ckpt-replica
+$(addprefix $(B)/bin/,$(REPLICA_TOOLS)): $(call obj,$(REPLICA_SRC))
+$(addprefix $(B)/bin/,$(REPLICA_TOOLS)): TOOL_LIBS := -lfabric
+$(foreach t,$(REPLICA_TOOLS),$(eval $(B)/obj/tools/$(t)/%.o: ALL_CFLAGS += -Ireplica))
 
 # ---- the test double of the GPU stack, with the real sonames.  Calls
 # inside one library bind to its own functions (-Bsymbolic-functions), as

@@ -131,3 +131,22 @@ CASES
         [ "$got" = "$want" ] || { echo "$shape: snapshot has $got allocations, program made $want"; false; }
     done
 }
+
+@test "libckpt.so needs nothing but libc at link time and exports only its hooks" {
+    run readelf -d "$LIB"
+    needed=$(echo "$output" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+    for lib in $needed; do
+        case $lib in
+        libc.so.6 | ld-linux*.so.* | libdl.so.2 | libpthread.so.0) ;;
+        *) echo "libckpt.so needs $lib"; false ;;
+        esac
+    done
+    exports=$(nm -D --defined-only "$LIB" | awk '{print $3}')
+    [ -n "$exports" ]
+    for sym in $exports; do
+        case $sym in
+        cu[A-Z]* | cuda* | nccl* | dlsym | InitializeInjectionNvtx2) ;;
+        *) echo "libckpt.so exports $sym"; false ;;
+        esac
+    done
+}
