@@ -1,0 +1,132 @@
+/*
+ * What the files of the persistence engine share (persist.h is the public
+ * side): the engine's state, the mover's job description (persist_io.c),
+ * the manifest codec (persist_manifest.c) and the directory helpers
+ * (persist.c).  Declarations only.
+ */
+#ifndef CKPT_PERSIST_INT_H
+#define CKPT_PERSIST_INT_H
+
+#include <limits.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "persist.h"
+#include "persist_format.h"
+
+struct pio_ring {
+    struct io_uring ring;
+    char *buf;                 /* depth x block bytes, page aligned */
+    bool fixed;                /* buf is registered: READ_FIXED / WRITE_FIXED */
+    bool broken;               /* failed with I/O perhaps in flight: never used again */
+};
+
+struct ckpt_persist {
+    char dirs[CKPT_PERSIST_MAX_DIRS][PATH_MAX];
+    unsigned ndirs, depth, keep, nrings;
+    size_t block;
+    struct pio_ring *rings;
+    int cancel;                /* atomic; cleared when a call starts */
+};
+
+/* A place read bytes go to: a file of the arena being rebuilt. */
+struct pio_dst {
+    int fd;
+    uint64_t off;
+    const char *path;          /* for messages */
+};
+
+/* One extent to move between memory and a stripe file. */
+struct pio_task {
+    uint32_t dir;
+    uint64_t off;              /* in the stripe file, aligned */
+    uint64_t bytes;            /* true length */
+    uint64_t sum;              /* XXH3-64 the bytes must have */
+    const char *src;           /* write: the bytes */
+    struct pio_dst *dst;       /* read: ndst places the bytes go to (none: only verify) */
+    uint32_t ndst;
+    int rank;                  /* write: whose chunk it is, for messages */
+    bool log;                  /* write: a replay log chunk, not image data */
+    uint64_t chunk;            /* write: its index */
+};
+
+struct pio_job {
+    bool write;
+    struct pio_task *tasks;    /* each ring takes those of its directories, in order */
+    size_t ntasks;
+    int fd[CKPT_PERSIST_MAX_DIRS];
+    const char *path[CKPT_PERSIST_MAX_DIRS]; /* of each stripe file, for messages */
+    uint64_t total;            /* bytes of all tasks */
+    ckpt_persist_progress_fn progress;
+    void *arg;
+    /* the movers' results */
+    pthread_mutex_t lock;
+    uint64_t done;
+    int err;                   /* the first failure */
+    char why[512];
+};
+
+/* Moves every task of j (fsyncing the stripe files after writes) with one
+ * thread per ring.  Returns 0, the first failure (j->why says it) or
+ * -ECANCELED. */
+int pio_run(struct ckpt_persist *p, struct pio_job *j);
+
+/* <dir>/<uid>-<job>: its path; with create, made (0700) if missing.  The
+ * persist directory itself must exist; the job directory must be this
+ * user's and private.  Returns 1 when it made the directory, else 0 or
+ * -errno. */
+int pdir_job(const char *dir, const char *job, bool create, char *out, size_t outlen, char *why, size_t whylen);
+
+/* Opens a stripe file with O_DIRECT (without, where the filesystem has
+ * none) and O_NOFOLLOW; mode 0600.  Returns the fd or -errno with why. */
+int pdir_open(const char *path, int flags, char *why, size_t whylen);
+
+/* The iterations of the generation directories in jobdir, highest first,
+ * in *out (the caller frees it). */
+int pdir_generations(const char *jobdir, uint64_t **out, size_t *n, char *why, size_t whylen);
+
+/* Removes a generation directory and every file in it (best effort). */
+void pdir_remove_gen(const char *jobdir, uint64_t iteration);
+
+/* fsync of a directory, so the entries made in it are durable. */
+int pdir_sync(const char *dir, char *why, size_t whylen);
+
+/* Reads and checks dir0's manifest of a generation: structure, checksum,
+ * job, ndirs, and every rank's image header.  Returns 0 with *out (the
+ * caller frees it) or -errno / -EBADMSG with why. */
+int pm_load(const char *jobdir, uint64_t iteration, const char *job, unsigned ndirs, struct ckpt_pm_header **out,
+            char *why, size_t whylen);
+
+/* The tables of a loaded manifest. */
+struct ckpt_pm_rank *pm_ranks(const struct ckpt_pm_header *m);
+uint64_t *pm_stripes(const struct ckpt_pm_header *m);
+struct ckpt_pm_extent *pm_extents(const struct ckpt_pm_header *m);
+uint64_t *pm_refs(const struct ckpt_pm_header *m);
+
+/* Bytes of a manifest with these counts and header areas. */
+uint64_t pm_size(unsigned nranks, unsigned ndirs, uint64_t nextents, uint64_t nrefs, uint64_t heads);
+
+/* Seals a manifest filled in by the writer: sets magic, version and sum. */
+void pm_seal(struct ckpt_pm_header *m);
+
+/* Checks that every stripe file of a generation is there and long enough
+ * (a torn write leaves one short).  Returns 0 or -EBADMSG/-errno with why. */
+int pm_check_stripes(const struct ckpt_persist *p, const char *job, const struct ckpt_pm_header *m, char *why,
+                     size_t whylen);
+
+/* A rank's files being rebuilt by a restore: its image, its replay log. */
+struct pm_dest {
+    int fd[2];
+    char path[2][PATH_MAX + 32];
+};
+
+/* Reads every extent of generation m with its checksum verified, each
+ * shared extent once; when dest is given, writes rank i's image data into
+ * dest[i].fd[0] (at its data_offset) and its log into dest[i].fd[1].
+ * *moved (when given) gets the bytes read. */
+int pm_read(struct ckpt_persist *p, const char *job, const struct ckpt_pm_header *m, const struct pm_dest *dest,
+            ckpt_persist_progress_fn progress, void *arg, uint64_t *moved, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,316 @@
+/*
+ * The mover of the persistence engine: one thread per io_uring ring, each
+ * moving the extents of its directories between memory and their stripe
+ * files in block-sized I/Os, up to depth in flight, through the ring's
+ * registered buffers.  Writes copy a block into a buffer and hash that
+ * copy, so what reaches the disk is exactly what was checked against the
+ * sums the ranks committed; reads retire in submission order so each
+ * extent is hashed as a stream and copied out only as it verifies.  It
+ * must never leave an I/O in flight when it returns (the buffers are
+ * reused), and it checks for cancellation only between extents.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "persist_int.h"
+
+/* One I/O in flight; they live in a FIFO of depth places, place i using
+ * buffer i of the ring. */
+struct slot {
+    size_t task;
+    uint64_t at;               /* offset in the extent */
+    uint32_t len, padded;      /* true and submitted length */
+    int res;
+    bool done;
+};
+
+struct mover {
+    struct ckpt_persist *p;
+    struct pio_ring *r;
+    struct pio_job *j;
+    unsigned index;            /* moves the directories d with d % nrings == index */
+    struct slot *slots;
+    uint64_t head, tail;       /* FIFO positions: next to retire, next to queue */
+    size_t task;               /* next to queue: this extent ... */
+    uint64_t at;               /* ... from this offset */
+    bool stop;                 /* queue nothing more */
+    XXH3_state_t hash;
+};
+
+__attribute__((format(printf, 3, 4))) static void fail(struct pio_job *j, int err, const char *fmt, ...)
+{
+    pthread_mutex_lock(&j->lock);
+    if (!j->err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->why, sizeof(j->why), fmt, ap);
+        va_end(ap);
+        __atomic_store_n(&j->err, err, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+static bool stopping(const struct mover *m)
+{
+    return __atomic_load_n(&m->p->cancel, __ATOMIC_ACQUIRE) || __atomic_load_n(&m->j->err, __ATOMIC_ACQUIRE);
+}
+
+static size_t next_task(const struct mover *m, size_t from)
+{
+    while (from < m->j->ntasks && m->j->tasks[from].dir % m->p->nrings != m->index)
+        from++;
+    return from;
+}
+
+/* An extent is through: count it and let the caller see (and throttle). */
+static void progress(struct mover *m, const struct pio_task *k)
+{
+    struct pio_job *j = m->j;
+    pthread_mutex_lock(&j->lock);
+    j->done += k->bytes;
+    if (j->progress && j->progress(j->arg, j->done, j->total))
+        __atomic_store_n(&m->p->cancel, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&j->lock);
+}
+
+/* Queues the next block of task t at offset at into FIFO place pos. */
+static void issue(struct mover *m, uint64_t pos, size_t t, uint64_t at)
+{
+    const struct pio_task *k = &m->j->tasks[t];
+    unsigned i = (unsigned)(pos % m->p->depth);
+    char *buf = m->r->buf + (size_t)i * m->p->block;
+    uint64_t left = k->bytes - at;
+    uint32_t len = (uint32_t)(left < m->p->block ? left : m->p->block);
+    uint32_t padded = (uint32_t)ckpt_align_up(len, CKPT_PM_ALIGN);
+    /* Never NULL: at most depth I/Os are queued and the ring has depth entries. */
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&m->r->ring);
+    int fd = m->j->fd[k->dir];
+
+    if (m->j->write) {
+        memcpy(buf, k->src + at, len);
+        memset(buf + len, 0, padded - len);
+        if (!at)
+            XXH3_64bits_reset(&m->hash);
+        XXH3_64bits_update(&m->hash, buf, len);
+        if (m->r->fixed)
+            io_uring_prep_write_fixed(sqe, fd, buf, padded, k->off + at, (int)i);
+        else
+            io_uring_prep_write(sqe, fd, buf, padded, k->off + at);
+    } else if (m->r->fixed) {
+        io_uring_prep_read_fixed(sqe, fd, buf, padded, k->off + at, (int)i);
+    } else {
+        io_uring_prep_read(sqe, fd, buf, padded, k->off + at);
+    }
+    io_uring_sqe_set_data64(sqe, pos);
+    m->slots[i] = (struct slot){.task = t, .at = at, .len = len, .padded = padded};
+}
+
+/* Writes len bytes of buf at offset at of the place d; 0 or -errno. */
+static int put(const struct pio_dst *d, const char *buf, size_t len, uint64_t at)
+{
+    while (len) {
+        ssize_t n = pwrite(d->fd, buf, len, (off_t)(d->off + at));
+        if (n <= 0)
+            return n < 0 ? -errno : -ENOSPC;
+        buf += n;
+        len -= (size_t)n;
+        at += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* The oldest I/O has completed: check it and, for reads, hash the block
+ * and copy it out. */
+static void retire(struct mover *m, const struct slot *s, uint64_t pos)
+{
+    struct pio_job *j = m->j;
+    const struct pio_task *k = &j->tasks[s->task];
+    const char *buf = m->r->buf + (size_t)(pos % m->p->depth) * m->p->block;
+    const char *path = j->path[k->dir];
+
+    if (__atomic_load_n(&j->err, __ATOMIC_ACQUIRE))
+        return;
+    if (s->res < 0) {
+        fail(j, s->res, "cannot %s %s: %s", j->write ? "write" : "read", path, strerror(-s->res));
+        return;
+    }
+    if ((uint32_t)s->res < s->padded) {
+        if (j->write)
+            fail(j, -EIO, "short write to %s at byte %llu", path, (unsigned long long)(k->off + s->at));
+        else
+            fail(j, -EBADMSG, "%s ends before byte %llu: the generation is torn", path,
+                 (unsigned long long)(k->off + s->at + s->padded));
+        return;
+    }
+    if (!j->write) {
+        if (!s->at)
+            XXH3_64bits_reset(&m->hash);
+        XXH3_64bits_update(&m->hash, buf, s->len);
+        for (uint32_t d = 0; d < k->ndst; d++) {
+            int rc = put(&k->dst[d], buf, s->len, s->at);
+            if (rc < 0) {
+                fail(j, rc, "cannot write %s: %s", k->dst[d].path, strerror(-rc));
+                return;
+            }
+        }
+    }
+    if (s->at + s->len < k->bytes)
+        return;
+    if (!j->write && XXH3_64bits_digest(&m->hash) != k->sum) {
+        fail(j, -EBADMSG, "%s: bytes %llu..%llu do not match their checksum", path, (unsigned long long)k->off,
+             (unsigned long long)(k->off + k->bytes));
+        return;
+    }
+    progress(m, k);
+}
+
+/* After the last write: each stripe file of this ring's directories is
+ * flushed, all at once through the ring so the disks flush in parallel. */
+static void sync_files(struct mover *m)
+{
+    struct pio_job *j = m->j;
+    unsigned n = 0;
+    for (unsigned d = m->index; d < m->p->ndirs; d += m->p->nrings) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&m->r->ring);
+        io_uring_prep_fsync(sqe, j->fd[d], 0);
+        io_uring_sqe_set_data64(sqe, d);
+        n++;
+    }
+    int rc = io_uring_submit_and_wait(&m->r->ring, n);
+    if (rc < 0) {
+        fail(j, rc, "cannot flush the stripe files: io_uring: %s", strerror(-rc));
+        return;
+    }
+    for (unsigned seen = 0; seen < n; seen++) {
+        struct io_uring_cqe *cqe;
+        if ((rc = io_uring_wait_cqe(&m->r->ring, &cqe)) < 0) {
+            fail(j, rc, "cannot flush the stripe files: io_uring: %s", strerror(-rc));
+            return;
+        }
+        if (cqe->res < 0)
+            fail(j, cqe->res, "cannot fsync %s: %s", j->path[cqe->user_data], strerror(-cqe->res));
+        io_uring_cqe_seen(&m->r->ring, cqe);
+    }
+}
+
+/* Queues blocks while there are free places; returns how many. */
+static unsigned fill(struct mover *m)
+{
+    unsigned queued = 0;
+    while (!m->stop && m->task < m->j->ntasks && m->tail - m->head < m->p->depth) {
+        if (!m->at && stopping(m)) {
+            m->stop = true;
+            break;
+        }
+        const struct pio_task *k = &m->j->tasks[m->task];
+        issue(m, m->tail, m->task, m->at);
+        m->at += m->slots[m->tail++ % m->p->depth].len;
+        queued++;
+        if (m->at < k->bytes)
+            continue;
+        if (m->j->write && XXH3_64bits_digest(&m->hash) != k->sum) {
+            fail(m->j, -ESTALE,
+                 "rank %d %s chunk %llu changed while it was being persisted (the rank wrote over the slot, "
+                 "or the slot is damaged)",
+                 k->rank, k->log ? "replay log" : "image", (unsigned long long)k->chunk);
+            m->stop = true;
+        }
+        m->task = next_task(m, m->task + 1);
+        m->at = 0;
+    }
+    return queued;
+}
+
+static void *move(void *arg)
+{
+    struct mover *m = arg;
+    struct io_uring *ring = &m->r->ring;
+    unsigned depth = m->p->depth;
+
+    m->task = next_task(m, 0);
+    fill(m);
+    while (m->head != m->tail) {
+        int rc = io_uring_submit_and_wait(ring, 1);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+            /* The ring itself failed: nothing more can be known of what is
+             * in flight, so this ring is not used again. */
+            fail(m->j, rc, "io_uring failed: %s", strerror(-rc));
+            m->r->broken = true;
+            return NULL;
+        }
+        struct io_uring_cqe *cqe;
+        unsigned seen = 0, h;
+        io_uring_for_each_cqe(ring, h, cqe)
+        {
+            struct slot *s = &m->slots[cqe->user_data % depth];
+            s->res = cqe->res;
+            s->done = true;
+            seen++;
+        }
+        io_uring_cq_advance(ring, seen);
+        /* Each place freed is refilled at once: the disk never waits for
+         * the hashing and copying of a batch of completions. */
+        while (m->head != m->tail && m->slots[m->head % depth].done) {
+            struct slot *s = &m->slots[m->head % depth];
+            s->done = false;
+            retire(m, s, m->head++);
+            if (fill(m))
+                io_uring_submit(ring);
+        }
+    }
+    if (m->j->write && !stopping(m))
+        sync_files(m);
+    return NULL;
+}
+
+int pio_run(struct ckpt_persist *p, struct pio_job *j)
+{
+    struct mover m[CKPT_PERSIST_MAX_DIRS];
+    pthread_t th[CKPT_PERSIST_MAX_DIRS];
+    unsigned started = 0;
+
+    for (unsigned i = 0; i < p->nrings; i++) {
+        if (p->rings[i].broken) {
+            snprintf(j->why, sizeof(j->why), "an I/O ring of this engine failed earlier: reopen it");
+            return -EIO;
+        }
+    }
+    pthread_mutex_init(&j->lock, NULL);
+    j->done = 0;
+    j->err = 0;
+    j->why[0] = '\0';
+    for (unsigned i = 0; i < p->nrings; i++) {
+        m[i] = (struct mover){.p = p, .r = &p->rings[i], .j = j, .index = i};
+        m[i].slots = calloc(p->depth, sizeof(*m[i].slots));
+        if (!m[i].slots) {
+            fail(j, -ENOMEM, "out of memory for the I/O queue");
+            break;
+        }
+        if (pthread_create(&th[i], NULL, move, &m[i]) != 0) {
+            fail(j, -EAGAIN, "cannot start an I/O thread");
+            free(m[i].slots);
+            break;
+        }
+        started++;
+    }
+    for (unsigned i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        free(m[i].slots);
+    }
+    pthread_mutex_destroy(&j->lock);
+    if (j->err)
+        return j->err;
+    if (__atomic_load_n(&p->cancel, __ATOMIC_ACQUIRE)) {
+        snprintf(j->why, sizeof(j->why), "cancelled after %llu of %llu bytes", (unsigned long long)j->done,
+                 (unsigned long long)j->total);
+        return -ECANCELED;
+    }
+    return 0;
+}

@@ -1,0 +1,234 @@
+/*
+ * Reading a generation back (persist.h: ckpt_persist_restore, and the deep
+ * check of ckpt_persist_list): every extent is read once with io_uring,
+ * hashed as it arrives and copied to each rank that shares it.  The arena
+ * gets the images and logs in files beside the slots, renamed over them
+ * only when every byte verified, with the image header written last: a
+ * failed or interrupted restore leaves the arena as it found it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "image.h"
+#include "log.h"
+#include "persist_int.h"
+
+static const struct ckpt_header *head_of(const struct ckpt_pm_header *m, const struct ckpt_pm_rank *r)
+{
+    return (const struct ckpt_header *)((const char *)m + r->head_offset);
+}
+
+/* Points each extent's task at the places it goes: a counting sort of the
+ * chunk map by extent. */
+static void place(const struct ckpt_pm_header *m, struct pio_task *tasks, struct pio_dst *places,
+                  const struct pm_dest *dest)
+{
+    const uint64_t *refs = pm_refs(m);
+    for (uint64_t r = 0; r < m->nrefs; r++)
+        tasks[refs[r]].ndst++;
+    uint64_t at = 0;
+    for (uint64_t e = 0; e < m->nextents; e++) {
+        tasks[e].dst = places + at;
+        at += tasks[e].ndst;
+        tasks[e].ndst = 0;
+    }
+    for (uint32_t i = 0; i < m->nranks; i++) {
+        const struct ckpt_pm_rank *r = &pm_ranks(m)[i];
+        uint64_t data = head_of(m, r)->data_offset;
+        for (uint64_t c = 0; c < r->data_chunks + r->log_chunks; c++) {
+            bool log = c >= r->data_chunks;
+            struct pio_task *t = &tasks[refs[log ? r->log_ref + c - r->data_chunks : r->data_ref + c]];
+            t->dst[t->ndst++] = (struct pio_dst){.fd = dest[i].fd[log], .path = dest[i].path[log],
+                                                 .off = (log ? c - r->data_chunks : c) * r->chunk_bytes + (log ? 0 : data)};
+        }
+    }
+}
+
+int pm_read(struct ckpt_persist *p, const char *job, const struct ckpt_pm_header *m, const struct pm_dest *dest,
+            ckpt_persist_progress_fn progress, void *arg, uint64_t *moved, char *why, size_t whylen)
+{
+    char jobdir[PATH_MAX + 16], (*paths)[PATH_MAX + 64] = calloc(m->ndirs, sizeof(*paths));
+    struct pio_task *tasks = calloc(m->nextents ? m->nextents : 1, sizeof(*tasks));
+    struct pio_dst *places = calloc(m->nrefs ? m->nrefs : 1, sizeof(*places));
+    struct pio_job j = {.tasks = tasks, .ntasks = m->nextents, .progress = progress, .arg = arg};
+    unsigned opened = 0;
+    int rc = 0;
+
+    if (!paths || !tasks || !places) {
+        snprintf(why, whylen, "out of memory");
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (; opened < m->ndirs; opened++) {
+        unsigned d = opened;
+        if ((rc = pdir_job(p->dirs[d], job, false, jobdir, sizeof(jobdir), why, whylen)) < 0)
+            goto out;
+        snprintf(paths[d], sizeof(paths[d]), "%s/gen-%llu/stripe-%u", jobdir, (unsigned long long)m->iteration, d);
+        if ((j.fd[d] = pdir_open(paths[d], O_RDONLY, why, whylen)) < 0) {
+            rc = j.fd[d];
+            goto out;
+        }
+        j.path[d] = paths[d];
+    }
+    for (uint64_t e = 0; e < m->nextents; e++) {
+        const struct ckpt_pm_extent *x = &pm_extents(m)[e];
+        tasks[e] = (struct pio_task){.dir = x->dir, .off = x->offset, .bytes = x->bytes, .sum = x->sum};
+        j.total += x->bytes;
+    }
+    if (dest)
+        place(m, tasks, places, dest);
+    if ((rc = pio_run(p, &j)) < 0)
+        snprintf(why, whylen, "%s", j.why);
+    else if (moved)
+        for (uint64_t e = 0; e < m->nextents; e++)
+            *moved += ckpt_align_up(tasks[e].bytes, CKPT_PM_ALIGN);
+out:
+    for (unsigned d = 0; d < opened; d++)
+        close(j.fd[d]);
+    free(paths);
+    free(tasks);
+    free(places);
+    return rc;
+}
+
+/* A new file of len bytes beside the arena's, its space taken now so that
+ * a full /dev/shm fails here, before any reading. */
+static int make_file(const char *dir, const char *name, uint64_t len, int *fd, char *path, size_t pathlen,
+                     char *why, size_t whylen)
+{
+    snprintf(path, pathlen, "%s/%s", dir, name);
+    *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int e = *fd < 0 ? errno : posix_fallocate(*fd, 0, (off_t)len);
+    if (e) {
+        snprintf(why, whylen, "cannot make %s (%llu bytes): %s", path, (unsigned long long)len, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+/* Every byte verified: the image header goes in last, then the files
+ * replace the arena's; slot1 is emptied so that only this image is found. */
+static int install(const char *dir, const struct pm_dest *t, const struct ckpt_pm_header *m,
+                   const struct ckpt_pm_rank *r, char *why, size_t whylen)
+{
+    static const char *const names[2] = {"slot0", "replay.log"};
+    char to[PATH_MAX + 32];
+
+    if (pwrite(t->fd[0], head_of(m, r), r->head_bytes, 0) != (ssize_t)r->head_bytes) {
+        int e = errno ? errno : ENOSPC;
+        snprintf(why, whylen, "cannot write %s: %s", t->path[0], strerror(e));
+        return -e;
+    }
+    snprintf(to, sizeof(to), "%s/slot1", dir);
+    int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(why, whylen, "cannot empty %s: %s", to, strerror(e));
+        return -e;
+    }
+    close(fd);
+    for (int k = 0; k < 2; k++) {
+        snprintf(to, sizeof(to), "%s/%s", dir, names[k]);
+        if (rename(t->path[k], to) < 0) {
+            int e = errno;
+            snprintf(why, whylen, "cannot rename %s to %s: %s", t->path[k], to, strerror(e));
+            return -e;
+        }
+    }
+    return 0;
+}
+
+static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq, uint64_t it,
+                       struct ckpt_persist_stats *st, char *why, size_t whylen)
+{
+    char jobdir[PATH_MAX + 16];
+    struct ckpt_pm_header *m;
+    struct timespec t0, t1;
+    int rc;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if ((rc = pdir_job(p->dirs[0], rq->job, false, jobdir, sizeof(jobdir), why, whylen)) < 0)
+        return rc;
+    if ((rc = pm_load(jobdir, it, rq->job, p->ndirs, &m, why, whylen)) < 0 ||
+        (rc = pm_check_stripes(p, rq->job, m, why, whylen)) < 0) {
+        free(m);
+        return rc;
+    }
+    struct pm_dest *t = calloc(m->nranks, sizeof(*t));
+    char (*dirs)[PATH_MAX] = calloc(m->nranks, sizeof(*dirs));
+    uint32_t made = 0;
+    if (!t || !dirs) {
+        snprintf(why, whylen, "out of memory");
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (; made < m->nranks; made++) {
+        const struct ckpt_pm_rank *r = &pm_ranks(m)[made];
+        struct ckpt_arena a;
+        t[made].fd[0] = t[made].fd[1] = -1;
+        if ((rc = ckpt_arena_open(&a, rq->arena, rq->job, (int)r->rank, 0, why, whylen)) < 0)
+            goto out;
+        snprintf(dirs[made], sizeof(dirs[made]), "%s", a.dir);
+        ckpt_arena_close(&a);
+        rc = make_file(dirs[made], "slot0.from-disk", r->image_bytes, &t[made].fd[0], t[made].path[0],
+                       sizeof(t[made].path[0]), why, whylen);
+        if (!rc)
+            rc = make_file(dirs[made], "replay.log.from-disk", r->log_bytes, &t[made].fd[1], t[made].path[1],
+                           sizeof(t[made].path[1]), why, whylen);
+        if (rc < 0) {
+            made++;
+            goto out;
+        }
+    }
+    *st = (struct ckpt_persist_stats){.iteration = it, .nranks = m->nranks, .logical_bytes = m->logical_bytes,
+                                      .registered = p->rings[0].fixed};
+    if ((rc = pm_read(p, rq->job, m, t, rq->progress, rq->arg, &st->moved_bytes, why, whylen)) < 0)
+        goto out;
+    for (uint32_t i = 0; i < m->nranks && !rc; i++)
+        rc = install(dirs[i], &t[i], m, &pm_ranks(m)[i], why, whylen);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    st->seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+out:
+    for (uint32_t i = 0; t && i < made; i++) {
+        for (int k = 0; k < 2; k++) {
+            if (t[i].fd[k] >= 0)
+                close(t[i].fd[k]);
+            if (rc < 0 && t[i].path[k][0])
+                unlink(t[i].path[k]);
+        }
+    }
+    free(t);
+    free(dirs);
+    free(m);
+    return rc;
+}
+
+int ckpt_persist_restore(struct ckpt_persist *p, const struct ckpt_persist_req *rq, struct ckpt_persist_stats *st,
+                         char *why, size_t whylen)
+{
+    struct ckpt_persist_gen g;
+    uint64_t below = 0;
+    int rc;
+
+    memset(st, 0, sizeof(*st));
+    __atomic_store_n(&p->cancel, 0, __ATOMIC_RELEASE);
+    if (rq->iteration)
+        return restore_one(p, rq, rq->iteration, st, why, whylen);
+    for (;;) {
+        if ((rc = ckpt_persist_newest(p, rq->job, below, 0, &g, why, whylen)) < 0)
+            return rc;
+        rc = restore_one(p, rq, g.iteration, st, why, whylen);
+        if (rc != -EBADMSG)
+            return rc;
+        ckpt_log(CKPT_WARN, "the generation of iteration %llu does not verify (%s): trying an older one",
+                 (unsigned long long)g.iteration, why);
+        below = g.iteration;
+    }
+}

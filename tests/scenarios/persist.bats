@@ -1,0 +1,153 @@
+#!/usr/bin/env bats
+# Snapshots persisted to disk and brought back, end to end with the
+# unmodified trainer and ckpt-persist (the engine the node agent calls):
+# after a failure that also wiped every arena, the newest generation on
+# disk (striped over two directories) is read back into the arena and the
+# restarted run prints exactly what an uninterrupted run prints, for 1 and
+# 2 ranks; a damaged newer generation is skipped, naming why; a persist
+# killed half-way leaves the previous generation intact and used, and the
+# next persist replaces the partial one; SIGTERM cancels cleanly.
+#
+# As in resume.bats, snapshots are taken every 5th iteration and a rank is
+# killed at the end of iteration 23, so the arena holds iterations 15 and 20.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    LIB=$BUILD/lib/libckpt.so
+    TRAIN=$BUILD/examples/mlp-train
+    RESUME=$BUILD/bin/ckpt-resume
+    PERSIST=$BUILD/bin/ckpt-persist
+    [ -x "$RESUME" ] && [ -x "$PERSIST" ] && [ -x "$TRAIN" ] || { echo "build first" >&2; return 1; }
+    D=$(mktemp -d /tmp/ckpt-persist-bats-XXXXXX)
+    unset CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_KEEP_ARENA LD_PRELOAD CKPT_BOUNDARY \
+        CKPT_IO_DEPTH CKPT_IO_BLOCK_KB CKPT_PERSIST_KEEP MASTER_ADDR MASTER_PORT FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK \
+        FAKEGPU_CRASH_ONCE
+    mkdir -p "$D/ssd0" "$D/ssd1"
+    if "$PERSIST" list --dirs "$D/ssd0" 2>&1 | grep -q "io_uring is not available"; then
+        skip "io_uring is not available here"
+    fi
+    export CKPT_ARENA_DIR=$D/arena CKPT_JOB=p CKPT_EVERY=5 CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 \
+        CKPT_PERSIST_DIRS=$D/ssd0,$D/ssd1
+    ARGS="--iters 30 --hidden 64 --layers 3"
+}
+
+teardown() {
+    [ -n "${BG:-}" ] && kill -KILL "$BG" 2>/dev/null
+    rm -rf "$D"
+}
+
+ckpt() { timeout -k 5 60 "$RESUME" "$@"; }
+
+# crashed N: an uninterrupted run of N ranks into $D/plain.N, then a run
+# whose last rank dies at the end of iteration 23 and is not restarted.
+crashed() {
+    ckpt --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain.$1" 2>/dev/null
+    grep -q '^digest ' "$D/plain.$1"
+    run env CKPT_MAX_RESTARTS=0 FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=$(($1 - 1)) \
+        LD_PRELOAD="$LIB" timeout -k 5 60 "$RESUME" --nproc "$1" -- "$TRAIN" $ARGS
+    [ "$status" -ne 0 ]
+}
+
+# resumes N K: the job restarted at iteration K prints what the uninterrupted run printed.
+resumes() {
+    CKPT_RESTORE=$2 LD_PRELOAD="$LIB" ckpt --nproc "$1" -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" ||
+        { cat "$D/err"; return 1; }
+    [ "$(grep -c "^libckpt\[rank [0-9]*\]: restored iteration $2 " "$D/err")" -eq "$1" ] || { cat "$D/err"; return 1; }
+    diff "$D/out" "$D/plain.$1"
+}
+
+gen() { echo "$1/$(id -u)-$CKPT_JOB/gen-$2"; }
+
+@test "every arena wiped after a failure: the job comes back from disk bit-exact (1 and 2 ranks, 2 directories)" {
+    for n in 1 2; do
+        rm -rf "$D/ssd0"/* "$D/ssd1"/* "$CKPT_ARENA_DIR"
+        crashed $n
+        run "$PERSIST" save --iteration 15
+        [ "$status" -eq 0 ] && [[ $output == "persisted iteration 15 of job p: ranks $n,"* ]] || { echo "$output"; false; }
+        run "$PERSIST" save
+        [ "$status" -eq 0 ] && [[ $output == "persisted iteration 20 of job p: ranks $n,"* ]] || { echo "$output"; false; }
+        [ -s "$(gen "$D/ssd0" 20)/stripe-0" ] && [ -s "$(gen "$D/ssd1" 20)/stripe-1" ]
+        rm -rf "$CKPT_ARENA_DIR"
+        run "$PERSIST" restore
+        [ "$status" -eq 0 ] && [[ $output == "restored iteration 20 of job p: ranks $n,"* ]] || { echo "$output"; false; }
+        resumes $n 20
+    done
+}
+
+@test "a damaged newer generation is skipped with its reason; the older one restores bit-exact" {
+    crashed 2
+    "$PERSIST" save --iteration 15 >/dev/null
+    "$PERSIST" save >/dev/null
+    stripe=$(gen "$D/ssd1" 20)/stripe-1
+    printf '\xff\xff\xff\xff' | dd of="$stripe" bs=1 seek=1000 conv=notrunc 2>/dev/null
+    rm -rf "$CKPT_ARENA_DIR"
+    run "$PERSIST" list --verify
+    [[ ${lines[0]} == "iteration 20: not usable: $stripe: bytes "*" do not match their checksum" ]] ||
+        { echo "$output"; false; }
+    [[ ${lines[1]} == "iteration 15: complete, ranks 2,"* ]]
+    run "$PERSIST" restore
+    [ "$status" -eq 0 ]
+    [[ $output == *"the generation of iteration 20 does not verify ($stripe: bytes "*"): trying an older one"* ]]
+    [[ $output == *"restored iteration 15 of job p: ranks 2,"* ]]
+    resumes 2 15
+}
+
+# A persist slow enough to be caught half-way: 64 MiB in 4 KiB writes, one at a time.
+slow_save() {
+    CKPT_EVERY=1 CKPT_BOUNDARY=every:1 CKPT_JOB=s LD_PRELOAD="$LIB" "$BUILD/tests/progs/statewriter" --iters 3 --mib 64 \
+        >/dev/null 2>&1
+    CKPT_JOB=s "$PERSIST" save --iteration 2 >/dev/null
+    CKPT_JOB=s "$PERSIST" save --iteration 3 --depth 1 --block-kb 4 >"$D/slow.out" 2>"$D/slow.err" &
+    BG=$!
+    for _ in $(seq 500); do
+        [ -e "$(CKPT_JOB=s gen "$D/ssd1" 3)/stripe-1" ] && return 0
+        sleep 0.01
+    done
+    echo "the persist of iteration 3 never started" >&2
+    return 1
+}
+
+@test "a persist killed half-way leaves the previous generation intact and used; the next one replaces it" {
+    slow_save
+    kill -KILL "$BG"
+    wait "$BG" || true
+    BG=
+    export CKPT_JOB=s
+    [ ! -e "$(gen "$D/ssd0" 3)/manifest" ]
+    run "$PERSIST" list
+    [ "${lines[0]}" = "iteration 3: not usable: no manifest: the generation is incomplete" ]
+    [[ ${lines[1]} == "iteration 2: complete, ranks 1,"* ]]
+    # The older generation comes back byte for byte.
+    orig=$CKPT_ARENA_DIR/$(id -u)-s/rank0
+    for s in 0 1; do [ "$(od -A n -t u8 -j 96 -N 8 "$orig/slot$s" | tr -d ' ')" = 2 ] && src=$orig/slot$s; done
+    cp -a "$CKPT_ARENA_DIR" "$D/orig" && rm -rf "$CKPT_ARENA_DIR"
+    run "$PERSIST" restore
+    [[ $output == *"skipping the generation of iteration 3 in $D/ssd0/$(id -u)-s: no manifest"* ]] &&
+        [[ $output == *"restored iteration 2 of job s: ranks 1,"* ]] || { echo "$output"; false; }
+    restored=$CKPT_ARENA_DIR/$(id -u)-s/rank0/slot0
+    cmp -n "$(stat -c %s "$restored")" "$restored" "$D/orig/$(id -u)-s/rank0/slot${src: -1}"
+    cmp "$CKPT_ARENA_DIR/$(id -u)-s/rank0/replay.log" "$D/orig/$(id -u)-s/rank0/replay.log"
+    # The next persist of iteration 3 replaces the partial one.
+    rm -rf "$CKPT_ARENA_DIR" && mv "$D/orig" "$CKPT_ARENA_DIR"
+    run "$PERSIST" save --iteration 3
+    [ "$status" -eq 0 ]
+    run "$PERSIST" list --verify
+    [[ ${lines[0]} == "iteration 3: complete,"* ]] && [[ ${lines[1]} == "iteration 2: complete,"* ]] ||
+        { echo "$output"; false; }
+}
+
+@test "SIGTERM cancels a persist cleanly: nothing of it is left, the previous generation stays" {
+    slow_save
+    kill -TERM "$BG"
+    rc=0
+    wait "$BG" || rc=$?
+    BG=
+    [ "$rc" -eq 1 ]
+    grep -q "^ckpt-persist: error: cancelled after [0-9]* of [0-9]* bytes$" "$D/slow.err"
+    export CKPT_JOB=s
+    [ ! -e "$(gen "$D/ssd0" 3)" ] && [ ! -e "$(gen "$D/ssd1" 3)" ]
+    run "$PERSIST" list --verify
+    [ "${#lines[@]}" -eq 1 ] && [[ ${lines[0]} == "iteration 2: complete,"* ]]
+}
