@@ -43,6 +43,7 @@ static struct {
     int last_slot; /* holds the newest committed snapshot, -1 before one */
     uint64_t last_iter; /* its iteration */
     bool slot_used[2];  /* a slot has held a committed snapshot */
+    uint64_t slot_iter[2]; /* the iteration each slot holds */
     int slot;      /* being written */
     uint64_t generation;
 
@@ -156,6 +157,7 @@ static void *committer(void *arg)
             S.last_slot = S.slot;
             S.last_iter = S.hdr.iteration;
             S.slot_used[S.slot] = true;
+            S.slot_iter[S.slot] = S.hdr.iteration;
             S.generation = S.hdr.generation;
             S.taken++;
             S.bytes += S.hdr.data_bytes;
@@ -251,6 +253,8 @@ void ckpt_snapshot_resumed(uint64_t generation, uint64_t iteration, int slot)
     S.last_slot = slot;
     S.last_iter = iteration;
     S.slot_used[0] = S.slot_used[1] = true;
+    S.slot_iter[slot] = iteration;
+    S.slot_iter[1 - slot] = 0; /* an older one, or none: not worth a pin */
     pthread_mutex_unlock(&S.lock);
 }
 
@@ -312,6 +316,28 @@ static bool peers_hold(uint64_t iteration)
     return true;
 }
 
+/* The iteration the node agent is persisting right now (the file
+ * <job dir>/persist-pin holds it while it reads the slots), or 0: that
+ * slot must not be overwritten under it. */
+static uint64_t pinned_iteration(void)
+{
+    char path[PATH_MAX + 96], text[32];
+    snprintf(path, sizeof(path), "%s", S.arena.dir);
+    char *slash = strrchr(path, '/');
+    if (!slash)
+        return 0;
+    snprintf(slash, sizeof(path) - (size_t)(slash - path), "/persist-pin");
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    return strtoull(text, NULL, 10);
+}
+
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
  * program's thread, right after one of its host syncs returned. */
 static void take(uint64_t iter, bool has_collectives)
@@ -348,6 +374,12 @@ static void take(uint64_t iter, bool has_collectives)
     size_t total = ckpt_image_layout(&h, S.recs, (size_t)n);
 
     int slot = S.last_slot == 0 ? 1 : 0, moved = 0;
+    if (S.slot_used[slot] && S.slot_iter[slot] && S.slot_iter[slot] == pinned_iteration()) {
+        S.skipped++;
+        ckpt_log(CKPT_DEBUG, "iteration %llu: iteration %llu is being persisted; snapshot skipped",
+                 (unsigned long long)iter, (unsigned long long)S.slot_iter[slot]);
+        return;
+    }
     /* Peers commit a checksum pass after their copies: give a lagging one
      * a moment (the program waits, and the stats say so) before skipping. */
     double wait_from = now_s();
