@@ -73,6 +73,9 @@ $(B)/lib/libckpt.so: $(call obj,$(LIBCKPT_SRC)) interpose/libckpt.map
 	$(Q)$(CC) $(LDFLAGS) -shared -pthread -fvisibility=hidden -Wl,-z,defs -Wl,--version-script=interpose/libckpt.map \
 	    -o $@ $(call obj,$(LIBCKPT_SRC)) -ldl
 $(call obj,$(LIBCKPT_SRC)): ALL_CFLAGS += -fvisibility=hidden
+# dlsym runs inside sanitizer runtimes' start-up: never instrumented, and
+# its RTLD_NEXT path must be a sibling call (tests/scenarios/capture.bats).
+$(B)/obj/interpose/dlsym.o: ALL_CFLAGS += -fno-sanitize=all -O2 -foptimize-sibling-calls
 
 # ---- tools: each tools/<name>/ is one program, linked with runtime/.
 define tool_rule

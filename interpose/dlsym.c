@@ -5,23 +5,53 @@
  * libckpt's wrappers, and only when the real lookup succeeds.  Every other
  * name passes through untouched.  RTLD_NEXT depends on who calls, and
  * glibc would take libckpt for the caller, so it is resolved here against
- * the objects that follow the real caller in the load order.
+ * the objects that follow the real caller in the load order.  Sanitizer
+ * runtimes call dlsym while they initialise, before their shadow memory
+ * exists, so this file is built without sanitizer instrumentation (see the
+ * Makefile) and calls nothing instrumented on that path.
  */
 #include <dlfcn.h>
 #include <link.h>
-#include <string.h>
+#include <pthread.h>
 
 #include "interpose.h"
 
-static bool hookable(const char *name)
+static void *(*glibc_dlsym)(void *, const char *);
+static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
+
+/* glibc 2.34 moved dlsym into libc; older ones only have the 2.2.5 node. */
+static void find_dlsym(void)
 {
-    return name && ((name[0] == 'c' && name[1] == 'u' && name[2] >= 'A' && name[2] <= 'Z') ||
-                    (name[0] == 'c' && strncmp(name, "cuda", 4) == 0) || strncmp(name, "nccl", 4) == 0);
+    void *fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!fn)
+        fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    glibc_dlsym = (void *(*)(void *, const char *))fn;
 }
 
-/* RTLD_NEXT as seen from caller: the first definition in the objects loaded
- * after the caller's own. */
-static void *next_after(const void *caller, const char *name)
+void *ckpt_real_dlsym(void *handle, const char *name)
+{
+    pthread_once(&dlsym_once, find_dlsym);
+    return glibc_dlsym ? glibc_dlsym(handle, name) : NULL;
+}
+
+/* By hand, not strncmp: a sanitizer's strncmp interceptor may not be set
+ * up yet when it asks for symbols. */
+static bool starts(const char *s, const char *prefix)
+{
+    while (*prefix && *s == *prefix)
+        s++, prefix++;
+    return !*prefix;
+}
+
+static bool hookable(const char *name)
+{
+    return name && ((starts(name, "cu") && name[2] >= 'A' && name[2] <= 'Z') || starts(name, "cuda") ||
+                    starts(name, "nccl"));
+}
+
+/* RTLD_NEXT, for a hooked name, as seen from caller: the first definition
+ * in the objects loaded after the caller's own, then its wrapper. */
+__attribute__((noinline)) static void *next_after(const void *caller, const char *name)
 {
     Dl_info info;
     struct link_map *lm = NULL;
@@ -42,12 +72,15 @@ static void *next_after(const void *caller, const char *name)
 
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
 {
-    void *fn;
-
-    if (handle == RTLD_NEXT)
-        fn = next_after(__builtin_return_address(0), name);
-    else
-        fn = ckpt_real_dlsym(handle, name);
+    /* Any other name with RTLD_NEXT: a sibling call, so glibc sees our
+     * caller's return address and resolves RTLD_NEXT from there, exactly,
+     * without anything that might not work yet (sanitizers ask for their
+     * real functions this way while they start up). */
+    if (handle == RTLD_NEXT && !hookable(name)) {
+        pthread_once(&dlsym_once, find_dlsym);
+        return glibc_dlsym(handle, name);
+    }
+    void *fn = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), name) : ckpt_real_dlsym(handle, name);
     if (!fn || !hookable(name))
         return fn;
     void *wrapper = ckpt_hook_wrapper(name);

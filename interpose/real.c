@@ -36,24 +36,6 @@ static const char *const sonames[] = {
     [LIB_NCCL] = "libnccl.so.2",
 };
 
-static void *(*glibc_dlsym)(void *, const char *);
-static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
-
-/* glibc 2.34 moved dlsym into libc; older ones only have the 2.2.5 node. */
-static void find_dlsym(void)
-{
-    void *fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!fn)
-        fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    glibc_dlsym = (void *(*)(void *, const char *))fn;
-}
-
-void *ckpt_real_dlsym(void *handle, const char *name)
-{
-    pthread_once(&dlsym_once, find_dlsym);
-    return glibc_dlsym ? glibc_dlsym(handle, name) : NULL;
-}
-
 /* The real definition of one hooked name.  RTLD_NEXT first (the library is
  * in the global scope when the program linked it), then the library by
  * soname: dlopen'ed libraries (RTLD_LOCAL, as the static runtime opens

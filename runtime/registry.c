@@ -153,7 +153,8 @@ size_t ckpt_reg_snapshot(struct ckpt_alloc *out, size_t max)
         n++;
     }
     pthread_mutex_unlock(&lock);
-    qsort(out, n < max ? n : max, sizeof(*out), by_ordinal);
+    if (out && n && max)
+        qsort(out, n < max ? n : max, sizeof(*out), by_ordinal);
     return n;
 }
 

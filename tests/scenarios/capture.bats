@@ -150,3 +150,15 @@ CASES
         esac
     done
 }
+
+@test "dlsym(RTLD_NEXT) keeps its meaning for the caller under libckpt" {
+    d=$BATS_TEST_TMPDIR
+    printf 'const char *who(void) { return "y"; }\n' >"$d/y.c"
+    printf '#define _GNU_SOURCE\n#include <dlfcn.h>\nconst char *who(void) { return "x"; }\nconst char *next_who(void) { const char *(*f)(void) = (const char *(*)(void))dlsym(RTLD_NEXT, "who"); return f ? f() : "none"; }\n' >"$d/x.c"
+    printf '#include <stdio.h>\nconst char *next_who(void);\nint main(void) { puts(next_who()); return 0; }\n' >"$d/m.c"
+    cc -shared -fPIC -o "$d/liby.so" "$d/y.c"
+    cc -shared -fPIC -o "$d/libx.so" "$d/x.c" -ldl
+    cc -o "$d/m" "$d/m.c" -L"$d" -Wl,--no-as-needed -lx -ly -Wl,-rpath,"$d"
+    [ "$("$d/m")" = y ]
+    [ "$(LD_PRELOAD=$LIB "$d/m")" = y ]
+}

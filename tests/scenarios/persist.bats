@@ -6,7 +6,11 @@
 # restarted run prints exactly what an uninterrupted run prints, for 1 and
 # 2 ranks; a damaged newer generation is skipped, naming why; a persist
 # killed half-way leaves the previous generation intact and used, and the
-# next persist replaces the partial one; SIGTERM cancels cleanly.
+# next persist replaces the partial one; SIGTERM cancels cleanly.  Then
+# the same driven by ckpt-resume itself (CKPT_PERSIST_EVERY): a job whose
+# arena is wiped by its failure comes back from disk on its own; the agent
+# killed mid-persist leaves the older generation, which the next run uses;
+# a full disk is said once and training goes on.
 #
 # As in resume.bats, snapshots are taken every 5th iteration and a rank is
 # killed at the end of iteration 23, so the arena holds iterations 15 and 20.
@@ -22,19 +26,21 @@ setup() {
     [ -x "$RESUME" ] && [ -x "$PERSIST" ] && [ -x "$TRAIN" ] || { echo "build first" >&2; return 1; }
     D=$(mktemp -d /tmp/ckpt-persist-bats-XXXXXX)
     unset CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_KEEP_ARENA LD_PRELOAD CKPT_BOUNDARY \
-        CKPT_IO_DEPTH CKPT_IO_BLOCK_KB CKPT_PERSIST_KEEP MASTER_ADDR MASTER_PORT FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK \
+        CKPT_IO_DEPTH CKPT_IO_BLOCK_KB CKPT_PERSIST_KEEP CKPT_PERSIST_EVERY CKPT_FAULT MASTER_ADDR MASTER_PORT FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK \
         FAKEGPU_CRASH_ONCE
     mkdir -p "$D/ssd0" "$D/ssd1"
     if "$PERSIST" list --dirs "$D/ssd0" 2>&1 | grep -q "io_uring is not available"; then
         skip "io_uring is not available here"
     fi
     export CKPT_ARENA_DIR=$D/arena CKPT_JOB=p CKPT_EVERY=5 CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 \
-        CKPT_PERSIST_DIRS=$D/ssd0,$D/ssd1
+        CKPT_PERSIST_DIRS=$D/ssd0,$D/ssd1 CKPT_PERSIST_EVERY=0 # the by-hand cases persist with ckpt-persist
     ARGS="--iters 30 --hidden 64 --layers 3"
 }
 
 teardown() {
     [ -n "${BG:-}" ] && kill -KILL "$BG" 2>/dev/null
+    [ -n "${PG:-}" ] && kill -KILL -- "-$PG" 2>/dev/null
+    mountpoint -q "$D/full" 2>/dev/null && umount "$D/full"
     rm -rf "$D"
 }
 
@@ -150,4 +156,81 @@ slow_save() {
     [ ! -e "$(gen "$D/ssd0" 3)" ] && [ ! -e "$(gen "$D/ssd1" 3)" ]
     run "$PERSIST" list --verify
     [ "${#lines[@]}" -eq 1 ] && [[ ${lines[0]} == "iteration 2: complete,"* ]]
+}
+
+# wiping N: the job under ckpt-resume, persisting every snapshot, rank 0
+# killed at the end of iteration 23; each rank's wrapper shell survives its
+# trainer and, in the first launch, wipes every rank's arena once the
+# trainer has ended, so that the restart finds nothing in memory.  Each
+# launch's output goes to $D/out.<CKPT_RESTORE>.<RANK>.
+wiping() {
+    local wipe='trap : TERM; "$0" "$@" >"$OUT.${CKPT_RESTORE:-0}.$RANK"; rc=$?
+        [ -n "$CKPT_RESTORE" ] || [ $rc -eq 0 ] || rm -rf "$CKPT_ARENA_DIR"/*/rank*; exit $rc'
+    OUT=$D/out CKPT_FAULT=kill:rank=0:iter=23 ckpt --nproc "$1" -- sh -c "$wipe" "$TRAIN" $ARGS 2>"$D/err"
+}
+
+@test "ckpt-resume: every arena wiped by the failure, the job comes back from disk bit-exact (1 and 2 ranks)" {
+    export CKPT_PERSIST_EVERY=1
+    for n in 1 2; do
+        rm -rf "$D/ssd0"/* "$D/ssd1"/* "$CKPT_ARENA_DIR" "$D"/out.*
+        CKPT_PERSIST_EVERY=0 ckpt --nproc $n -- "$TRAIN" $ARGS >"$D/plain.$n" 2>/dev/null
+        wiping $n || { cat "$D/err"; false; }
+        grep -q "^ckpt-resume: nothing to restart from in the arena (rank 0 has no verified snapshot); looking on disk$" \
+            "$D/err" || { cat "$D/err"; false; }
+        grep -q "^ckpt-resume: restoring generation [0-9]* (iteration 20) from disk$" "$D/err" || { cat "$D/err"; false; }
+        grep -q "^ckpt-resume: persisted [1-9][0-9]* generations (skipped [0-9]*, failed 0), [0-9]* bytes, " "$D/err"
+        diff "$D/out.20.0" "$D/plain.$n"
+        [ -s "$(gen "$D/ssd0" 30)/manifest" ] && [ -s "$(gen "$D/ssd1" 30)/stripe-1" ]
+        [ ! -e "$CKPT_ARENA_DIR/$(id -u)-p" ] # removed after success, pin included
+    done
+}
+
+# The persist of the next generation is running: some gen-* directory
+# without a manifest next to a complete one.
+mid_persist() {
+    local dir=$D/ssd0/$(id -u)-$CKPT_JOB g
+    for g in "$dir"/gen-*; do [ -e "$g/manifest" ] || { ls "$dir"/gen-*/manifest >/dev/null 2>&1 && return 0; }; done
+    return 1
+}
+
+@test "ckpt-resume killed in the middle of a persist: the previous generation is intact and used by the next run" {
+    export CKPT_JOB=k CKPT_PERSIST_EVERY=1 CKPT_EVERY=1 CKPT_BOUNDARY=every:1 CKPT_PERSIST_KEEP=5
+    CKPT_PERSIST_DIRS= ckpt --nproc 1 -- "$BUILD/tests/progs/statewriter" --iters 12 --mib 64 >"$D/plain" 2>/dev/null
+    CKPT_IO_DEPTH=1 CKPT_IO_BLOCK_KB=4 "$RESUME" --nproc 1 -- "$BUILD/tests/progs/statewriter" --iters 1000 --mib 64 \
+        >/dev/null 2>"$D/agent.err" &
+    BG=$!
+    for _ in $(seq 6000); do mid_persist && break; sleep 0.01; done
+    PG=$(sed -n 's/.*process group \([0-9]*\).*/\1/p' "$D/agent.err" | head -n 1)
+    mid_persist || { cat "$D/agent.err"; false; }
+    kill -KILL "$BG" && wait "$BG" || true
+    BG=
+    kill -KILL -- "-$PG"
+    run "$PERSIST" list --verify
+    [[ ${lines[0]} == "iteration "*": not usable: no manifest: the generation is incomplete" ]] || { echo "$output"; false; }
+    [[ ${lines[1]} =~ ^iteration\ ([0-9]+):\ complete ]] || { echo "$output"; false; }
+    good=${BASH_REMATCH[1]}
+    # The next run persists nothing itself; its arena is wiped when it fails.
+    local wipe='trap : TERM; "$0" "$@" >"$OUT.${CKPT_RESTORE:-0}"; rc=$?
+        [ -n "$CKPT_RESTORE" ] || [ $rc -eq 0 ] || rm -rf "$CKPT_ARENA_DIR"/*/rank*; exit $rc'
+    OUT=$D/out CKPT_PERSIST_EVERY=0 CKPT_FAULT=kill:rank=0:iter=$((good + 2)) ckpt --nproc 1 -- sh -c "$wipe" \
+        "$BUILD/tests/progs/statewriter" --iters 12 --mib 64 2>"$D/err" || { cat "$D/err"; false; }
+    grep -q "skipping the generation of iteration [0-9]* in $D/ssd0/$(id -u)-k: no manifest" "$D/err" ||
+        { cat "$D/err"; false; }
+    grep -q "^ckpt-resume: restoring generation [0-9]* (iteration $good) from disk$" "$D/err"
+    ! grep -q "^ckpt-resume: persisted" "$D/err"
+    diff "$D/out.$good" "$D/plain"
+}
+
+@test "ckpt-resume on a full disk: one clear warning, training finishes, the older generation intact" {
+    mkdir "$D/full"
+    mount -t tmpfs -o size=1m,mode=0700 tmpfs "$D/full" 2>/dev/null || skip "cannot mount a tmpfs here"
+    export CKPT_PERSIST_DIRS=$D/full CKPT_PERSIST_KEEP=3 CKPT_PERSIST_EVERY=1
+    run ckpt --nproc 2 -- "$TRAIN" $ARGS
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    [ "$(grep -c "warning: cannot persist iteration" <<<"$output")" -eq 1 ] || { echo "$output"; false; }
+    grep -q "^ckpt-resume: warning: cannot persist iteration [0-9]*: .*$D/full.*No space left on device.*; the last complete generation is kept and training goes on$" <<<"$output" || { echo "$output"; false; }
+    grep -q "^ckpt-resume: persisted 1 generation (skipped [0-9]*, failed [1-9][0-9]*), " <<<"$output" ||
+        { echo "$output"; false; }
+    run "$PERSIST" list --verify
+    [[ ${lines[0]} == "iteration 5: complete, ranks 2,"* ]] || { echo "$output"; false; }
 }

@@ -5,7 +5,7 @@
  * succeeded.  A slot is trusted only after ckpt_image_verify has checked
  * every chunk, so a damaged one is never chosen.  Removal touches only
  * what libckpt creates (rank<N>/slot0, slot1, replay.log, those
- * directories and the fault-fired marker) under this user's <uid>-<job> directory: never another
+ * directories, the fault-fired marker and the persist pin) under this user's <uid>-<job> directory: never another
  * job's or another user's files.
  */
 #include <dirent.h>
@@ -302,6 +302,8 @@ int arena_remove(const struct options *opt)
     }
     closedir(d);
     unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */
+    unlinkat(dfd, "persist-pin", 0);  /* left by an agent that was killed while persisting */
+    unlinkat(dfd, "persist-pin.tmp", 0);
     close(dfd);
     if (rmdir(dir) < 0) {
         rc = -errno;

@@ -73,11 +73,13 @@ int job_open(struct job *job, const struct options *opt)
         return -errno;
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
         return -errno;
+    disk_open(&job->disk, opt);
     return 0;
 }
 
 void job_close(struct job *job)
 {
+    disk_close(&job->disk);
     if (job->sigfd >= 0)
         close(job->sigfd);
     channel_close(&job->chan);

@@ -61,16 +61,26 @@ static bool backoff(struct job *job, int n)
     return true;
 }
 
-/* Where a restart after a failure goes back to: an iteration, or 0 for the beginning. */
-static uint64_t restart_point(const struct job *job)
+/*
+ * Where a restart after a failure goes back to: an iteration, or 0 for the
+ * beginning.  With nothing usable in the arena, the newest generation on
+ * disk is read back into it.
+ */
+static uint64_t restart_point(struct job *job)
 {
     struct restore_point pt;
     char why[512], reported[256];
+    uint64_t it;
 
     if (arena_pick(job->opt, 0, &pt, why, sizeof(why))) {
         ckpt_log(CKPT_INFO, "restarting from generation %llu (iteration %llu)", (unsigned long long)pt.generation,
                  (unsigned long long)pt.iteration);
         return pt.iteration;
+    }
+    if (job->disk.engine) {
+        ckpt_log(CKPT_INFO, "nothing to restart from in the arena (%s); looking on disk", why);
+        if ((it = disk_restore(job, 0)))
+            return it;
     }
     channel_committed(&job->chan, reported, sizeof(reported));
     ckpt_log(CKPT_INFO, "restarting from the beginning: %s%s%s%s", why, *reported ? " (newest commits reported: " : "",
@@ -78,11 +88,13 @@ static uint64_t restart_point(const struct job *job)
     return 0;
 }
 
-/* Where to go after the restore of @refused was refused: older, else the beginning. */
-static uint64_t fall_back(const struct options *opt, uint64_t refused)
+/* Where to go after the restore of @refused was refused: older (arena, then disk), else the beginning. */
+static uint64_t fall_back(struct job *job, uint64_t refused)
 {
+    const struct options *opt = job->opt;
     struct restore_point pt;
     char why[512];
+    uint64_t it;
 
     if (arena_pick(opt, refused, &pt, why, sizeof(why))) {
         ckpt_log(CKPT_INFO, "falling back to generation %llu (iteration %llu), the next older iteration every "
@@ -90,6 +102,9 @@ static uint64_t fall_back(const struct options *opt, uint64_t refused)
                  (unsigned long long)pt.iteration);
         return pt.iteration;
     }
+    /* The disk's copy of an iteration whose arena copy was refused may still be good. */
+    if (job->disk.engine && (it = disk_restore(job, refused == job->disk.restored ? refused : refused + 1)))
+        return it;
     ckpt_log(CKPT_INFO, "falling back to a clean start: %s", why);
     return 0;
 }
@@ -127,14 +142,15 @@ int job_run(struct job *job, int *restarts)
     for (;;) {
         bool started = job_launch(job, restore) == 0;
         job_watch(job);
-        if (out->exit_code == 0 || out->stop_signal)
+        /* A restore into the arena must not race the persist reading it. */
+        if (!disk_wait(job) || out->exit_code == 0 || out->stop_signal)
             break;
         if (!started)
             break; /* what could not be started will not start on a restart either */
         if (out->refused_rank >= 0) {
             ckpt_log(CKPT_INFO, "rank %d refused the restore of iteration %llu (exit %d): not a failure of the program",
                      out->refused_rank, (unsigned long long)restore, RESUME_EXIT_REFUSED);
-            restore = fall_back(opt, restore);
+            restore = fall_back(job, restore);
             continue;
         }
         if (*restarts >= opt->max_restarts) {
@@ -147,6 +163,7 @@ int job_run(struct job *job, int *restarts)
             break;
         restore = restart_point(job);
     }
+    disk_finish(job);
     settle_arena(opt, out->exit_code);
     return out->exit_code;
 }

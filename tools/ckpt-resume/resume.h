@@ -8,6 +8,8 @@
 #ifndef CKPT_RESUME_H
 #define CKPT_RESUME_H
 
+#include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -73,6 +75,26 @@ struct outcome {
     int refused_rank;       /* first rank that exited RESUME_EXIT_REFUSED in a restore, else -1 */
 };
 
+/* Persisting to disk (disk.c); engine NULL: CKPT_PERSIST_DIRS unset or not usable. */
+struct disk {
+    struct ckpt_persist *engine;
+    unsigned every;         /* CKPT_PERSIST_EVERY; 0: restore only */
+    char pin[PATH_MAX];     /* <job dir>/persist-pin */
+    uint64_t seen;          /* newest iteration every rank had committed */
+    uint64_t commits;       /* such iterations seen */
+    pthread_t thread;       /* the worker, while running */
+    bool running, done;     /* done: set by the worker as it ends */
+    const char *arena, *job;
+    int *ranks;             /* the ranks being persisted, cap entries */
+    int cap;
+    unsigned nranks;
+    uint64_t iteration;     /* being persisted, or last persisted */
+    uint64_t restored;      /* the iteration last read back from disk, 0: none */
+    uint64_t persisted, skipped, failed, bytes;
+    double seconds;         /* spent persisting what was persisted */
+    uint64_t warned;        /* fault kinds (errno, 63: others) said once */
+};
+
 enum job_phase {
     JOB_RUNNING,            /* ranks run; nothing asked them to stop */
     JOB_TERMINATING,        /* asked to stop; SIGKILL at the deadline */
@@ -94,6 +116,7 @@ struct job {
     bool term_sent;         /* SIGTERM has gone to the job */
     double deadline;        /* CLOCK_MONOTONIC seconds at which the phase times out */
     struct outcome out;
+    struct disk disk;
 };
 
 
@@ -126,6 +149,15 @@ int channel_hung(struct channel *c, double timeout_s, double *next_s);
 
 /* restart.c */
 int job_run(struct job *job, int *restarts);
+
+/* disk.c */
+void disk_open(struct disk *d, const struct options *opt);
+void disk_tick(struct job *job);
+void disk_cancel(struct disk *d);
+bool disk_wait(struct job *job);
+uint64_t disk_restore(struct job *job, uint64_t below);
+void disk_finish(struct job *job);
+void disk_close(struct disk *d);
 
 /* jobarena.c */
 struct restore_point {

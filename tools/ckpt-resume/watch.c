@@ -171,6 +171,8 @@ static bool reap(struct job *job)
 static void forward(struct job *job, int sig)
 {
     ckpt_log(CKPT_INFO, "got %s, passing it to the job", sig_name(sig));
+    if (sig == SIGINT || sig == SIGTERM)
+        disk_cancel(&job->disk); /* the persist of a job being stopped would only delay the stop */
     if (!job->out.stop_signal)
         job->out.stop_signal = sig;
     job_stop(job, sig);
@@ -268,8 +270,10 @@ void job_watch(struct job *job)
         if (n <= 0)
             continue;
 
-        if (pfd[1].revents)
+        if (pfd[1].revents) {
             channel_read(&job->chan, job->opt);
+            disk_tick(job);
+        }
         struct signalfd_siginfo si;
         while (read(job->sigfd, &si, sizeof(si)) == sizeof(si))
             if (si.ssi_signo != SIGCHLD)

@@ -82,7 +82,9 @@ static int issue(struct nf_batch *b)
         return err;
     }
 
-    for (size_t i = 0; i < b->nops; i++)
+    /* Once launched, b belongs to the stream's worker, which frees it. */
+    size_t nops = b->nops;
+    for (size_t i = 0; i < nops; i++)
         events[i] = b->ops[i].prof = nf_prof_task_start(&b->ops[i]);
     b->seq = atomic_fetch_add(&c->issued, 1) + 1;
     res = nf_drv.cuLaunchHostFunc(stream, nf_batch_run, b);
@@ -92,7 +94,7 @@ static int issue(struct nf_batch *b)
         nf_batch_run(b);
         err = nf_fail(-EIO, "cuLaunchHostFunc failed: CUresult %d", (int)res);
     }
-    for (size_t i = 0; i < b->nops; i++)
+    for (size_t i = 0; i < nops; i++)
         nf_prof_task_stop(events[i]);
     free(events);
     return err;

@@ -1,0 +1,430 @@
+/*
+ * The libfabric endpoint of fabric.h.  It asks for FI_DELIVERY_COMPLETE so
+ * that a write's completion means its bytes are in the peer's memory: the
+ * receiver verifies and commits a replica as soon as the sender says the
+ * writes are done, and a merely-sent byte would fail that check.  Every
+ * libfabric error becomes -errno (fi_* return -FI_E*, which are errno
+ * values) with a line in f->why; nothing here prints.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "fabric.h"
+
+#define API_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
+#define WINDOW 16             /* writes in flight at most */
+#define PIECE_MAX (8u << 20)  /* bytes per write: one chunk of the default size */
+#define MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
+
+struct ckpt_fab {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    int wait_fd;              /* the CQ's, to sleep on; -1: none, poll */
+    size_t window, inflight, piece;
+    uint64_t next_key;        /* for providers where the application picks keys */
+    int error;                /* the first failed write, sticky */
+    struct fi_context ctx[WINDOW];
+    unsigned free_ctx[WINDOW], nfree;
+    char why[256];
+};
+
+struct ckpt_fab_region {
+    struct fid_mr *mr;
+    void *base;
+    size_t len;
+    uint64_t raddr;           /* what a peer writes to: the address, or 0 for offsets */
+};
+
+/* Providers in the order they are taken when none is named; one that is
+ * not listed (shm: one machine only; udp: datagrams under rxd) only when
+ * named. */
+static const char *const preferred[] = {"verbs", "efa", "cxi", "opx", "psm3", "psm2", "tcp", "net", "sockets"};
+
+static int preference(const struct fi_info *i)
+{
+    const char *name = i->fabric_attr->prov_name;
+    size_t core = strcspn(name, ";");
+    for (size_t k = 0; k < sizeof(preferred) / sizeof(preferred[0]); k++)
+        if (strlen(preferred[k]) == core && strncmp(preferred[k], name, core) == 0)
+            return (int)k;
+    return -1;
+}
+
+static struct fi_info *choose(struct fi_info *list, int named)
+{
+    struct fi_info *best = NULL;
+    for (struct fi_info *i = list; i; i = i->next)
+        if (named ? !best : preference(i) >= 0 && (!best || preference(i) < preference(best)))
+            best = i;
+    return best;
+}
+
+static int by_ip(const struct fi_info *i)
+{
+    return i->addr_format == FI_SOCKADDR || i->addr_format == FI_SOCKADDR_IN || i->addr_format == FI_SOCKADDR_IN6 ||
+           i->addr_format == FI_SOCKADDR_IB;
+}
+
+static int query(const char *node, const char *provider, uint64_t caps, struct fi_info **out)
+{
+    struct fi_info *hints = fi_allocinfo();
+    if (!hints)
+        return -ENOMEM;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = caps;
+    hints->mode = FI_CONTEXT;
+    hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+    hints->domain_attr->mr_mode = MR_MODES;
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    if (provider && *provider && !(hints->fabric_attr->prov_name = strdup(provider))) {
+        fi_freeinfo(hints);
+        return -ENOMEM;
+    }
+    int rc = fi_getinfo(API_VERSION, node, NULL, node ? FI_SOURCE : 0, hints, out);
+    fi_freeinfo(hints);
+    return rc;
+}
+
+static int fail(struct ckpt_fab *f, int rc, const char *what)
+{
+    snprintf(f->why, sizeof(f->why), "%s (%s): %s", what, f->info->fabric_attr->prov_name, fi_strerror(-rc));
+    return rc;
+}
+
+/* No provider with RMA: say whether one without it exists. */
+static int no_rma(const char *node, const char *provider, char *why, size_t whylen)
+{
+    struct fi_info *msg = NULL;
+    const char *named = provider && *provider ? provider : NULL;
+    if (query(NULL, provider, FI_MSG, &msg) == 0 && msg) {
+        snprintf(why, whylen,
+                 "libfabric provider %s offers reliable messages but no RMA; replication needs FI_RMA "
+                 "(a message-based data path is not built)",
+                 msg->fabric_attr->prov_name);
+        fi_freeinfo(msg);
+        return -EOPNOTSUPP;
+    }
+    snprintf(why, whylen, "no libfabric provider%s%s offers FI_EP_RDM endpoints with FI_RMA%s%s", named ? " " : "",
+             named ? named : "", node ? " on " : "", node ? node : "");
+    return -ENODATA;
+}
+
+int ckpt_fab_open(struct ckpt_fab **out, const char *node, const char *provider, char *why, size_t whylen)
+{
+    struct fi_info *list = NULL, *best = NULL;
+    int named = provider && *provider;
+
+    int rc = query(node, provider, FI_MSG | FI_RMA, &list);
+    if (rc == -FI_ENODATA && node) /* efa and the like are not found by IP */
+        rc = query(NULL, provider, FI_MSG | FI_RMA, &list);
+    if (rc == -FI_ENODATA)
+        return no_rma(node, provider, why, whylen);
+    if (rc) {
+        snprintf(why, whylen, "fi_getinfo: %s", fi_strerror(-rc));
+        return rc;
+    }
+    best = choose(list, named);
+    /* A provider addressed by name rather than by IP (shm) takes its own
+     * name: several processes bound to one IP would collide. */
+    if (best && node && !by_ip(best)) {
+        struct fi_info *any = NULL;
+        if (query(NULL, provider, FI_MSG | FI_RMA, &any) == 0) {
+            fi_freeinfo(list);
+            list = any;
+            best = choose(list, named);
+        }
+    }
+    if (!best) {
+        snprintf(why, whylen, "only %s offers FI_EP_RDM with FI_RMA here, and it is used only when "
+                 "CKPT_FABRIC_PROVIDER names it", list->fabric_attr->prov_name);
+        fi_freeinfo(list);
+        return -ENODATA;
+    }
+
+    struct ckpt_fab *f = calloc(1, sizeof(*f));
+    if (!f || !(f->info = fi_dupinfo(best))) {
+        free(f);
+        fi_freeinfo(list);
+        snprintf(why, whylen, "out of memory");
+        return -ENOMEM;
+    }
+    fi_freeinfo(list);
+    f->wait_fd = -1;
+    f->next_key = 1;
+    struct fi_av_attr av_attr = {.type = FI_AV_UNSPEC, .count = 64};
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_CONTEXT, .size = WINDOW * 4, .wait_obj = FI_WAIT_FD};
+    if ((rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL))) {
+        fail(f, rc, "fi_fabric");
+        goto out;
+    }
+    if ((rc = fi_domain(f->fabric, f->info, &f->domain, NULL)) ||
+        (rc = fi_av_open(f->domain, &av_attr, &f->av, NULL))) {
+        fail(f, rc, f->domain ? "fi_av_open" : "fi_domain");
+        goto out;
+    }
+    if (fi_cq_open(f->domain, &cq_attr, &f->cq, NULL)) {
+        cq_attr.wait_obj = FI_WAIT_NONE; /* nothing to sleep on: ckpt_fab_wait polls */
+        if ((rc = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL))) {
+            fail(f, rc, "fi_cq_open");
+            goto out;
+        }
+    }
+    if ((rc = fi_endpoint(f->domain, f->info, &f->ep, NULL)) || (rc = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
+        (rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) || (rc = fi_enable(f->ep))) {
+        fail(f, rc, "opening the endpoint");
+        goto out;
+    }
+    if (cq_attr.wait_obj == FI_WAIT_FD && fi_control(&f->cq->fid, FI_GETWAIT, &f->wait_fd))
+        f->wait_fd = -1;
+    f->window = f->info->tx_attr->size && f->info->tx_attr->size < WINDOW ? f->info->tx_attr->size : WINDOW;
+    f->piece = f->info->ep_attr->max_msg_size < PIECE_MAX ? f->info->ep_attr->max_msg_size : PIECE_MAX;
+    for (unsigned i = 0; i < f->window; i++)
+        f->free_ctx[f->nfree++] = i;
+    *out = f;
+    return 0;
+out:
+    snprintf(why, whylen, "%s", f->why);
+    ckpt_fab_close(f);
+    return rc;
+}
+
+void ckpt_fab_close(struct ckpt_fab *f)
+{
+    if (!f)
+        return;
+    if (f->ep)
+        fi_close(&f->ep->fid);
+    if (f->av)
+        fi_close(&f->av->fid);
+    if (f->cq)
+        fi_close(&f->cq->fid);
+    if (f->domain)
+        fi_close(&f->domain->fid);
+    if (f->fabric)
+        fi_close(&f->fabric->fid);
+    fi_freeinfo(f->info);
+    free(f);
+}
+
+const char *ckpt_fab_provider(const struct ckpt_fab *f)
+{
+    return f->info->fabric_attr->prov_name;
+}
+
+const char *ckpt_fab_error(const struct ckpt_fab *f)
+{
+    return f->why;
+}
+
+int ckpt_fab_name(struct ckpt_fab *f, void *buf, size_t *len)
+{
+    int rc = fi_getname(&f->ep->fid, buf, len);
+    return rc ? fail(f, rc, "fi_getname") : 0;
+}
+
+int ckpt_fab_peer(struct ckpt_fab *f, const void *name, size_t len, uint64_t *peer)
+{
+    char own[CKPT_FAB_NAME_MAX];
+    size_t own_len = sizeof(own);
+    fi_addr_t addr;
+
+    /* The provider reads as many bytes as its address format has: a
+     * shorter blob (another provider's) must not get that far. */
+    if (ckpt_fab_name(f, own, &own_len) < 0)
+        return -EINVAL;
+    if (len != own_len) {
+        snprintf(f->why, sizeof(f->why), "a peer address of %zu bytes; %s's are %zu", len, ckpt_fab_provider(f),
+                 own_len);
+        return -EINVAL;
+    }
+    int rc = fi_av_insert(f->av, name, 1, &addr, 0, NULL);
+    if (rc != 1)
+        return fail(f, rc < 0 ? rc : -EINVAL, "fi_av_insert");
+    *peer = addr;
+    return 0;
+}
+
+int ckpt_fab_register(struct ckpt_fab *f, void *base, size_t len, int remote, struct ckpt_fab_region **out)
+{
+    uint64_t mode = f->info->domain_attr->mr_mode;
+    struct ckpt_fab_region *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    uint64_t access = remote ? FI_REMOTE_WRITE | FI_REMOTE_READ : FI_WRITE;
+    int rc = fi_mr_reg(f->domain, base, len, access, 0, mode & FI_MR_PROV_KEY ? 0 : f->next_key++, 0, &r->mr, NULL);
+    if (!rc && (mode & FI_MR_ENDPOINT) && ((rc = fi_mr_bind(r->mr, &f->ep->fid, 0)) || (rc = fi_mr_enable(r->mr))))
+        fi_close(&r->mr->fid);
+    if (rc) {
+        free(r);
+        return fail(f, rc, "fi_mr_reg");
+    }
+    r->base = base;
+    r->len = len;
+    r->raddr = mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)base : 0;
+    *out = r;
+    return 0;
+}
+
+void ckpt_fab_unregister(struct ckpt_fab_region *r)
+{
+    if (r) {
+        fi_close(&r->mr->fid);
+        free(r);
+    }
+}
+
+void ckpt_fab_region_key(const struct ckpt_fab_region *r, uint8_t key[CKPT_FAB_KEY_BYTES])
+{
+    uint64_t k[3] = {r->raddr, fi_mr_key(r->mr), r->len};
+    memcpy(key, k, sizeof(k));
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Sleeps until the CQ (or fd, when >= 0) may have news, at most ms.
+ * Returns 1 when fd is readable, 0 otherwise, or -errno. */
+static int idle(struct ckpt_fab *f, int fd, int ms)
+{
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = f->wait_fd, .events = POLLIN}};
+    struct fid *cq = &f->cq->fid;
+    int n = 1;
+
+    if (f->wait_fd >= 0 && fi_trywait(f->fabric, &cq, 1) == 0)
+        n = 2;
+    else
+        ms = f->wait_fd >= 0 || ms < 1 ? 0 : 1; /* events pending, or nothing to sleep on */
+    if (poll(p, n, ms) < 0 && errno != EINTR)
+        return -errno;
+    return fd >= 0 && p[0].revents ? 1 : 0;
+}
+
+/* Reads completions (which also drives the provider's progress); with
+ * timeout_ms > 0 waits that long for at least one.  Returns how many, or
+ * -errno (the failed write's error, kept in f->error). */
+static int reap(struct ckpt_fab *f, int timeout_ms)
+{
+    struct fi_cq_entry done[WINDOW];
+    long long deadline = now_ms() + timeout_ms;
+
+    for (;;) {
+        ssize_t n = fi_cq_read(f->cq, done, WINDOW);
+        if (n > 0) {
+            for (ssize_t i = 0; i < n; i++)
+                f->free_ctx[f->nfree++] = (unsigned)((struct fi_context *)done[i].op_context - f->ctx);
+            f->inflight -= n;
+            return (int)n;
+        }
+        if (n == -FI_EAVAIL) {
+            struct fi_cq_err_entry e = {0};
+            char text[160];
+            if (fi_cq_readerr(f->cq, &e, 0) > 0) {
+                f->free_ctx[f->nfree++] = (unsigned)((struct fi_context *)e.op_context - f->ctx);
+                f->inflight--;
+            }
+            f->error = -(e.err ? e.err : EIO);
+            snprintf(f->why, sizeof(f->why), "RMA write failed (%s): %s", ckpt_fab_provider(f),
+                     fi_cq_strerror(f->cq, e.prov_errno, e.err_data, text, sizeof(text)));
+            return f->error;
+        }
+        if (n != -FI_EAGAIN)
+            return fail(f, (int)n, "fi_cq_read");
+        long long left = deadline - now_ms();
+        if (timeout_ms <= 0)
+            return 0;
+        if (left <= 0) {
+            snprintf(f->why, sizeof(f->why), "no RMA write completed for %d ms (%s)", timeout_ms,
+                     ckpt_fab_provider(f));
+            return -ETIMEDOUT;
+        }
+        int rc = idle(f, -1, (int)left);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+int ckpt_fab_write(struct ckpt_fab *f, uint64_t peer, struct ckpt_fab_region *src, size_t off, size_t len,
+                   const uint8_t key[CKPT_FAB_KEY_BYTES], uint64_t roff)
+{
+    uint64_t k[3]; /* address, key, length of the peer's region */
+    memcpy(k, key, sizeof(k));
+    if (f->error)
+        return f->error;
+    if (off > src->len || len > src->len - off || roff > k[2] || len > k[2] - roff) {
+        snprintf(f->why, sizeof(f->why), "a write of %zu bytes does not fit the regions", len);
+        return -ERANGE;
+    }
+    void *desc = fi_mr_desc(src->mr);
+    while (len) {
+        size_t n = len < f->piece ? len : f->piece;
+        while (!f->nfree) {
+            int rc = reap(f, 30000);
+            if (rc < 0)
+                return rc;
+        }
+        unsigned slot = f->free_ctx[--f->nfree];
+        struct iovec iov = {.iov_base = (char *)src->base + off, .iov_len = n};
+        struct fi_rma_iov rma = {.addr = k[0] + roff, .len = n, .key = k[1]};
+        struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = peer,
+                                 .rma_iov = &rma, .rma_iov_count = 1, .context = &f->ctx[slot]};
+        ssize_t rc;
+        while ((rc = fi_writemsg(f->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)) == -FI_EAGAIN) {
+            int r = reap(f, 0);
+            if (r < 0) {
+                f->free_ctx[f->nfree++] = slot;
+                return r;
+            }
+        }
+        if (rc) {
+            f->free_ctx[f->nfree++] = slot;
+            return f->error = fail(f, (int)rc, "fi_writemsg");
+        }
+        f->inflight++;
+        off += n;
+        roff += n;
+        len -= n;
+    }
+    return 0;
+}
+
+int ckpt_fab_drain(struct ckpt_fab *f, int timeout_ms)
+{
+    while (f->inflight) {
+        int rc = reap(f, timeout_ms);
+        if (rc < 0)
+            return rc;
+    }
+    return f->error;
+}
+
+int ckpt_fab_wait(struct ckpt_fab *f, int fd, int timeout_ms)
+{
+    long long deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int rc = reap(f, 0);
+        if (rc < 0)
+            return rc;
+        long long left = deadline - now_ms();
+        if ((rc = idle(f, fd, left > 0 ? (int)left : 0)) != 0 || left <= 0)
+            return rc;
+    }
+}

@@ -1,0 +1,78 @@
+/*
+ * One libfabric endpoint of a node agent, for moving snapshot bytes into
+ * peers' host memory: a reliable-datagram (FI_EP_RDM) endpoint with RMA,
+ * whole regions registered once, and RMA writes with a bounded number in
+ * flight whose completions mean the bytes are in the peer's memory.
+ * Addresses and region keys leave here as opaque blobs for the caller to
+ * carry over its own control channel.  This is agent code: libckpt.so must
+ * never link it (libfabric is not a dependency of the preloaded library).
+ * Not thread-safe: one thread drives an endpoint.
+ */
+#ifndef CKPT_REPLICA_FABRIC_H
+#define CKPT_REPLICA_FABRIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ckpt_fab;
+struct ckpt_fab_region;
+
+#define CKPT_FAB_PROVIDER_MAX 64 /* a provider name, NUL included */
+#define CKPT_FAB_NAME_MAX 256    /* an endpoint name blob */
+#define CKPT_FAB_KEY_BYTES 24    /* a region key blob: address, key, length (3 x le64) */
+
+/* Opens an endpoint whose source address is node (the local IP the
+ * control connection uses, so that the bytes take the same interface; NULL
+ * for the provider's default).  provider (NULL or "" for the default
+ * choice: verbs, efa, ... before tcp;ofi_rxm; shm and udp only when named)
+ * is matched as fi_getinfo matches a provider name.  Returns 0, or
+ * -ENODATA when no provider offers FI_EP_RDM with FI_RMA, -EOPNOTSUPP when
+ * the provider offers reliable messages but no RMA, or another -errno;
+ * why says which and names the provider. */
+int ckpt_fab_open(struct ckpt_fab **out, const char *node, const char *provider, char *why, size_t whylen);
+void ckpt_fab_close(struct ckpt_fab *f);
+
+/* The provider in use, as fi_info names it ("tcp;ofi_rxm"). */
+const char *ckpt_fab_provider(const struct ckpt_fab *f);
+
+/* This endpoint's name, for a peer's ckpt_fab_peer: up to *len bytes into
+ * buf, *len set to its size.  Returns 0 or -errno. */
+int ckpt_fab_name(struct ckpt_fab *f, void *buf, size_t *len);
+
+/* Makes a peer's name addressable; *peer is what ckpt_fab_write takes.
+ * Both ends must use the same provider.  Returns 0 or -errno. */
+int ckpt_fab_peer(struct ckpt_fab *f, const void *name, size_t len, uint64_t *peer);
+
+/* Registers [base, base + len) once, as a whole: remote = 1 lets peers
+ * write into it (a replica slot), remote = 0 makes it a source of writes
+ * (a snapshot being sent).  The caller keeps the memory mapped until
+ * ckpt_fab_unregister.  Returns 0 or -errno. */
+int ckpt_fab_register(struct ckpt_fab *f, void *base, size_t len, int remote, struct ckpt_fab_region **out);
+void ckpt_fab_unregister(struct ckpt_fab_region *r);
+
+/* The key a peer needs to write into r. */
+void ckpt_fab_region_key(const struct ckpt_fab_region *r, uint8_t key[CKPT_FAB_KEY_BYTES]);
+
+/* Queues an RMA write of len bytes at src + off to offset roff of the
+ * peer's region named by key, split into pieces the provider accepts; it
+ * blocks only while the window of writes in flight is full.  src must stay
+ * unchanged until ckpt_fab_drain.  Returns 0, -ERANGE when the write does
+ * not fit either region, or the first error of a write that failed (then
+ * the endpoint refuses further writes). */
+int ckpt_fab_write(struct ckpt_fab *f, uint64_t peer, struct ckpt_fab_region *src, size_t off, size_t len,
+                   const uint8_t key[CKPT_FAB_KEY_BYTES], uint64_t roff);
+
+/* Waits until every queued write is complete: its bytes are in the peer's
+ * memory (FI_DELIVERY_COMPLETE), not merely sent.  Returns 0, the first
+ * write error, or -ETIMEDOUT after timeout_ms without a completion. */
+int ckpt_fab_drain(struct ckpt_fab *f, int timeout_ms);
+
+/* The target side: RMA writes into this endpoint's regions progress only
+ * while it is driven (tcp's progress is manual).  Drives it until fd is
+ * readable (returns 1) or timeout_ms pass (returns 0); -errno on error. */
+int ckpt_fab_wait(struct ckpt_fab *f, int fd, int timeout_ms);
+
+/* The reason for the last error this endpoint returned. */
+const char *ckpt_fab_error(const struct ckpt_fab *f);
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * Replicating one committed snapshot into a peer's host memory: the
+ * protocol between a sending and a receiving node agent, over a control
+ * connection (wire.h) for the small messages and a fabric endpoint
+ * (fabric.h) for the bytes.  Agent code, never linked into libckpt.so.
+ *
+ *   sender                                   receiver
+ *   HELLO {provider, endpoint name}   <-->   HELLO {provider, endpoint name}
+ *   OFFER {the image's header region} --->   checks it, picks a slot, looks
+ *                                            up every chunk sum it holds
+ *                                     <---   ACCEPT {region key, data offset,
+ *                                                    bitmap of chunks to send}
+ *   RMA-writes the chunks asked for   ===>   copies the chunks it held
+ *   DONE {status, bytes}              --->   verifies every chunk, commits
+ *                                     <---   RESULT {status, slot, generation,
+ *                                                    reason}
+ * (or RESULT at once instead of ACCEPT when the offer is refused).  After
+ * HELLO, a connection carries any number of OFFER..RESULT rounds, one at a
+ * time.  All payloads are little-endian, laid out as the structs below.
+ */
+#ifndef CKPT_REPLICA_H
+#define CKPT_REPLICA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabric.h"
+#include "store.h"
+
+enum ckpt_replica_msg {
+    CKPT_MSG_HELLO = 1, /* ckpt_msg_hello + endpoint name */
+    CKPT_MSG_OFFER,     /* the header region of a committed image (format.h) */
+    CKPT_MSG_ACCEPT,    /* ckpt_msg_accept + need bitmap, (nchunks + 7) / 8 bytes */
+    CKPT_MSG_DONE,      /* ckpt_msg_done */
+    CKPT_MSG_RESULT,    /* ckpt_msg_result + reason (text, no NUL) */
+};
+
+struct ckpt_msg_hello {
+    char provider[CKPT_FAB_PROVIDER_MAX]; /* NUL-terminated; both ends must agree */
+    uint32_t name_len;
+    uint32_t reserved;
+};
+
+struct ckpt_msg_accept {
+    uint64_t data_roff;                   /* the data area's offset in the region */
+    uint64_t need;                        /* chunks to send (bits set) */
+    uint8_t key[CKPT_FAB_KEY_BYTES];      /* the target region */
+};
+
+struct ckpt_msg_done {
+    int32_t status;                       /* 0, or the -errno that stopped the sender */
+    uint32_t reserved;
+    uint64_t bytes;                       /* chunk bytes written */
+};
+
+struct ckpt_msg_result {
+    int32_t status;                       /* 0: committed; -errno: refused */
+    uint32_t slot;
+    uint64_t generation;
+};
+
+_Static_assert(sizeof(struct ckpt_msg_hello) == 72, "hello layout changed: bump CKPT_WIRE_VERSION");
+_Static_assert(sizeof(struct ckpt_msg_accept) == 40, "accept layout changed: bump CKPT_WIRE_VERSION");
+_Static_assert(sizeof(struct ckpt_msg_done) == 16, "done layout changed: bump CKPT_WIRE_VERSION");
+_Static_assert(sizeof(struct ckpt_msg_result) == 16, "result layout changed: bump CKPT_WIRE_VERSION");
+
+/* What one transfer did, for either end. */
+struct ckpt_replica_stats {
+    int status;                           /* 0: committed; -errno */
+    char job[CKPT_JOB_MAX];
+    uint32_t rank, slot;
+    uint64_t generation, iteration;
+    uint64_t chunks, sent_chunks, bytes_sent, data_bytes;
+    double seconds;                       /* offer to result */
+    char why[256];                        /* the reason, when status < 0 */
+};
+
+/* Both ends, first: exchanges provider and endpoint names over ctl and
+ * makes the peer addressable.  Returns 0 with *peer set, or -errno with
+ * why (-EPROTONOSUPPORT when the two ends use different providers). */
+int ckpt_replica_hello(struct ckpt_fab *f, int ctl, uint64_t *peer, char *why, size_t whylen);
+
+/* Called before each chunk that must travel, with the bytes written so
+ * far: the agent waits here for an idle gap in the training's traffic.  A
+ * negative return stops the transfer with that error. */
+typedef int (*ckpt_replica_pace_fn)(void *arg, uint64_t chunk, uint64_t bytes_sent);
+
+/* Sends the committed image at [image, image + len), registered as src
+ * (ckpt_fab_register(f, image, len, 0, &src)), to the peer.  The image
+ * must stay mapped; if its header changes meanwhile (the rank reused the
+ * slot), the transfer is abandoned with -ESTALE.  pace may be NULL.
+ * Returns 0 once the receiver committed the replica, or -errno with
+ * st->why (the receiver's reason when it refused). */
+int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *image, size_t len,
+                      struct ckpt_fab_region *src, ckpt_replica_pace_fn pace, void *arg, struct ckpt_replica_stats *st);
+
+/* Receives offers on ctl into the store until the sender closes the
+ * connection, calling report after each.  Returns 0 at a clean close, or
+ * -errno when the connection or the protocol failed (a transfer cut short
+ * leaves its slot invalid and the previous replica intact). */
+int ckpt_replica_serve(struct ckpt_fab *f, int ctl, struct ckpt_store *store,
+                       void (*report)(void *arg, const struct ckpt_replica_stats *st), void *arg);
+
+#endif

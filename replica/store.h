@@ -1,0 +1,65 @@
+/*
+ * Where a node keeps the replicas its peers send it: laid out as an arena
+ * (DIR/<uid>-<job>/rank<N>/slot0|slot1, arena.h), so that recovery reads a
+ * peer's replica exactly as it reads a local snapshot.  Two slots per rank:
+ * a replica being received goes into the slot that does not hold the
+ * newest committed one, which stays intact whatever happens to the new
+ * one.  An index of the chunk sums of every committed replica lets chunks
+ * already held (identical data-parallel ranks, an unchanged chunk of the
+ * previous generation) be copied locally instead of sent.  A replica is
+ * committed only after every chunk verified, header last, magic last of
+ * all, as runtime/image.c commits a snapshot.  One transfer at a time.
+ */
+#ifndef CKPT_REPLICA_STORE_H
+#define CKPT_REPLICA_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabric.h"
+#include "format.h"
+
+struct ckpt_store;
+
+/* One replica being received. */
+struct ckpt_store_tx {
+    struct ckpt_header h;      /* the offered image's header */
+    unsigned holder, slot;
+    void *header;              /* the offered header region (h.header_bytes), owned */
+    uint8_t *need;             /* bit c: chunk c must be sent; owned */
+    uint64_t nneed;
+    uint64_t data_roff;        /* the data area's offset in the slot's region */
+    uint8_t key[CKPT_FAB_KEY_BYTES];
+};
+
+/* Opens (creating) the store in dir and indexes the replicas found there
+ * that verify (those that do not are left to be overwritten).  fab, when
+ * not NULL, registers each slot once for peers to write into.  Returns 0
+ * or -errno with why. */
+int ckpt_store_open(struct ckpt_store **out, const char *dir, struct ckpt_fab *fab, char *why, size_t whylen);
+void ckpt_store_close(struct ckpt_store *st);
+
+/* Takes an offer (the header region of a committed image, as a sender
+ * sent it): checks it, picks and invalidates the target slot, makes it
+ * large enough, and marks in tx->need the chunks that no committed replica
+ * holds.  Returns 0, or -errno with why (the store is unchanged). */
+int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struct ckpt_store_tx *tx, char *why,
+                     size_t whylen);
+
+/* Copies chunk c, which tx->need says is held, from the replica that
+ * holds it.  Returns 0 or -ENOENT. */
+int ckpt_store_fill(struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c);
+
+/* Verifies every chunk against the offered sums and, if all match,
+ * commits the replica (header, then magic).  Returns 0, or -EBADMSG with
+ * why naming the chunk: the slot stays invalid and the previous replica
+ * is untouched.  Releases tx either way. */
+int ckpt_store_commit(struct ckpt_store *st, struct ckpt_store_tx *tx, char *why, size_t whylen);
+
+/* Gives up on tx: the slot stays invalid.  Releases tx. */
+void ckpt_store_abort(struct ckpt_store_tx *tx);
+
+/* The directory of the slot tx goes to (for messages). */
+const char *ckpt_store_dir(const struct ckpt_store *st, const struct ckpt_store_tx *tx);
+
+#endif

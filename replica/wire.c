@@ -1,0 +1,262 @@
+/*
+ * The control channel of wire.h: sockets and framing.  Connections get TCP
+ * keepalive, so a peer whose machine vanished is noticed within about half
+ * a minute even while nothing is being said; reads are bounded by the
+ * caller's timeout.  It must never print and never allocate more than the
+ * bounded payload it was told of.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+/* "HOST:PORT" or "[HOST]:PORT" -> host, port. */
+static int split(const char *hostport, char *host, size_t hostlen, const char **port)
+{
+    const char *colon = strrchr(hostport, ':');
+    const char *h = hostport;
+    size_t n;
+
+    if (!colon || !colon[1])
+        return -EINVAL;
+    n = (size_t)(colon - hostport);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    if (n >= hostlen)
+        return -EINVAL;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = colon + 1;
+    return 0;
+}
+
+static int resolve(const char *hostport, int passive, struct addrinfo **ai, char *why, size_t whylen)
+{
+    char host[256];
+    const char *port;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
+
+    if (split(hostport, host, sizeof(host), &port) < 0) {
+        snprintf(why, whylen, "'%s' is not HOST:PORT", hostport);
+        return -EINVAL;
+    }
+    int rc = getaddrinfo(*host ? host : NULL, port, &hints, ai);
+    if (rc) {
+        snprintf(why, whylen, "%s: %s", hostport, gai_strerror(rc));
+        return rc == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
+    }
+    return 0;
+}
+
+static void keepalive(int fd)
+{
+    int on = 1, idle = 10, intvl = 5, cnt = 4;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+}
+
+static void format_addr(const struct sockaddr_storage *ss, char *out, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const void *)ss;
+        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+        snprintf(out, len, "[%s]:%u", ip, ntohs(s6->sin6_port));
+        return;
+    }
+    const struct sockaddr_in *s4 = (const void *)ss;
+    inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+    snprintf(out, len, "%s:%u", ip, ntohs(s4->sin_port));
+}
+
+int ckpt_wire_listen(const char *hostport, int *fd, char *bound, size_t boundlen, char *why, size_t whylen)
+{
+    struct addrinfo *ai;
+    int rc = resolve(hostport, 1, &ai, why, whylen), s = -1;
+    if (rc < 0)
+        return rc;
+    rc = -EADDRNOTAVAIL;
+    for (struct addrinfo *a = ai; a && s < 0; a = a->ai_next) {
+        int on = 1;
+        s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (s < 0)
+            continue;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+        if (bind(s, a->ai_addr, a->ai_addrlen) < 0 || listen(s, 16) < 0) {
+            rc = -errno;
+            close(s);
+            s = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (s < 0) {
+        snprintf(why, whylen, "cannot listen on %s: %s", hostport, strerror(-rc));
+        return rc;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    getsockname(s, (struct sockaddr *)&ss, &sl);
+    format_addr(&ss, bound, boundlen);
+    *fd = s;
+    return 0;
+}
+
+int ckpt_wire_connect(const char *hostport, int *fd, char *why, size_t whylen)
+{
+    struct addrinfo *ai;
+    int rc = resolve(hostport, 0, &ai, why, whylen), s = -1;
+    if (rc < 0)
+        return rc;
+    rc = -EHOSTUNREACH;
+    for (struct addrinfo *a = ai; a && s < 0; a = a->ai_next) {
+        s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (s >= 0 && connect(s, a->ai_addr, a->ai_addrlen) < 0) {
+            rc = -errno;
+            close(s);
+            s = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (s < 0) {
+        snprintf(why, whylen, "cannot connect to %s: %s", hostport, strerror(-rc));
+        return rc;
+    }
+    keepalive(s);
+    *fd = s;
+    return 0;
+}
+
+int ckpt_wire_accept(int lfd, int *fd)
+{
+    int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (s < 0)
+        return -errno;
+    keepalive(s);
+    *fd = s;
+    return 0;
+}
+
+int ckpt_wire_local_ip(int fd, char *ip, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+        return -errno;
+    const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                                             : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+    return inet_ntop(ss.ss_family, a, ip, (socklen_t)len) ? 0 : -errno;
+}
+
+int ckpt_wire_send(int fd, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
+{
+    if (alen + blen > CKPT_WIRE_MAX)
+        return -EMSGSIZE;
+    struct ckpt_wire_frame fr = {.version = CKPT_WIRE_VERSION, .type = type, .length = (uint32_t)(alen + blen)};
+    memcpy(fr.magic, CKPT_WIRE_MAGIC, sizeof(fr.magic));
+    struct iovec iov[3] = {{&fr, sizeof(fr)}, {(void *)a, alen}, {(void *)b, blen}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 3};
+    size_t left = sizeof(fr) + alen + blen;
+
+    while (left) {
+        ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        left -= (size_t)n;
+        while (msg.msg_iovlen && (size_t)n >= msg.msg_iov->iov_len) { /* skip what went out */
+            n -= (ssize_t)msg.msg_iov->iov_len;
+            msg.msg_iov++;
+            msg.msg_iovlen--;
+        }
+        if (msg.msg_iovlen) {
+            msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + n;
+            msg.msg_iov->iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Reads exactly len bytes before the deadline (-1: none). */
+static int read_all(int fd, void *buf, size_t len, long long deadline)
+{
+    char *p = buf;
+    while (len) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int ms = deadline < 0 ? -1 : (int)(deadline - now_ms());
+        if (deadline >= 0 && ms <= 0)
+            return -ETIMEDOUT;
+        int rc = poll(&pfd, 1, ms);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc < 0)
+            return -errno;
+        if (rc == 0)
+            return -ETIMEDOUT;
+        ssize_t n = read(fd, p, len);
+        if (n == 0)
+            return -ECONNRESET;
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_t *len)
+{
+    struct ckpt_wire_frame fr;
+    long long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int rc = read_all(fd, &fr, sizeof(fr), deadline);
+
+    *payload = NULL;
+    *len = 0;
+    if (rc < 0)
+        return rc;
+    if (memcmp(fr.magic, CKPT_WIRE_MAGIC, sizeof(fr.magic)) != 0)
+        return -EPROTO;
+    if (fr.version != CKPT_WIRE_VERSION)
+        return -EPROTONOSUPPORT;
+    if (fr.length > CKPT_WIRE_MAX)
+        return -EMSGSIZE;
+    if (fr.length) {
+        if (!(*payload = malloc(fr.length)))
+            return -ENOMEM;
+        if ((rc = read_all(fd, *payload, fr.length, deadline)) < 0) {
+            free(*payload);
+            *payload = NULL;
+            return rc;
+        }
+    }
+    *type = fr.type;
+    *len = fr.length;
+    return 0;
+}

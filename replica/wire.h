@@ -1,0 +1,61 @@
+/*
+ * The control channel between node agents: plain TCP carrying
+ * length-prefixed messages, each behind a fixed, versioned frame header.
+ * It carries the small things (endpoint names, region keys, snapshot
+ * headers, verdicts); the bytes of snapshots go over libfabric.  It must
+ * never trust a length it has not bounded.
+ *
+ * A frame, all integers little-endian:
+ *     0  char magic[4]   "CKRP"
+ *     4  u16  version    CKPT_WIRE_VERSION
+ *     6  u16  type       what the payload is (the protocol's business)
+ *     8  u32  length     payload bytes that follow, at most CKPT_WIRE_MAX
+ *    12  u32  reserved   0
+ *    16  payload
+ */
+#ifndef CKPT_REPLICA_WIRE_H
+#define CKPT_REPLICA_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKPT_WIRE_MAGIC "CKRP"
+#define CKPT_WIRE_VERSION 1u
+#define CKPT_WIRE_MAX (64u << 20)
+
+struct ckpt_wire_frame {
+    char magic[4];
+    uint16_t version;
+    uint16_t type;
+    uint32_t length;
+    uint32_t reserved;
+};
+_Static_assert(sizeof(struct ckpt_wire_frame) == 16, "control frame layout changed: bump CKPT_WIRE_VERSION");
+
+/* Listens on "HOST:PORT" ("[v6]:PORT" too; port 0 takes a free one) and
+ * writes the address it got into bound.  Returns 0 with *fd set, or -errno
+ * with why. */
+int ckpt_wire_listen(const char *hostport, int *fd, char *bound, size_t boundlen, char *why, size_t whylen);
+
+/* Accepts one connection.  Returns 0 with *fd set, or -errno. */
+int ckpt_wire_accept(int lfd, int *fd);
+
+/* Connects to "HOST:PORT".  Returns 0 with *fd set, or -errno with why. */
+int ckpt_wire_connect(const char *hostport, int *fd, char *why, size_t whylen);
+
+/* The numeric local address of a connected socket: where a fabric
+ * endpoint should be bound so that its bytes take the same interface. */
+int ckpt_wire_local_ip(int fd, char *ip, size_t len);
+
+/* Sends one message whose payload is a followed by b (either may be
+ * empty).  Returns 0 or -errno. */
+int ckpt_wire_send(int fd, uint16_t type, const void *a, size_t alen, const void *b, size_t blen);
+
+/* Receives one message, waiting at most timeout_ms (-1: for ever).  The
+ * payload is malloc'ed (NULL when empty) and the caller frees it.  Returns
+ * 0; -ECONNRESET when the peer closed the connection; -ETIMEDOUT;
+ * -EPROTO for a frame that is not ours; -EPROTONOSUPPORT for another
+ * version; -EMSGSIZE for a payload over CKPT_WIRE_MAX; or -errno. */
+int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_t *len);
+
+#endif

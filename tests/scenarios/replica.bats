@@ -1,0 +1,210 @@
+#!/usr/bin/env bats
+# Replication's data path (replica/, through ckpt-replica) on loopback: a
+# committed slot image sent to a receiver arrives bit for bit and verifies;
+# chunks the receiver already holds (the same image again, an identical
+# data-parallel rank) do not travel again; a chunk damaged in transit is
+# refused and the receiver keeps its previous replica; a receiver killed
+# in the middle of a transfer keeps its previous replica too, and serves
+# again after a restart.  Skipped where no libfabric provider with RMA is
+# found on 127.0.0.1.
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    REP=$BUILD/bin/ckpt-replica
+    LIB=$BUILD/lib/libckpt.so
+    [ -x "$REP" ] || { echo "missing $REP: build first" >&2; return 1; }
+    unset CKPT_FABRIC_PROVIDER LD_PRELOAD RANK WORLD_SIZE
+    D=$(mktemp -d /tmp/ckpt-replica-bats-XXXXXX)
+    PIDS=()
+    if ! why=$("$REP" probe --node 127.0.0.1 2>&1); then
+        skip "no RMA-capable libfabric provider on 127.0.0.1: $why"
+    fi
+}
+
+teardown() {
+    for p in "${PIDS[@]}"; do
+        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
+    done
+    rm -rf "$D"
+}
+
+# image JOB ARGS...: runs the trainer under libckpt into $D/arena; its two
+# slots are then $D/arena/<uid>-JOB/rank0/slot{0,1}.
+image() {
+    local job=$1
+    shift
+    CKPT_ARENA_DIR=$D/arena CKPT_JOB=$job LD_PRELOAD=$LIB "$BUILD/examples/mlp-train" "$@" >/dev/null 2>&1
+}
+
+slot() { # JOB SLOT [RANK]
+    echo "$D/arena/$(id -u)-$1/rank${3:-0}/slot$2"
+}
+
+# serve DIR: starts a receiver on a free port; sets PORT and SERVER.
+serve() {
+    "$REP" serve --listen 127.0.0.1:0 --dir "$1" >"$D/serve.out" 2>>"$D/serve.err" 3>&- &
+    SERVER=$!
+    PIDS+=("$SERVER")
+    for _ in $(seq 100); do
+        PORT=$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9]*\),.*/\1/p' "$D/serve.out")
+        [ -n "$PORT" ] && return 0
+        kill -0 "$SERVER" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "the receiver did not start:" && cat "$D/serve.err"
+    return 1
+}
+
+u64() { # FILE OFFSET: a little-endian u64 of a slot's header (format.h)
+    od -A n -t u8 -j "$2" -N 8 "$1" | tr -d ' '
+}
+
+# same SOURCE REPLICA: header region and data area equal byte for byte.
+same() {
+    local hb off len
+    hb=$(od -A n -t u4 -j 12 -N 4 "$1" | tr -d ' ')
+    off=$(u64 "$1" 120)
+    len=$(u64 "$1" 128)
+    cmp -n "$hb" "$1" "$2" && cmp -n "$len" -i "$off:$off" "$1" "$2"
+}
+
+# The receiver's slot of JOB/RANK holding GENERATION (committed and
+# verified), or nothing.
+replica_of() { # DIR JOB GENERATION [RANK]
+    local s
+    for s in "$1/$(id -u)-$2/rank${4:-0}"/slot[01]; do
+        if "$REP" verify "$s" 2>/dev/null | grep -q " generation $3 "; then echo "$s"; fi
+    done
+}
+
+sent_bytes() { # the bytes a send line says went over the fabric
+    sed -n 's/.* chunks, \([0-9]*\) bytes sent,.*/\1/p' <<<"$1"
+}
+
+@test "a committed slot image arrives bit-exact and verifies with image.c" {
+    image j --iters 8 --hidden 64 --layers 3
+    serve "$D/rep"
+    for s in 0 1; do
+        run "$REP" send --to "127.0.0.1:$PORT" --image "$(slot j $s)"
+        [ "$status" -eq 0 ] || { echo "$output"; cat "$D/serve.err"; false; }
+        gen=$(u64 "$(slot j $s)" 88)
+        [[ $output == *"generation $gen "* ]]
+        [ "$(sent_bytes "$output")" -eq "$(u64 "$(slot j $s)" 128)" ]
+        r=$(replica_of "$D/rep" j "$gen")
+        [ -n "$r" ] || { "$REP" verify "$D/rep/$(id -u)-j/rank0"/slot*; false; }
+        same "$(slot j $s)" "$r"
+    done
+    # Both generations are held, each in its own slot.
+    [ "$("$REP" verify "$D/rep/$(id -u)-j/rank0"/slot[01] | grep -c ': ok$')" -eq 2 ]
+}
+
+@test "chunks the receiver holds do not travel again: the same image, an identical data-parallel rank" {
+    image j --iters 8 --hidden 64 --layers 3
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$(slot j 1)"
+    [ "$status" -eq 0 ] && [ "$(sent_bytes "$output")" -gt 0 ]
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$(slot j 1)"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    [ "$(sent_bytes "$output")" -eq 0 ]
+    # Now both slots hold that generation, both verified and exact.
+    gen=$(u64 "$(slot j 1)" 88)
+    [ "$(replica_of "$D/rep" j "$gen" | wc -l)" -eq 2 ]
+    for r in $(replica_of "$D/rep" j "$gen"); do same "$(slot j 1)" "$r"; done
+
+    # Two ranks with the same state (statewriter's data depends on the
+    # iteration only): the second rank's 32 MiB are copied, not sent.
+    for rank in 0 1; do
+        RANK=$rank WORLD_SIZE=2 CKPT_ARENA_DIR=$D/arena CKPT_JOB=dp CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
+            "$BUILD/tests/progs/statewriter" --iters 3 --mib 32 >/dev/null 2>&1
+    done
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$(slot dp 1 0)"
+    [ "$status" -eq 0 ] && [ "$(sent_bytes "$output")" -gt $((32 << 20)) ] || { echo "$output"; false; }
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$(slot dp 1 1)"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    echo "rank 1: $output"
+    [ "$(sent_bytes "$output")" -eq 0 ]
+    r=$(replica_of "$D/rep" dp "$(u64 "$(slot dp 1 1)" 88)" 1)
+    [ -n "$r" ] && same "$(slot dp 1 1)" "$r"
+    [ "$(od -A n -t u4 -j 80 -N 4 "$r" | tr -d ' ')" -eq 1 ] # the header says rank 1
+}
+
+@test "a chunk damaged in transit is refused and the receiver keeps its previous replica" {
+    image j --iters 8 --hidden 64 --layers 3
+    old=$(slot j 0) new=$(slot j 1)
+    [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=$(slot j 1) new=$(slot j 0); }
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$old"
+    [ "$status" -eq 0 ]
+    cp "$new" "$D/new.before"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$new" --flip-byte 1000
+    [ "$status" -eq 1 ]
+    [[ $output == *"refused by the receiver: chunk 0 (bytes 0..) checksum mismatch"* ]] || { echo "$output"; false; }
+    grep -q "generation $(u64 "$new" 88) not kept: chunk 0" "$D/serve.err"
+    cmp "$new" "$D/new.before" # the sender's file was never touched
+    # The previous replica is intact; the damaged one was never committed.
+    r=$(replica_of "$D/rep" j "$(u64 "$old" 88)")
+    [ -n "$r" ] && same "$old" "$r"
+    [ -z "$(replica_of "$D/rep" j "$(u64 "$new" 88)")" ]
+    [ "$("$REP" verify "$D/rep/$(id -u)-j/rank0"/slot[01] | grep -c 'not valid: no committed snapshot')" -eq 1 ]
+    # Sent again undamaged, it is taken.
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$new"
+    [ "$status" -eq 0 ]
+    r=$(replica_of "$D/rep" j "$(u64 "$new" 88)")
+    [ -n "$r" ] && same "$new" "$r"
+}
+
+@test "a receiver killed in the middle of a transfer keeps its previous replica and serves again" {
+    CKPT_ARENA_DIR=$D/arena CKPT_JOB=big CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
+        "$BUILD/tests/progs/statewriter" --iters 3 --mib 48 >/dev/null 2>&1
+    old=$(slot big 0) new=$(slot big 1)
+    [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=$(slot big 1) new=$(slot big 0); }
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$old"
+    [ "$status" -eq 0 ]
+    # The sender stops after the first chunk is in the receiver's memory.
+    "$REP" send --to "127.0.0.1:$PORT" --image "$new" --pause-after 1 >"$D/send.out" 2>"$D/send.err" 3>&- &
+    PIDS+=($!)
+    for _ in $(seq 200); do grep -q "paused after" "$D/send.err" && break; sleep 0.05; done
+    grep -q "paused after [1-9][0-9]* bytes (delivered)" "$D/send.err" || { cat "$D/send.err"; false; }
+    kill -9 "$SERVER"
+    wait "$SERVER" 2>/dev/null || true # reaped here, so that it is really gone
+    r=$(replica_of "$D/rep" big "$(u64 "$old" 88)")
+    [ -n "$r" ] && same "$old" "$r"
+    [ -z "$(replica_of "$D/rep" big "$(u64 "$new" 88)")" ]
+    # A new receiver on the same directory finds the old replica and
+    # takes the new one into the slot the cut transfer left invalid.
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$new"
+    [ "$status" -eq 0 ] || { echo "$output"; cat "$D/serve.err"; false; }
+    r2=$(replica_of "$D/rep" big "$(u64 "$new" 88)")
+    [ -n "$r2" ] && same "$new" "$r2"
+    [ "$(replica_of "$D/rep" big "$(u64 "$old" 88)")" = "$r" ]
+}
+
+@test "refusals name the reason: an uncommitted image, another provider" {
+    head -c 65536 /dev/zero >"$D/blank"
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$D/blank"
+    [ "$status" -eq 1 ]
+    [[ $output == *"no committed snapshot"* ]]
+    image j --iters 4 --hidden 64 --layers 3
+    if "$REP" probe --provider shm >/dev/null 2>&1; then
+        run "$REP" send --to "127.0.0.1:$PORT" --image "$(slot j 0)" --provider shm
+        [ "$status" -eq 1 ]
+        [[ $output == *"the peer uses libfabric provider tcp;ofi_rxm, this end shm"* ]] || { echo "$output"; false; }
+    fi
+}
+
+@test "placement: GEMINI's numbers from the command line" {
+    run "$REP" placement --nodes 16 --replicas 2
+    [ "$status" -eq 0 ]
+    [[ $output == *"placement: group (auto), 16 nodes, 2 replicas"* ]]
+    [[ $output == *"2 nodes failed at once: recovery from memory 93.3%"* ]]
+    run "$REP" placement --nodes 16 --replicas 2 --placement ring
+    [[ $output == *"2 nodes failed at once: recovery from memory 86.7%"* ]]
+    run env CKPT_NNODES=128 "$REP" placement
+    [[ $output == *"2 nodes failed at once: recovery from memory 99.2%"* ]]
+    run "$REP" placement --nodes 16 --replicas 3 --placement group
+    [ "$status" -eq 2 ]
+    [[ $output == *"needs the replicas (3) to divide the nodes (16)"* ]]
+}

@@ -1,0 +1,314 @@
+/*
+ * The job's snapshots on disk (runtime/persist.h), driven by the node
+ * agent: when every rank has committed an iteration and a persist is due
+ * (every CKPT_PERSIST_EVERY-th such iteration, none running), one worker
+ * thread writes it as a generation while <job dir>/persist-pin keeps the
+ * ranks from overwriting its slots; a persist that comes due meanwhile is
+ * skipped and counted, never queued.  When a restart finds no iteration in
+ * the arena, the newest complete generation is read back into it.  This
+ * file must never hold a rank (the training goes on whatever the disks
+ * do), never touch a complete generation but through the engine, and never
+ * read a generation into the arena while ranks run or a persist reads it.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "persist.h"
+#include "resume.h"
+
+/*
+ * Opens the engine when CKPT_PERSIST_DIRS is set.  CKPT_PERSIST_EVERY=0
+ * turns persisting off but keeps recovery from what an earlier run wrote.
+ * A failure to open is said and leaves the job running without it.
+ */
+void disk_open(struct disk *d, const struct options *opt)
+{
+    struct ckpt_persist_opts o;
+    char why[512];
+
+    memset(d, 0, sizeof(*d));
+    d->every = (unsigned)ckpt_cfg_int(CFG_PERSIST_EVERY);
+    ckpt_persist_opts_from_config(&o);
+    if (!o.dirs || !*o.dirs)
+        return;
+    if (arena_job_dir(opt, d->pin, sizeof(d->pin) - sizeof("/persist-pin.tmp")) < 0) {
+        ckpt_log(CKPT_WARN, "the arena path under %s is too long: snapshots are not persisted", opt->arena_root);
+        return;
+    }
+    strcat(d->pin, "/persist-pin");
+    int rc = ckpt_persist_open(&d->engine, &o, why, sizeof(why));
+    if (rc < 0) {
+        ckpt_log(CKPT_WARN, "cannot persist snapshots to %s: %s; the job runs without", o.dirs, why);
+        d->engine = NULL;
+    }
+}
+
+/*
+ * Writes @iteration into the pin file, by rename so that a rank never
+ * reads half a number (it would take it for another iteration).
+ */
+static int pin(const struct disk *d, uint64_t iteration)
+{
+    char tmp[sizeof(d->pin) + 8];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", d->pin);
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return -errno;
+    fprintf(f, "%llu\n", (unsigned long long)iteration);
+    if (fclose(f) != 0 || rename(tmp, d->pin) < 0) {
+        int rc = -errno;
+        unlink(tmp);
+        return rc;
+    }
+    return 0;
+}
+
+/* Says why a persist failed: faults once per kind, with the engine's reason naming the path. */
+static void failed(struct disk *d, uint64_t iteration, int rc, const char *why)
+{
+    if (rc == -ECANCELED) {
+        ckpt_log(CKPT_INFO, "the persist of iteration %llu was cancelled; nothing of it is left",
+                 (unsigned long long)iteration);
+        return;
+    }
+    if (rc == -ESTALE || rc == -EEXIST) {
+        d->skipped++; /* the slot moved on, or an earlier launch persisted it: nothing is wrong */
+        ckpt_log(CKPT_DEBUG, "iteration %llu not persisted: %s", (unsigned long long)iteration, why);
+        return;
+    }
+    d->failed++;
+    unsigned kind = -rc < 63 ? (unsigned)-rc : 63;
+    if (d->warned & (1ull << kind))
+        return;
+    d->warned |= 1ull << kind;
+    ckpt_log(CKPT_WARN, "cannot persist iteration %llu: %s; the last complete generation is kept and training "
+             "goes on", (unsigned long long)iteration, why);
+}
+
+static void *worker(void *arg)
+{
+    struct disk *d = arg;
+    struct ckpt_persist_req rq = { .arena = d->arena, .job = d->job, .ranks = d->ranks, .nranks = d->nranks,
+                                   .iteration = d->iteration };
+    struct ckpt_persist_stats st;
+    char why[512];
+
+    int rc = ckpt_persist_generation(d->engine, &rq, &st, why, sizeof(why));
+    unlink(d->pin);
+    if (rc == 0) {
+        d->persisted++;
+        d->bytes += st.logical_bytes;
+        d->seconds += st.seconds;
+        ckpt_log(CKPT_DEBUG, "persisted iteration %llu: %llu bytes in %.3f s", (unsigned long long)st.iteration,
+                 (unsigned long long)st.logical_bytes, st.seconds);
+    } else {
+        failed(d, d->iteration, rc, why);
+    }
+    __atomic_store_n(&d->done, true, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Joins a worker that has finished; true when none is running now. */
+static bool reap_worker(struct disk *d)
+{
+    if (d->running && __atomic_load_n(&d->done, __ATOMIC_ACQUIRE)) {
+        pthread_join(d->thread, NULL);
+        d->running = false;
+    }
+    return !d->running;
+}
+
+/*
+ * The newest iteration every rank of the launch has committed, or 0, with
+ * those ranks in d->ranks.  Ranks we started are 0..nproc-1; a wrapped
+ * launcher's are those that have reported.
+ */
+static uint64_t all_committed(struct disk *d, const struct job *job)
+{
+    const struct channel *c = &job->chan;
+    int want = job->opt->wrap ? c->nreports : job->opt->nproc;
+    uint64_t k = 0;
+    unsigned n = 0;
+
+    if (want > c->nreports || want > d->cap) {
+        if (want > c->nreports)
+            return 0;
+        int *grown = realloc(d->ranks, want * sizeof(int));
+        if (!grown)
+            return 0;
+        d->ranks = grown;
+        d->cap = want;
+    }
+    for (int i = 0; i < want; i++) {
+        const struct report *r = &c->reports[i];
+        if (job->opt->wrap && !r->pid)
+            continue;
+        if (!r->committed_iteration)
+            return 0;
+        if (!k || r->committed_iteration < k)
+            k = r->committed_iteration;
+        d->ranks[n++] = i;
+    }
+    d->nranks = n;
+    return k;
+}
+
+/* After the channel was read: starts a persist when one is due, as this file's opening says. */
+void disk_tick(struct job *job)
+{
+    struct disk *d = &job->disk;
+    pthread_t t;
+
+    if (!d->engine || !d->every || job->phase != JOB_RUNNING)
+        return;
+    reap_worker(d);
+    uint64_t k = all_committed(d, job);
+    if (k <= d->seen)
+        return;
+    d->seen = k;
+    if (++d->commits % d->every)
+        return;
+    if (d->running) {
+        d->skipped++;
+        ckpt_log(CKPT_DEBUG, "iteration %llu not persisted: the persist of iteration %llu is still running",
+                 (unsigned long long)k, (unsigned long long)d->iteration);
+        return;
+    }
+    int rc = pin(d, k);
+    if (rc < 0) {
+        failed(d, k, rc, d->pin);
+        return;
+    }
+    d->arena = job->opt->arena_root;
+    d->job = job->opt->job_name;
+    d->iteration = k;
+    d->done = false;
+    if ((rc = pthread_create(&t, NULL, worker, d)) != 0) {
+        unlink(d->pin);
+        failed(d, k, -rc, "cannot start the persist thread");
+        return;
+    }
+    d->thread = t;
+    d->running = true;
+}
+
+/* Asks a running persist to stop; safe from any thread. */
+void disk_cancel(struct disk *d)
+{
+    if (d->engine)
+        ckpt_persist_cancel(d->engine);
+}
+
+/*
+ * Waits for a running persist to end.  SIGINT or SIGTERM meanwhile cancel
+ * it and are recorded as the job's stop signal; returns false then.
+ */
+bool disk_wait(struct job *job)
+{
+    struct disk *d = &job->disk;
+    bool go_on = true;
+
+    while (!reap_worker(d)) {
+        struct pollfd pfd = { .fd = job->sigfd, .events = POLLIN };
+        if (poll(&pfd, 1, 50) <= 0)
+            continue;
+        struct signalfd_siginfo si;
+        while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
+            if (si.ssi_signo == SIGCHLD) {
+                while (waitpid(-1, NULL, WNOHANG) > 0)
+                    ;
+                continue;
+            }
+            ckpt_log(CKPT_INFO, "got %s while persisting iteration %llu; cancelling it",
+                     sig_name((int)si.ssi_signo), (unsigned long long)d->iteration);
+            if (!job->out.stop_signal)
+                job->out.stop_signal = (int)si.ssi_signo;
+            disk_cancel(d);
+            go_on = false;
+        }
+    }
+    return go_on;
+}
+
+/*
+ * Reads the newest complete generation below @below (0: any) back into
+ * the arena; one that does not restore is skipped with its reason and the
+ * next older one tried.  Returns its iteration, or 0 when there is none.
+ * The ranks must be gone and no persist running (disk_wait).
+ */
+uint64_t disk_restore(struct job *job, uint64_t below)
+{
+    struct disk *d = &job->disk;
+    const struct options *opt = job->opt;
+    struct ckpt_persist_req rq = { .arena = opt->arena_root, .job = opt->job_name };
+    struct ckpt_persist_stats st;
+    struct ckpt_persist_gen g;
+    struct restore_point pt;
+    char why[512];
+
+    while (d->engine) {
+        int rc = ckpt_persist_newest(d->engine, opt->job_name, below, 0, &g, why, sizeof(why));
+        if (rc == -ENOENT) {
+            ckpt_log(CKPT_INFO, "no complete generation of job %s on disk%s", opt->job_name,
+                     below ? " older than the one refused" : "");
+            return 0;
+        }
+        if (rc < 0) {
+            ckpt_log(CKPT_WARN, "cannot look for generations on disk: %s", why);
+            return 0;
+        }
+        rq.iteration = g.iteration;
+        below = g.iteration;
+        if ((rc = ckpt_persist_restore(d->engine, &rq, &st, why, sizeof(why))) < 0) {
+            ckpt_log(CKPT_WARN, "cannot restore iteration %llu from disk: %s; trying an older one",
+                     (unsigned long long)g.iteration, why);
+            continue;
+        }
+        /* The arena is checked as after any failure: only a snapshot every rank verifies is used. */
+        if (!arena_pick(opt, g.iteration + 1, &pt, why, sizeof(why)) || pt.iteration != g.iteration) {
+            ckpt_log(CKPT_WARN, "iteration %llu read back from disk does not verify in the arena (%s); trying an "
+                     "older one", (unsigned long long)g.iteration, why);
+            continue;
+        }
+        ckpt_log(CKPT_INFO, "restoring generation %llu (iteration %llu) from disk", (unsigned long long)pt.generation,
+                 (unsigned long long)pt.iteration);
+        return d->restored = pt.iteration;
+    }
+    return 0;
+}
+
+/* Ends persisting: waits for the running persist and says what was done. */
+void disk_finish(struct job *job)
+{
+    struct disk *d = &job->disk;
+
+    if (!d->engine || !d->every)
+        return;
+    disk_wait(job);
+    double s = d->seconds > 0 ? d->seconds : 1e-9;
+    ckpt_log(CKPT_INFO, "persisted %llu generation%s (skipped %llu, failed %llu), %llu bytes, %.1f MB/s",
+             (unsigned long long)d->persisted, d->persisted == 1 ? "" : "s", (unsigned long long)d->skipped,
+             (unsigned long long)d->failed, (unsigned long long)d->bytes, d->bytes / s / 1e6);
+}
+
+void disk_close(struct disk *d)
+{
+    if (d->running) {
+        ckpt_persist_cancel(d->engine);
+        pthread_join(d->thread, NULL);
+        unlink(d->pin);
+    }
+    if (d->engine)
+        ckpt_persist_close(d->engine);
+    free(d->ranks);
+    memset(d, 0, sizeof(*d));
+}
