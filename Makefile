@@ -187,12 +187,14 @@ check: test
 # Every test again with AddressSanitizer and UndefinedBehaviorSanitizer, in
 # build-asan/.  libckpt.so is preloaded into sanitized programs, so the
 # runtime's link-order check is relaxed; leak checking is off (forked ranks
-# and worker threads that outlive main are expected).
+# and worker threads that outlive main are expected).  ASan's dlopen
+# interceptor hides the fake libraries' RUNPATH from their dlopen calls,
+# hence LD_LIBRARY_PATH.
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 check-sanitize: deps
 	$(Q)$(MAKE) --no-print-directory B=build-asan CFLAGS="-O1 -g $(SAN)" LDFLAGS="$(SAN)" all
 	$(Q)BUILD=$(CURDIR)/build-asan ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0 \
-	    UBSAN_OPTIONS=print_stacktrace=1 tests/run
+	    UBSAN_OPTIONS=print_stacktrace=1 LD_LIBRARY_PATH=$(CURDIR)/build-asan/fake tests/run
 
 # Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/,
 # for FUZZ_SECONDS each, from the corpus kept in tests/fuzz/corpus/<name>/
