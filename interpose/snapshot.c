@@ -29,6 +29,7 @@
 #include "registry.h"
 
 #define MAX_STREAMS 64
+#define COPY_PIECE (64ULL << 20)
 
 static struct {
     pthread_mutex_t lock;
@@ -421,11 +422,12 @@ static void take(uint64_t iter, bool has_collectives)
     }
     real_cuEventRecord(S.start, S.stream);
     CUresult r = CUDA_SUCCESS;
-    /* In checksum-sized pieces: a large tensor does not hold the copy
-     * engine in one piece, and each piece can be scheduled on its own. */
+    /* In pieces of COPY_PIECE: a large tensor does not hold the copy engine
+     * in one piece, and each piece can be scheduled on its own; pieces much
+     * smaller than this cost more in per-copy overhead than they gain. */
     for (long i = 0; i < n && r == CUDA_SUCCESS; i++) {
-        for (uint64_t off = 0; off < S.recs[i].size && r == CUDA_SUCCESS; off += h.chunk_bytes) {
-            uint64_t len = S.recs[i].size - off < h.chunk_bytes ? S.recs[i].size - off : h.chunk_bytes;
+        for (uint64_t off = 0; off < S.recs[i].size && r == CUDA_SUCCESS; off += COPY_PIECE) {
+            uint64_t len = S.recs[i].size - off < COPY_PIECE ? S.recs[i].size - off : COPY_PIECE;
             r = real_cuMemcpyDtoHAsync_v2(base + h.data_offset + S.recs[i].offset + off, S.allocs[i].addr + off,
                                           len, S.stream);
         }
