@@ -3,7 +3,8 @@
  * same three device allocations and the same iterations (a copy in, a
  * host sync), so the capture tests can check that libckpt saw every
  * allocation whichever door the program used:
- *   linked    the runtime API, linked against libcudart.so.13
+ *   linked    the runtime API, linked against libcudart.so.13 (plus one
+ *             managed allocation)
  *   static    as nvcc's static runtime does: dlopen("libcuda.so.1"), then
  *             dlsym(handle, "cuGetProcAddress_v2") and every driver entry
  *             point through it
@@ -27,6 +28,7 @@
 #define NALLOC 3
 static const size_t sizes[NALLOC] = {1 << 12, 1 << 16, 3 << 14};
 static int iters = 5;
+static int extra_allocations; /* beyond the NALLOC every shape makes */
 
 static void die(const char *what)
 {
@@ -98,9 +100,10 @@ static void shape_pytorch(void)
     run_driver((__typeof__(&cuGetProcAddress_v2))gpa, 13000);
 }
 
+/* Also one managed allocation: libckpt tracks those too. */
 static void shape_linked(void)
 {
-    void *d[NALLOC];
+    void *d[NALLOC], *managed;
     static char host[1 << 16];
     cudaStream_t s;
     if (cudaStreamCreate(&s))
@@ -108,6 +111,9 @@ static void shape_linked(void)
     for (int i = 0; i < NALLOC; i++)
         if (cudaMalloc(&d[i], sizes[i]))
             die("cudaMalloc");
+    if (cudaMallocManaged(&managed, 1 << 12, cudaMemAttachGlobal))
+        die("cudaMallocManaged");
+    extra_allocations = 1;
     for (int it = 0; it < iters; it++) {
         for (int i = 0; i < NALLOC; i++)
             cudaMemcpyAsync(d[i], host, sizes[i] < sizeof(host) ? sizes[i] : sizeof(host), cudaMemcpyHostToDevice, s);
@@ -161,6 +167,6 @@ int main(int argc, char **argv)
         shape_nccl();
     else
         return 2;
-    printf("allocations %d\n", NALLOC);
+    printf("allocations %d\n", NALLOC + extra_allocations);
     return 0;
 }
