@@ -54,6 +54,10 @@ __attribute__((constructor)) static void ckpt_load(void)
         ckpt_log(CKPT_ERROR, "%s", err);
         _exit(2);
     }
+    /* Here too: NCCL reads it at the first communicator init.  Without it
+     * only the timeline is poorer, so this is no reason to stop. */
+    if (!disabled && ckpt_profiler_setup(err, sizeof(err)) < 0)
+        ckpt_log(CKPT_WARN, "%s: collectives on the timeline get host times", err);
 }
 
 /* The registry's lock may be held by a thread that does not exist in the

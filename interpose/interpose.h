@@ -107,6 +107,16 @@ extern int ckpt_capturing;
  * another injection library or libckpt.so cannot find its own file. */
 int ckpt_nvtx_setup(const char *boundary, char *err, size_t errlen);
 
+/* ---- NCCL profiler plugin (profiler.c): collectives on the timeline. */
+
+/* At load: points NCCL_PROFILER_PLUGIN at libckpt.so when the user named
+ * no plugin there.  Returns 0, or -errno with one line in err (then the
+ * NCCL wrappers' host times are all the timeline gets). */
+int ckpt_profiler_setup(char *err, size_t errlen);
+
+/* Communicators whose profiler init asked for events. */
+extern int ckpt_prof_comms;
+
 /* Opens the rank's arena at wake (fresh: a new run, slots emptied) and
  * gives its directory.  Returns 0 or -errno (then no checkpointing). */
 int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen);

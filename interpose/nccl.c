@@ -8,6 +8,7 @@
  * move is restored with the snapshot; communicators are created for real.
  */
 #include "interpose.h"
+#include "timeline.h"
 
 #define FORWARD(name, args)                                                    \
     NEED_REAL(name, ncclSystemError);                                          \
@@ -24,14 +25,34 @@
         ckpt_on_collective(token(op, count, type, comm), stream);              \
         return ncclSuccess;                                                    \
     }                                                                          \
+    uint64_t t0 = ckpt_tl_now();                                               \
     ckpt_nccl_depth++;                                                         \
     ncclResult_t r = real_##name args;                                         \
     ckpt_nccl_depth--;                                                         \
-    if (r == ncclSuccess && ckpt_active)                                       \
+    if (r == ncclSuccess && ckpt_active) {                                     \
+        host_times(op, count, t0);                                             \
         ckpt_on_collective(token(op, count, type, comm), stream);              \
+    }                                                                          \
     return r
 
-enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_REDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_SEND, OP_RECV };
+enum {
+    OP_ALLREDUCE = CKPT_TL_ALLREDUCE, OP_BROADCAST = CKPT_TL_BROADCAST, OP_REDUCE = CKPT_TL_REDUCE,
+    OP_ALLGATHER = CKPT_TL_ALLGATHER, OP_REDUCESCATTER = CKPT_TL_REDUCESCATTER, OP_SEND = CKPT_TL_SEND,
+    OP_RECV = CKPT_TL_RECV
+};
+
+/* Without libckpt's profiler plugin in NCCL (the user chose another), the
+ * timeline gets the host's view: the span of the call, which enqueues the
+ * collective, not when the GPU ran it.  The op numbers are the timeline's
+ * function numbers. */
+static void host_times(int op, size_t count, uint64_t t0)
+{
+    if (__atomic_load_n(&ckpt_prof_comms, __ATOMIC_RELAXED) > 0)
+        return;
+    struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_tl_now(), .iteration = ckpt_tl_iteration(),
+                              .arg = count, .kind = CKPT_TL_COLL, .detail = (uint32_t)op};
+    ckpt_tl_add(&e);
+}
 
 static uint64_t token(int op, size_t count, int type, ncclComm_t comm)
 {

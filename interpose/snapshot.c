@@ -27,6 +27,7 @@
 #include "interpose.h"
 #include "log.h"
 #include "registry.h"
+#include "timeline.h"
 
 #define MAX_STREAMS 64
 #define COPY_PIECE (64ULL << 20)
@@ -132,6 +133,36 @@ static void stats_line(double copy_ms, double held_ms)
     close(fd);
 }
 
+/* The snapshot's copies and commit on the timeline, in the iteration they
+ * overlap (the one after the snapshot's).  The GPU measured how long the
+ * copies took, the host when they were done: the host clock places them. */
+static void timeline_snapshot(uint64_t copied_at, float ms)
+{
+    uint64_t gpu_ns = (uint64_t)(ms * 1e6);
+    struct ckpt_tl_event copy = {.start_ns = copied_at > gpu_ns ? copied_at - gpu_ns : 0,
+                                 .end_ns = copied_at,
+                                 .iteration = S.hdr.iteration + 1,
+                                 .arg = S.hdr.data_bytes,
+                                 .kind = CKPT_TL_COPY,
+                                 .detail = (uint32_t)S.hdr.iteration};
+    struct ckpt_tl_event commit = copy;
+
+    commit.start_ns = copied_at;
+    commit.end_ns = ckpt_tl_now();
+    commit.kind = CKPT_TL_COMMIT;
+    ckpt_tl_add(&copy);
+    ckpt_tl_add(&commit);
+}
+
+static void timeline_write(void)
+{
+    const char *rank = getenv("RANK");
+    int rc;
+
+    if (S.arena_ok && (rc = ckpt_tl_write(S.arena.dir, rank ? (uint32_t)atoi(rank) : 0)) < 0)
+        ckpt_log_once(CKPT_WARN, "cannot write the timeline into %s: %s", S.arena.dir, strerror(-rc));
+}
+
 /* Waits for each snapshot's copies, then checksums and commits it. */
 static void *committer(void *arg)
 {
@@ -147,11 +178,14 @@ static void *committer(void *arg)
         ckpt_self_depth = 1; /* this thread is libckpt's own */
         real_cuCtxSetCurrent(S.ctx);
         CUresult r = real_cuEventSynchronize(S.done);
+        uint64_t copied_at = ckpt_tl_now();
         float ms = 0;
         if (r == CUDA_SUCCESS)
             real_cuEventElapsedTime_v2(&ms, S.start, S.done);
-        if (r == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS) {
             ckpt_image_commit(S.arena.base[S.slot], &S.hdr, S.recs);
+            timeline_snapshot(copied_at, ms);
+        }
 
         pthread_mutex_lock(&S.lock);
         if (r == CUDA_SUCCESS) {
@@ -244,6 +278,11 @@ int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen)
     }
     S.arena_ok = true;
     snprintf(dir, dirlen, "%s", S.arena.dir);
+    if (fresh) { /* a new run's timeline starts empty, not with the last run's */
+        char path[PATH_MAX + 96];
+        snprintf(path, sizeof(path), "%s/%s", S.arena.dir, CKPT_TL_FILE);
+        unlink(path);
+    }
     return 0;
 }
 
@@ -471,6 +510,10 @@ static void boundary(void)
     ckpt_agent_send(CKPT_MSG_BOUNDARY, iter, 0);
     ckpt_fault_point(0, iter);
     ckpt_reg_set_iteration(iter);
+    uint64_t t = ckpt_tl_now();
+    ckpt_tl_add(&(struct ckpt_tl_event){.start_ns = t, .end_ns = t, .iteration = iter, .kind = CKPT_TL_BOUNDARY});
+    ckpt_tl_set_iteration(iter + 1);
+    timeline_write();
     if (!ckpt_history_boundary(iter))
         return; /* replaying, or the log can no longer restore this */
     if (iter % (uint64_t)ckpt_cfg_int(CFG_EVERY) != 0)
@@ -544,6 +587,7 @@ __attribute__((destructor)) static void ckpt_snapshot_exit(void)
         ;
     S.stop = true;
     pthread_cond_broadcast(&S.cond);
+    timeline_write(); /* with the last snapshot's copies */
     uint64_t taken = S.taken;
     ckpt_log(CKPT_INFO,
              "snapshots %llu (skipped %llu), %.1f MiB each, copy mean %.2f ms max %.2f ms, program held %.1f ms",

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "format.h"
@@ -187,8 +188,13 @@ int cmd_verify(const struct options *o, int argc, char **argv);
 int cmd_diff(const struct options *o, int argc, char **argv);
 int cmd_export(const struct options *o, int argc, char **argv);
 int cmd_gc(const struct options *o, int argc, char **argv);
+int cmd_timeline(const struct options *o, int argc, char **argv);
 
 /* "12" -> 12 in [min, max]; -EINVAL otherwise. */
+/* ---- timeline_svg.c: the picture of a timeline's iterations a..b. */
+struct ckpt_tl_event;
+void timeline_svg(FILE *f, const struct ckpt_tl_event *ev, size_t n, uint64_t a, uint64_t b, uint32_t rank);
+
 int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 /* ---- safetensors.c ---- */

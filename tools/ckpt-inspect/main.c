@@ -29,6 +29,9 @@ static const char usage_text[] =
     "  export GEN [--format safetensors] DIR [--rank N]\n"
     "                              writes DIR/rank<N>.safetensors, one U8 tensor per allocation\n"
     "  gc [--yes] [--min-age S]    lists the arenas of dead jobs; --yes removes them\n"
+    "  timeline [--iters A..B] [--rank N] [-o FILE.svg]\n"
+    "                              when collectives, snapshot copies and commits ran: an SVG with -o,\n"
+    "                              else one line per event (default: the last 4 iterations, rank 0)\n"
     "  env [--markdown]            the CKPT_* variables (as a Markdown table)\n"
     "\n"
     "options:\n"
@@ -83,7 +86,7 @@ static const struct {
     int (*run)(const struct options *o, int argc, char **argv);
 } commands[] = {
     {"list", cmd_list}, {"verify", cmd_verify}, {"diff", cmd_diff},
-    {"export", cmd_export}, {"gc", cmd_gc}, {"env", cmd_env},
+    {"export", cmd_export}, {"gc", cmd_gc}, {"timeline", cmd_timeline}, {"env", cmd_env},
 };
 
 /* A slot file that shrinks under our mapping (a new run of the job
