@@ -80,7 +80,7 @@ int main(void)
         ms = now_ms() - t;
         best_copy = ms < best_copy ? ms : best_copy;
         t = now_ms();
-        CHECK(cuMemsetD32_v2(a, 0, 16 * MiB));
+        CHECK(cuMemsetD8_v2(a, 0, 64 * MiB));
         ms = now_ms() - t;
         best_set = ms < best_set ? ms : best_set;
     }
