@@ -218,23 +218,15 @@ bool disk_wait(struct job *job)
     bool go_on = true;
 
     while (!reap_worker(d)) {
-        struct pollfd pfd = { .fd = job->sigfd, .events = POLLIN };
-        if (poll(&pfd, 1, 50) <= 0)
+        int sig = job_wait_signal(job, 50);
+        if (!sig)
             continue;
-        struct signalfd_siginfo si;
-        while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
-            if (si.ssi_signo == SIGCHLD) {
-                while (waitpid(-1, NULL, WNOHANG) > 0)
-                    ;
-                continue;
-            }
-            ckpt_log(CKPT_INFO, "got %s while persisting iteration %llu; cancelling it",
-                     sig_name((int)si.ssi_signo), (unsigned long long)d->iteration);
-            if (!job->out.stop_signal)
-                job->out.stop_signal = (int)si.ssi_signo;
-            disk_cancel(d);
-            go_on = false;
-        }
+        ckpt_log(CKPT_INFO, "got %s while persisting iteration %llu; cancelling it", sig_name(sig),
+                 (unsigned long long)d->iteration);
+        if (!job->out.stop_signal)
+            job->out.stop_signal = sig;
+        disk_cancel(d);
+        go_on = false;
     }
     return go_on;
 }

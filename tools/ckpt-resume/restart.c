@@ -43,18 +43,10 @@ static bool backoff(struct job *job, int n)
     if (delay > 0)
         ckpt_log(CKPT_INFO, "restart %d of %d in %g s", n, job->opt->max_restarts, delay);
     for (double left = delay; left > 0; left = end - now_s()) {
-        struct pollfd pfd = { .fd = job->sigfd, .events = POLLIN };
-        if (poll(&pfd, 1, (int)(left * 1000) + 1) <= 0)
-            continue;
-        struct signalfd_siginfo si;
-        while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
-            if (si.ssi_signo == SIGCHLD) {
-                while (waitpid(-1, NULL, WNOHANG) > 0)
-                    ;
-                continue;
-            }
-            ckpt_log(CKPT_INFO, "got %s while waiting to restart; not restarting", sig_name((int)si.ssi_signo));
-            job->out.stop_signal = (int)si.ssi_signo;
+        int sig = job_wait_signal(job, (int)(left * 1000) + 1);
+        if (sig) {
+            ckpt_log(CKPT_INFO, "got %s while waiting to restart; not restarting", sig_name(sig));
+            job->out.stop_signal = sig;
             return false;
         }
     }

@@ -136,6 +136,9 @@ void job_close(struct job *job);
 double now_s(void);
 void job_watch(struct job *job);
 void job_stop(struct job *job, int sig);
+/* Between launches: waits up to timeout_ms for a signal to ckpt-resume,
+ * reaping any child meanwhile; returns the signal, or 0. */
+int job_wait_signal(struct job *job, int timeout_ms);
 const char *sig_name(int sig);
 
 /* channel.c */

@@ -232,6 +232,21 @@ static bool deadline_passed(struct job *job)
  * opening says; the outcome is in job->out.  Returns early only when
  * processes survive SIGKILL (named in the log), or when the signalfd fails.
  */
+int job_wait_signal(struct job *job, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = job->sigfd, .events = POLLIN};
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+        return 0;
+    struct signalfd_siginfo si;
+    while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
+        if (si.ssi_signo != SIGCHLD)
+            return (int)si.ssi_signo;
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ; /* leftovers of a stopped job: reaped, nothing else */
+    }
+    return 0;
+}
+
 void job_watch(struct job *job)
 {
     for (;;) {
