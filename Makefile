@@ -44,7 +44,7 @@ RUNTIME_SRC     := $(wildcard runtime/*.c)
 # What only the node agent and the tools use (disk I/O with liburing,
 # placement) stays out of libckpt.so: the rank's library needs nothing that
 # a GPU machine's training image might lack.
-AGENT_ONLY_SRC  := $(wildcard runtime/persist*.c runtime/placement.c)
+AGENT_ONLY_SRC  := $(wildcard runtime/persist*.c runtime/placement.c runtime/recovery.c)
 LIBCKPT_SRC     := $(wildcard interpose/*.c) $(filter-out $(AGENT_ONLY_SRC),$(RUNTIME_SRC))
 TOOLS           := $(notdir $(wildcard tools/*))
 FAKE_TESTS      := $(patsubst tests/fake/test/%.c,$(B)/tests/fake/%,$(wildcard tests/fake/test/*.c))

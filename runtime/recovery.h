@@ -1,0 +1,55 @@
+/*
+ * Where a job on several nodes goes back to after a failure, decided from
+ * what every node says it holds: the newest iteration that every rank can
+ * get a copy of from some tier, and for each rank the fastest tier that
+ * holds it (its own node's arena, then a peer's arena, then its own node's
+ * disk).  Pure arithmetic over the holdings: it reads no file and trusts
+ * that each node listed only copies it verified.  Agent code, never in
+ * libckpt.so.
+ */
+#ifndef CKPT_RECOVERY_H
+#define CKPT_RECOVERY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum ckpt_tier {
+    CKPT_TIER_ARENA = 0,  /* the rank's own node's host memory */
+    CKPT_TIER_PEER = 1,   /* a replica in some node's host memory */
+    CKPT_TIER_DISK = 2,   /* a complete generation on the rank's own node's disks */
+    CKPT_TIER_NONE = 3,
+};
+
+/* One verified copy: node holds rank's snapshot of iteration in tier. */
+struct ckpt_held {
+    uint32_t rank;
+    uint32_t tier;
+    uint64_t iteration;
+    uint32_t node;        /* the node that holds it */
+    uint32_t reserved;
+};
+_Static_assert(sizeof(struct ckpt_held) == 24, "held layout changed: bump the coordination protocol version");
+
+/* Where one rank's copy comes from. */
+struct ckpt_source {
+    uint32_t tier;        /* enum ckpt_tier */
+    uint32_t node;        /* the node holding it */
+};
+
+/* The tier's name ("arena", "peer", "disk"). */
+const char *ckpt_tier_name(unsigned tier);
+
+/*
+ * Chooses, among the n copies in held, the newest iteration below below
+ * (0: any) that every rank 0..nranks-1 can be brought back to, rank r
+ * living on node r / nproc.  A disk copy serves only the ranks of the node
+ * that holds it; an arena copy of another node's rank counts only in the
+ * peer tier.  src[r] gets the fastest source of each rank.  Returns the
+ * iteration, or 0 with why saying what is missing: the ranks that hold
+ * nothing at all, or else the newest iteration each of the first ranks
+ * lacks.
+ */
+uint64_t ckpt_recovery_pick(const struct ckpt_held *held, size_t n, unsigned nranks, unsigned nproc,
+                            uint64_t below, struct ckpt_source *src, char *why, size_t whylen);
+
+#endif
