@@ -92,7 +92,7 @@ $(B)/bin/ckpt-doctor: TOOL_LIBS := -lelf
 # lists it here: replica/ objects as prerequisites (the link takes $^),
 # -lfabric, and -Ireplica for its sources.
 REPLICA_SRC   := $(wildcard replica/*.c)
-REPLICA_TOOLS := ckpt-replica
+REPLICA_TOOLS := ckpt-replica ckpt-resume
 $(addprefix $(B)/bin/,$(REPLICA_TOOLS)): $(call obj,$(REPLICA_SRC))
 $(addprefix $(B)/bin/,$(REPLICA_TOOLS)): TOOL_LIBS := -lfabric
 $(foreach t,$(REPLICA_TOOLS),$(eval $(B)/obj/tools/$(t)/%.o: ALL_CFLAGS += -Ireplica))

@@ -356,26 +356,51 @@ static bool peers_hold(uint64_t iteration)
     return true;
 }
 
-/* The iteration the node agent is persisting right now (the file
- * <job dir>/persist-pin holds it while it reads the slots), or 0: that
- * slot must not be overwritten under it. */
-static uint64_t pinned_iteration(void)
+/* What the node agent needs kept, from <job dir>/persist-pin: the
+ * iterations it is reading (persisting, replicating) or that the job
+ * agreed to keep, and "from=T": from iteration T on, a committed snapshot
+ * is kept too, so that every rank stops at the same one for the agent's
+ * next round.  No file: nothing is pinned. */
+struct pins {
+    uint64_t keep[4];
+    unsigned n;
+    uint64_t from;
+};
+
+static void read_pins(struct pins *p)
 {
-    char path[PATH_MAX + 96], text[32];
+    char path[PATH_MAX + 96], text[128];
+    memset(p, 0, sizeof(*p));
     snprintf(path, sizeof(path), "%s", S.arena.dir);
     char *slash = strrchr(path, '/');
     if (!slash)
-        return 0;
+        return;
     snprintf(slash, sizeof(path) - (size_t)(slash - path), "/persist-pin");
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return;
     ssize_t n = read(fd, text, sizeof(text) - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return;
     text[n] = '\0';
-    return strtoull(text, NULL, 10);
+    for (char *tok = strtok(text, " \n"); tok; tok = strtok(NULL, " \n")) {
+        if (strncmp(tok, "from=", 5) == 0)
+            p->from = strtoull(tok + 5, NULL, 10);
+        else if (p->n < sizeof(p->keep) / sizeof(p->keep[0]))
+            p->keep[p->n++] = strtoull(tok, NULL, 10);
+    }
+}
+
+/* Whether the snapshot of iteration it must not be overwritten. */
+static bool pinned(const struct pins *p, uint64_t it)
+{
+    if (!it)
+        return false;
+    for (unsigned i = 0; i < p->n; i++)
+        if (p->keep[i] == it)
+            return true;
+    return p->from && it >= p->from;
 }
 
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
@@ -414,9 +439,11 @@ static void take(uint64_t iter, bool has_collectives)
     size_t total = ckpt_image_layout(&h, S.recs, (size_t)n);
 
     int slot = S.last_slot == 0 ? 1 : 0, moved = 0;
-    if (S.slot_used[slot] && S.slot_iter[slot] && S.slot_iter[slot] == pinned_iteration()) {
+    struct pins pins;
+    read_pins(&pins);
+    if (S.slot_used[slot] && pinned(&pins, S.slot_iter[slot])) {
         S.skipped++;
-        ckpt_log(CKPT_DEBUG, "iteration %llu: iteration %llu is being persisted; snapshot skipped",
+        ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent keeps iteration %llu; snapshot skipped",
                  (unsigned long long)iter, (unsigned long long)S.slot_iter[slot]);
         return;
     }

@@ -12,6 +12,10 @@
 #include <limits.h>
 #include <stddef.h>
 
+/* Under CKPT_ARENA_DIR: where a node agent keeps the replicas its peers
+ * send it, laid out as an arena (peers/<uid>-<job>/rank<N>/). */
+#define CKPT_PEERS_SUBDIR "peers"
+
 struct ckpt_arena {
     char dir[PATH_MAX];
     int fd[2];

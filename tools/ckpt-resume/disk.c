@@ -103,7 +103,8 @@ static void *worker(void *arg)
     char why[512];
 
     int rc = ckpt_persist_generation(d->engine, &rq, &st, why, sizeof(why));
-    unlink(d->pin);
+    if (d->own_pin)
+        unlink(d->pin);
     if (rc == 0) {
         d->persisted++;
         d->bytes += st.logical_bytes;
@@ -129,18 +130,19 @@ static bool reap_worker(struct disk *d)
 
 /*
  * The newest iteration every rank of the launch has committed, or 0, with
- * those ranks in d->ranks.  Ranks we started are 0..nproc-1; a wrapped
+ * those ranks in d->ranks.  Ranks we started are first_rank.. (nproc of them); a wrapped
  * launcher's are those that have reported.
  */
 static uint64_t all_committed(struct disk *d, const struct job *job)
 {
     const struct channel *c = &job->chan;
+    int first = job->opt->wrap ? 0 : job->opt->first_rank;
     int want = job->opt->wrap ? c->nreports : job->opt->nproc;
     uint64_t k = 0;
     unsigned n = 0;
 
-    if (want > c->nreports || want > d->cap) {
-        if (want > c->nreports)
+    if (first + want > c->nreports || want > d->cap) {
+        if (first + want > c->nreports)
             return 0;
         int *grown = realloc(d->ranks, want * sizeof(int));
         if (!grown)
@@ -148,7 +150,7 @@ static uint64_t all_committed(struct disk *d, const struct job *job)
         d->ranks = grown;
         d->cap = want;
     }
-    for (int i = 0; i < want; i++) {
+    for (int i = first; i < first + want; i++) {
         const struct report *r = &c->reports[i];
         if (job->opt->wrap && !r->pid)
             continue;
@@ -162,11 +164,61 @@ static uint64_t all_committed(struct disk *d, const struct job *job)
     return k;
 }
 
+/* Whether a persist is running (one that has ended is reaped). */
+bool disk_busy(struct disk *d)
+{
+    return !reap_worker(d);
+}
+
+/*
+ * Starts persisting iteration @k of this node's ranks.  With @own_pin the
+ * pin file is written here and removed when the persist ends; without, the
+ * caller keeps @k pinned (member.c, whose pin file says more).  Returns 0
+ * or -errno (said).
+ */
+int disk_start(struct job *job, uint64_t k, bool own_pin)
+{
+    struct disk *d = &job->disk;
+    const struct options *opt = job->opt;
+    pthread_t t;
+    int rc;
+
+    if (d->running)
+        return -EBUSY;
+    if (opt->coord) {
+        int *ranks = realloc(d->ranks, opt->nproc * sizeof(int));
+        if (!ranks)
+            return -ENOMEM;
+        d->ranks = ranks;
+        d->cap = opt->nproc;
+        for (int i = 0; i < opt->nproc; i++)
+            d->ranks[i] = opt->first_rank + i;
+        d->nranks = (unsigned)opt->nproc;
+    }
+    if (own_pin && (rc = pin(d, k)) < 0) {
+        failed(d, k, rc, d->pin);
+        return rc;
+    }
+    d->own_pin = own_pin;
+    d->arena = opt->arena_root;
+    d->job = opt->job_name;
+    d->iteration = k;
+    d->done = false;
+    if ((rc = pthread_create(&t, NULL, worker, d)) != 0) {
+        if (own_pin)
+            unlink(d->pin);
+        failed(d, k, -rc, "cannot start the persist thread");
+        return -rc;
+    }
+    d->thread = t;
+    d->running = true;
+    return 0;
+}
+
 /* After the channel was read: starts a persist when one is due, as this file's opening says. */
 void disk_tick(struct job *job)
 {
     struct disk *d = &job->disk;
-    pthread_t t;
 
     if (!d->engine || !d->every || job->phase != JOB_RUNNING)
         return;
@@ -183,22 +235,7 @@ void disk_tick(struct job *job)
                  (unsigned long long)k, (unsigned long long)d->iteration);
         return;
     }
-    int rc = pin(d, k);
-    if (rc < 0) {
-        failed(d, k, rc, d->pin);
-        return;
-    }
-    d->arena = job->opt->arena_root;
-    d->job = job->opt->job_name;
-    d->iteration = k;
-    d->done = false;
-    if ((rc = pthread_create(&t, NULL, worker, d)) != 0) {
-        unlink(d->pin);
-        failed(d, k, -rc, "cannot start the persist thread");
-        return;
-    }
-    d->thread = t;
-    d->running = true;
+    disk_start(job, k, true);
 }
 
 /* Asks a running persist to stop; safe from any thread. */
@@ -276,6 +313,29 @@ uint64_t disk_restore(struct job *job, uint64_t below)
         return d->restored = pt.iteration;
     }
     return 0;
+}
+
+/*
+ * Reads the generation of iteration @it back into the arena (every rank of
+ * the node).  Returns 0, or -errno after saying why.  The ranks must be
+ * gone and no persist running.
+ */
+int disk_read(struct job *job, uint64_t it)
+{
+    struct disk *d = &job->disk;
+    const struct options *opt = job->opt;
+    struct ckpt_persist_req rq = { .arena = opt->arena_root, .job = opt->job_name, .iteration = it };
+    struct ckpt_persist_stats st;
+    char why[512];
+
+    if (!d->engine || !it)
+        return -ENOENT;
+    int rc = ckpt_persist_restore(d->engine, &rq, &st, why, sizeof(why));
+    if (rc < 0)
+        ckpt_log(CKPT_WARN, "cannot read iteration %llu back from disk: %s", (unsigned long long)it, why);
+    else
+        d->restored = it;
+    return rc;
 }
 
 /* Ends persisting: waits for the running persist and says what was done. */

@@ -1,7 +1,8 @@
 /*
  * The environment each rank starts with: ckpt-resume's own, plus the
- * variables torchrun sets for a single node (RANK, LOCAL_RANK, WORLD_SIZE,
- * LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so programs
+ * variables torchrun sets (RANK = node rank * nproc + LOCAL_RANK,
+ * WORLD_SIZE = nodes * nproc, LOCAL_WORLD_SIZE, GROUP_RANK = the node
+ * rank, MASTER_ADDR, MASTER_PORT), so programs
  * written for torchrun run unchanged, and the job's (LD_PRELOAD with
  * libckpt.so first, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_RESTORE).  The
  * environment is built in the parent, before any fork, so a child never
@@ -107,9 +108,10 @@ int job_master(char **addr, char **port)
  * ("NAME=value", NULL-terminated; the caller keeps them), then the rank's.
  * The caller releases it with rank_env_free().
  */
-int rank_env(char ***out, int rank, int nproc, const char *master_addr, const char *master_port,
+int rank_env(char ***out, const struct options *opt, int local, const char *master_addr, const char *master_port,
              char *const *vars)
 {
+    int nnodes = opt->coord ? opt->nnodes : 1;
     size_t n = 0, nvars = 0;
     while (environ[n])
         n++;
@@ -128,11 +130,11 @@ int rank_env(char ***out, int rank, int nproc, const char *master_addr, const ch
     size_t ours = k;
 
     /* One per rank_vars entry, in the same order. */
-    int ok = asprintf(&env[k++], "RANK=%d", rank) >= 0 &&
-             asprintf(&env[k++], "LOCAL_RANK=%d", rank) >= 0 &&
-             asprintf(&env[k++], "WORLD_SIZE=%d", nproc) >= 0 &&
-             asprintf(&env[k++], "LOCAL_WORLD_SIZE=%d", nproc) >= 0 &&
-             asprintf(&env[k++], "GROUP_RANK=0") >= 0 &&
+    int ok = asprintf(&env[k++], "RANK=%d", opt->first_rank + local) >= 0 &&
+             asprintf(&env[k++], "LOCAL_RANK=%d", local) >= 0 &&
+             asprintf(&env[k++], "WORLD_SIZE=%d", nnodes * opt->nproc) >= 0 &&
+             asprintf(&env[k++], "LOCAL_WORLD_SIZE=%d", opt->nproc) >= 0 &&
+             asprintf(&env[k++], "GROUP_RANK=%d", opt->coord ? opt->node_rank : 0) >= 0 &&
              asprintf(&env[k++], "MASTER_ADDR=%s", master_addr) >= 0 &&
              asprintf(&env[k++], "MASTER_PORT=%s", master_port) >= 0;
     if (!ok) {

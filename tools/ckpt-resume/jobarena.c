@@ -24,12 +24,6 @@
 #include "log.h"
 #include "resume.h"
 
-/* What one rank holds: up to two verified snapshots. */
-struct held {
-    int n;
-    uint64_t iteration[2], generation[2];
-};
-
 /* The files libckpt keeps in a rank's directory. */
 static const char *const rank_files[] = { "slot0", "slot1", "replay.log", "timeline", "timeline.tmp" };
 
@@ -63,7 +57,7 @@ static int by_value(const void *a, const void *b)
 
 /*
  * The ranks whose snapshots must agree, in *@ranks (the caller frees it):
- * 0..nproc-1 for ranks we started, every rank<N> directory in @dir when
+ * first_rank.. for the nproc ranks we started, every rank<N> directory in @dir when
  * a wrapped launcher started them.  Returns how many, or -errno.
  */
 static int job_ranks(const struct options *opt, const char *dir, int **ranks)
@@ -73,7 +67,7 @@ static int job_ranks(const struct options *opt, const char *dir, int **ranks)
         if (!*ranks)
             return -ENOMEM;
         for (int i = 0; i < opt->nproc; i++)
-            (*ranks)[i] = i;
+            (*ranks)[i] = opt->first_rank + i;
         return opt->nproc;
     }
     DIR *d = opendir(dir);
@@ -102,8 +96,11 @@ static int job_ranks(const struct options *opt, const char *dir, int **ranks)
     return n;
 }
 
-/* Verifies both slots of rank @r into @h; a damaged one is named and skipped. */
-static void scan_rank(const struct options *opt, const char *dir, int r, struct held *h)
+/*
+ * Verifies both slots of rank @r in the job directory @dir into @h; a
+ * damaged one, or one of another job or rank, is named and skipped.
+ */
+void arena_scan_rank(const char *job, const char *dir, int r, struct held *h)
 {
     char path[PATH_MAX + 32], why[256];
 
@@ -134,7 +131,7 @@ static void scan_rank(const struct options *opt, const char *dir, int r, struct 
             ckpt_log(CKPT_DEBUG, "%s holds no committed snapshot", path); /* it was being written */
         } else if (rc < 0) {
             ckpt_log(CKPT_WARN, "%s is damaged (%s): skipped", path, why);
-        } else if (strncmp(hdr.job, opt->job_name, sizeof(hdr.job)) != 0 || hdr.rank != (uint32_t)r) {
+        } else if (strncmp(hdr.job, job, sizeof(hdr.job)) != 0 || hdr.rank != (uint32_t)r) {
             ckpt_log(CKPT_WARN, "%s holds a snapshot of job '%.*s' rank %u: skipped", path, (int)sizeof(hdr.job),
                      hdr.job, hdr.rank);
         } else if (hdr.iteration > 0) {
@@ -226,7 +223,7 @@ bool arena_pick(const struct options *opt, uint64_t below, struct restore_point 
         return false;
     }
     for (int i = 0; i < n; i++)
-        scan_rank(opt, dir, ranks[i], &h[i]);
+        arena_scan_rank(opt->job_name, dir, ranks[i], &h[i]);
 
     bool found = false;
     for (int k = 0; k < h[0].n; k++) {

@@ -109,7 +109,7 @@ static int spawn_rank(struct job *job, int i)
     char **env;
     pid_t pid;
 
-    int rc = rank_env(&env, i, job->opt->nproc, job->master_addr, job->master_port, job->vars);
+    int rc = rank_env(&env, job->opt, i, job->master_addr, job->master_port, job->vars);
     if (rc < 0)
         return rc;
     rc = posix_spawnattr_init(&attr);
@@ -165,9 +165,9 @@ int job_launch(struct job *job, uint64_t restore)
     for (int i = 0; i < opt->nproc; i++) {
         int rc = spawn_rank(job, i);
         if (rc < 0) {
-            ckpt_log(CKPT_ERROR, "cannot start rank %d: %s: %s", i, opt->cmd[0], strerror(-rc));
+            ckpt_log(CKPT_ERROR, "cannot start rank %d: %s: %s", opt->first_rank + i, opt->cmd[0], strerror(-rc));
             job->out.exit_code = exec_failure_code(-rc);
-            job->out.failed_rank = i;
+            job->out.failed_rank = opt->first_rank + i;
             if (job->running > 0)
                 job_stop(job, SIGTERM);
             return rc;

@@ -7,6 +7,7 @@
  * Whatever happens once the job has been launched, the last line on
  * stderr is "ckpt-resume: done exit=C restarts=N" and the exit status is C.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,12 +18,14 @@
 
 #include "config.h"
 #include "log.h"
+#include "placement.h"
 #include "resume.h"
 
 #define USAGE_ERROR 2
 
 static const char usage_text[] =
     "usage: ckpt-resume [--nproc N] [--max-restarts R] -- CMD [ARGS...]\n"
+    "       ckpt-resume --coord HOST:PORT --nnodes N --node-rank I --nproc P -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD as a training job on this node with libckpt.so preloaded, stops\n"
     "all of it when one part fails or hangs, and restarts it from the newest\n"
@@ -32,9 +35,19 @@ static const char usage_text[] =
     "wraps a launcher that starts its own processes\n"
     "(ckpt-resume -- torchrun --nproc-per-node 8 train.py).\n"
     "\n"
+    "On several nodes, one ckpt-resume per node, each with its --node-rank,\n"
+    "meet at --coord (node 0 listens there): ranks get RANK = I * P + LOCAL_RANK\n"
+    "and WORLD_SIZE = N * P; each node's snapshots are replicated into the host\n"
+    "memory of CKPT_REPLICAS - 1 other nodes, and a job that lost a node waits\n"
+    "for a replacement started with the same --node-rank, then resumes from the\n"
+    "fastest copy of every rank: its own arena, a peer's, or its node's disk.\n"
+    "\n"
     "options:\n"
     "  --nproc N          local ranks to start, 1 to 4096 (default: CMD is one\n"
     "                     process, maybe a launcher of the ranks)\n"
+    "  --coord HOST:PORT  where the nodes of the job meet (default CKPT_COORD)\n"
+    "  --nnodes N         nodes in the job, 1 to 65536 (default CKPT_NNODES, 1)\n"
+    "  --node-rank I      this node, 0 to N-1 (default CKPT_NODE_RANK, 0)\n"
     "  --max-restarts R   restarts after a failure before giving up, 0 to 1000\n"
     "                     (default CKPT_MAX_RESTARTS, 3)\n"
     "  -h, --help         this text\n"
@@ -57,7 +70,8 @@ static const char usage_text[] =
     "the last launch's first failing rank's (128+N for a rank killed by signal N,\n"
     "124 for a hang), else 0.\n";
 
-static const char usage_line[] = "usage: ckpt-resume [--nproc N] [--max-restarts R] -- CMD [ARGS...]  (see --help)\n";
+static const char usage_line[] = "usage: ckpt-resume [--coord HOST:PORT --nnodes N --node-rank I] [--nproc N] "
+                                 "[--max-restarts R] -- CMD [ARGS...]  (see --help)\n";
 
 /* Reports a usage error (one line, then the usage line); returns -EINVAL. */
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
@@ -91,7 +105,7 @@ static int parse_int(const char *s, long min, long max, int *out)
  * is then set), 0 when it is no integer option, -EINVAL after reporting a
  * missing or bad value.
  */
-static int parse_int_option(char **argv, int argc, int *i, struct options *opt, bool given[2])
+static int parse_int_option(char **argv, int argc, int *i, struct options *opt, bool given[4])
 {
     const struct {
         const char *name;
@@ -101,6 +115,8 @@ static int parse_int_option(char **argv, int argc, int *i, struct options *opt, 
     } options[] = {
         { "--nproc", &opt->nproc, 1, RESUME_MAX_NPROC, "an integer from 1 to 4096" },
         { "--max-restarts", &opt->max_restarts, 0, RESUME_MAX_RESTARTS, "an integer from 0 to 1000" },
+        { "--nnodes", &opt->nnodes, 1, 65536, "an integer from 1 to 65536" },
+        { "--node-rank", &opt->node_rank, 0, 65535, "an integer from 0 to 65535" },
     };
     const char *arg = argv[*i];
 
@@ -130,9 +146,8 @@ static int parse_int_option(char **argv, int argc, int *i, struct options *opt, 
  * was asked for (the text is printed), 0 to go on, -EINVAL after reporting
  * a usage error.  *@restarts_given says whether --max-restarts was.
  */
-static int parse_options(int argc, char **argv, struct options *opt, bool *restarts_given)
+static int parse_options(int argc, char **argv, struct options *opt, bool *restarts_given, bool given[4])
 {
-    bool given[2] = { false, false };
 
     *opt = (struct options){ .nproc = 1 };
     for (int i = 1; i < argc; i++) {
@@ -154,14 +169,23 @@ static int parse_options(int argc, char **argv, struct options *opt, bool *resta
             ckpt_config_describe(stdout);
             return 1;
         }
+        if (strncmp(arg, "--coord", 7) == 0 && (arg[7] == '=' || arg[7] == '\0')) {
+            if (arg[7] == '=')
+                opt->coord = arg + 8;
+            else if (i + 1 < argc && strcmp(argv[i + 1], "--") != 0)
+                opt->coord = argv[++i];
+            else
+                return usage_error("--coord needs a value: HOST:PORT");
+            continue;
+        }
         int rc = parse_int_option(argv, argc, &i, opt, given);
         if (rc < 0)
             return rc;
         if (rc > 0)
             continue;
         if (arg[0] == '-')
-            return usage_error("unknown option '%s'; accepted: --nproc N, --max-restarts R, --help, --help-env, "
-                               "then -- CMD", arg);
+            return usage_error("unknown option '%s'; accepted: --nproc N, --max-restarts R, --coord HOST:PORT, "
+                               "--nnodes N, --node-rank I, --help, --help-env, then -- CMD", arg);
         return usage_error("expected '--' before the command, got '%s'", arg);
     }
     return usage_error("missing '-- CMD': the command to run comes after '--'");
@@ -181,6 +205,60 @@ static void warn_unknown(const char *name, const char *suggestion)
  * for every launch of this invocation.  Returns 0, or -errno after saying
  * what is wrong.
  */
+/*
+ * The nodes of a job: --coord, --nnodes, --node-rank over CKPT_COORD,
+ * CKPT_NNODES, CKPT_NODE_RANK.  On several nodes each ckpt-resume starts
+ * its own ranks (--nproc), the replicas must fit the nodes, and the job's
+ * name, unless CKPT_JOB gives one, is derived from where the nodes meet,
+ * so that every node names it alike.
+ */
+static int configure_nodes(struct options *opt, const bool given[4])
+{
+    char why[256];
+
+    const char *coord = ckpt_cfg_str(CFG_COORD);
+    if (!opt->coord && coord && *coord)
+        opt->coord = coord;
+    if (!given[2])
+        opt->nnodes = (int)ckpt_cfg_int(CFG_NNODES);
+    if (!given[3])
+        opt->node_rank = (int)ckpt_cfg_int(CFG_NODE_RANK);
+    if (!opt->coord) {
+        if (opt->nnodes > 1 || given[3])
+            return usage_error("--nnodes and --node-rank need --coord HOST:PORT (or CKPT_COORD): where the nodes meet");
+        opt->nnodes = 1;
+        opt->node_rank = 0;
+        return 0;
+    }
+    if (!strrchr(opt->coord, ':') || !strrchr(opt->coord, ':')[1])
+        return usage_error("--coord: expected HOST:PORT, got '%s'", opt->coord);
+    if (opt->node_rank >= opt->nnodes)
+        return usage_error("--node-rank %d: expected 0 to %d (--nnodes %d)", opt->node_rank, opt->nnodes - 1,
+                           opt->nnodes);
+    if (opt->wrap)
+        return usage_error("--coord needs --nproc N: on several nodes each ckpt-resume starts its node's ranks");
+    unsigned m = (unsigned)ckpt_cfg_int(CFG_REPLICAS);
+    enum ckpt_placement p = (enum ckpt_placement)ckpt_cfg_int(CFG_PLACEMENT);
+    if (m > (unsigned)opt->nnodes)
+        return usage_error("CKPT_REPLICAS=%u: the job has %d nodes, and each replica needs a node of its own", m,
+                           opt->nnodes);
+    if (ckpt_placement_check(ckpt_placement_choose(p, (unsigned)opt->nnodes, m), (unsigned)opt->nnodes, m, why,
+                             sizeof(why)) < 0)
+        return usage_error("CKPT_PLACEMENT: %s", why);
+    opt->first_rank = opt->node_rank * opt->nproc;
+    if (!getenv("CKPT_JOB")) {
+        int k = snprintf(opt->job_name, sizeof(opt->job_name), "job-");
+        for (const char *c = opt->coord; *c && k < (int)sizeof(opt->job_name) - 1; c++)
+            opt->job_name[k++] = (isalnum((unsigned char)*c) || *c == '.') ? *c : '-';
+        opt->job_name[k] = '\0';
+    }
+    if (opt->node_rank == 0) {
+        FILE *out = stderr;
+        ckpt_placement_describe(out, ckpt_placement_choose(p, (unsigned)opt->nnodes, m), (unsigned)opt->nnodes, m);
+    }
+    return 0;
+}
+
 static int configure(struct options *opt, bool restarts_given)
 {
     if (!restarts_given)
@@ -203,11 +281,11 @@ int main(int argc, char **argv)
     struct options opt;
     struct job job;
     char err[512];
-    bool restarts_given = false;
+    bool restarts_given = false, given[4] = { false, false, false, false };
     int restarts = 0;
 
     ckpt_log_init("ckpt-resume", CKPT_INFO);
-    int rc = parse_options(argc, argv, &opt, &restarts_given);
+    int rc = parse_options(argc, argv, &opt, &restarts_given, given);
     if (rc != 0)
         return rc > 0 ? 0 : USAGE_ERROR;
     if (ckpt_config_load(err, sizeof(err)) < 0) {
@@ -216,14 +294,14 @@ int main(int argc, char **argv)
     }
     ckpt_log_init("ckpt-resume", (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
-    if (configure(&opt, restarts_given) < 0)
+    if (configure(&opt, restarts_given) < 0 || configure_nodes(&opt, given) < 0)
         return USAGE_ERROR;
     /*
      * A fresh start makes whatever an earlier run of this job left in the
      * arena useless, and stale slots could be taken for this run's when a
      * rank fails before it has written its own.
      */
-    if (!opt.first_restore && arena_remove(&opt) > 0)
+    if (!opt.coord && !opt.first_restore && arena_remove(&opt) > 0)
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", opt.job_name);
 
     rc = job_open(&job, &opt);
@@ -234,7 +312,14 @@ int main(int argc, char **argv)
         ckpt_log(CKPT_INFO, "done exit=1 restarts=0");
         return 1;
     }
-    int code = job_run(&job, &restarts);
+    int code;
+    if (opt.coord) {
+        code = member_run(&job, &restarts);
+        disk_finish(&job);
+        job_settle(&opt, code);
+    } else {
+        code = job_run(&job, &restarts);
+    }
     job_close(&job);
     free(opt.preload);
     ckpt_log(CKPT_INFO, "done exit=%d restarts=%d", code, restarts);

@@ -106,13 +106,15 @@ static uint64_t fall_back(struct job *job, uint64_t refused)
  * CKPT_KEEP_ARENA), kept after a failure, with its path said, so that it
  * can be restored from by hand.
  */
-static void settle_arena(const struct options *opt, int code)
+void job_settle(const struct options *opt, int code)
 {
     char dir[PATH_MAX];
     struct stat st;
 
     if (code == 0 && !opt->keep_arena) {
         arena_remove(opt);
+        if (opt->coord)
+            rep_remove(opt);
         return;
     }
     if (arena_job_dir(opt, dir, sizeof(dir)) == 0 && stat(dir, &st) == 0)
@@ -156,6 +158,6 @@ int job_run(struct job *job, int *restarts)
         restore = restart_point(job);
     }
     disk_finish(job);
-    settle_arena(opt, out->exit_code);
+    job_settle(opt, out->exit_code);
     return out->exit_code;
 }

@@ -9,6 +9,7 @@
 #define CKPT_RESUME_H
 
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -30,6 +31,9 @@
 
 struct options {
     int nproc;              /* local ranks to start, >= 1 */
+    int first_rank;         /* RANK of the first of them: node_rank * nproc */
+    const char *coord;      /* CKPT_COORD: HOST:PORT where the nodes meet; NULL: one node */
+    int nnodes, node_rank;  /* CKPT_NNODES, CKPT_NODE_RANK */
     bool wrap;              /* no --nproc: CMD is one process, maybe a launcher of the ranks */
     int max_restarts;       /* restarts allowed before giving up: --max-restarts, else CKPT_MAX_RESTARTS */
     double kill_grace_s;    /* SIGTERM -> SIGKILL delay, CKPT_KILL_GRACE */
@@ -84,6 +88,7 @@ struct disk {
     uint64_t commits;       /* such iterations seen */
     pthread_t thread;       /* the worker, while running */
     bool running, done;     /* done: set by the worker as it ends */
+    bool own_pin;           /* the worker removes the pin file as it ends */
     const char *arena, *job;
     int *ranks;             /* the ranks being persisted, cap entries */
     int cap;
@@ -117,11 +122,12 @@ struct job {
     double deadline;        /* CLOCK_MONOTONIC seconds at which the phase times out */
     struct outcome out;
     struct disk disk;
+    struct member *member;  /* a job on several nodes: this node's agent (member.c); NULL on one node */
 };
 
 
 /* env.c */
-int rank_env(char ***out, int rank, int nproc, const char *master_addr, const char *master_port,
+int rank_env(char ***out, const struct options *opt, int local, const char *master_addr, const char *master_port,
              char *const *vars);
 void rank_env_free(char **env);
 int job_master(char **addr, char **port);
@@ -160,9 +166,18 @@ void disk_cancel(struct disk *d);
 bool disk_wait(struct job *job);
 uint64_t disk_restore(struct job *job, uint64_t below);
 void disk_finish(struct job *job);
+bool disk_busy(struct disk *d);
+int disk_start(struct job *job, uint64_t k, bool own_pin);
+int disk_read(struct job *job, uint64_t it);
 void disk_close(struct disk *d);
 
 /* jobarena.c */
+/* What one rank holds: up to two verified snapshots. */
+struct held {
+    int n;
+    uint64_t iteration[2], generation[2];
+};
+void arena_scan_rank(const char *job, const char *dir, int r, struct held *h);
 struct restore_point {
     uint64_t iteration;
     uint64_t generation;    /* of the lowest rank's snapshot */
@@ -170,5 +185,39 @@ struct restore_point {
 int arena_job_dir(const struct options *opt, char *out, size_t outlen);
 bool arena_pick(const struct options *opt, uint64_t below, struct restore_point *pt, char *why, size_t whylen);
 int arena_remove(const struct options *opt);
+
+/* restart.c */
+void job_settle(const struct options *opt, int code);
+
+/* member.c: this node's agent in a job on several nodes */
+struct member;
+#define MEMBER_FDS 2
+int member_run(struct job *job, int *restarts);
+int member_prepare(struct job *job, struct pollfd *pfd);
+void member_events(struct job *job, const struct pollfd *pfd);
+void member_tick(struct job *job);
+void member_failed(struct job *job);
+
+/* coord.c: node 0's coordinator thread */
+struct coord;
+int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
+void coord_stop(struct coord *c);
+
+/* replicate.c */
+struct rep;
+struct coord_addr;
+struct coord_send;
+int rep_open(struct rep **out, const struct options *opt, const char *ip, int wake);
+void rep_close(struct rep *r);
+const char *rep_address(const struct rep *r);
+int rep_start(struct rep *r, uint64_t it, const struct coord_addr *addrs, unsigned nnodes);
+bool rep_reap(struct rep *r, int *status);
+bool rep_running(const struct rep *r);
+void rep_wait(struct rep *r);
+int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const struct coord_addr *addrs,
+              unsigned nnodes);
+int rep_promote(struct rep *r, int rank, uint64_t it, char *why, size_t whylen);
+int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen);
+int rep_remove(const struct options *opt);
 
 #endif

@@ -133,19 +133,22 @@ static void reaped(struct job *job, pid_t pid, int status)
         return; /* a descendant of a rank, reaped as its subreaper */
 
     int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    int rank = job->opt->first_rank + i;
     job->ranks[i].pid = 0;
     job->running--;
     if (code == RESUME_EXIT_REFUSED && job->restore && job->out.refused_rank < 0)
-        job->out.refused_rank = i;
+        job->out.refused_rank = rank;
     if (code == 0 || job->out.failed_rank >= 0)
         return;
 
     job->out.exit_code = code;
-    job->out.failed_rank = i;
+    job->out.failed_rank = rank;
     if (WIFSIGNALED(status))
-        ckpt_log(CKPT_INFO, "rank %d (pid %d) was killed by %s", i, (int)pid, sig_name(WTERMSIG(status)));
+        ckpt_log(CKPT_INFO, "rank %d (pid %d) was killed by %s", rank, (int)pid, sig_name(WTERMSIG(status)));
     else
-        ckpt_log(CKPT_INFO, "rank %d (pid %d) exited with status %d", i, (int)pid, code);
+        ckpt_log(CKPT_INFO, "rank %d (pid %d) exited with status %d", rank, (int)pid, code);
+    if (job->member)
+        member_failed(job);
     if (job->phase != JOB_RUNNING)
         return; /* already stopping: let the others finish with the signal they got */
     if (job->running > 0)
@@ -197,6 +200,8 @@ static int check_hang(struct job *job)
              (unsigned long long)job->chan.reports[r].iteration);
     job->out.exit_code = RESUME_EXIT_HUNG;
     job->out.failed_rank = r;
+    if (job->member)
+        member_failed(job);
     ckpt_log(CKPT_INFO, "stopping the job (SIGTERM, SIGKILL after %gs)", job->opt->kill_grace_s);
     job_stop(job, SIGTERM);
     return -1;
@@ -268,11 +273,20 @@ void job_watch(struct job *job)
         int hang_ms = check_hang(job), wait_ms = timeout_ms(job);
         if (hang_ms >= 0 && (wait_ms < 0 || hang_ms < wait_ms))
             wait_ms = hang_ms;
-        struct pollfd pfd[2] = {
+        struct pollfd pfd[2 + MEMBER_FDS] = {
             { .fd = job->sigfd, .events = POLLIN },
             { .fd = job->chan.fd, .events = POLLIN },
         };
-        int n = poll(pfd, 2, wait_ms);
+        int nfds = 2;
+        if (job->member) {
+            int member_ms = member_prepare(job, pfd + 2);
+            nfds += MEMBER_FDS;
+            if (member_ms >= 0 && (wait_ms < 0 || member_ms < wait_ms))
+                wait_ms = member_ms;
+        }
+        int n = poll(pfd, nfds, wait_ms);
+        if (job->member)
+            member_events(job, pfd + 2);
         if (n < 0 && errno != EINTR) {
             ckpt_log(CKPT_ERROR, "cannot wait for the job: %s", strerror(errno));
             return;
@@ -287,7 +301,10 @@ void job_watch(struct job *job)
 
         if (pfd[1].revents) {
             channel_read(&job->chan, job->opt);
-            disk_tick(job);
+            if (job->member)
+                member_tick(job);
+            else
+                disk_tick(job);
         }
         struct signalfd_siginfo si;
         while (read(job->sigfd, &si, sizeof(si)) == sizeof(si))

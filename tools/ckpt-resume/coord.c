@@ -1,0 +1,608 @@
+/*
+ * The coordinator of a job on several nodes (coord.h), a thread of node
+ * 0's ckpt-resume: it waits until every node has joined, decides where the
+ * job goes back to (runtime/recovery.h) and which copies must travel,
+ * launches every node at once, agrees with the nodes on the iterations
+ * they keep and replicate, and stops the whole job when one rank fails or
+ * one node is lost.  It decides only from what the members report; it
+ * never reads an arena itself, and a member that sends something malformed
+ * is dropped, never believed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "coord.h"
+#include "log.h"
+#include "placement.h"
+#include "resume.h"
+#include "wire.h"
+
+#define HEARTBEAT_S 1.0
+#define MAX_PENDING 64
+
+enum phase {
+    GATHER,                 /* waiting for every node to join */
+    FETCH,                  /* PLAN sent: waiting for every FETCHED */
+    RUN,                    /* LAUNCH sent: the ranks run */
+    OVER,                   /* FINISH sent */
+};
+
+struct node {
+    int fd;                 /* -1: not connected */
+    bool joined, done, fetched, held_in, replicated;
+    int fetch_status, repl_status;
+    uint64_t refused;
+    struct coord_addr addr;
+    struct ckpt_held *held;
+    uint32_t nheld;
+    struct coord_held h;
+    double heard, sent;
+};
+
+struct coord {
+    const struct options *opt;
+    int lfd, stop[2];
+    pthread_t thread;
+    bool started;
+    unsigned n, nproc, replicas;
+    struct node *nodes;
+    int pending[MAX_PENDING];
+    int npending;
+    enum phase phase;
+    uint64_t restore, below, durable, target, replicating;
+    bool ever_durable, failed_launch;
+    int launches, restarts, exit_code, user_signal;
+    double timeout_s, resume_at, gather_since;
+    char master_addr[COORD_ADDR_MAX], master_port[16];
+};
+
+static void send_to(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b,
+                    size_t blen);
+
+static void drop(struct coord *c, unsigned j, const char *why)
+{
+    struct node *nd = &c->nodes[j];
+    if (nd->fd < 0)
+        return;
+    close(nd->fd);
+    nd->fd = -1;
+    nd->joined = false;
+    ckpt_log(CKPT_WARN, "node %u is lost (%s)", j, why);
+}
+
+static void send_to(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b,
+                    size_t blen)
+{
+    struct node *nd = &c->nodes[j];
+    if (nd->fd < 0)
+        return;
+    int rc = ckpt_wire_send(nd->fd, type, a, alen, b, blen);
+    if (rc < 0)
+        drop(c, j, strerror(-rc));
+    else
+        nd->sent = now_s();
+}
+
+static void broadcast(struct coord *c, uint16_t type, const void *a, size_t alen)
+{
+    for (unsigned j = 0; j < c->n; j++)
+        send_to(c, j, type, a, alen, NULL, 0);
+}
+
+/* Ends the job on every node with @code and says why. */
+static void finish(struct coord *c, int code, const char *why)
+{
+    struct coord_status st = { .status = code, .value = (uint64_t)c->restarts };
+    if (why)
+        ckpt_log(code ? CKPT_ERROR : CKPT_INFO, "%s", why);
+    for (unsigned j = 0; j < c->n; j++)
+        send_to(c, j, COORD_FINISH, &st, sizeof(st), why, why ? strlen(why) : 0);
+    c->phase = OVER;
+}
+
+/* A launch is over on one node: everyone stops and joins again. */
+static void stop_all(struct coord *c, const char *why)
+{
+    if (c->phase != RUN && c->phase != FETCH)
+        return;
+    ckpt_log(CKPT_INFO, "stopping the job on every node: %s", why);
+    for (unsigned j = 0; j < c->n; j++)
+        send_to(c, j, COORD_STOP, why, strlen(why), NULL, 0);
+    c->phase = GATHER;
+    c->gather_since = now_s();
+    c->failed_launch = true;
+    c->replicating = 0;
+}
+
+static double backoff_s(const struct options *opt, int n)
+{
+    double d = opt->backoff_s;
+    for (int i = 1; i < n && d < RESUME_MAX_BACKOFF_S; i++)
+        d *= 2;
+    return d < RESUME_MAX_BACKOFF_S ? d : RESUME_MAX_BACKOFF_S;
+}
+
+/* Every node has joined: decide where to go and send the plan. */
+static void plan(struct coord *c)
+{
+    unsigned nranks = c->n * c->nproc;
+    size_t total = 0;
+    char why[1024];
+
+    for (unsigned j = 0; j < c->n; j++)
+        total += c->nodes[j].nheld;
+    struct ckpt_held *all = malloc((total ? total : 1) * sizeof(*all));
+    struct ckpt_source *src = malloc(nranks * sizeof(*src));
+    struct coord_send *sends = malloc((nranks ? nranks : 1) * sizeof(*sends));
+    if (!all || !src || !sends) {
+        free(all), free(src), free(sends);
+        finish(c, 1, "cannot plan the restart: out of memory");
+        return;
+    }
+    size_t k = 0;
+    for (unsigned j = 0; j < c->n; j++)
+        for (uint32_t i = 0; i < c->nodes[j].nheld; i++) {
+            all[k] = c->nodes[j].held[i];
+            all[k++].node = j;
+        }
+    uint64_t it = ckpt_recovery_pick(all, k, nranks, c->nproc, c->below, src, why, sizeof(why));
+    if (!it && c->launches && c->ever_durable && !c->below) {
+        char msg[1200];
+        snprintf(msg, sizeof(msg), "cannot recover the job from any tier: %s; its snapshots were lost with the "
+                 "nodes that held them (start the job again to begin from iteration 0)", why);
+        free(all), free(src), free(sends);
+        finish(c, 1, msg);
+        return;
+    }
+    if (it) {
+        ckpt_log(CKPT_INFO, "restarting from iteration %llu", (unsigned long long)it);
+        for (unsigned r = 0; r < nranks; r++)
+            ckpt_log(CKPT_INFO, "rank %u: from the %s of node %u", r,
+                     src[r].tier == CKPT_TIER_ARENA ? "arena" : src[r].tier == CKPT_TIER_PEER ? "peer arena"
+                                                                                              : "disk",
+                     src[r].node);
+    } else if (c->launches) {
+        ckpt_log(CKPT_INFO, "restarting from the beginning: %s", why);
+    }
+    c->restore = it;
+    c->launches++;
+    for (unsigned j = 0; j < c->n; j++) {
+        struct coord_addr *addrs = calloc(c->n, sizeof(*addrs));
+        struct coord_plan p = { .restore = it, .launch = (uint64_t)c->launches, .nnodes = c->n };
+        size_t ns = 0;
+        if (!addrs) {
+            free(all), free(src), free(sends);
+            finish(c, 1, "cannot plan the restart: out of memory");
+            return;
+        }
+        for (unsigned i = 0; i < c->n; i++)
+            addrs[i] = c->nodes[i].addr;
+        for (unsigned r = 0; it && r < nranks; r++)
+            if (src[r].tier == CKPT_TIER_PEER && src[r].node == j && r / c->nproc != j)
+                sends[ns++] = (struct coord_send){ .rank = r, .node = r / c->nproc, .iteration = it };
+        p.nsend = (uint32_t)ns;
+        snprintf(p.master_addr, sizeof(p.master_addr), "%s", c->master_addr);
+        snprintf(p.master_port, sizeof(p.master_port), "%s", c->master_port);
+        /* One payload: the plan, the addresses, the sends. */
+        size_t len = c->n * sizeof(*addrs) + ns * sizeof(*sends);
+        char *tail = malloc(len ? len : 1);
+        if (tail) {
+            memcpy(tail, addrs, c->n * sizeof(*addrs));
+            memcpy(tail + c->n * sizeof(*addrs), sends, ns * sizeof(*sends));
+            send_to(c, j, COORD_PLAN, &p, sizeof(p), tail, len);
+        }
+        free(tail);
+        free(addrs);
+        c->nodes[j].fetched = false;
+    }
+    free(all), free(src), free(sends);
+    c->phase = FETCH;
+}
+
+/* In GATHER: when every node is in and the backoff is over, decides what comes next. */
+static void gathered(struct coord *c)
+{
+    if (c->user_signal) {
+        char why[96];
+        snprintf(why, sizeof(why), "the job was stopped by %s", sig_name(c->user_signal));
+        finish(c, 128 + c->user_signal, why);
+        return;
+    }
+    for (unsigned j = 0; j < c->n; j++) {
+        if (c->nodes[j].joined)
+            continue;
+        if (now_s() - c->gather_since > 10 * c->timeout_s) {
+            char why[160];
+            snprintf(why, sizeof(why), "node %u did not join within %g s (10 x CKPT_NODE_TIMEOUT); giving up", j,
+                     10 * c->timeout_s);
+            finish(c, c->exit_code ? c->exit_code : 1, why);
+        }
+        return;
+    }
+    if (c->failed_launch) {
+        c->failed_launch = false;
+        uint64_t refused = 0;
+        for (unsigned j = 0; j < c->n; j++)
+            if (c->nodes[j].refused)
+                refused = c->nodes[j].refused;
+        if (refused) {
+            ckpt_log(CKPT_INFO, "the restore of iteration %llu was refused: trying an older one",
+                     (unsigned long long)refused);
+            c->below = refused;
+        } else {
+            c->below = 0;
+            if (c->restarts >= c->opt->max_restarts) {
+                char why[96];
+                snprintf(why, sizeof(why), "giving up after %d restart%s", c->restarts, c->restarts == 1 ? "" : "s");
+                finish(c, c->exit_code ? c->exit_code : 1, why);
+                return;
+            }
+            c->restarts++;
+            c->resume_at = now_s() + backoff_s(c->opt, c->restarts);
+            ckpt_log(CKPT_INFO, "restart %d of %d in %g s", c->restarts, c->opt->max_restarts,
+                     backoff_s(c->opt, c->restarts));
+        }
+    }
+    if (now_s() < c->resume_at)
+        return;
+    plan(c);
+}
+
+/* The iteration every node keeps, newest first, past what is durable; 0: none. */
+static uint64_t common_held(const struct coord *c)
+{
+    const struct coord_held *h0 = &c->nodes[0].h;
+    uint64_t cand[2] = { h0->newest, h0->other }, best = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!cand[k] || cand[k] <= c->durable || cand[k] <= best)
+            continue;
+        bool all = true;
+        for (unsigned j = 1; j < c->n && all; j++)
+            all = c->nodes[j].h.newest == cand[k] || c->nodes[j].h.other == cand[k];
+        if (all)
+            best = cand[k];
+    }
+    return best;
+}
+
+/* A HELD arrived: when every node has said what it keeps, replicate or aim again. */
+static void held(struct coord *c)
+{
+    if (c->replicating)
+        return;
+    uint64_t top = c->target;
+    for (unsigned j = 0; j < c->n; j++) {
+        if (!c->nodes[j].held_in)
+            return;
+        if (c->nodes[j].h.committed >= top)
+            top = c->nodes[j].h.committed + 1;
+    }
+    uint64_t it = common_held(c);
+    for (unsigned j = 0; j < c->n; j++)
+        c->nodes[j].held_in = c->nodes[j].replicated = false;
+    if (it) {
+        struct coord_iter m = { .iteration = it };
+        c->replicating = it;
+        broadcast(c, COORD_REPLICATE, &m, sizeof(m));
+        return;
+    }
+    /* The nodes kept different iterations: aim past all of them. */
+    c->target = top;
+    struct coord_iter m = { .iteration = c->durable, .value = c->target };
+    ckpt_log(CKPT_DEBUG, "the nodes keep different iterations; next target %llu", (unsigned long long)c->target);
+    broadcast(c, COORD_DURABLE, &m, sizeof(m));
+}
+
+static void replicated(struct coord *c, unsigned j, const struct coord_status *st)
+{
+    if (st->iteration != c->replicating)
+        return;
+    c->nodes[j].replicated = true;
+    c->nodes[j].repl_status = st->status;
+    if (st->status < 0)
+        ckpt_log(CKPT_WARN, "node %u could not replicate iteration %llu (%s): replication falls behind; the "
+                 "next one is tried", j, (unsigned long long)st->iteration, strerror(-st->status));
+    for (unsigned i = 0; i < c->n; i++)
+        if (!c->nodes[i].replicated)
+            return;
+    bool ok = true;
+    for (unsigned i = 0; i < c->n; i++)
+        ok &= c->nodes[i].repl_status == 0;
+    if (ok) {
+        c->durable = c->replicating;
+        c->ever_durable = true;
+        ckpt_log(CKPT_DEBUG, "iteration %llu is held by every node and its replicas", (unsigned long long)c->durable);
+    }
+    c->target = c->replicating + 1;
+    c->replicating = 0;
+    for (unsigned i = 0; i < c->n; i++)
+        c->nodes[i].held_in = false;
+    struct coord_iter m = { .iteration = c->durable, .value = c->target };
+    broadcast(c, COORD_DURABLE, &m, sizeof(m));
+}
+
+/* Takes a JOIN from the connection @fd; returns the node it is, or -1 (the connection then is closed). */
+static int join(struct coord *c, int fd, const void *msg, size_t len)
+{
+    const struct coord_join *jn = msg;
+    char why[256] = "";
+
+    if (len < sizeof(*jn) || len != sizeof(*jn) + (size_t)jn->nheld * sizeof(struct ckpt_held))
+        snprintf(why, sizeof(why), "a malformed JOIN");
+    else if (jn->nnodes != c->n || jn->nproc != c->nproc || jn->replicas != c->replicas)
+        snprintf(why, sizeof(why), "node %u runs %u node(s) x %u rank(s) with %u replicas, the job %u x %u with %u",
+                 jn->node, jn->nnodes, jn->nproc, jn->replicas, c->n, c->nproc, c->replicas);
+    else if (jn->node >= c->n)
+        snprintf(why, sizeof(why), "node rank %u is not below %u", jn->node, c->n);
+    else if (strncmp(jn->job, c->opt->job_name, sizeof(jn->job)) != 0)
+        snprintf(why, sizeof(why), "node %u belongs to job '%.64s', not '%s'", jn->node, jn->job, c->opt->job_name);
+    else if (c->nodes[jn->node].fd >= 0 && c->nodes[jn->node].fd != fd)
+        snprintf(why, sizeof(why), "node %u is already in the job", jn->node);
+    else if (memchr(jn->replica.hostport, '\0', sizeof(jn->replica.hostport)) == NULL)
+        snprintf(why, sizeof(why), "a malformed replica address");
+    if (*why) {
+        ckpt_log(CKPT_WARN, "refused a node: %s", why);
+        struct coord_status st = { .status = 2 };
+        ckpt_wire_send(fd, COORD_FINISH, &st, sizeof(st), why, strlen(why));
+        close(fd);
+        return -1;
+    }
+    struct node *nd = &c->nodes[jn->node];
+    struct ckpt_held *h = malloc(jn->nheld ? jn->nheld * sizeof(*h) : 1);
+    if (!h) {
+        close(fd);
+        return -1;
+    }
+    memcpy(h, jn + 1, jn->nheld * sizeof(*h));
+    free(nd->held);
+    nd->held = h;
+    nd->nheld = jn->nheld;
+    nd->fd = fd;
+    nd->addr = jn->replica;
+    nd->refused = jn->refused;
+    nd->joined = true;
+    nd->done = false;
+    nd->heard = now_s();
+    ckpt_log(CKPT_DEBUG, "node %u joined (%u copies held, replicas at %s)", jn->node, jn->nheld,
+             jn->replica.hostport);
+    /* A node that joins while the others run has stopped: so must they. */
+    if (c->phase == RUN || c->phase == FETCH)
+        stop_all(c, "a node's ranks stopped");
+    return (int)jn->node;
+}
+
+/* One message from node @j. */
+static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, size_t len)
+{
+    struct node *nd = &c->nodes[j];
+    const struct coord_status *st = msg;
+
+    switch (type) {
+    case COORD_JOIN:
+        join(c, nd->fd, msg, len);
+        return;
+    case COORD_HEARTBEAT:
+        return;
+    case COORD_FETCHED:
+        if (len != sizeof(*st) || c->phase != FETCH)
+            return;
+        nd->fetched = true;
+        nd->fetch_status = st->status;
+        for (unsigned i = 0; i < c->n; i++)
+            if (!c->nodes[i].fetched)
+                return;
+        for (unsigned i = 0; i < c->n; i++) {
+            if (c->nodes[i].fetch_status < 0) {
+                ckpt_log(CKPT_WARN, "node %u could not send the copies asked of it (%s): trying an older iteration",
+                         i, strerror(-c->nodes[i].fetch_status));
+                c->below = c->restore;
+                plan(c);
+                return;
+            }
+        }
+        c->below = 0;
+        c->durable = c->restore;
+        c->target = c->restore + 1;
+        c->replicating = 0;
+        if (c->restore)
+            c->ever_durable = true;
+        for (unsigned i = 0; i < c->n; i++)
+            c->nodes[i].held_in = c->nodes[i].done = false;
+        struct coord_iter m = { .iteration = c->restore, .value = c->target };
+        broadcast(c, COORD_LAUNCH, &m, sizeof(m));
+        c->phase = RUN;
+        return;
+    case COORD_HELD:
+        if (len != sizeof(nd->h) || c->phase != RUN)
+            return;
+        memcpy(&nd->h, msg, sizeof(nd->h));
+        nd->held_in = true;
+        held(c);
+        return;
+    case COORD_REPLICATED:
+        if (len == sizeof(*st) && c->phase == RUN)
+            replicated(c, j, st);
+        return;
+    case COORD_FAILED:
+        if (len != sizeof(*st))
+            return;
+        if (st->status < 0 && !c->user_signal) {
+            c->user_signal = -st->status;
+            ckpt_log(CKPT_INFO, "node %u was told to stop (%s)", j, sig_name(c->user_signal));
+        } else if (st->status > 0 && c->phase == RUN) {
+            c->exit_code = st->status;
+            char why[128];
+            snprintf(why, sizeof(why), "rank %llu on node %u failed (exit %d)", (unsigned long long)st->value, j,
+                     st->status);
+            stop_all(c, why);
+            return;
+        }
+        stop_all(c, "a node was told to stop");
+        return;
+    case COORD_DONE:
+        if (c->phase != RUN)
+            return;
+        nd->done = true;
+        for (unsigned i = 0; i < c->n; i++)
+            if (!c->nodes[i].done)
+                return;
+        finish(c, 0, NULL);
+        return;
+    default:
+        ckpt_log(CKPT_WARN, "node %u sent a message of unknown type %u: dropped", j, type);
+        drop(c, j, "it does not speak this protocol");
+    }
+}
+
+/* A new connection's first message: it must be a JOIN. */
+static void take_pending(struct coord *c, int i)
+{
+    int fd = c->pending[i];
+    uint16_t type;
+    void *msg = NULL;
+    size_t len;
+
+    c->pending[i] = c->pending[--c->npending];
+    if (ckpt_wire_recv(fd, 1000, &type, &msg, &len) < 0 || type != COORD_JOIN) {
+        close(fd);
+        free(msg);
+        return;
+    }
+    join(c, fd, msg, len);
+    free(msg);
+}
+
+static void *run(void *arg)
+{
+    struct coord *c = arg;
+    unsigned n = c->n;
+    struct pollfd *pfd = calloc(2 + MAX_PENDING + n, sizeof(*pfd));
+    if (!pfd)
+        return NULL;
+
+    for (;;) {
+        int k = 0;
+        pfd[k++] = (struct pollfd){ .fd = c->stop[0], .events = POLLIN };
+        pfd[k++] = (struct pollfd){ .fd = c->lfd, .events = POLLIN };
+        for (int i = 0; i < c->npending; i++)
+            pfd[k++] = (struct pollfd){ .fd = c->pending[i], .events = POLLIN };
+        for (unsigned j = 0; j < n; j++)
+            pfd[k++] = (struct pollfd){ .fd = c->nodes[j].fd, .events = POLLIN };
+        if (poll(pfd, k, 250) < 0 && errno != EINTR)
+            break;
+        if (pfd[0].revents)
+            break;
+        double now = now_s();
+        if (pfd[1].revents && c->npending < MAX_PENDING) {
+            int fd;
+            if (ckpt_wire_accept(c->lfd, &fd) == 0)
+                c->pending[c->npending++] = fd;
+        }
+        for (int i = c->npending - 1; i >= 0; i--)
+            if (pfd[2 + i].revents)
+                take_pending(c, i);
+        for (unsigned j = 0; j < n; j++) {
+            struct node *nd = &c->nodes[j];
+            struct pollfd *p = &pfd[k - n + j];
+            if (nd->fd >= 0 && p->fd == nd->fd && p->revents) {
+                uint16_t type;
+                void *msg = NULL;
+                size_t len;
+                int rc = ckpt_wire_recv(nd->fd, 1000, &type, &msg, &len);
+                if (rc < 0) {
+                    drop(c, j, rc == -ECONNRESET ? "its agent closed the connection" : strerror(-rc));
+                } else {
+                    nd->heard = now;
+                    take(c, j, type, msg, len);
+                }
+                free(msg);
+            }
+            if (nd->fd >= 0 && now - nd->heard > c->timeout_s)
+                drop(c, j, "not heard from in time");
+            if (nd->fd >= 0 && now - nd->sent >= HEARTBEAT_S)
+                send_to(c, j, COORD_HEARTBEAT, NULL, 0, NULL, 0);
+            if (nd->fd < 0 && (c->phase == RUN || c->phase == FETCH)) {
+                char why[64];
+                snprintf(why, sizeof(why), "node %u was lost", j);
+                if (!c->exit_code)
+                    c->exit_code = 1;
+                stop_all(c, why);
+            }
+        }
+        if (c->phase == GATHER)
+            gathered(c);
+    }
+    free(pfd);
+    return NULL;
+}
+
+/*
+ * Listens on CKPT_COORD and starts the coordinator thread.  The caller
+ * calls coord_stop() whatever this returns.
+ */
+int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port)
+{
+    char bound[128], why[256];
+    struct coord *c = calloc(1, sizeof(*c));
+
+    *out = c;
+    if (!c)
+        return -ENOMEM;
+    c->opt = opt;
+    c->lfd = c->stop[0] = c->stop[1] = -1;
+    c->n = (unsigned)opt->nnodes;
+    c->nproc = (unsigned)opt->nproc;
+    c->replicas = (unsigned)ckpt_cfg_int(CFG_REPLICAS);
+    c->timeout_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
+    c->nodes = calloc(c->n, sizeof(*c->nodes));
+    if (!c->nodes)
+        return -ENOMEM;
+    for (unsigned j = 0; j < c->n; j++)
+        c->nodes[j].fd = -1;
+    snprintf(c->master_addr, sizeof(c->master_addr), "%s", master_addr);
+    snprintf(c->master_port, sizeof(c->master_port), "%s", master_port);
+    int rc = ckpt_wire_listen(opt->coord, &c->lfd, bound, sizeof(bound), why, sizeof(why));
+    if (rc < 0) {
+        ckpt_log(CKPT_ERROR, "cannot listen for the other nodes: %s (CKPT_COORD)", why);
+        return rc;
+    }
+    if (pipe2(c->stop, O_CLOEXEC) < 0)
+        return -errno;
+    ckpt_log(CKPT_INFO, "coordinating %u nodes x %d rank%s on %s", c->n, opt->nproc, opt->nproc == 1 ? "" : "s",
+             bound);
+    c->gather_since = now_s();
+    if ((rc = pthread_create(&c->thread, NULL, run, c)) != 0)
+        return -rc;
+    c->started = true;
+    return 0;
+}
+
+void coord_stop(struct coord *c)
+{
+    if (!c)
+        return;
+    if (c->stop[1] >= 0) {
+        if (c->started && write(c->stop[1], "x", 1) == 1)
+            pthread_join(c->thread, NULL);
+        close(c->stop[1]);
+        close(c->stop[0]);
+    }
+    if (c->lfd >= 0)
+        close(c->lfd);
+    for (int i = 0; i < c->npending; i++)
+        close(c->pending[i]);
+    for (unsigned j = 0; c->nodes && j < c->n; j++) {
+        if (c->nodes[j].fd >= 0)
+            close(c->nodes[j].fd);
+        free(c->nodes[j].held);
+    }
+    free(c->nodes);
+    free(c);
+}

@@ -1,0 +1,107 @@
+/*
+ * The coordination protocol between the node agents of a job on several
+ * nodes: node 0's agent runs the coordinator (coord.c), and every agent,
+ * node 0's included, is a member connected to it over TCP (member.c),
+ * carried in replica/wire.h frames.  The coordinator decides; members do.
+ *
+ *   member                                  coordinator
+ *   JOIN {node, shape, replica address,
+ *         what it holds}              --->  waits for every node, then
+ *                                     <---  PLAN {restore point, master,
+ *                                                 replica addresses, copies
+ *                                                 this member must send}
+ *   sends the copies peers lack,
+ *   FETCHED {status}                  --->  once every member fetched:
+ *                                     <---  LAUNCH {restore point}
+ *   runs its ranks; while they run:
+ *   HELD {iteration all its ranks keep} --> when every node holds the same:
+ *                                     <---  REPLICATE {iteration}
+ *   REPLICATED {iteration, status}    --->  when every node replicated it:
+ *                                     <---  DURABLE {iteration, next target}
+ *   FAILED {rank, exit code}          --->  STOP to every member
+ *   DONE (all its ranks succeeded)    --->  FINISH {exit code} when all are
+ *   after a STOP or a failure: JOIN again, with what it holds now
+ *   HEARTBEAT both ways, every second while idle.
+ *
+ * A member that loses the coordinator stops its ranks and joins again (a
+ * replacement node 0 may come back at the same address); the coordinator
+ * that loses a member stops the job and waits for a node of that rank to
+ * join.  All integers little-endian, laid out as the structs below.
+ */
+#ifndef CKPT_COORD_H
+#define CKPT_COORD_H
+
+#include <stdint.h>
+
+#include "format.h"
+#include "recovery.h"
+
+/* Above the replica protocol's types (replica.h), so a frame sent to the wrong port is refused. */
+enum coord_msg {
+    COORD_JOIN = 64,    /* coord_join + ckpt_held[nheld] */
+    COORD_PLAN,         /* coord_plan + coord_addr[nnodes] + coord_send[nsend] */
+    COORD_FETCHED,      /* coord_status */
+    COORD_LAUNCH,       /* coord_iter */
+    COORD_HELD,         /* coord_held */
+    COORD_REPLICATE,    /* coord_iter */
+    COORD_REPLICATED,   /* coord_status */
+    COORD_DURABLE,      /* coord_iter (value: the next target) */
+    COORD_FAILED,       /* coord_status (value: rank; status: exit code) */
+    COORD_STOP,         /* text: why */
+    COORD_DONE,         /* nothing */
+    COORD_FINISH,       /* coord_status (status: the job's exit code) + text */
+    COORD_HEARTBEAT,    /* nothing */
+};
+
+#define COORD_ADDR_MAX 64
+
+struct coord_addr {
+    char hostport[COORD_ADDR_MAX];     /* where the node's agent takes replicas, NUL-terminated */
+};
+
+struct coord_join {
+    uint32_t node, nnodes, nproc, replicas;
+    char job[CKPT_JOB_MAX];
+    struct coord_addr replica;
+    uint64_t refused;                  /* the restore its ranks refused in the last launch, 0: none */
+    uint32_t nheld, placement;
+};
+
+struct coord_plan {
+    uint64_t restore;                  /* iteration, 0: a fresh start */
+    uint64_t launch;                   /* launches so far, this one included */
+    char master_addr[COORD_ADDR_MAX];
+    char master_port[16];
+    uint32_t nnodes, nsend;
+};
+
+/* Copy rank's replica of iteration from this member's peer store to node's agent. */
+struct coord_send {
+    uint32_t rank, node;
+    uint64_t iteration;
+};
+
+struct coord_iter {
+    uint64_t iteration;
+    uint64_t value;
+};
+
+/* The iterations every rank of a node keeps (at or past the target), newest first; 0: none. */
+struct coord_held {
+    uint64_t newest, other;
+    uint64_t committed;                /* the newest any of its ranks committed */
+};
+
+struct coord_status {
+    int32_t status;
+    uint32_t reserved;
+    uint64_t iteration;                /* or the value the message says */
+    uint64_t value;
+};
+
+_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 16, "join layout");
+_Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8, "plan layout");
+_Static_assert(sizeof(struct coord_send) == 16, "send layout");
+_Static_assert(sizeof(struct coord_status) == 24, "status layout");
+
+#endif

@@ -1,0 +1,685 @@
+/*
+ * A node agent in a job on several nodes (coord.h): it joins the
+ * coordinator with what its node holds, sends the copies a recovery asks
+ * of it, brings its ranks' arenas to the chosen iteration (promoting a
+ * peer's copy or reading the disk where its own is gone), launches its
+ * ranks with every other node, and while they run keeps the iteration the
+ * coordinator agreed on (the pin file its ranks read), replicates it and
+ * persists it.  It acts on the coordinator's word and its own ranks; it
+ * never decides a restore point, and losing the coordinator only stops its
+ * ranks until one is back.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "coord.h"
+#include "log.h"
+#include "persist.h"
+#include "replay.h"
+#include "resume.h"
+#include "wire.h"
+
+#define HEARTBEAT_S 1.0
+#define CONNECT_RETRY_MS 500
+
+struct member {
+    int fd;                         /* the coordinator, -1 when lost */
+    int wake[2];                    /* a replication round ended */
+    struct coord *coord;            /* node 0 only */
+    struct rep *rep;
+    double heard, sent, timeout_s;
+    uint64_t durable, target, replicating, persisting;
+    unsigned rounds;                /* replication rounds started, for CKPT_PERSIST_EVERY */
+    struct coord_held last_held;
+    bool stopped, lost, failed_sent, finished;
+    int finish_code, restarts;
+    struct coord_addr *addrs;
+    unsigned naddrs;
+    char ip[64];
+};
+
+/* ------------------------------------------------------------- the connection */
+
+static int send_msg(struct member *m, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
+{
+    if (m->fd < 0)
+        return -ENOTCONN;
+    int rc = ckpt_wire_send(m->fd, type, a, alen, b, blen);
+    if (rc < 0) {
+        close(m->fd);
+        m->fd = -1;
+        m->lost = true;
+        return rc;
+    }
+    m->sent = now_s();
+    return 0;
+}
+
+/* Connects to the coordinator, trying again until CKPT_NODE_TIMEOUT x 10 has passed. */
+static int connect_coord(struct job *job, struct member *m)
+{
+    const struct options *opt = job->opt;
+    char why[256];
+    double give_up = now_s() + 10 * m->timeout_s;
+    bool said = false;
+
+    for (;;) {
+        if (ckpt_wire_connect(opt->coord, &m->fd, why, sizeof(why)) == 0)
+            break;
+        m->fd = -1;
+        if (!said)
+            ckpt_log(CKPT_INFO, "waiting for the coordinator at %s (%s)", opt->coord, why);
+        said = true;
+        if (now_s() > give_up) {
+            ckpt_log(CKPT_ERROR, "no coordinator at %s for %g s (CKPT_COORD, CKPT_NODE_TIMEOUT): giving up",
+                     opt->coord, 10 * m->timeout_s);
+            return -ETIMEDOUT;
+        }
+        int sig = job_wait_signal(job, CONNECT_RETRY_MS);
+        if (sig) {
+            job->out.stop_signal = sig;
+            return -EINTR;
+        }
+    }
+    if (ckpt_wire_local_ip(m->fd, m->ip, sizeof(m->ip)) < 0)
+        snprintf(m->ip, sizeof(m->ip), "127.0.0.1");
+    m->heard = m->sent = now_s();
+    m->lost = false;
+    return 0;
+}
+
+/* ------------------------------------------------------------- what the node holds */
+
+struct holdings {
+    struct ckpt_held *h;
+    uint32_t n, cap;
+};
+
+static void add(struct holdings *hs, uint32_t rank, uint32_t tier, uint64_t it)
+{
+    if (hs->n == hs->cap) {
+        uint32_t cap = hs->cap ? 2 * hs->cap : 16;
+        struct ckpt_held *g = realloc(hs->h, cap * sizeof(*g));
+        if (!g)
+            return; /* a copy left out only makes recovery choose from less */
+        hs->h = g;
+        hs->cap = cap;
+    }
+    hs->h[hs->n++] = (struct ckpt_held){ .rank = rank, .tier = tier, .iteration = it };
+}
+
+/* Whether the replay log in @dir can bring a rank to @it. */
+static bool log_reaches(const char *dir, uint64_t it)
+{
+    uint64_t last = 0;
+    char why[256];
+    int rc = ckpt_rlog_verify(dir, &last, why, sizeof(why));
+    return (rc == 0 || rc == -ENODATA) && last >= it;
+}
+
+/* Adds the verified snapshots with a usable log of @rank in the job directory @dir. */
+static void scan(struct holdings *hs, const char *job, const char *dir, int rank, uint32_t tier)
+{
+    struct held h;
+    char rdir[PATH_MAX + 32];
+
+    arena_scan_rank(job, dir, rank, &h);
+    snprintf(rdir, sizeof(rdir), "%s/rank%d", dir, rank);
+    for (int i = 0; i < h.n; i++)
+        if (log_reaches(rdir, h.iteration[i]))
+            add(hs, (uint32_t)rank, tier, h.iteration[i]);
+}
+
+struct disk_scan {
+    struct holdings *hs;
+    const struct options *opt;
+};
+
+static void disk_gen(void *arg, const struct ckpt_persist_gen *g)
+{
+    struct disk_scan *ds = arg;
+    if (g->status != 0 || g->nranks != (unsigned)ds->opt->nproc)
+        return;
+    for (int i = 0; i < ds->opt->nproc; i++)
+        add(ds->hs, (uint32_t)(ds->opt->first_rank + i), CKPT_TIER_DISK, g->iteration);
+}
+
+/* Everything this node could restore its ranks or its peers' from. */
+static void inventory(struct job *job, struct member *m, struct holdings *hs)
+{
+    const struct options *opt = job->opt;
+    char dir[PATH_MAX], why[512];
+
+    if (arena_job_dir(opt, dir, sizeof(dir)) == 0)
+        for (int i = 0; i < opt->nproc; i++)
+            scan(hs, opt->job_name, dir, opt->first_rank + i, CKPT_TIER_ARENA);
+    if (rep_peer_dir(m->rep, 0, dir, sizeof(dir)) == 0) {
+        *strrchr(dir, '/') = '\0';
+        int nranks = opt->nnodes * opt->nproc;
+        for (int r = 0; r < nranks; r++) {
+            char rdir[PATH_MAX + 32];
+            struct stat st;
+            snprintf(rdir, sizeof(rdir), "%s/rank%d", dir, r);
+            if (stat(rdir, &st) == 0)
+                scan(hs, opt->job_name, dir, r, CKPT_TIER_PEER);
+        }
+    }
+    if (job->disk.engine) {
+        struct disk_scan ds = { .hs = hs, .opt = opt };
+        if (ckpt_persist_list(job->disk.engine, opt->job_name, 0, disk_gen, &ds, why, sizeof(why)) < 0)
+            ckpt_log(CKPT_DEBUG, "no generation on disk: %s", why);
+    }
+}
+
+static int join(struct job *job, struct member *m, uint64_t refused)
+{
+    const struct options *opt = job->opt;
+    struct holdings hs = { 0 };
+    struct coord_join jn = { .node = (uint32_t)opt->node_rank, .nnodes = (uint32_t)opt->nnodes,
+                             .nproc = (uint32_t)opt->nproc, .replicas = (uint32_t)ckpt_cfg_int(CFG_REPLICAS),
+                             .refused = refused };
+
+    inventory(job, m, &hs);
+    snprintf(jn.job, sizeof(jn.job), "%s", opt->job_name);
+    snprintf(jn.replica.hostport, sizeof(jn.replica.hostport), "%s", rep_address(m->rep));
+    jn.nheld = hs.n;
+    for (uint32_t i = 0; i < hs.n; i++)
+        ckpt_log(CKPT_DEBUG, "holding rank %u iteration %llu in the %s tier", hs.h[i].rank,
+                 (unsigned long long)hs.h[i].iteration, ckpt_tier_name(hs.h[i].tier));
+    int rc = send_msg(m, COORD_JOIN, &jn, sizeof(jn), hs.h, hs.n * sizeof(*hs.h));
+    free(hs.h);
+    return rc;
+}
+
+/* ------------------------------------------------------------- the pin file */
+
+/*
+ * Tells the ranks what to keep: "<job dir>/persist-pin" lists the
+ * iterations no snapshot may overwrite (the durable one, the one being
+ * replicated, the one being persisted) and, after "from=", the iteration
+ * from which on a committed snapshot is kept too, so that every rank of
+ * every node stops at the same one for the next round.
+ */
+static void write_pins(struct job *job, struct member *m)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+
+    if (arena_job_dir(job->opt, dir, sizeof(dir)) < 0)
+        return;
+    mkdir(job->opt->arena_root, 0700);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof(path), "%s/persist-pin", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return;
+    uint64_t keep[3] = { m->durable, m->replicating, m->persisting };
+    for (int i = 0; i < 3; i++)
+        if (keep[i])
+            fprintf(f, "%llu ", (unsigned long long)keep[i]);
+    fprintf(f, "from=%llu\n", (unsigned long long)m->target);
+    if (fclose(f) != 0 || rename(tmp, path) < 0) {
+        ckpt_log_once(CKPT_WARN, "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+/* ------------------------------------------------------------- while the ranks run */
+
+/* Called by watch.c at a rank's failure: the coordinator stops the others. */
+void member_failed(struct job *job)
+{
+    struct member *m = job->member;
+    if (m->stopped || m->failed_sent)
+        return;
+    struct coord_status st = { .status = job->out.exit_code, .value = (uint64_t)job->out.failed_rank };
+    m->failed_sent = true;
+    send_msg(m, COORD_FAILED, &st, sizeof(st), NULL, 0);
+}
+
+/* The iterations every rank of this node keeps past the durable one, once each has committed one at the target. */
+static bool node_held(struct job *job, struct member *m, struct coord_held *out)
+{
+    const struct options *opt = job->opt;
+    const struct channel *c = &job->chan;
+    uint64_t common[2] = { 0, 0 }, top = 0;
+    char dir[PATH_MAX], path[PATH_MAX + 48];
+
+    if (arena_job_dir(opt, dir, sizeof(dir)) < 0 || c->nreports < opt->first_rank + opt->nproc)
+        return false;
+    for (int i = 0; i < opt->nproc; i++) {
+        uint64_t k = c->reports[opt->first_rank + i].committed_iteration;
+        if (k < m->target)
+            return false;
+        if (k > top)
+            top = k;
+    }
+    for (int i = 0; i < opt->nproc; i++) {
+        uint64_t mine[2] = { 0, 0 };
+        for (int s = 0; s < 2; s++) {
+            struct ckpt_header h;
+            snprintf(path, sizeof(path), "%s/rank%d/slot%d", dir, opt->first_rank + i, s);
+            int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0)
+                continue;
+            if (pread(fd, &h, sizeof(h), 0) == sizeof(h) && !memcmp(h.magic, CKPT_MAGIC, sizeof(h.magic)) &&
+                h.iteration > m->durable)
+                mine[s] = h.iteration;
+            close(fd);
+        }
+        if (i == 0) {
+            common[0] = mine[0], common[1] = mine[1];
+            continue;
+        }
+        for (int k = 0; k < 2; k++)
+            if (common[k] != mine[0] && common[k] != mine[1])
+                common[k] = 0;
+    }
+    if (common[1] > common[0]) {
+        uint64_t t = common[0];
+        common[0] = common[1], common[1] = t;
+    }
+    *out = (struct coord_held){ .newest = common[0], .other = common[1], .committed = top };
+    return true;
+}
+
+/* After the agent channel was read: says what the node keeps when that changed. */
+void member_tick(struct job *job)
+{
+    struct member *m = job->member;
+    struct coord_held h;
+
+    if (job->phase != JOB_RUNNING || m->replicating || m->fd < 0 || !node_held(job, m, &h))
+        return;
+    if (!memcmp(&h, &m->last_held, sizeof(h)))
+        return;
+    m->last_held = h;
+    send_msg(m, COORD_HELD, &h, sizeof(h), NULL, 0);
+}
+
+/* REPLICATE: this node's snapshots of @it go to their holders; it may be persisted too. */
+static void replicate(struct job *job, struct member *m, uint64_t it)
+{
+    struct disk *d = &job->disk;
+
+    m->replicating = it;
+    if (d->engine && d->every && !disk_busy(d) && m->rounds++ % d->every == 0 && disk_start(job, it, false) == 0)
+        m->persisting = it;
+    write_pins(job, m);
+    int rc = rep_start(m->rep, it, m->addrs, m->naddrs);
+    if (rc < 0) {
+        struct coord_status st = { .status = rc, .iteration = it };
+        m->replicating = 0;
+        send_msg(m, COORD_REPLICATED, &st, sizeof(st), NULL, 0);
+    }
+}
+
+/* Fills the poll entries watch.c adds for us; returns the milliseconds until we need to run again. */
+int member_prepare(struct job *job, struct pollfd *pfd)
+{
+    struct member *m = job->member;
+    pfd[0] = (struct pollfd){ .fd = m->fd, .events = POLLIN };
+    pfd[1] = (struct pollfd){ .fd = m->wake[0], .events = POLLIN };
+    return (int)(HEARTBEAT_S * 1000);
+}
+
+static void lose(struct job *job, struct member *m, const char *why)
+{
+    if (m->fd >= 0)
+        close(m->fd);
+    m->fd = -1;
+    m->lost = true;
+    ckpt_log(CKPT_WARN, "lost the coordinator (%s): stopping this node's ranks", why);
+    if (job->phase == JOB_RUNNING && job->running)
+        job_stop(job, SIGTERM);
+}
+
+/* One message from the coordinator while the ranks run. */
+static void take(struct job *job, struct member *m, uint16_t type, const void *msg, size_t len)
+{
+    const struct coord_iter *ci = msg;
+    const struct coord_status *st = msg;
+
+    switch (type) {
+    case COORD_HEARTBEAT:
+        break;
+    case COORD_STOP:
+        ckpt_log(CKPT_INFO, "the job stops on every node: %.*s", (int)len, (const char *)msg);
+        m->stopped = true;
+        if (job->phase == JOB_RUNNING && job->running)
+            job_stop(job, SIGTERM);
+        break;
+    case COORD_FINISH:
+        if (len < sizeof(*st))
+            break;
+        m->finished = m->stopped = true;
+        m->finish_code = st->status;
+        m->restarts = (int)st->value;
+        if (job->phase == JOB_RUNNING && job->running)
+            job_stop(job, SIGTERM);
+        break;
+    case COORD_REPLICATE:
+        if (len == sizeof(*ci) && !m->replicating)
+            replicate(job, m, ci->iteration);
+        break;
+    case COORD_DURABLE:
+        if (len != sizeof(*ci))
+            break;
+        m->durable = ci->iteration;
+        m->target = ci->value;
+        memset(&m->last_held, 0, sizeof(m->last_held));
+        write_pins(job, m);
+        member_tick(job);
+        break;
+    default:
+        ckpt_log_once(CKPT_WARN, "the coordinator sent a message of type %u this agent does not know", type);
+    }
+}
+
+/* Handles what poll() found on our entries, and the heartbeats. */
+void member_events(struct job *job, const struct pollfd *pfd)
+{
+    struct member *m = job->member;
+    double now = now_s();
+
+    if (m->fd >= 0 && pfd[0].fd == m->fd && pfd[0].revents) {
+        uint16_t type;
+        void *msg = NULL;
+        size_t len;
+        int rc = ckpt_wire_recv(m->fd, 1000, &type, &msg, &len);
+        if (rc < 0) {
+            lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
+        } else {
+            m->heard = now;
+            take(job, m, type, msg, len);
+        }
+        free(msg);
+    }
+    if (pfd[1].revents) {
+        char buf[16];
+        while (read(m->wake[0], buf, sizeof(buf)) > 0)
+            ;
+    }
+    int status;
+    if (m->replicating && rep_reap(m->rep, &status)) {
+        struct coord_status st = { .status = status, .iteration = m->replicating };
+        m->replicating = 0;
+        send_msg(m, COORD_REPLICATED, &st, sizeof(st), NULL, 0);
+        write_pins(job, m);
+    }
+    if (m->persisting && !disk_busy(&job->disk)) {
+        m->persisting = 0;
+        write_pins(job, m);
+    }
+    if (m->fd >= 0 && now - m->heard > m->timeout_s)
+        lose(job, m, "not heard from in time");
+    if (m->fd >= 0 && now - m->sent >= HEARTBEAT_S)
+        send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
+}
+
+/* ------------------------------------------------------------- between launches */
+
+/*
+ * Waits for a message of type @want (or FINISH, or a new PLAN), answering
+ * heartbeats.  Returns the type with *msg (the caller frees it), or -errno
+ * when the coordinator is lost, -EINTR after a signal (then the
+ * coordinator was told).
+ */
+static int await(struct job *job, struct member *m, uint16_t want, void **msg, size_t *len)
+{
+    for (;;) {
+        if (m->fd < 0)
+            return -ENOTCONN;
+        struct pollfd p[2] = { { .fd = m->fd, .events = POLLIN }, { .fd = job->sigfd, .events = POLLIN } };
+        int n = poll(p, 2, (int)(HEARTBEAT_S * 1000));
+        double now = now_s();
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        if (p[1].revents) {
+            int sig = job_wait_signal(job, 0);
+            if (sig) {
+                struct coord_status st = { .status = -sig };
+                ckpt_log(CKPT_INFO, "got %s: the job stops on every node", sig_name(sig));
+                job->out.stop_signal = sig;
+                send_msg(m, COORD_FAILED, &st, sizeof(st), NULL, 0);
+            }
+        }
+        if (n > 0 && p[0].revents) {
+            uint16_t type;
+            int rc = ckpt_wire_recv(m->fd, 1000, &type, msg, len);
+            if (rc < 0) {
+                close(m->fd);
+                m->fd = -1;
+                ckpt_log(CKPT_WARN, "lost the coordinator: %s", rc == -ECONNRESET ? "it closed the connection"
+                                                                                 : strerror(-rc));
+                return rc;
+            }
+            m->heard = now;
+            if (type == want || type == COORD_FINISH || type == COORD_PLAN)
+                return type;
+            free(*msg);
+            *msg = NULL;
+        }
+        if (now - m->heard > m->timeout_s) {
+            close(m->fd);
+            m->fd = -1;
+            ckpt_log(CKPT_WARN, "lost the coordinator: not heard from in time");
+            return -ETIMEDOUT;
+        }
+        if (now - m->sent >= HEARTBEAT_S)
+            send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
+    }
+}
+
+/* Takes a PLAN: the master and the nodes' addresses; sends what is asked of us.  Returns the restore point. */
+static int take_plan(struct job *job, struct member *m, const void *msg, size_t len, uint64_t *restore)
+{
+    const struct coord_plan *p = msg;
+    if (len < sizeof(*p) || p->nnodes != (uint32_t)job->opt->nnodes ||
+        len != sizeof(*p) + p->nnodes * sizeof(struct coord_addr) + p->nsend * sizeof(struct coord_send))
+        return -EPROTO;
+    const struct coord_addr *addrs = (const void *)(p + 1);
+    const struct coord_send *sends = (const void *)(addrs + p->nnodes);
+    struct coord_addr *copy = malloc(p->nnodes * sizeof(*copy));
+    char *maddr = strndup(p->master_addr, sizeof(p->master_addr)), *mport = strndup(p->master_port,
+                                                                                    sizeof(p->master_port));
+    if (!copy || !maddr || !mport) {
+        free(copy), free(maddr), free(mport);
+        return -ENOMEM;
+    }
+    memcpy(copy, addrs, p->nnodes * sizeof(*copy));
+    for (uint32_t i = 0; i < p->nnodes; i++)
+        copy[i].hostport[sizeof(copy[i].hostport) - 1] = '\0';
+    free(m->addrs);
+    m->addrs = copy;
+    m->naddrs = p->nnodes;
+    free(job->master_addr), free(job->master_port);
+    job->master_addr = maddr;
+    job->master_port = mport;
+    *restore = p->restore;
+    /* The first launch of a fresh job: what an earlier run left here is not ours. */
+    if (p->launch == 1 && !p->restore && arena_remove(job->opt) > 0)
+        ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", job->opt->job_name);
+    int rc = rep_fetch(m->rep, sends, p->nsend, m->addrs, m->naddrs);
+    struct coord_status st = { .status = rc };
+    return send_msg(m, COORD_FETCHED, &st, sizeof(st), NULL, 0);
+}
+
+/* Brings every rank's arena to hold @it: its own copy, else a peer's promoted, else the node's disk. */
+static void prepare_arena(struct job *job, struct member *m, uint64_t it)
+{
+    const struct options *opt = job->opt;
+    char dir[PATH_MAX], why[512];
+    bool need_disk = false;
+
+    if (!it || arena_job_dir(opt, dir, sizeof(dir)) < 0)
+        return;
+    for (int i = 0; i < opt->nproc; i++) {
+        int rank = opt->first_rank + i;
+        struct held h;
+        arena_scan_rank(opt->job_name, dir, rank, &h);
+        if (h.n && (h.iteration[0] == it || (h.n == 2 && h.iteration[1] == it))) {
+            ckpt_log(CKPT_INFO, "rank %d restores iteration %llu from this node's arena", rank,
+                     (unsigned long long)it);
+            continue;
+        }
+        if (rep_promote(m->rep, rank, it, why, sizeof(why)) == 0) {
+            ckpt_log(CKPT_INFO, "rank %d restores iteration %llu from a peer's copy", rank, (unsigned long long)it);
+            continue;
+        }
+        need_disk = true;
+    }
+    if (need_disk) {
+        if (disk_read(job, it) == 0)
+            ckpt_log(CKPT_INFO, "the ranks of this node restore iteration %llu from disk", (unsigned long long)it);
+        else
+            ckpt_log(CKPT_WARN, "this node holds no copy of iteration %llu for some rank: it will refuse",
+                     (unsigned long long)it);
+    }
+}
+
+/* One launch, from LAUNCH to the end of its ranks.  Returns the restore it refused, else 0. */
+static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, uint64_t target)
+{
+    prepare_arena(job, m, restore);
+    m->durable = restore;
+    m->target = target;
+    m->replicating = m->persisting = 0;
+    m->stopped = m->failed_sent = false;
+    memset(&m->last_held, 0, sizeof(m->last_held));
+    write_pins(job, m);
+    job_launch(job, restore);
+    job_watch(job);
+    rep_wait(m->rep);
+    disk_wait(job);
+    m->replicating = m->persisting = 0;
+    return job->out.refused_rank >= 0 ? restore : 0;
+}
+
+/*
+ * The life of this node in the job, as this file's opening says.  Returns
+ * the job's exit code as the coordinator gave it; *@restarts is its count.
+ */
+int member_run(struct job *job, int *restarts)
+{
+    const struct options *opt = job->opt;
+    struct member *m = calloc(1, sizeof(*m));
+    uint64_t refused = 0, restore = 0;
+    int code = 1;
+
+    *restarts = 0;
+    if (!m)
+        return 1;
+    m->fd = m->wake[0] = m->wake[1] = -1;
+    m->timeout_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
+    job->member = m;
+    if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) < 0)
+        goto out;
+    /* The ranks of every node meet at node 0, which the others reach at CKPT_COORD's host. */
+    const char *addr = getenv("MASTER_ADDR");
+    if (!addr || !*addr) {
+        char host[COORD_ADDR_MAX];
+        const char *colon = strrchr(opt->coord, ':');
+        size_t n = (size_t)(colon - opt->coord);
+        if (opt->coord[0] == '[' && n >= 2 && opt->coord[n - 1] == ']')
+            snprintf(host, sizeof(host), "%.*s", (int)n - 2, opt->coord + 1);
+        else
+            snprintf(host, sizeof(host), "%.*s", (int)n, opt->coord);
+        char *dup = strdup(host);
+        if (dup) {
+            free(job->master_addr);
+            job->master_addr = dup;
+        }
+    }
+    if (opt->node_rank == 0 && coord_start(&m->coord, opt, job->master_addr, job->master_port) < 0)
+        goto out;
+    if (connect_coord(job, m) < 0 || rep_open(&m->rep, opt, m->ip, m->wake[1]) < 0)
+        goto out;
+
+    for (;;) {
+        void *msg = NULL;
+        size_t len;
+        if (m->fd < 0 && connect_coord(job, m) < 0)
+            break;
+        if (join(job, m, refused) < 0)
+            continue;
+        int type = await(job, m, COORD_PLAN, &msg, &len);
+        while (type == COORD_PLAN) {
+            int rc = take_plan(job, m, msg, len, &restore);
+            free(msg);
+            msg = NULL;
+            type = rc < 0 ? rc : await(job, m, COORD_LAUNCH, &msg, &len);
+        }
+        if (type == COORD_FINISH) {
+            const struct coord_status *st = msg;
+            if (len >= sizeof(*st)) {
+                m->finished = true;
+                m->finish_code = st->status;
+                m->restarts = (int)st->value;
+                if (len > sizeof(*st))
+                    ckpt_log(CKPT_INFO, "the coordinator ends the job: %.*s", (int)(len - sizeof(*st)),
+                             (const char *)(st + 1));
+            }
+            free(msg);
+            break;
+        }
+        if (type != COORD_LAUNCH) {
+            free(msg);
+            continue; /* lost: join again */
+        }
+        const struct coord_iter *ci = msg;
+        uint64_t target = len == sizeof(*ci) ? ci->value : restore + 1;
+        free(msg);
+        refused = run_launch(job, m, restore, target);
+        if (m->finished)
+            break;
+        if (m->fd < 0)
+            continue;
+        if (job->out.stop_signal && !m->stopped) {
+            struct coord_status st = { .status = -job->out.stop_signal };
+            send_msg(m, COORD_FAILED, &st, sizeof(st), NULL, 0);
+        } else if (job->out.exit_code == 0 && !m->stopped) {
+            send_msg(m, COORD_DONE, NULL, 0, NULL, 0);
+            type = await(job, m, COORD_STOP, &msg, &len);
+            if (type == COORD_FINISH && len >= sizeof(struct coord_status)) {
+                m->finished = true;
+                m->finish_code = ((const struct coord_status *)msg)->status;
+                m->restarts = (int)((const struct coord_status *)msg)->value;
+                free(msg);
+                break;
+            }
+            free(msg);
+        } else if (!m->failed_sent && !m->stopped && job->out.exit_code) {
+            member_failed(job);
+        }
+    }
+    if (m->finished) {
+        code = m->finish_code;
+        *restarts = m->restarts;
+    } else if (job->out.stop_signal) {
+        code = 128 + job->out.stop_signal;
+    }
+out:
+    if (m->fd >= 0)
+        close(m->fd);
+    rep_close(m->rep);
+    /* Node 0 keeps coordinating until the others have heard the end. */
+    if (m->coord)
+        usleep(200 * 1000);
+    coord_stop(m->coord);
+    if (m->wake[0] >= 0)
+        close(m->wake[0]), close(m->wake[1]);
+    free(m->addrs);
+    free(m);
+    job->member = NULL;
+    return code;
+}

@@ -1,0 +1,629 @@
+/*
+ * The node agent's share of replication (replica/ does the bytes): a
+ * receiver thread that keeps the replicas peers send into the store under
+ * CKPT_ARENA_DIR/peers, a worker thread that sends this node's committed
+ * snapshots of one iteration to the nodes that placement makes their
+ * holders, the copies a recovery asks of this node (a peer's replica sent
+ * back to a replacement of its node), and the promotion of such a copy
+ * into the arena a rank restores from.  A snapshot travels with its rank's
+ * replay log, which a restore needs as much as the image: the log first,
+ * then the image, whose commit makes the pair usable.  Nothing here ever
+ * holds a rank: a peer that is slow or gone makes a round fail, reported
+ * to the coordinator, and the training goes on.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "arena.h"
+#include "config.h"
+#include "coord.h"
+#include "image.h"
+#include "log.h"
+#include "placement.h"
+#include "replay.h"
+#include "replica.h"
+#include "resume.h"
+#include "wire.h"
+
+/* A replay log travels as LOG {rank, size, job} then its bytes in pieces, then LOG_END {xxh3}; one reply. */
+enum { REP_LOG = 96, REP_LOG_DATA, REP_LOG_END, REP_LOG_RESULT };
+#define LOG_PIECE (8u << 20)
+#define RX_TIMEOUT_MS 30000
+
+struct rep_log {
+    uint32_t rank, reserved;
+    uint64_t size;
+    char job[CKPT_JOB_MAX];
+};
+
+struct rep {
+    const struct options *opt;
+    char peers[PATH_MAX];               /* CKPT_ARENA_DIR/peers: the store's root */
+    char ip[64];                        /* the local address the control connection uses */
+    char addr[COORD_ADDR_MAX];          /* where the receiver listens */
+    int lfd, stop[2], wake;
+    struct ckpt_fab *rx_fab, *tx_fab;
+    struct ckpt_store *store;
+    pthread_t rx, tx;
+    bool rx_started, tx_running;
+    int tx_done;                        /* atomic: the worker has ended */
+    int tx_status;
+    uint64_t iteration;                 /* of the round in the worker */
+    struct coord_addr *addrs;           /* every node's receiver, for the worker */
+    unsigned nnodes;
+};
+
+/* ---------------------------------------------------------------- receiving */
+
+/* Makes DIR/<uid>-<job>/rank<N> (0700) for rank's log; its path into out. */
+static int rank_dir(const char *root, const char *job, uint32_t rank, char *out, size_t outlen)
+{
+    int rc = ckpt_arena_path(out, outlen, root, job, (int)rank);
+    if (rc < 0)
+        return rc;
+    char *slash = strrchr(out, '/');
+    *slash = '\0';
+    if (mkdir(root, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    if (mkdir(out, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    *slash = '/';
+    if (mkdir(out, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    struct stat st;
+    if (lstat(out, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+        return -EPERM;
+    return 0;
+}
+
+/* Receives one replay log on ctl into the store's rank directory; answers with the status. */
+static int receive_log(struct rep *r, int ctl)
+{
+    uint16_t type;
+    void *msg = NULL;
+    size_t len;
+    char dir[PATH_MAX], tmp[PATH_MAX + 32], path[PATH_MAX + 32];
+    int rc = ckpt_wire_recv(ctl, RX_TIMEOUT_MS, &type, &msg, &len), fd = -1;
+    const struct rep_log *lg = msg;
+
+    if (rc < 0)
+        return rc;
+    if (type != REP_LOG || len != sizeof(*lg) || !memchr(lg->job, '\0', sizeof(lg->job))) {
+        free(msg);
+        return -EPROTO;
+    }
+    uint64_t size = lg->size, got = 0;
+    rc = rank_dir(r->peers, lg->job, lg->rank, dir, sizeof(dir));
+    free(msg);
+    if (rc == 0) {
+        snprintf(tmp, sizeof(tmp), "%s/replay.log.tmp", dir);
+        snprintf(path, sizeof(path), "%s/replay.log", dir);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+            rc = -errno;
+    }
+    XXH3_state_t *xs = XXH3_createState();
+    if (xs)
+        XXH3_64bits_reset(xs);
+    for (;;) {
+        int r2 = ckpt_wire_recv(ctl, RX_TIMEOUT_MS, &type, &msg, &len);
+        if (r2 < 0) {
+            rc = r2;
+            break;
+        }
+        if (type == REP_LOG_DATA && got + len <= size) {
+            if (xs)
+                XXH3_64bits_update(xs, msg, len);
+            if (fd >= 0 && rc == 0 && write(fd, msg, len) != (ssize_t)len)
+                rc = -EIO;
+            got += len;
+            free(msg);
+            continue;
+        }
+        if (type == REP_LOG_END && len == sizeof(uint64_t) && got == size) {
+            uint64_t want;
+            memcpy(&want, msg, sizeof(want));
+            if (rc == 0 && (!xs || XXH3_64bits_digest(xs) != want))
+                rc = -EBADMSG;
+        } else {
+            rc = -EPROTO;
+        }
+        free(msg);
+        break;
+    }
+    if (xs)
+        XXH3_freeState(xs);
+    if (fd >= 0) {
+        if (close(fd) < 0 && rc == 0)
+            rc = -errno;
+        if (rc == 0 && rename(tmp, path) < 0)
+            rc = -errno;
+        if (rc < 0)
+            unlink(tmp);
+    }
+    if (rc != -ECONNRESET && rc != -ETIMEDOUT) {
+        int32_t status = rc;
+        ckpt_wire_send(ctl, REP_LOG_RESULT, &status, sizeof(status), NULL, 0);
+    }
+    return rc;
+}
+
+static void report(void *arg, const struct ckpt_replica_stats *st)
+{
+    (void)arg;
+    if (st->status < 0)
+        ckpt_log(CKPT_WARN, "replica of rank %u (iteration %llu) not kept: %s", st->rank,
+                 (unsigned long long)st->iteration, st->why);
+    else
+        ckpt_log(CKPT_DEBUG, "kept the replica of rank %u iteration %llu: %llu of %llu chunks sent", st->rank,
+                 (unsigned long long)st->iteration, (unsigned long long)st->sent_chunks,
+                 (unsigned long long)st->chunks);
+}
+
+/* One connection: a replay log or replica rounds, told apart by its first frame. */
+static void serve_one(struct rep *r, int ctl)
+{
+    struct ckpt_wire_frame fr;
+    struct pollfd p = { .fd = ctl, .events = POLLIN };
+    uint64_t peer;
+    char why[256];
+
+    if (poll(&p, 1, RX_TIMEOUT_MS) <= 0 || recv(ctl, &fr, sizeof(fr), MSG_PEEK | MSG_WAITALL) != sizeof(fr))
+        return;
+    if (fr.type == REP_LOG) {
+        int rc = receive_log(r, ctl);
+        if (rc < 0)
+            ckpt_log(CKPT_WARN, "a replay log from a peer was not kept: %s", strerror(-rc));
+        return;
+    }
+    if (ckpt_replica_hello(r->rx_fab, ctl, &peer, why, sizeof(why)) < 0) {
+        ckpt_log(CKPT_WARN, "a peer could not start replicating: %s", why);
+        return;
+    }
+    int rc = ckpt_replica_serve(r->rx_fab, ctl, r->store, report, NULL);
+    if (rc < 0)
+        ckpt_log(CKPT_WARN, "a replication connection ended: %s", strerror(-rc));
+}
+
+/* Connections are served one after the other: the store takes one transfer at a time. */
+static void *receiver(void *arg)
+{
+    struct rep *r = arg;
+    for (;;) {
+        struct pollfd p[2] = { { .fd = r->stop[0], .events = POLLIN }, { .fd = r->lfd, .events = POLLIN } };
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (p[0].revents)
+            break;
+        int ctl;
+        if (!p[1].revents || ckpt_wire_accept(r->lfd, &ctl) < 0)
+            continue;
+        serve_one(r, ctl);
+        close(ctl);
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- sending */
+
+/* The slot file of the rank directory @dir holding @it (*@slot), mapped read-only, or -errno. */
+static int map_slot(const char *dir, uint64_t it, void **base, size_t *len, int *slot, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 32];
+    struct ckpt_header h;
+
+    for (int s = 0; s < 2; s++) {
+        snprintf(path, sizeof(path), "%s/slot%d", dir, s);
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0)
+            continue;
+        if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(h) || pread(fd, &h, sizeof(h), 0) != sizeof(h) ||
+            h.iteration != it) {
+            close(fd);
+            continue;
+        }
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED)
+            continue;
+        if (ckpt_image_verify_header(m, (size_t)st.st_size, &h, why, whylen) == 0 && h.iteration == it) {
+            *base = m;
+            *len = (size_t)st.st_size;
+            *slot = s;
+            return 0;
+        }
+        munmap(m, (size_t)st.st_size);
+    }
+    snprintf(why, whylen, "%s holds no committed snapshot of iteration %llu", dir, (unsigned long long)it);
+    return -ENOENT;
+}
+
+/* Sends the replay log of the rank directory @dir to @to. */
+static int send_log(const char *dir, const char *job, int rank, const char *to, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 32];
+    int ctl, rc;
+
+    snprintf(path, sizeof(path), "%s/replay.log", dir);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "cannot read %.300s: %s", path, strerror(-rc));
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    if ((rc = ckpt_wire_connect(to, &ctl, why, whylen)) < 0) {
+        close(fd);
+        return rc;
+    }
+    struct rep_log lg = { .rank = (uint32_t)rank, .size = (uint64_t)st.st_size };
+    snprintf(lg.job, sizeof(lg.job), "%s", job);
+    char *buf = malloc(LOG_PIECE);
+    XXH3_state_t *xs = XXH3_createState();
+    rc = buf && xs ? ckpt_wire_send(ctl, REP_LOG, &lg, sizeof(lg), NULL, 0) : -ENOMEM;
+    if (xs)
+        XXH3_64bits_reset(xs);
+    for (uint64_t off = 0; rc == 0 && off < lg.size;) {
+        size_t n = lg.size - off < LOG_PIECE ? (size_t)(lg.size - off) : LOG_PIECE;
+        ssize_t got = pread(fd, buf, n, (off_t)off);
+        if (got <= 0) {
+            rc = got < 0 ? -errno : -EIO;
+            break;
+        }
+        XXH3_64bits_update(xs, buf, (size_t)got);
+        rc = ckpt_wire_send(ctl, REP_LOG_DATA, buf, (size_t)got, NULL, 0);
+        off += (uint64_t)got;
+    }
+    if (rc == 0) {
+        uint64_t sum = XXH3_64bits_digest(xs);
+        uint16_t type;
+        void *msg = NULL;
+        size_t len;
+        rc = ckpt_wire_send(ctl, REP_LOG_END, &sum, sizeof(sum), NULL, 0);
+        if (rc == 0)
+            rc = ckpt_wire_recv(ctl, RX_TIMEOUT_MS, &type, &msg, &len);
+        if (rc == 0) {
+            int32_t status = -EPROTO;
+            if (type == REP_LOG_RESULT && len == sizeof(status))
+                memcpy(&status, msg, sizeof(status));
+            rc = status;
+        }
+        free(msg);
+    }
+    if (rc < 0 && !*why)
+        snprintf(why, whylen, "the replay log of rank %d did not reach %s: %s", rank, to, strerror(-rc));
+    if (xs)
+        XXH3_freeState(xs);
+    free(buf);
+    close(ctl);
+    close(fd);
+    return rc;
+}
+
+/* Sends rank's snapshot of @it in the rank directory @dir, log first, to the agent at @to. */
+static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, const char *to, char *why, size_t whylen)
+{
+    struct ckpt_replica_stats st;
+    struct ckpt_fab_region *src = NULL;
+    void *image;
+    size_t len;
+    uint64_t peer;
+    int ctl = -1, slot;
+
+    why[0] = '\0';
+    int rc = map_slot(dir, it, &image, &len, &slot, why, whylen);
+    if (rc < 0)
+        return rc;
+    if ((rc = send_log(dir, r->opt->job_name, rank, to, why, whylen)) < 0)
+        goto out;
+    if (!r->tx_fab && (rc = ckpt_fab_open(&r->tx_fab, r->ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER), why, whylen)) < 0) {
+        r->tx_fab = NULL;
+        goto out;
+    }
+    if ((rc = ckpt_fab_register(r->tx_fab, image, len, 0, &src)) < 0) {
+        snprintf(why, whylen, "%s", ckpt_fab_error(r->tx_fab));
+        goto out;
+    }
+    if ((rc = ckpt_wire_connect(to, &ctl, why, whylen)) < 0 ||
+        (rc = ckpt_replica_hello(r->tx_fab, ctl, &peer, why, whylen)) < 0)
+        goto out;
+    rc = ckpt_replica_send(r->tx_fab, ctl, peer, image, len, src, NULL, NULL, &st);
+    if (rc < 0)
+        snprintf(why, whylen, "%s", st.why);
+    else
+        ckpt_log(CKPT_DEBUG, "rank %d iteration %llu to %s: %llu bytes in %.3f s", rank, (unsigned long long)it, to,
+                 (unsigned long long)st.bytes_sent, st.seconds);
+out:
+    if (ctl >= 0)
+        close(ctl);
+    if (src)
+        ckpt_fab_unregister(src);
+    munmap(image, len);
+    return rc;
+}
+
+static void *worker(void *arg)
+{
+    struct rep *r = arg;
+    const struct options *opt = r->opt;
+    enum ckpt_placement p = ckpt_placement_choose((enum ckpt_placement)ckpt_cfg_int(CFG_PLACEMENT), r->nnodes,
+                                                  (unsigned)ckpt_cfg_int(CFG_REPLICAS));
+    unsigned m = (unsigned)ckpt_cfg_int(CFG_REPLICAS), holders[64];
+    char dir[PATH_MAX], why[512];
+    int rc = 0;
+
+    if (m > 1 && ckpt_placement_holders(p, r->nnodes, m, (unsigned)opt->node_rank, holders) < 0)
+        rc = -EINVAL;
+    for (int i = 0; rc == 0 && m > 1 && i < opt->nproc; i++) {
+        int rank = opt->first_rank + i;
+        if ((rc = ckpt_arena_path(dir, sizeof(dir), opt->arena_root, opt->job_name, rank)) < 0)
+            break;
+        for (unsigned k = 1; rc == 0 && k < m; k++) {
+            rc = send_copy(r, dir, rank, r->iteration, r->addrs[holders[k]].hostport, why, sizeof(why));
+            if (rc < 0)
+                ckpt_log(CKPT_WARN, "cannot replicate rank %d iteration %llu to node %u: %s", rank,
+                         (unsigned long long)r->iteration, holders[k], why);
+        }
+    }
+    r->tx_status = rc;
+    __atomic_store_n(&r->tx_done, 1, __ATOMIC_RELEASE);
+    if (write(r->wake, "r", 1) < 0)
+        ckpt_log(CKPT_DEBUG, "cannot wake the agent: %s", strerror(errno));
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- the interface */
+
+/*
+ * Starts the receiver on @ip (the address the coordinator is reached
+ * from), its store in CKPT_ARENA_DIR/peers.  @wake is written to when a
+ * round ends.  The caller calls rep_close() whatever this returns.
+ */
+int rep_open(struct rep **out, const struct options *opt, const char *ip, int wake)
+{
+    char hostport[96], why[512];
+    struct rep *r = calloc(1, sizeof(*r));
+
+    *out = r;
+    if (!r)
+        return -ENOMEM;
+    r->opt = opt;
+    r->lfd = r->stop[0] = r->stop[1] = -1;
+    r->wake = wake;
+    snprintf(r->ip, sizeof(r->ip), "%s", ip);
+    snprintf(r->peers, sizeof(r->peers), "%s/%s", opt->arena_root, CKPT_PEERS_SUBDIR);
+    snprintf(hostport, sizeof(hostport), strchr(ip, ':') ? "[%s]:0" : "%s:0", ip);
+    int rc = ckpt_wire_listen(hostport, &r->lfd, r->addr, sizeof(r->addr), why, sizeof(why));
+    if (rc == 0 && (rc = ckpt_fab_open(&r->rx_fab, ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER), why, sizeof(why))) < 0)
+        r->rx_fab = NULL;
+    if (rc == 0 && mkdir(opt->arena_root, 0700) < 0 && errno != EEXIST)
+        rc = -errno, snprintf(why, sizeof(why), "cannot create %s: %s", opt->arena_root, strerror(errno));
+    if (rc == 0 && (rc = ckpt_store_open(&r->store, r->peers, r->rx_fab, why, sizeof(why))) < 0)
+        r->store = NULL;
+    if (rc == 0 && pipe2(r->stop, O_CLOEXEC) < 0)
+        rc = -errno, snprintf(why, sizeof(why), "%s", strerror(errno));
+    if (rc == 0 && (rc = -pthread_create(&r->rx, NULL, receiver, r)) < 0)
+        snprintf(why, sizeof(why), "cannot start the receiver thread: %s", strerror(-rc));
+    if (rc < 0) {
+        ckpt_log(CKPT_ERROR, "cannot take replicas from peers: %s", why);
+        return rc;
+    }
+    r->rx_started = true;
+    ckpt_log(CKPT_DEBUG, "taking replicas on %s (provider %s) into %s", r->addr, ckpt_fab_provider(r->rx_fab),
+             r->peers);
+    return 0;
+}
+
+const char *rep_address(const struct rep *r)
+{
+    return r->addr;
+}
+
+/* Reaps a finished round: true when none runs now; *@status is the round's result when one ended. */
+bool rep_reap(struct rep *r, int *status)
+{
+    if (r->tx_running && __atomic_load_n(&r->tx_done, __ATOMIC_ACQUIRE)) {
+        pthread_join(r->tx, NULL);
+        r->tx_running = false;
+        *status = r->tx_status;
+        return true;
+    }
+    return !r->tx_running;
+}
+
+bool rep_running(const struct rep *r)
+{
+    return r->tx_running;
+}
+
+/* Starts the round that sends this node's snapshots of @it to their holders; @addrs: every node's receiver. */
+int rep_start(struct rep *r, uint64_t it, const struct coord_addr *addrs, unsigned nnodes)
+{
+    if (r->tx_running)
+        return -EBUSY;
+    struct coord_addr *copy = malloc(nnodes * sizeof(*copy));
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, addrs, nnodes * sizeof(*copy));
+    free(r->addrs);
+    r->addrs = copy;
+    r->nnodes = nnodes;
+    r->iteration = it;
+    r->tx_done = 0;
+    int rc = pthread_create(&r->tx, NULL, worker, r);
+    if (rc)
+        return -rc;
+    r->tx_running = true;
+    return 0;
+}
+
+/* Waits for a running round to end. */
+void rep_wait(struct rep *r)
+{
+    if (r->tx_running) {
+        pthread_join(r->tx, NULL);
+        r->tx_running = false;
+    }
+}
+
+/*
+ * Sends the copies a recovery asks of this node: for each, the replica of
+ * a rank it keeps for a peer goes back to that rank's node.  No round may
+ * be running.  Returns 0 or the first error (said).
+ */
+int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const struct coord_addr *addrs,
+              unsigned nnodes)
+{
+    char dir[PATH_MAX], why[512];
+    int first = 0;
+
+    for (unsigned i = 0; i < n; i++) {
+        const struct coord_send *s = &sends[i];
+        int rc = s->node < nnodes ? ckpt_arena_path(dir, sizeof(dir), r->peers, r->opt->job_name, (int)s->rank)
+                                  : -EINVAL;
+        if (rc == 0)
+            rc = send_copy(r, dir, (int)s->rank, s->iteration, addrs[s->node].hostport, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "%s", strerror(-rc));
+        if (rc < 0) {
+            ckpt_log(CKPT_WARN, "cannot send rank %u's copy of iteration %llu to node %u: %s", s->rank,
+                     (unsigned long long)s->iteration, s->node, why);
+            if (!first)
+                first = rc;
+            continue;
+        }
+        ckpt_log(CKPT_INFO, "sent rank %u's copy of iteration %llu to node %u", s->rank,
+                 (unsigned long long)s->iteration, s->node);
+    }
+    return first;
+}
+
+/* Copies the file @from to @to (0600), through a temporary name. */
+static int copy_file(const char *from, const char *to)
+{
+    char tmp[PATH_MAX + 40];
+    int in = open(from, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), out = -1, rc = 0;
+    struct stat st;
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", to);
+    if (in < 0 || fstat(in, &st) < 0)
+        rc = -errno;
+    if (rc == 0 && (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+        rc = -errno;
+    for (off_t left = st.st_size; rc == 0 && left > 0;) {
+        ssize_t n = copy_file_range(in, NULL, out, NULL, (size_t)left, 0);
+        if (n <= 0)
+            rc = n < 0 ? -errno : -EIO;
+        else
+            left -= n;
+    }
+    if (out >= 0 && close(out) < 0 && rc == 0)
+        rc = -errno;
+    if (in >= 0)
+        close(in);
+    if (rc == 0 && rename(tmp, to) < 0)
+        rc = -errno;
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
+}
+
+/*
+ * Puts the replica of @rank's iteration @it that the store keeps into the
+ * rank's arena directory (slot0, an empty slot1, replay.log), for a restore
+ * on this node.  The ranks must not run.  Returns 0 or -errno with why.
+ */
+int rep_promote(struct rep *r, int rank, uint64_t it, char *why, size_t whylen)
+{
+    const struct options *opt = r->opt;
+    char from[PATH_MAX], to[PATH_MAX], a[PATH_MAX + 32], b[PATH_MAX + 32];
+    void *image;
+    size_t len;
+    int slot;
+    struct ckpt_header h;
+
+    int rc = ckpt_arena_path(from, sizeof(from), r->peers, opt->job_name, rank);
+    if (rc == 0)
+        rc = rank_dir(opt->arena_root, opt->job_name, (uint32_t)rank, to, sizeof(to));
+    if (rc < 0) {
+        snprintf(why, whylen, "cannot prepare rank %d's arena: %s", rank, strerror(-rc));
+        return rc;
+    }
+    if ((rc = map_slot(from, it, &image, &len, &slot, why, whylen)) < 0)
+        return rc;
+    rc = ckpt_image_verify(image, len, &h, why, whylen);
+    munmap(image, len);
+    if (rc < 0)
+        return rc;
+    snprintf(a, sizeof(a), "%s/slot%d", from, slot);
+    snprintf(b, sizeof(b), "%s/slot0", to);
+    if ((rc = copy_file(a, b)) == 0) {
+        snprintf(b, sizeof(b), "%s/slot1", to);
+        int fd = open(b, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+        rc = fd < 0 ? -errno : 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    if (rc == 0) {
+        snprintf(a, sizeof(a), "%s/replay.log", from);
+        snprintf(b, sizeof(b), "%s/replay.log", to);
+        rc = copy_file(a, b);
+    }
+    if (rc < 0)
+        snprintf(why, whylen, "cannot copy the replica of rank %d into %s: %s", rank, to, strerror(-rc));
+    return rc;
+}
+
+/* The peer store's directory of @rank's replicas. */
+int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen)
+{
+    return ckpt_arena_path(out, outlen, r->peers, r->opt->job_name, rank);
+}
+
+void rep_close(struct rep *r)
+{
+    if (!r)
+        return;
+    rep_wait(r);
+    if (r->rx_started && write(r->stop[1], "x", 1) == 1)
+        pthread_join(r->rx, NULL);
+    if (r->stop[0] >= 0)
+        close(r->stop[0]), close(r->stop[1]);
+    if (r->lfd >= 0)
+        close(r->lfd);
+    if (r->store)
+        ckpt_store_close(r->store);
+    if (r->rx_fab)
+        ckpt_fab_close(r->rx_fab);
+    if (r->tx_fab)
+        ckpt_fab_close(r->tx_fab);
+    free(r->addrs);
+    free(r);
+}
+
+/* Removes the replicas this node kept for the job (the job is over): the store is laid out as an arena. */
+int rep_remove(const struct options *opt)
+{
+    char root[PATH_MAX];
+    struct options o = *opt;
+
+    snprintf(root, sizeof(root), "%s/%s", opt->arena_root, CKPT_PEERS_SUBDIR);
+    o.arena_root = root;
+    return arena_remove(&o);
+}
