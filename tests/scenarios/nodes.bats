@@ -1,0 +1,146 @@
+#!/usr/bin/env bats
+# ckpt-resume on several nodes, each node an agent with its own arena on
+# this machine, meeting over TCP on 127.0.0.1: the job runs as one world;
+# a node that is lost (its agent and its ranks killed, its host memory
+# wiped) is replaced by a new agent with the same node rank, and the job
+# comes back from its peers' memory, ending exactly as an uninterrupted
+# run; when every holder of a node's snapshots is lost, recovery reads the
+# nodes' disks, and without disks it stops with a message naming what was
+# lost.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    CKPT=$BUILD/bin/ckpt-resume
+    TRAIN=$BUILD/examples/mlp-train
+    [ -x "$CKPT" ] && [ -x "$TRAIN" ] || { echo "missing $CKPT or $TRAIN: build first" >&2; return 1; }
+    D=$(mktemp -d /tmp/ckpt-nodes-bats-XXXXXX)
+    unset CKPT_JOB CKPT_RESTORE CKPT_LIB CKPT_KEEP_ARENA LD_PRELOAD MASTER_ADDR MASTER_PORT CKPT_COORD \
+        CKPT_NNODES CKPT_NODE_RANK CKPT_PERSIST_DIRS FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE
+    export CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=5 CKPT_NODE_TIMEOUT=10 CKPT_JOB=nodes
+    ARGS="--iters 200 --hidden 64 --layers 3"
+    PORT=$((20000 + RANDOM % 30000))
+}
+
+teardown() {
+    for f in "$D"/sid.*; do [ -f "$f" ] && pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
+    rm -rf "$D"
+}
+
+# start I N P [TAG]: starts node I of N (P ranks each) in a session of its own, in the background;
+# its output goes to $D/out.I[TAG], $D/err.I[TAG], its exit status to $D/rc.I[TAG].
+start() {
+    local i=$1 n=$2 p=$3 tag=${4:-}
+    CKPT_ARENA_DIR=$D/arena.$i setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 120 "$@"; echo $? >"$rc"' \
+        _ "$D/sid.$i$tag" "$D/rc.$i$tag" "$CKPT" --coord 127.0.0.1:$PORT --nnodes "$n" --node-rank "$i" --nproc "$p" \
+        -- "$TRAIN" $ARGS >"$D/out.$i$tag" 2>"$D/err.$i$tag" </dev/null &
+    for _ in $(seq 100); do [ -s "$D/sid.$i$tag" ] && return 0; sleep 0.01; done
+}
+
+# Waits until node 0's rank 0 has printed iteration $1.
+wait_iter() {
+    for _ in $(seq 1800); do
+        grep -q "^iter $1 " "$D/out.0" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "iteration $1 never came" >&2
+    return 1
+}
+
+# Kills node $1 (its agent and its ranks) and wipes its host memory.
+lose() {
+    pkill -KILL -s "$(cat "$D/sid.$1")"
+    sleep 0.2
+    rm -rf "$D/arena.$1"
+}
+
+wait_rc() { # FILE...: waits for every rc file
+    for f in "$@"; do
+        for _ in $(seq 1200); do [ -s "$f" ] && break; sleep 0.1; done
+        [ -s "$f" ] || { echo "$f never came" >&2; return 1; }
+    done
+}
+
+last_launch() {
+    awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$1"
+}
+
+plain() { # N P: the same job on one node
+    timeout -k 5 60 "$CKPT" --nproc $(($1 * $2)) -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err"
+}
+
+show() { for f in "$D"/err.*; do echo "== $f"; grep -v '^libckpt' "$f" | tail -n 30; done; }
+
+# A lost node comes back from its peers' memory, bit-exact.
+recover_from_peers() { # N P LOST
+    local n=$1 p=$2 lost=$3
+    plain "$n" "$p" || { cat "$D/plain.err"; return 1; }
+    for i in $(seq 0 $((n - 1))); do start "$i" "$n" "$p"; done
+    wait_iter 60
+    lose "$lost"
+    start "$lost" "$n" "$p" .new
+    local rcs=()
+    for i in $(seq 0 $((n - 1))); do [ "$i" = "$lost" ] && rcs+=("$D/rc.$i.new") || rcs+=("$D/rc.$i"); done
+    wait_rc "${rcs[@]}" || { show; return 1; }
+    for f in "${rcs[@]}"; do [ "$(cat "$f")" = 0 ] || { echo "$f: $(cat "$f")"; show; return 1; }; done
+    grep -q "node $lost is lost" "$D/err.0" || { show; return 1; }
+    for r in $(seq $((lost * p)) $((lost * p + p - 1))); do
+        grep -q "^ckpt-resume: rank $r: from the peer arena of node " "$D/err.0" || { show; return 1; }
+        grep -q "^ckpt-resume: rank $r restores iteration [0-9]* from a peer's copy" "$D/err.$lost.new" ||
+            { show; return 1; }
+    done
+    [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
+    diff <(last_launch "$D/out.0") "$D/plain"
+}
+
+@test "4 nodes x 1 rank: node 2 lost and replaced, recovered from a peer's memory, as uninterrupted" {
+    recover_from_peers 4 1 2
+}
+
+@test "2 nodes x 2 ranks: node 1 lost and replaced, recovered from a peer's memory, as uninterrupted" {
+    recover_from_peers 2 2 1
+}
+
+@test "both holders of a node's snapshots lost, no disk: the job stops, naming the ranks lost" {
+    for i in 0 1 2 3; do start "$i" 4 1; done
+    wait_iter 60
+    lose 2
+    lose 3
+    start 2 4 1 .new
+    start 3 4 1 .new
+    wait_rc "$D/rc.0" "$D/rc.1" "$D/rc.2.new" "$D/rc.3.new" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 1 ] || { show; return 1; }
+    grep -q "cannot recover the job from any tier: ranks 2 (node 2), 3 (node 3) have no copy in any tier" \
+        "$D/err.0" || { show; return 1; }
+    [ "$(cat "$D/rc.2.new")" = 1 ]
+}
+
+@test "both holders of a node's snapshots lost: recovery reads the nodes' disks, as uninterrupted" {
+    plain 4 1 || { cat "$D/plain.err"; return 1; }
+    for i in 0 1 2 3; do mkdir -p "$D/disk.$i"; done
+    for i in 0 1 2 3; do CKPT_PERSIST_DIRS=$D/disk.$i start "$i" 4 1; done
+    wait_iter 60
+    lose 2
+    lose 3
+    CKPT_PERSIST_DIRS=$D/disk.2 start 2 4 1 .new
+    CKPT_PERSIST_DIRS=$D/disk.3 start 3 4 1 .new
+    wait_rc "$D/rc.0" "$D/rc.1" "$D/rc.2.new" "$D/rc.3.new" || { show; return 1; }
+    for f in "$D/rc.0" "$D/rc.1" "$D/rc.2.new" "$D/rc.3.new"; do [ "$(cat "$f")" = 0 ] || { show; return 1; }; done
+    grep -q "^ckpt-resume: rank 2: from the disk of node 2" "$D/err.0" || { show; return 1; }
+    grep -q "restore iteration [0-9]* from disk" "$D/err.3.new" || { show; return 1; }
+    diff <(last_launch "$D/out.0") "$D/plain"
+}
+
+@test "bad node options stop ckpt-resume before any rank starts, naming what to fix" {
+    run -2 "$CKPT" --nnodes 2 --nproc 1 -- "$TRAIN"
+    [[ $output == *"--nnodes and --node-rank need --coord HOST:PORT"* ]]
+    run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --node-rank 2 --nproc 1 -- "$TRAIN"
+    [[ $output == *"--node-rank 2: expected 0 to 1 (--nnodes 2)"* ]]
+    run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 -- "$TRAIN"
+    [[ $output == *"--coord needs --nproc N"* ]]
+    CKPT_REPLICAS=3 run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --nproc 1 -- "$TRAIN"
+    [[ $output == *"CKPT_REPLICAS=3: the job has 2 nodes"* ]]
+    run -2 "$CKPT" --coord nowhere --nnodes 2 --nproc 1 -- "$TRAIN"
+    [[ $output == *"--coord: expected HOST:PORT, got 'nowhere'"* ]]
+}
