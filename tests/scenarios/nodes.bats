@@ -132,6 +132,20 @@ recover_from_peers() { # N P LOST
     diff <(last_launch "$D/out.0") "$D/plain"
 }
 
+@test "a node that cannot take replicas: replication falls behind, said once, and training ends as uninterrupted" {
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    mkdir -p "$D/arena.1" && : >"$D/arena.1/peers" # its store cannot be made
+    start 0 2 1
+    start 1 2 1
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    grep -q "cannot take replicas from peers: .*the snapshots placed on this node are kept elsewhere only" \
+        "$D/err.1" || { show; return 1; }
+    [ "$(grep -c "node 0 could not replicate iteration" "$D/err.0")" = 1 ] || { show; return 1; }
+    grep -q "^ckpt-resume: replication: [0-9]* rounds, [1-9][0-9]* of them failed on some node" "$D/err.0"
+    diff "$D/out.0" "$D/plain"
+}
+
 @test "bad node options stop ckpt-resume before any rank starts, naming what to fix" {
     run -2 "$CKPT" --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"--nnodes and --node-rank need --coord HOST:PORT"* ]]

@@ -36,7 +36,7 @@ enum phase {
 
 struct node {
     int fd;                 /* -1: not connected */
-    bool joined, done, fetched, held_in, replicated;
+    bool joined, done, fetched, held_in, replicated, repl_warned;
     int fetch_status, repl_status;
     uint64_t refused;
     struct coord_addr addr;
@@ -59,6 +59,7 @@ struct coord {
     uint64_t restore, below, durable, target, replicating;
     bool ever_durable, failed_launch;
     int launches, restarts, exit_code, user_signal;
+    unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
     double timeout_s, resume_at, gather_since;
     char master_addr[COORD_ADDR_MAX], master_port[16];
 };
@@ -100,6 +101,8 @@ static void broadcast(struct coord *c, uint16_t type, const void *a, size_t alen
 static void finish(struct coord *c, int code, const char *why)
 {
     struct coord_status st = { .status = code, .value = (uint64_t)c->restarts };
+    ckpt_log(CKPT_INFO, "replication: %u round%s, %u of them failed on some node; newest durable iteration %llu",
+             c->rounds, c->rounds == 1 ? "" : "s", c->failed_rounds, (unsigned long long)c->durable);
     if (why)
         ckpt_log(code ? CKPT_ERROR : CKPT_INFO, "%s", why);
     for (unsigned j = 0; j < c->n; j++)
@@ -306,15 +309,18 @@ static void replicated(struct coord *c, unsigned j, const struct coord_status *s
         return;
     c->nodes[j].replicated = true;
     c->nodes[j].repl_status = st->status;
-    if (st->status < 0)
+    if (st->status < 0 && !c->nodes[j].repl_warned)
         ckpt_log(CKPT_WARN, "node %u could not replicate iteration %llu (%s): replication falls behind; the "
                  "next one is tried", j, (unsigned long long)st->iteration, strerror(-st->status));
+    c->nodes[j].repl_warned = st->status < 0;
     for (unsigned i = 0; i < c->n; i++)
         if (!c->nodes[i].replicated)
             return;
     bool ok = true;
     for (unsigned i = 0; i < c->n; i++)
         ok &= c->nodes[i].repl_status == 0;
+    c->rounds++;
+    c->failed_rounds += !ok;
     if (ok) {
         c->durable = c->replicating;
         c->ever_durable = true;

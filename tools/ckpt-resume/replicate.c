@@ -59,6 +59,9 @@ struct rep {
     struct ckpt_store *store;
     pthread_t rx, tx;
     bool rx_started, tx_running;
+    bool warned;                        /* the last round's failure was said (once per kind in a row) */
+    int warned_rc;
+    int rx_warned;                      /* the receiver's last error, said once in a row */
     int tx_done;                        /* atomic: the worker has ended */
     int tx_status;
     uint64_t iteration;                 /* of the round in the worker */
@@ -185,8 +188,9 @@ static void serve_one(struct rep *r, int ctl)
         return;
     if (fr.type == REP_LOG) {
         int rc = receive_log(r, ctl);
-        if (rc < 0)
+        if (rc < 0 && rc != r->rx_warned)
             ckpt_log(CKPT_WARN, "a replay log from a peer was not kept: %s", strerror(-rc));
+        r->rx_warned = rc;
         return;
     }
     if (ckpt_replica_hello(r->rx_fab, ctl, &peer, why, sizeof(why)) < 0) {
@@ -375,10 +379,20 @@ static void *worker(void *arg)
         if ((rc = ckpt_arena_path(dir, sizeof(dir), opt->arena_root, opt->job_name, rank)) < 0)
             break;
         for (unsigned k = 1; rc == 0 && k < m; k++) {
-            rc = send_copy(r, dir, rank, r->iteration, r->addrs[holders[k]].hostport, why, sizeof(why));
-            if (rc < 0)
+            const char *to = r->addrs[holders[k]].hostport;
+            if (!*to) {
+                snprintf(why, sizeof(why), "node %u takes no replicas", holders[k]);
+                rc = -ECONNREFUSED;
+            } else {
+                rc = send_copy(r, dir, rank, r->iteration, to, why, sizeof(why));
+            }
+            if (rc < 0 && !(r->warned && rc == r->warned_rc))
                 ckpt_log(CKPT_WARN, "cannot replicate rank %d iteration %llu to node %u: %s", rank,
                          (unsigned long long)r->iteration, holders[k], why);
+            if (rc < 0)
+                r->warned = true, r->warned_rc = rc;
+            else
+                r->warned = false;
         }
     }
     r->tx_status = rc;
@@ -414,6 +428,12 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, int wa
         r->rx_fab = NULL;
     if (rc == 0 && mkdir(opt->arena_root, 0700) < 0 && errno != EEXIST)
         rc = -errno, snprintf(why, sizeof(why), "cannot create %s: %s", opt->arena_root, strerror(errno));
+    struct stat st;
+    if (rc == 0 && mkdir(r->peers, 0700) < 0 && errno != EEXIST)
+        rc = -errno, snprintf(why, sizeof(why), "cannot create %.300s: %s", r->peers, strerror(errno));
+    else if (rc == 0 && (lstat(r->peers, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+                         (st.st_mode & 077)))
+        rc = -EPERM, snprintf(why, sizeof(why), "%.300s is not a private directory of this user", r->peers);
     if (rc == 0 && (rc = ckpt_store_open(&r->store, r->peers, r->rx_fab, why, sizeof(why))) < 0)
         r->store = NULL;
     if (rc == 0 && pipe2(r->stop, O_CLOEXEC) < 0)
@@ -421,8 +441,11 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, int wa
     if (rc == 0 && (rc = -pthread_create(&r->rx, NULL, receiver, r)) < 0)
         snprintf(why, sizeof(why), "cannot start the receiver thread: %s", strerror(-rc));
     if (rc < 0) {
-        ckpt_log(CKPT_ERROR, "cannot take replicas from peers: %s", why);
-        return rc;
+        /* This node still sends its own snapshots; the peers that would keep theirs here are told they cannot. */
+        ckpt_log(CKPT_WARN, "cannot take replicas from peers: %s; the snapshots placed on this node are kept "
+                 "elsewhere only", why);
+        r->addr[0] = '\0';
+        return 0;
     }
     r->rx_started = true;
     ckpt_log(CKPT_DEBUG, "taking replicas on %s (provider %s) into %s", r->addr, ckpt_fab_provider(r->rx_fab),
@@ -495,6 +518,7 @@ int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const s
 
     for (unsigned i = 0; i < n; i++) {
         const struct coord_send *s = &sends[i];
+        why[0] = '\0';
         int rc = s->node < nnodes ? ckpt_arena_path(dir, sizeof(dir), r->peers, r->opt->job_name, (int)s->rank)
                                   : -EINVAL;
         if (rc == 0)
