@@ -94,7 +94,7 @@ $(B)/bin/ckpt-doctor: TOOL_LIBS := -lelf
 REPLICA_SRC   := $(wildcard replica/*.c)
 REPLICA_TOOLS := ckpt-replica ckpt-resume
 $(addprefix $(B)/bin/,$(REPLICA_TOOLS)): $(call obj,$(REPLICA_SRC))
-$(addprefix $(B)/bin/,$(REPLICA_TOOLS)): TOOL_LIBS := -lfabric
+$(addprefix $(B)/bin/,$(REPLICA_TOOLS)): TOOL_LIBS := -lfabric -lnettle
 $(foreach t,$(REPLICA_TOOLS),$(eval $(B)/obj/tools/$(t)/%.o: ALL_CFLAGS += -Ireplica))
 
 # ---- the test double of the GPU stack, with the real sonames.  Calls
@@ -142,7 +142,11 @@ $(B)/obj/tests/progs/nvtx_train.o: ALL_CFLAGS += $(if $(CUDA_HOME),-idirafter $(
 $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(call obj,$(RUNTIME_SRC))
 	$(call say,LD,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $^ -ldl -luring
+	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $^ -ldl -luring $(UNIT_LIBS)
+# The control channel's authentication is tested on its own, with the wire it seals.
+$(B)/tests/unit/wire_auth: $(call obj,replica/auth.c replica/wire.c)
+$(B)/tests/unit/wire_auth: UNIT_LIBS := -lnettle
+$(B)/obj/tests/unit/wire_auth.o: ALL_CFLAGS += -Ireplica
 
 # (build/bench/ is one level below build/, so its RUNPATH is ../fake.)
 $(B)/bench/%: $(B)/obj/bench/%.o $(FAKE_LIBS_OUT)

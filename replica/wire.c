@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "wire.h"
 
 /* "HOST:PORT" or "[HOST]:PORT" -> host, port. */
@@ -85,6 +86,48 @@ static void format_addr(const struct sockaddr_storage *ss, char *out, size_t len
     snprintf(out, len, "%s:%u", ip, ntohs(s4->sin_port));
 }
 
+/* How long a new connection may take to show it holds the job's key. */
+#define AUTH_TIMEOUT_MS 5000
+
+/*
+ * With a job key: both ends send a fresh nonce in an AUTH frame and read
+ * the other's, and the connection's session starts (auth.c).  A peer whose
+ * first frame is anything else does not use the key: -EACCES.  Without a
+ * key, the descriptor's old session, if any, is forgotten.
+ */
+static int handshake(int fd, bool client)
+{
+    uint8_t mine[CKPT_AUTH_NONCE], *theirs = NULL;
+    uint16_t type;
+    size_t len;
+
+    ckpt_auth_forget(fd);
+    if (!ckpt_auth_enabled())
+        return 0;
+    int rc = ckpt_auth_nonce(mine);
+    if (rc == 0)
+        rc = ckpt_wire_send(fd, CKPT_WIRE_AUTH, mine, sizeof(mine), NULL, 0);
+    if (rc == 0)
+        rc = ckpt_wire_recv(fd, AUTH_TIMEOUT_MS, &type, (void **)&theirs, &len);
+    if (rc == 0 && (type != CKPT_WIRE_AUTH || len != CKPT_AUTH_NONCE))
+        rc = -EACCES;
+    if (rc == 0)
+        rc = ckpt_auth_start(fd, client, mine, theirs);
+    free(theirs);
+    /* Each end proves it holds the key with a first sealed frame, so a mismatch is found here. */
+    void *none = NULL;
+    if (rc == 0)
+        rc = ckpt_wire_send(fd, CKPT_WIRE_AUTH_OK, NULL, 0, NULL, 0);
+    if (rc == 0)
+        rc = ckpt_wire_recv(fd, AUTH_TIMEOUT_MS, &type, &none, &len);
+    free(none);
+    if (rc == 0 && (type != CKPT_WIRE_AUTH_OK || len))
+        rc = -EACCES;
+    if (rc < 0)
+        ckpt_auth_forget(fd);
+    return rc;
+}
+
 int ckpt_wire_listen(const char *hostport, int *fd, char *bound, size_t boundlen, char *why, size_t whylen)
 {
     struct addrinfo *ai;
@@ -138,6 +181,12 @@ int ckpt_wire_connect(const char *hostport, int *fd, char *why, size_t whylen)
         return rc;
     }
     keepalive(s);
+    if ((rc = handshake(s, true)) < 0) {
+        close(s);
+        snprintf(why, whylen, "%s did not authenticate with this job's key (CKPT_JOB_KEY): %s", hostport,
+                 strerror(-rc));
+        return rc == -ECONNRESET ? -EACCES : rc;
+    }
     *fd = s;
     return 0;
 }
@@ -148,6 +197,11 @@ int ckpt_wire_accept(int lfd, int *fd)
     if (s < 0)
         return -errno;
     keepalive(s);
+    int rc = handshake(s, false);
+    if (rc < 0) {
+        close(s);
+        return rc == -ECONNRESET || rc == -ETIMEDOUT ? -EACCES : rc;
+    }
     *fd = s;
     return 0;
 }
@@ -168,10 +222,16 @@ int ckpt_wire_send(int fd, uint16_t type, const void *a, size_t alen, const void
     if (alen + blen > CKPT_WIRE_MAX)
         return -EMSGSIZE;
     struct ckpt_wire_frame fr = {.version = CKPT_WIRE_VERSION, .type = type, .length = (uint32_t)(alen + blen)};
+    uint8_t tag[CKPT_AUTH_TAG];
+    bool sealed = type != CKPT_WIRE_AUTH && ckpt_auth_on(fd);
     memcpy(fr.magic, CKPT_WIRE_MAGIC, sizeof(fr.magic));
-    struct iovec iov[3] = {{&fr, sizeof(fr)}, {(void *)a, alen}, {(void *)b, blen}};
-    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 3};
-    size_t left = sizeof(fr) + alen + blen;
+    if (sealed) {
+        fr.reserved = CKPT_WIRE_SEALED;
+        ckpt_auth_seal(fd, &fr, sizeof(fr), a, alen, b, blen, tag);
+    }
+    struct iovec iov[4] = {{&fr, sizeof(fr)}, {(void *)a, alen}, {(void *)b, blen}, {tag, sealed ? sizeof(tag) : 0}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 4};
+    size_t left = sizeof(fr) + alen + blen + (sealed ? sizeof(tag) : 0);
 
     while (left) {
         ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
@@ -247,10 +307,24 @@ int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_
         return -EPROTONOSUPPORT;
     if (fr.length > CKPT_WIRE_MAX)
         return -EMSGSIZE;
+    /* Sealed exactly when this connection's session says so; the handshake's own frames never are. */
+    bool sealed = fr.type != CKPT_WIRE_AUTH && ckpt_auth_on(fd);
+    if ((fr.reserved == CKPT_WIRE_SEALED) != sealed || (fr.type == CKPT_WIRE_AUTH && fr.reserved) ||
+        (fr.reserved & ~CKPT_WIRE_SEALED))
+        return -EACCES;
     if (fr.length) {
         if (!(*payload = malloc(fr.length)))
             return -ENOMEM;
         if ((rc = read_all(fd, *payload, fr.length, deadline)) < 0) {
+            free(*payload);
+            *payload = NULL;
+            return rc;
+        }
+    }
+    if (sealed) {
+        uint8_t tag[CKPT_AUTH_TAG];
+        if ((rc = read_all(fd, tag, sizeof(tag), deadline)) < 0 ||
+            (rc = ckpt_auth_check(fd, &fr, sizeof(fr), *payload, fr.length, tag)) < 0) {
             free(*payload);
             *payload = NULL;
             return rc;

@@ -10,8 +10,13 @@
  *     4  u16  version    CKPT_WIRE_VERSION
  *     6  u16  type       what the payload is (the protocol's business)
  *     8  u32  length     payload bytes that follow, at most CKPT_WIRE_MAX
- *    12  u32  reserved   0
+ *    12  u32  reserved   0, or CKPT_WIRE_SEALED: a 32-byte tag follows the payload
  *    16  payload
+ *
+ * With a job key (CKPT_JOB_KEY), ckpt_wire_connect and ckpt_wire_accept
+ * start each connection with a handshake, and every frame after it is
+ * sealed with an HMAC that covers a sequence number (auth.c).  A frame that
+ * fails it makes ckpt_wire_recv return -EACCES.
  */
 #ifndef CKPT_REPLICA_WIRE_H
 #define CKPT_REPLICA_WIRE_H
@@ -22,6 +27,12 @@
 #define CKPT_WIRE_MAGIC "CKRP"
 #define CKPT_WIRE_VERSION 1u
 #define CKPT_WIRE_MAX (64u << 20)
+/* The frame type of the handshake that starts a connection when a job key
+ * is set (auth.h), and the reserved field's value of a frame followed by
+ * its tag. */
+#define CKPT_WIRE_AUTH 0xfff0u
+#define CKPT_WIRE_AUTH_OK 0xfff1u
+#define CKPT_WIRE_SEALED 1u
 
 struct ckpt_wire_frame {
     char magic[4];

@@ -146,6 +146,28 @@ recover_from_peers() { # N P LOST
     diff "$D/out.0" "$D/plain"
 }
 
+@test "with CKPT_JOB_KEY: the nodes talk sealed; a node with another key, or a stranger, is refused and named" {
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    export CKPT_JOB_KEY=0123456789abcdef-the-right-one
+    start 0 2 1
+    CKPT_JOB_KEY=0123456789abcdef-the-wrong-one start 1 2 1 .wrong
+    wait_rc "$D/rc.1.wrong" || { show; return 1; }
+    [ "$(cat "$D/rc.1.wrong")" = 1 ] || { show; return 1; }
+    grep -q "did not authenticate with this job's key (CKPT_JOB_KEY).*every node needs the same CKPT_JOB_KEY" \
+        "$D/err.1.wrong" || { show; return 1; }
+    # A stranger that speaks the protocol but holds no key.
+    exec 7<>"/dev/tcp/127.0.0.1/$PORT" && printf 'CKRP\001\000\100\000\000\000\000\000\000\000\000\000' >&7
+    exec 7>&-
+    start 1 2 1
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    [ "$(grep -c "refused a connection that did not authenticate with this job's key" "$D/err.0")" -ge 2 ] ||
+        { show; return 1; }
+    ! grep -q "not authenticated" "$D/err.0"
+    ! grep -rq "the-right-one" "$D"/err.* "$D"/out.*
+    diff "$D/out.0" "$D/plain"
+}
+
 @test "bad node options stop ckpt-resume before any rank starts, naming what to fix" {
     run -2 "$CKPT" --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"--nnodes and --node-rank need --coord HOST:PORT"* ]]
@@ -157,4 +179,7 @@ recover_from_peers() { # N P LOST
     [[ $output == *"CKPT_REPLICAS=3: the job has 2 nodes"* ]]
     run -2 "$CKPT" --coord nowhere --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"--coord: expected HOST:PORT, got 'nowhere'"* ]]
+    CKPT_JOB_KEY=short run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --nproc 1 -- "$TRAIN"
+    [[ $output == *"CKPT_JOB_KEY is too short: it must have at least 16 characters"* ]]
+    [[ $output != *"short"*"short"* ]]
 }

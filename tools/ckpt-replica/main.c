@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "config.h"
 #include "image.h"
 #include "log.h"
@@ -296,6 +297,11 @@ int main(int argc, char **argv)
         return 2;
     }
     ckpt_log_init("ckpt-replica", (int)ckpt_cfg_int(CFG_LOG));
+    if (ckpt_auth_set_key(ckpt_cfg_str(CFG_JOB_KEY)) < 0) {
+        fprintf(stderr, "ckpt-replica: error: CKPT_JOB_KEY is too short: it must have at least %d characters\n",
+                CKPT_AUTH_KEY_MIN);
+        return 2;
+    }
     a.provider = ckpt_cfg_str(CFG_FABRIC_PROVIDER);
     a.nodes = (unsigned long long)ckpt_cfg_int(CFG_NNODES);
     a.replicas = (unsigned long long)ckpt_cfg_int(CFG_REPLICAS);

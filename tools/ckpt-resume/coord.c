@@ -507,9 +507,12 @@ static void *run(void *arg)
             break;
         double now = now_s();
         if (pfd[1].revents && c->npending < MAX_PENDING) {
-            int fd;
-            if (ckpt_wire_accept(c->lfd, &fd) == 0)
+            int fd, rc = ckpt_wire_accept(c->lfd, &fd);
+            if (rc == 0)
                 c->pending[c->npending++] = fd;
+            else if (rc == -EACCES)
+                ckpt_log(CKPT_WARN, "refused a connection that did not authenticate with this job's key "
+                         "(CKPT_JOB_KEY)");
         }
         for (int i = c->npending - 1; i >= 0; i--)
             if (pfd[2 + i].revents)

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "config.h"
 #include "log.h"
 #include "placement.h"
@@ -246,6 +247,11 @@ static int configure_nodes(struct options *opt, const bool given[4])
                              sizeof(why)) < 0)
         return usage_error("CKPT_PLACEMENT: %s", why);
     opt->first_rank = opt->node_rank * opt->nproc;
+    if (ckpt_auth_set_key(ckpt_cfg_str(CFG_JOB_KEY)) < 0)
+        return usage_error("CKPT_JOB_KEY is too short: it must have at least %d characters", CKPT_AUTH_KEY_MIN);
+    if (!ckpt_auth_enabled())
+        ckpt_log(CKPT_WARN, "CKPT_JOB_KEY is not set: the agents' connections are not authenticated, and any "
+                 "process that reaches them could join or send replicas");
     if (!getenv("CKPT_JOB")) {
         int k = snprintf(opt->job_name, sizeof(opt->job_name), "job-");
         for (const char *c = opt->coord; *c && k < (int)sizeof(opt->job_name) - 1; c++)

@@ -73,9 +73,14 @@ static int connect_coord(struct job *job, struct member *m)
     bool said = false;
 
     for (;;) {
-        if (ckpt_wire_connect(opt->coord, &m->fd, why, sizeof(why)) == 0)
+        int rc = ckpt_wire_connect(opt->coord, &m->fd, why, sizeof(why));
+        if (rc == 0)
             break;
         m->fd = -1;
+        if (rc == -EACCES) {
+            ckpt_log(CKPT_ERROR, "%s: every node needs the same CKPT_JOB_KEY", why);
+            return rc;
+        }
         if (!said)
             ckpt_log(CKPT_INFO, "waiting for the coordinator at %s (%s)", opt->coord, why);
         said = true;

@@ -212,8 +212,11 @@ static void *receiver(void *arg)
             break;
         if (p[0].revents)
             break;
-        int ctl;
-        if (!p[1].revents || ckpt_wire_accept(r->lfd, &ctl) < 0)
+        int ctl, rc = p[1].revents ? ckpt_wire_accept(r->lfd, &ctl) : -EAGAIN;
+        if (rc == -EACCES)
+            ckpt_log(CKPT_WARN, "refused a replication connection that did not authenticate with this job's key "
+                     "(CKPT_JOB_KEY)");
+        if (rc < 0)
             continue;
         serve_one(r, ctl);
         close(ctl);
