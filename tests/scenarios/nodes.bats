@@ -146,6 +146,24 @@ recover_from_peers() { # N P LOST
     diff "$D/out.0" "$D/plain"
 }
 
+@test "a silent node (its agent stopped) is taken as lost by missed heartbeats; awake again, it rejoins and the job ends as uninterrupted" {
+    export CKPT_NODE_TIMEOUT=3
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    start 0 2 1
+    start 1 2 1
+    wait_iter 60
+    agent=$(pgrep -s "$(cat "$D/sid.1")" -x ckpt-resume)
+    kill -STOP "$agent"
+    for _ in $(seq 200); do grep -q "node 1 is lost (not heard from in time)" "$D/err.0" && break; sleep 0.1; done
+    kill -CONT "$agent"
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    grep -q "node 1 is lost (not heard from in time)" "$D/err.0" || { show; return 1; }
+    grep -q "^ckpt-resume: restarting from iteration [0-9]*$" "$D/err.0" || { show; return 1; }
+    [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
+    diff <(last_launch "$D/out.0") "$D/plain"
+}
+
 @test "with CKPT_JOB_KEY: the nodes talk sealed; a node with another key, or a stranger, is refused and named" {
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     export CKPT_JOB_KEY=0123456789abcdef-the-right-one

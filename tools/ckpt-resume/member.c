@@ -441,6 +441,8 @@ void member_events(struct job *job, const struct pollfd *pfd)
  */
 static int await(struct job *job, struct member *m, uint16_t want, void **msg, size_t *len)
 {
+    *msg = NULL;
+    *len = 0;
     for (;;) {
         if (m->fd < 0)
             return -ENOTCONN;
@@ -644,6 +646,7 @@ int member_run(struct job *job, int *restarts)
         const struct coord_iter *ci = msg;
         uint64_t target = len == sizeof(*ci) ? ci->value : restore + 1;
         free(msg);
+        msg = NULL;
         refused = run_launch(job, m, restore, target);
         if (m->finished)
             break;
