@@ -20,7 +20,7 @@ setup() {
         CKPT_NNODES CKPT_NODE_RANK CKPT_PERSIST_DIRS FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE
     export CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=5 CKPT_NODE_TIMEOUT=10 CKPT_JOB=nodes
     ARGS="--iters 200 --hidden 64 --layers 3"
-    PORT=$((20000 + RANDOM % 30000))
+    PORT=$((10000 + RANDOM % 22000)) # below the ephemeral ports (32768 and up)
 }
 
 teardown() {
