@@ -57,6 +57,8 @@ column() { awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$D/out/table.t
     [[ $(result 'mlp (double): iteration time, CKPT_EVERY=1') =~ ^[-+][0-9.]+% ]]
 
     # The hooks rows, from libckpt's debug exit lines.
+    [ "$(result 'mlp (double): kernel launches through the hooks')" = yes ]
+    [[ $(column 'mlp (double): kernel launches through the hooks' 3) =~ ^libcudart.so.13\ [1-9][0-9]*$ ]]
     [ "$(result 'mlp (double): NCCL-internal driver calls hooked')" = yes ]
     [ "$(result 'mlp (double): NCCL profiler plugin from libckpt.so')" = yes ]
 
