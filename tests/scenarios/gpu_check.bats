@@ -5,8 +5,8 @@
 # table, whose rows say the digests are equal and the resume bit-exact; a
 # resume that is not bit-exact is reported and fails the run; the torch
 # rows are skipped and say why.  Also: libckpt's CKPT_LOG=debug exit lines
-# (what the GPU run proves the hooks with) count every kernel launch, and
-# the PyTorch example at least compiles.
+# (what the GPU run proves the hooks with) count every kernel launch and
+# every cuMemMap'ed range, and the PyTorch example at least compiles.
 
 bats_require_minimum_version 1.5.0
 
@@ -14,7 +14,8 @@ setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
     ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
     CHECK=$ROOT/scripts/gpu-check
-    for f in "$BUILD/examples/mlp-train" "$BUILD/bin/ckpt-resume" "$BUILD/lib/libckpt.so" "$BUILD/bench/d2h_bw"; do
+    for f in "$BUILD/examples/mlp-train" "$BUILD/bin/ckpt-resume" "$BUILD/lib/libckpt.so" "$BUILD/bench/d2h_bw" \
+        "$BUILD/tests/progs/statewriter"; do
         [ -x "$f" ] || { echo "missing $f: build first" >&2; return 1; }
     done
     D=$BATS_TEST_TMPDIR
@@ -112,6 +113,22 @@ launches() { sed -n 's/.*hooks: kernel launches: libcudart.so.13 \([0-9]*\)$/\1/
     grep -q 'hooks: cuMemMap ranges: program 0 (0.0 MiB), NCCL-internal 0 (0.0 MiB); communicators that loaded libckpt as NCCL profiler plugin: 1$' "$D/err.5"
     LD_PRELOAD=$BUILD/lib/libckpt.so "$BUILD/examples/mlp-train" --iters 5 --hidden 64 --layers 3 >/dev/null 2>"$D/err.info"
     ! grep -q 'hooks:' "$D/err.info"
+}
+
+@test "CKPT_LOG=debug: libckpt counts the cuMemCreate/cuMemMap ranges it tracks, as PyTorch's expandable segments make them" {
+    # statewriter --churn maps new 2 MiB ranges as it goes (tests/progs/statewriter.c).
+    for n in 3 6 9; do
+        CKPT_LOG=debug CKPT_BOUNDARY=every:1 LD_PRELOAD=$BUILD/lib/libckpt.so "$BUILD/tests/progs/statewriter" \
+            --iters $n --churn >/dev/null 2>"$D/err.$n"
+        sed -n 's/.*hooks: cuMemMap ranges: program \([0-9]*\) (\([0-9]*\)\.0 MiB), NCCL-internal 0 .*/\1 \2/p' \
+            "$D/err.$n" >"$D/vmm.$n"
+    done
+    read -r a amib <"$D/vmm.3"
+    read -r b bmib <"$D/vmm.6"
+    read -r c cmib <"$D/vmm.9"
+    echo "ranges: $a $b $c; MiB: $amib $bmib $cmib"
+    [ "$a" -gt 0 ] && [ $((b - a)) -gt 0 ] && [ $((c - b)) -eq $((b - a)) ]
+    [ "$amib" -eq $((2 * a)) ] && [ "$cmib" -eq $((2 * c)) ]
 }
 
 @test "the PyTorch example compiles" {
