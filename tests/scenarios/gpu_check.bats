@@ -30,8 +30,11 @@ column() { awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$D/out/table.t
 @test "gpu-check --double: digests equal, kill and resume bit-exact, torch skipped, the table printed and saved" {
     run --separate-stderr env OUT="$D/out" BUILD="$BUILD" timeout 300 "$CHECK" --double
     [ "$status" -eq 0 ] || { echo "$output"; echo "$stderr"; return 1; }
-    # The table on stdout is the one saved, and so is its markdown form.
+    # The table on stdout is the one saved, and so is its markdown form;
+    # six files in all, the logs packed in one.
     [ "$output" = "$(cat "$D/out/table.txt")" ]
+    [ "$(ls "$D/out" | tr '\n' ' ')" = "env.txt logs.tar.gz progress.txt table.md table.tsv table.txt " ]
+    tar -xzf "$D/out/logs.tar.gz" -C "$D/out"
     [ "$(grep -c '^| ' "$D/out/table.md")" -eq $(($(wc -l <"$D/out/table.tsv") + 1)) ]
 
     [ "$(result 'build')" = "ok: libckpt.so, ckpt-resume, ckpt-inspect, trainer" ]
