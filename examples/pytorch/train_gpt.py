@@ -133,10 +133,14 @@ def digest(model, opt):
 
 
 def save_bench(model, opt, where, rank):
-    """Times torch.save and DCP async_save of the same state into where."""
+    """Times torch.save and DCP async_save of the same state into where:
+    the model's and the optimizer's state dicts, keyed by parameter name
+    as DCP wants them."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    state = {"model": model.state_dict(), "optim": opt.state_dict()}
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
     nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     nbytes += sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
     os.makedirs(where, exist_ok=True)
@@ -204,7 +208,10 @@ def main(argv=None):
     if rank == 0:
         print(f"digest {d}", flush=True)
     if a.save_bench:
-        save_bench(model, opt, a.save_bench, rank)
+        try:
+            save_bench(model, opt, a.save_bench, rank)
+        except Exception as e:  # a baseline that fails must not fail the training run
+            print(f"train_gpt: --save-bench failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     dist.destroy_process_group()
     return 0
 
