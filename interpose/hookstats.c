@@ -81,7 +81,8 @@ void ckpt_hookstat(enum ckpt_hookstat which, const void *caller, bool internal)
 {
     if (ckpt_log_level < CKPT_DEBUG || !ckpt_active)
         return;
-    counting_pid = getpid();
+    if (!__atomic_load_n(&counting_pid, __ATOMIC_RELAXED)) /* getpid is a system call: once */
+        __atomic_store_n(&counting_pid, getpid(), __ATOMIC_RELAXED);
     int lib = lib_of(caller);
     __atomic_add_fetch(&tables[which].count[lib], 1, __ATOMIC_RELAXED);
     if (internal)
