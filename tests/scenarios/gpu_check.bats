@@ -60,6 +60,11 @@ column() { awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$D/out/table.t
     [ "$(wc -l <"$D/out/logs/mlp--double-.stats")" -ge 20 ]
     [[ $(result 'mlp (double): iteration time, CKPT_EVERY=1') =~ ^[-+][0-9.]+% ]]
 
+    # The kept arena verifies, and its timeline has GPU-timed collectives.
+    [ "$(result 'mlp (double): newest snapshot verifies (ckpt-inspect)')" = yes ]
+    [[ $(column 'mlp (double): newest snapshot verifies (ckpt-inspect)' 3) == *"(iteration 30) verified on all 1 rank" ]]
+    [ "$(result 'mlp (double): collectives timed by the GPU (profiler events)')" = yes ]
+
     # The hooks rows, from libckpt's debug exit lines.
     [ "$(result 'mlp (double): kernel launches through the hooks')" = yes ]
     [[ $(column 'mlp (double): kernel launches through the hooks' 3) =~ ^libcudart.so.13\ [1-9][0-9]*$ ]]
