@@ -33,6 +33,11 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
     int rc = ckpt_reg_add(p, size, kind, (uint64_t)(uintptr_t)stream, internal, &ordinal);
     if (rc == 0 && !internal)
         ckpt_history_alloc(ordinal, size);
+    if (rc == 0) {
+        ckpt_hookstat(CKPT_HS_ALLOC, caller, internal);
+        if (kind == CKPT_ALLOC_VMM)
+            ckpt_hookstat_vmm(size, internal);
+    }
     if (rc < 0 && rc != -EEXIST)
         ckpt_log_once(CKPT_WARN, "cannot track a device allocation (%s); checkpoints are incomplete",
                       rc == -ENOMEM ? "out of host memory" : "registry error");

@@ -114,8 +114,9 @@ int ckpt_nvtx_setup(const char *boundary, char *err, size_t errlen);
  * NCCL wrappers' host times are all the timeline gets). */
 int ckpt_profiler_setup(char *err, size_t errlen);
 
-/* Communicators whose profiler init asked for events. */
+/* Communicators whose profiler init asked for events: now, and in all. */
 extern int ckpt_prof_comms;
+extern int ckpt_prof_inits;
 
 /* Opens the rank's arena at wake (fresh: a new run, slots emptied) and
  * gives its directory.  Returns 0 or -errno (then no checkpointing). */
@@ -149,6 +150,15 @@ void ckpt_history_settle(void);
 void ckpt_history_value(uint64_t what, uint64_t *value);
 /* An iteration ended.  Returns true when a snapshot may be taken. */
 bool ckpt_history_boundary(uint64_t iter);
+
+/* ---- what came through the hooks (hookstats.c), said at exit with
+ * CKPT_LOG=debug; below that level these return at once. */
+enum ckpt_hookstat { CKPT_HS_LAUNCH, CKPT_HS_ALLOC };
+/* One call of kind which, made from return address caller; internal: an
+ * allocation NCCL made for itself. */
+void ckpt_hookstat(enum ckpt_hookstat which, const void *caller, bool internal);
+/* One tracked cuMemMap'ed range. */
+void ckpt_hookstat_vmm(uint64_t size, bool internal);
 
 /* ---- CKPT_FAULT (fault.c) */
 void ckpt_fault_init(const char *rank_dir);

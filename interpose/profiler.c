@@ -39,6 +39,7 @@ static uint64_t next_handle;
 /* Communicators whose init asked for events: while none did, the NCCL
  * wrappers record collectives from host times. */
 int ckpt_prof_comms;
+int ckpt_prof_inits;
 
 int ckpt_profiler_setup(char *err, size_t errlen)
 {
@@ -103,6 +104,7 @@ static ncclResult_t init_common(void **context, int *mask)
     *mask = ncclProfileColl | ncclProfileKernelCh;
     *context = handles; /* any non-NULL: marks a communicator that counts */
     __atomic_fetch_add(&ckpt_prof_comms, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&ckpt_prof_inits, 1, __ATOMIC_RELAXED);
     return ncclSuccess;
 }
 

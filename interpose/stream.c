@@ -116,11 +116,15 @@ EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUev
     return r;
 }
 
-/* Work that only changes the device: noted, or suppressed in replay. */
+/* Work that only changes the device: noted, or suppressed in replay.
+ * Kernel launches, from whichever library, are also counted (hookstats.c). */
+#define IS_LAUNCH(name) (__builtin_strncmp(name, "cuLaunchKernel", 14) == 0)
 #define QUEUE_HOOK(name, stream, params, args)                                 \
     EXPORT CUresult name params                                                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
+        if (IS_LAUNCH(#name))                                                  \
+            ckpt_hookstat(CKPT_HS_LAUNCH, __builtin_return_address(0), false); \
         if (observed()) {                                                      \
             if (ckpt_replaying)                                                \
                 return CUDA_SUCCESS;                                           \
