@@ -83,15 +83,17 @@ static void wake(void)
 
     char dir[PATH_MAX + 64];
     uint64_t restore = (uint64_t)ckpt_cfg_int(CFG_RESTORE);
+    const char *rank = getenv("RANK");
+    int agent = ckpt_agent_connect(ckpt_cfg_str(CFG_AGENT_SOCKET), rank ? (uint32_t)atoi(rank) : 0);
     if (ckpt_snapshot_open(restore == 0, dir, sizeof(dir)) == 0) {
         ckpt_fault_init(dir);
         ckpt_history_init(dir, restore);
     } else if (restore) {
         ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: no arena", (unsigned long long)restore);
+        ckpt_agent_send(CKPT_MSG_REFUSED, restore, 0);
         _exit(CKPT_EXIT_RESTORE);
     }
-    const char *rank = getenv("RANK");
-    if (ckpt_agent_connect(ckpt_cfg_str(CFG_AGENT_SOCKET), rank ? (uint32_t)atoi(rank) : 0) < 0)
+    if (agent < 0)
         ckpt_log(CKPT_WARN, "cannot reach ckpt-resume at CKPT_AGENT_SOCKET=%s: it cannot see this rank's progress",
                  ckpt_cfg_str(CFG_AGENT_SOCKET));
     ckpt_agent_send(CKPT_MSG_HELLO, 0, 0);

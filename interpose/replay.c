@@ -66,6 +66,8 @@ __attribute__((noreturn, format(printf, 1, 2))) static void refuse(const char *f
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: %s", (unsigned long long)target, why);
+    /* Said to the agent too: a launcher between us may not pass the exit status on. */
+    ckpt_agent_send(CKPT_MSG_REFUSED, target, 0);
     _exit(CKPT_EXIT_RESTORE);
 }
 

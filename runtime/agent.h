@@ -18,6 +18,7 @@ enum ckpt_msg_kind {
     CKPT_MSG_BOUNDARY = 2,  /* iteration ended */
     CKPT_MSG_COMMITTED = 3, /* generation holding iteration committed */
     CKPT_MSG_RESTORED = 4,  /* iteration restored; the rank is live */
+    CKPT_MSG_REFUSED = 5,   /* the restore of iteration was refused; the rank exits with status 75 */
 };
 
 struct ckpt_msg {

@@ -164,6 +164,22 @@ crash() { export FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_ONCE=$2
     [ "$(echo "$output" | grep '^digest')" = "$narrow" ]
 }
 
+@test "a launcher that does not pass exit status 75 on: the ranks' own report makes the refusal one" {
+    # The launcher exits 1 whenever a rank fails, as torchrun does; after the first launch the ranks
+    # run a narrower model, whose replay diverges from the recorded run.
+    launcher='pids=; for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 sh -c "$1" "$0" "$2" & pids="$pids $!"; done
+              rc=0; for p in $pids; do wait $p || rc=1; done; exit $rc'
+    model='if [ -e "$0/launched.$RANK" ]; then h=32; else h=64; touch "$0/launched.$RANK"; fi
+           exec "$1" --iters 40 --hidden $h --layers 3'
+    crash 1 "$D/crashed"
+    run --separate-stderr ckpt --max-restarts 1 -- sh -c "$launcher" "$D" "$model" "$TRAIN"
+    [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
+    [[ $stderr == *"rank "[01]" refused the restore of iteration 20 (exit 75): not a failure of the program"* ]] ||
+        { echo "$stderr"; return 1; }
+    [[ $stderr == *"falling back to a clean start"* ]]
+    [[ $stderr == *"ckpt-resume: done exit=0 restarts=1" ]]
+}
+
 @test "a restore asked for by hand that a rank refuses falls back past its damaged snapshot" {
     export CKPT_JOB=by-hand
     crash 1 "$D/crashed"

@@ -39,6 +39,7 @@ int channel_open(struct channel *c)
 
     memset(c, 0, sizeof(*c));
     c->fd = -1;
+    c->refused_rank = -1;
     if (!tmp || !*tmp)
         tmp = "/tmp";
     /* sun_path is short: a long TMPDIR cannot hold the socket, /tmp can. */
@@ -100,6 +101,7 @@ void channel_reset(struct channel *c)
     if (c->reports)
         memset(c->reports, 0, c->nreports * sizeof(*c->reports));
     c->restored = 0;
+    c->refused_rank = -1;
 }
 
 /* The report of @rank, grown as ranks appear; NULL past RESUME_MAX_RANKS or without memory. */
@@ -157,6 +159,10 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
             ckpt_log(CKPT_INFO, "%s restored iteration %llu (generation %llu) and run%s on",
                      opt->nproc == 1 ? "the rank" : "all ranks", (unsigned long long)m->iteration,
                      (unsigned long long)m->generation, opt->nproc == 1 ? "s" : "");
+        break;
+    case CKPT_MSG_REFUSED:
+        if (c->refused_rank < 0)
+            c->refused_rank = (int)m->rank;
         break;
     default:
         ckpt_log_once(CKPT_DEBUG, "agent message of unknown kind %u ignored", m->kind);

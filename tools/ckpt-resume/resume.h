@@ -65,6 +65,7 @@ struct channel {
     struct report *reports; /* indexed by rank */
     int nreports;           /* entries allocated */
     int restored;           /* ranks that sent RESTORED in this launch */
+    int refused_rank;       /* the first rank that sent REFUSED in this launch, -1: none */
 };
 
 struct rank {

@@ -252,7 +252,19 @@ int job_wait_signal(struct job *job, int timeout_ms)
     return 0;
 }
 
-void job_watch(struct job *job)
+/*
+ * A rank that refused its restore says so on the agent channel as well as
+ * by its exit status, which a launcher between us and it (torchrun) may
+ * not pass on: either makes the launch a refused one.
+ */
+static void take_refusal(struct job *job)
+{
+    channel_read(&job->chan, job->opt);
+    if (job->restore && job->out.refused_rank < 0 && job->chan.refused_rank >= 0)
+        job->out.refused_rank = job->chan.refused_rank;
+}
+
+static void watch(struct job *job)
 {
     for (;;) {
         if (!reap(job))
@@ -311,4 +323,10 @@ void job_watch(struct job *job)
             if (si.ssi_signo != SIGCHLD)
                 forward(job, (int)si.ssi_signo);
     }
+}
+
+void job_watch(struct job *job)
+{
+    watch(job);
+    take_refusal(job);
 }
