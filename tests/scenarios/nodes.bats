@@ -186,6 +186,30 @@ recover_from_peers() { # N P LOST
     diff "$D/out.0" "$D/plain"
 }
 
+@test "a damaged replica in a peer's memory is named and never loaded: the lost node's rank comes from its disk" {
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    mkdir -p "$D/disk.0" "$D/disk.1"
+    CKPT_PERSIST_DIRS=$D/disk.0 start 0 2 1
+    CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1
+    wait_iter 60
+    lose 1
+    # Every replica node 0 keeps of rank 1: one byte flipped in its data.
+    for s in "$D"/arena.0/peers/*/rank1/slot?; do
+        [ -s "$s" ] || continue
+        off=$(($(stat -c %s "$s") - 1000))
+        byte=$(od -A n -t u1 -j $off -N 1 "$s" | tr -d ' ')
+        printf "$(printf '\\%03o' $(((byte ^ 1) & 255)))" | dd of="$s" bs=1 seek=$off conv=notrunc 2>/dev/null
+    done
+    CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1 .new
+    wait_rc "$D/rc.0" "$D/rc.1.new" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.new")" = 0 ] || { show; return 1; }
+    # Found by node 0's scan when it joins, or else by node 1 as the copy arrives.
+    grep -Eq "peers/.*/rank1/slot[01] is damaged \(.*\): skipped|cannot send rank 1's copy of iteration [0-9]* to node 1: refused by the receiver: chunk [0-9]* \(.*\) checksum mismatch" \
+        "$D/err.0" || { show; return 1; }
+    grep -q "^ckpt-resume: rank 1: from the disk of node 1" "$D/err.0" || { show; return 1; }
+    diff <(last_launch "$D/out.0") "$D/plain"
+}
+
 @test "bad node options stop ckpt-resume before any rank starts, naming what to fix" {
     run -2 "$CKPT" --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"--nnodes and --node-rank need --coord HOST:PORT"* ]]

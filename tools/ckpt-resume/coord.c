@@ -132,6 +132,16 @@ static double backoff_s(const struct options *opt, int n)
     return d < RESUME_MAX_BACKOFF_S ? d : RESUME_MAX_BACKOFF_S;
 }
 
+/* Drops the replicas @nd keeps of iteration @it: sending one failed, and they are not trusted again. */
+static void forget_replicas(struct node *nd, uint64_t it)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < nd->nheld; i++)
+        if (!(nd->held[i].tier == CKPT_TIER_PEER && nd->held[i].iteration == it))
+            nd->held[k++] = nd->held[i];
+    nd->nheld = k;
+}
+
 /* Every node has joined: decide where to go and send the plan. */
 static void plan(struct coord *c)
 {
@@ -404,14 +414,20 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         for (unsigned i = 0; i < c->n; i++)
             if (!c->nodes[i].fetched)
                 return;
+        bool failed = false;
         for (unsigned i = 0; i < c->n; i++) {
             if (c->nodes[i].fetch_status < 0) {
-                ckpt_log(CKPT_WARN, "node %u could not send the copies asked of it (%s): trying an older iteration",
-                         i, strerror(-c->nodes[i].fetch_status));
-                c->below = c->restore;
-                plan(c);
-                return;
+                ckpt_log(CKPT_WARN, "node %u could not send the copies asked of it (%s): its replicas of iteration "
+                         "%llu are not used", i, strerror(-c->nodes[i].fetch_status),
+                         (unsigned long long)c->restore);
+                forget_replicas(&c->nodes[i], c->restore);
+                failed = true;
             }
+        }
+        if (failed) {
+            c->launches--; /* the plan is made again: the same launch */
+            plan(c);
+            return;
         }
         c->below = 0;
         c->durable = c->restore;
