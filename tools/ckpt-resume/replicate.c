@@ -473,11 +473,6 @@ bool rep_reap(struct rep *r, int *status)
     return !r->tx_running;
 }
 
-bool rep_running(const struct rep *r)
-{
-    return r->tx_running;
-}
-
 /* Starts the round that sends this node's snapshots of @it to their holders; @addrs: every node's receiver. */
 int rep_start(struct rep *r, uint64_t it, const struct coord_addr *addrs, unsigned nnodes)
 {

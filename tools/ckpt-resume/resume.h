@@ -213,7 +213,6 @@ void rep_close(struct rep *r);
 const char *rep_address(const struct rep *r);
 int rep_start(struct rep *r, uint64_t it, const struct coord_addr *addrs, unsigned nnodes);
 bool rep_reap(struct rep *r, int *status);
-bool rep_running(const struct rep *r);
 void rep_wait(struct rep *r);
 int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const struct coord_addr *addrs,
               unsigned nnodes);
