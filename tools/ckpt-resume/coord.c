@@ -124,14 +124,6 @@ static void stop_all(struct coord *c, const char *why)
     c->replicating = 0;
 }
 
-static double backoff_s(const struct options *opt, int n)
-{
-    double d = opt->backoff_s;
-    for (int i = 1; i < n && d < RESUME_MAX_BACKOFF_S; i++)
-        d *= 2;
-    return d < RESUME_MAX_BACKOFF_S ? d : RESUME_MAX_BACKOFF_S;
-}
-
 /* Drops the replicas @nd keeps of iteration @it: sending one failed, and they are not trusted again. */
 static void forget_replicas(struct node *nd, uint64_t it)
 {

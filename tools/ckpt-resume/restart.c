@@ -23,7 +23,7 @@
 #include "resume.h"
 
 /* Seconds to wait before restart number @n (1, 2, ...). */
-static double backoff_s(const struct options *opt, int n)
+double backoff_s(const struct options *opt, int n)
 {
     double d = opt->backoff_s;
     for (int i = 1; i < n && d < RESUME_MAX_BACKOFF_S; i++)

@@ -187,8 +187,9 @@ int arena_job_dir(const struct options *opt, char *out, size_t outlen);
 bool arena_pick(const struct options *opt, uint64_t below, struct restore_point *pt, char *why, size_t whylen);
 int arena_remove(const struct options *opt);
 
-/* restart.c */
+/* restart.c (backoff_s: seconds before restart number n, 1, 2, ...) */
 void job_settle(const struct options *opt, int code);
+double backoff_s(const struct options *opt, int n);
 
 /* member.c: this node's agent in a job on several nodes */
 struct member;
