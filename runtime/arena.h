@@ -12,6 +12,12 @@
 #include <limits.h>
 #include <stddef.h>
 
+/* The directory under CKPT_ARENA_DIR where a node's agent keeps the
+ * replicas it holds for its peers, laid out as arenas of their own
+ * (CKPT_ARENA_DIR/peers/<uid>-<job>/rank<N>/slot0|slot1).  Never a valid
+ * <uid>-<job> name, so it is never taken for a job's arena. */
+#define CKPT_PEERS_SUBDIR "peers"
+
 struct ckpt_arena {
     char dir[PATH_MAX];
     int fd[2];

@@ -33,8 +33,7 @@ void ckpt_persist_opts_from_config(struct ckpt_persist_opts *o)
     };
 }
 
-/* "a,b,,c" -> p->dirs; empty entries are ignored. */
-static int split_dirs(struct ckpt_persist *p, const char *list, char *why, size_t whylen)
+int pdir_split(struct ckpt_persist *p, const char *list, char *why, size_t whylen)
 {
     const char *s = list ? list : "";
     while (*s) {
@@ -88,7 +87,7 @@ int ckpt_persist_open(struct ckpt_persist **out, const struct ckpt_persist_opts 
         snprintf(why, whylen, "out of memory");
         return -ENOMEM;
     }
-    if ((rc = split_dirs(p, o->dirs, why, whylen)) < 0)
+    if ((rc = pdir_split(p, o->dirs, why, whylen)) < 0)
         goto fail;
     rc = -EINVAL;
     if (!o->depth || o->depth > 4096) {

@@ -73,6 +73,11 @@ struct pio_job {
  * -ECANCELED. */
 int pio_run(struct ckpt_persist *p, struct pio_job *j);
 
+/* "a,b,,c" -> p->dirs and p->ndirs (empty entries are ignored; none at
+ * all is -EINVAL).  Also how a reader that moves no data (ckpt-inspect)
+ * learns the directories without opening an engine. */
+int pdir_split(struct ckpt_persist *p, const char *list, char *why, size_t whylen);
+
 /* <dir>/<uid>-<job>: its path; with create, made (0700) if missing.  The
  * persist directory itself must exist; the job directory must be this
  * user's and private.  Returns 1 when it made the directory, else 0 or
