@@ -30,6 +30,7 @@ void ckpt_persist_opts_from_config(struct ckpt_persist_opts *o)
         .depth = (unsigned)ckpt_cfg_int(CFG_IO_DEPTH),
         .block_kb = (unsigned)ckpt_cfg_int(CFG_IO_BLOCK_KB),
         .keep = (unsigned)ckpt_cfg_int(CFG_PERSIST_KEEP),
+        .fault = ckpt_cfg_str(CFG_FAULT),
     };
 }
 
@@ -103,6 +104,13 @@ int ckpt_persist_open(struct ckpt_persist **out, const struct ckpt_persist_opts 
         snprintf(why, whylen, "CKPT_PERSIST_KEEP=0: at least the newest generation must be kept");
         goto fail;
     }
+    if (o->fault && *o->fault && ckpt_fault_parse(o->fault, &p->fault) < 0) {
+        snprintf(why, whylen, "CKPT_FAULT='%s' does not parse", o->fault);
+        goto fail;
+    }
+    if (p->fault.kind == CKPT_FAULT_IO)
+        ckpt_log(CKPT_WARN, "CKPT_FAULT: disk %s will fail with %s (%s)",
+                 p->fault.op == 1 ? "writes" : p->fault.op == 2 ? "reads" : "I/O", strerror(p->fault.err), o->fault);
     p->depth = o->depth;
     p->block = (size_t)o->block_kb * 1024;
     p->keep = o->keep;

@@ -36,10 +36,11 @@ struct ckpt_persist_opts {
     unsigned block_kb;         /* bytes per I/O / 1024, a multiple of 4 */
     unsigned keep;             /* complete generations kept, >= 1 */
     unsigned rings;            /* rings, each driven by its own thread; 0: one per directory */
+    const char *fault;         /* CKPT_FAULT: an io: fault is injected into this engine's I/O; NULL: none */
 };
 
-/* Fills o from CKPT_PERSIST_DIRS, CKPT_IO_DEPTH, CKPT_IO_BLOCK_KB and
- * CKPT_PERSIST_KEEP (ckpt_config_load must have run). */
+/* Fills o from CKPT_PERSIST_DIRS, CKPT_IO_DEPTH, CKPT_IO_BLOCK_KB,
+ * CKPT_PERSIST_KEEP and CKPT_FAULT (ckpt_config_load must have run). */
 void ckpt_persist_opts_from_config(struct ckpt_persist_opts *o);
 
 /* Sets up the rings and registers their buffers (depth x block bytes each,

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "persist.h"
 #include "persist_format.h"
 
@@ -29,6 +30,8 @@ struct ckpt_persist {
     size_t block;
     struct pio_ring *rings;
     int cancel;                /* atomic; cleared when a call starts */
+    struct ckpt_fault fault;   /* CKPT_FAULT; only kind CKPT_FAULT_IO matters here */
+    unsigned long long passes[2]; /* pio_run calls so far: writes, reads */
 };
 
 /* A place read bytes go to: a file of the arena being rebuilt. */
@@ -64,6 +67,7 @@ struct pio_job {
     /* the movers' results */
     pthread_mutex_t lock;
     uint64_t done;
+    int fault;                 /* CKPT_FAULT: every completion fails with this errno */
     int err;                   /* the first failure */
     char why[512];
 };

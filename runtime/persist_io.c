@@ -137,11 +137,13 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
 
     if (__atomic_load_n(&j->err, __ATOMIC_ACQUIRE))
         return;
-    if (s->res < 0) {
-        fail(j, s->res, "cannot %s %s: %s", j->write ? "write" : "read", path, strerror(-s->res));
+    /* CKPT_FAULT: the completion reports the error a failing disk would. */
+    int res = j->fault ? -j->fault : s->res;
+    if (res < 0) {
+        fail(j, res, "cannot %s %s: %s", j->write ? "write" : "read", path, strerror(-res));
         return;
     }
-    if ((uint32_t)s->res < s->padded) {
+    if ((uint32_t)res < s->padded) {
         if (j->write)
             fail(j, -EIO, "short write to %s at byte %llu", path, (unsigned long long)(k->off + s->at));
         else
@@ -285,6 +287,12 @@ int pio_run(struct ckpt_persist *p, struct pio_job *j)
     pthread_mutex_init(&j->lock, NULL);
     j->done = 0;
     j->err = 0;
+    j->fault = 0;
+    if (p->fault.kind == CKPT_FAULT_IO && (!p->fault.op || p->fault.op == (j->write ? 1 : 2))) {
+        unsigned long long pass = p->passes[!j->write]++;
+        if (pass >= p->fault.after && (!p->fault.times || pass - p->fault.after < p->fault.times))
+            j->fault = p->fault.err;
+    }
     j->why[0] = '\0';
     for (unsigned i = 0; i < p->nrings; i++) {
         m[i] = (struct mover){.p = p, .r = &p->rings[i], .j = j, .index = i};
