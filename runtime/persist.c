@@ -114,7 +114,9 @@ int ckpt_persist_open(struct ckpt_persist **out, const struct ckpt_persist_opts 
     p->depth = o->depth;
     p->block = (size_t)o->block_kb * 1024;
     p->keep = o->keep;
-    p->nrings = o->rings && o->rings < p->ndirs ? o->rings : p->ndirs;
+    p->nrings = o->rings ? o->rings : CKPT_PERSIST_RINGS_PER_DIR * p->ndirs;
+    if (p->nrings > CKPT_PERSIST_MAX_RINGS)
+        p->nrings = CKPT_PERSIST_MAX_RINGS;
     p->rings = calloc(p->nrings, sizeof(*p->rings));
     if (!p->rings) {
         snprintf(why, whylen, "out of memory");

@@ -66,6 +66,8 @@ struct pio_job {
     void *arg;
     /* the movers' results */
     pthread_mutex_t lock;
+    pthread_cond_t all_moved;  /* moving reached 0 */
+    unsigned moving;           /* rings still moving their share */
     uint64_t done;
     int fault;                 /* CKPT_FAULT: every completion fails with this errno */
     int err;                   /* the first failure */
