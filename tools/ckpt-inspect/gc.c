@@ -137,9 +137,10 @@ int cmd_gc(const struct options *o, int argc, char **argv)
     struct arena_job *j = NULL;
     size_t n = 0, cap = 0;
     /* The memory tiers: the jobs' arenas, and the replicas this node holds
-     * for its peers, each job's in a directory of the same shape. */
+     * for its peers, each job's in a directory of the same shape.  The
+     * disk tier is never collected: CKPT_PERSIST_KEEP bounds it. */
     for (int t = 0; t < nt; t++) {
-        if (tiers[t].ops->reads)
+        if (tiers[t].ops == &disk_tier_ops)
             continue;
         if (jobs_find(o, &tiers[t], 1, &jobs) < 0) {
             free(j);
