@@ -47,6 +47,21 @@ static int dirs_of(const struct tier *t, struct ckpt_persist **out, char *why, s
     return 0;
 }
 
+/* Whether the first persist directory is there; said once when it is not:
+ * the other tiers may still hold the job, so it is no error. */
+static bool present(const struct ckpt_persist *p)
+{
+    static bool said;
+    struct stat st;
+    if (stat(p->dirs[0], &st) == 0 && S_ISDIR(st.st_mode))
+        return true;
+    if (!said)
+        ckpt_log(CKPT_WARN, "persist directory %s (CKPT_PERSIST_DIRS): %s", p->dirs[0],
+                 errno == ENOENT ? "does not exist" : strerror(errno ? errno : ENOTDIR));
+    said = true;
+    return false;
+}
+
 static int disk_jobs(const struct tier *t, struct names *out, char *why, size_t whylen)
 {
     struct ckpt_persist *p;
@@ -54,10 +69,8 @@ static int disk_jobs(const struct tier *t, struct names *out, char *why, size_t 
     int rc = dirs_of(t, &p, why, whylen);
     if (rc < 0)
         return rc;
-    DIR *d = opendir(p->dirs[0]);
+    DIR *d = present(p) ? opendir(p->dirs[0]) : NULL;
     if (!d) {
-        /* The other tiers may still hold the job: said, not fatal. */
-        ckpt_log(CKPT_WARN, "persist directory %s (CKPT_PERSIST_DIRS): %s", p->dirs[0], strerror(errno));
         free(p);
         return 0;
     }
@@ -98,6 +111,11 @@ static int disk_images(const struct tier *t, const char *job, struct catalog *ca
 
     if (rc < 0)
         return rc;
+    if (!present(p)) {
+        free(p);
+        snprintf(why, whylen, "no persist directory %s", t->root);
+        return -ENOENT;
+    }
     if ((rc = pdir_job(p->dirs[0], job, false, jobdir, sizeof(jobdir), why, whylen)) < 0 ||
         (rc = pdir_generations(jobdir, &its, &n, why, whylen)) < 0) {
         free(p);
