@@ -25,8 +25,8 @@ static char marker[PATH_MAX + 32];
 void ckpt_fault_init(const char *rank_dir)
 {
     const char *spec = ckpt_cfg_str(CFG_FAULT), *rank = getenv("RANK");
-    if (!spec || !*spec || ckpt_fault_parse(spec, &fault) < 0)
-        return;
+    if (!spec || !*spec || ckpt_fault_parse(spec, &fault) < 0 || fault.kind != CKPT_FAULT_KILL)
+        return; /* an io: fault is the node agent's persistence engine's */
     if (fault.rank != (unsigned long long)(rank ? atoll(rank) : 0))
         return;
     snprintf(marker, sizeof(marker), "%s", rank_dir);

@@ -12,8 +12,10 @@
 #include <limits.h>
 #include <stddef.h>
 
-/* Under CKPT_ARENA_DIR: where a node agent keeps the replicas its peers
- * send it, laid out as an arena (peers/<uid>-<job>/rank<N>/). */
+/* The directory under CKPT_ARENA_DIR where a node's agent keeps the
+ * replicas it holds for its peers, laid out as arenas of their own
+ * (CKPT_ARENA_DIR/peers/<uid>-<job>/rank<N>/slot0|slot1).  Never a valid
+ * <uid>-<job> name, so it is never taken for a job's arena. */
 #define CKPT_PEERS_SUBDIR "peers"
 
 struct ckpt_arena {

@@ -106,11 +106,62 @@ static long long field(const char **p, const char *prefix)
     return (long long)x;
 }
 
+/* io:errno=E[:op=write|read][:after=N][:times=K], in that order. */
+static int io_fault_parse(const char *p, struct ckpt_fault *f)
+{
+    static const struct {
+        const char *name;
+        int err;
+    } errs[] = {{"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EROFS", EROFS}, {"EDQUOT", EDQUOT}, {"ENODEV", ENODEV}};
+    static const char *const ops[] = {"write", "read"};
+    size_t n;
+
+    *f = (struct ckpt_fault){.kind = CKPT_FAULT_IO};
+    if (strncmp(p, "io:errno=", 9) != 0)
+        return -EINVAL;
+    p += 9;
+    n = strcspn(p, ":");
+    for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+        if (strlen(errs[i].name) == n && strncmp(p, errs[i].name, n) == 0)
+            f->err = errs[i].err;
+    if (!f->err)
+        return -EINVAL;
+    p += n;
+    if (strncmp(p, ":op=", 4) == 0) {
+        p += 4;
+        n = strcspn(p, ":");
+        for (int i = 0; i < 2; i++)
+            if (strlen(ops[i]) == n && strncmp(p, ops[i], n) == 0)
+                f->op = i + 1;
+        if (!f->op)
+            return -EINVAL;
+        p += n;
+    }
+    long long after = 0, times = 0;
+    if (strncmp(p, ":after=", 7) == 0 && (after = field(&p, ":after=")) < 0)
+        return -EINVAL;
+    if (strncmp(p, ":times=", 7) == 0 && (times = field(&p, ":times=")) <= 0)
+        return -EINVAL;
+    if (*p)
+        return -EINVAL;
+    f->after = (unsigned long long)after;
+    f->times = (unsigned long long)times;
+    return 0;
+}
+
 int ckpt_fault_parse(const char *text, struct ckpt_fault *out)
 {
     static const char *const phases[] = {"boundary", "snapshot", "restore"};
     const char *p = text;
     struct ckpt_fault f = {.phase = 0};
+
+    if (strncmp(text, "io:", 3) == 0) {
+        if (io_fault_parse(text, &f) < 0)
+            return -EINVAL;
+        if (out)
+            *out = f;
+        return 0;
+    }
     long long rank = field(&p, "kill:rank="), iter = rank < 0 ? -1 : field(&p, ":iter=");
 
     if (rank < 0 || iter <= 0)
@@ -148,7 +199,8 @@ static bool str_ok(const char *accepted, const char *text, char *want, size_t wa
         }
     }
     if (strcmp(accepted, "fault") == 0 && *text && ckpt_fault_parse(text, NULL) < 0) {
-        snprintf(want, wantlen, "kill:rank=R:iter=I[:phase=boundary|snapshot|restore]");
+        snprintf(want, wantlen, "kill:rank=R:iter=I[:phase=boundary|snapshot|restore] or "
+                 "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV[:op=write|read][:after=N][:times=K]");
         return false;
     }
     if (strcmp(accepted, "boundary") == 0 && strcmp(text, "auto") != 0) {
@@ -350,7 +402,8 @@ static void md_accepted(FILE *f, const struct var *v)
         {"path", "a non-empty path"},
         {"name", "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)"},
         {"boundary", "auto, every:N (N in 1..1000000) or nvtx:NAME"},
-        {"fault", "kill:rank=R:iter=I[:phase=boundary|snapshot|restore]"},
+        {"fault", "kill:rank=R:iter=I[:phase=boundary|snapshot|restore] or "
+                  "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV[:op=write|read][:after=N][:times=K]"},
     };
 
     switch (v->kind) {

@@ -33,11 +33,19 @@ const char *ckpt_cfg_str(enum ckpt_cfg_id id);
  * when none is close. */
 void ckpt_config_unknown(void (*warn)(const char *name, const char *suggestion));
 
-/* CKPT_FAULT, parsed: kill rank at iteration in phase (0 boundary,
- * 1 snapshot, 2 restore).  Returns 0 or -EINVAL; out may be NULL. */
+/* CKPT_FAULT, parsed: either kill rank at iteration in phase (0 boundary,
+ * 1 snapshot, 2 restore), or fail the disk I/O of the persistence engine
+ * with err: of op (0 both, 1 writes, 2 reads), the passes (a generation
+ * written, or read back) after the first `after` of them, `times` of them
+ * (0: all), every completion of those.  Returns 0 or -EINVAL; out may be
+ * NULL. */
+enum ckpt_fault_kind { CKPT_FAULT_KILL, CKPT_FAULT_IO };
 struct ckpt_fault {
+    enum ckpt_fault_kind kind;
     unsigned long long rank, iteration;
     int phase;
+    int err, op;
+    unsigned long long after, times;
 };
 int ckpt_fault_parse(const char *text, struct ckpt_fault *out);
 

@@ -30,11 +30,11 @@ void ckpt_persist_opts_from_config(struct ckpt_persist_opts *o)
         .depth = (unsigned)ckpt_cfg_int(CFG_IO_DEPTH),
         .block_kb = (unsigned)ckpt_cfg_int(CFG_IO_BLOCK_KB),
         .keep = (unsigned)ckpt_cfg_int(CFG_PERSIST_KEEP),
+        .fault = ckpt_cfg_str(CFG_FAULT),
     };
 }
 
-/* "a,b,,c" -> p->dirs; empty entries are ignored. */
-static int split_dirs(struct ckpt_persist *p, const char *list, char *why, size_t whylen)
+int pdir_split(struct ckpt_persist *p, const char *list, char *why, size_t whylen)
 {
     const char *s = list ? list : "";
     while (*s) {
@@ -88,7 +88,7 @@ int ckpt_persist_open(struct ckpt_persist **out, const struct ckpt_persist_opts 
         snprintf(why, whylen, "out of memory");
         return -ENOMEM;
     }
-    if ((rc = split_dirs(p, o->dirs, why, whylen)) < 0)
+    if ((rc = pdir_split(p, o->dirs, why, whylen)) < 0)
         goto fail;
     rc = -EINVAL;
     if (!o->depth || o->depth > 4096) {
@@ -104,10 +104,19 @@ int ckpt_persist_open(struct ckpt_persist **out, const struct ckpt_persist_opts 
         snprintf(why, whylen, "CKPT_PERSIST_KEEP=0: at least the newest generation must be kept");
         goto fail;
     }
+    if (o->fault && *o->fault && ckpt_fault_parse(o->fault, &p->fault) < 0) {
+        snprintf(why, whylen, "CKPT_FAULT='%s' does not parse", o->fault);
+        goto fail;
+    }
+    if (p->fault.kind == CKPT_FAULT_IO)
+        ckpt_log(CKPT_WARN, "CKPT_FAULT: disk %s will fail with %s (%s)",
+                 p->fault.op == 1 ? "writes" : p->fault.op == 2 ? "reads" : "I/O", strerror(p->fault.err), o->fault);
     p->depth = o->depth;
     p->block = (size_t)o->block_kb * 1024;
     p->keep = o->keep;
-    p->nrings = o->rings && o->rings < p->ndirs ? o->rings : p->ndirs;
+    p->nrings = o->rings ? o->rings : CKPT_PERSIST_RINGS_PER_DIR * p->ndirs;
+    if (p->nrings > CKPT_PERSIST_MAX_RINGS)
+        p->nrings = CKPT_PERSIST_MAX_RINGS;
     p->rings = calloc(p->nrings, sizeof(*p->rings));
     if (!p->rings) {
         snprintf(why, whylen, "out of memory");

@@ -27,6 +27,13 @@
 #include <stdint.h>
 
 #define CKPT_PERSIST_MAX_DIRS 64
+#define CKPT_PERSIST_MAX_RINGS 64
+/* Rings per directory by default.  Copying a block into a ring's buffer
+ * and hashing it takes one core a fraction of the time the disk takes to
+ * write it, and a second ring on one directory measured no faster (bench/run,
+ * `ckpt-persist save --rings 2`); more rings than directories remain a
+ * choice for disks that need more than one core to keep busy. */
+#define CKPT_PERSIST_RINGS_PER_DIR 1
 
 struct ckpt_persist;
 
@@ -35,11 +42,13 @@ struct ckpt_persist_opts {
     unsigned depth;            /* I/Os in flight per ring */
     unsigned block_kb;         /* bytes per I/O / 1024, a multiple of 4 */
     unsigned keep;             /* complete generations kept, >= 1 */
-    unsigned rings;            /* rings, each driven by its own thread; 0: one per directory */
+    unsigned rings;            /* rings, each driven by its own thread, up to CKPT_PERSIST_MAX_RINGS;
+                                  0: CKPT_PERSIST_RINGS_PER_DIR per directory */
+    const char *fault;         /* CKPT_FAULT: an io: fault is injected into this engine's I/O; NULL: none */
 };
 
-/* Fills o from CKPT_PERSIST_DIRS, CKPT_IO_DEPTH, CKPT_IO_BLOCK_KB and
- * CKPT_PERSIST_KEEP (ckpt_config_load must have run). */
+/* Fills o from CKPT_PERSIST_DIRS, CKPT_IO_DEPTH, CKPT_IO_BLOCK_KB,
+ * CKPT_PERSIST_KEEP and CKPT_FAULT (ckpt_config_load must have run). */
 void ckpt_persist_opts_from_config(struct ckpt_persist_opts *o);
 
 /* Sets up the rings and registers their buffers (depth x block bytes each,

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "persist.h"
 #include "persist_format.h"
 
@@ -29,6 +30,8 @@ struct ckpt_persist {
     size_t block;
     struct pio_ring *rings;
     int cancel;                /* atomic; cleared when a call starts */
+    struct ckpt_fault fault;   /* CKPT_FAULT; only kind CKPT_FAULT_IO matters here */
+    unsigned long long passes[2]; /* pio_run calls so far: writes, reads */
 };
 
 /* A place read bytes go to: a file of the arena being rebuilt. */
@@ -63,7 +66,10 @@ struct pio_job {
     void *arg;
     /* the movers' results */
     pthread_mutex_t lock;
+    pthread_cond_t all_moved;  /* moving reached 0 */
+    unsigned moving;           /* rings still moving their share */
     uint64_t done;
+    int fault;                 /* CKPT_FAULT: every completion fails with this errno */
     int err;                   /* the first failure */
     char why[512];
 };
@@ -72,6 +78,11 @@ struct pio_job {
  * thread per ring.  Returns 0, the first failure (j->why says it) or
  * -ECANCELED. */
 int pio_run(struct ckpt_persist *p, struct pio_job *j);
+
+/* "a,b,,c" -> p->dirs and p->ndirs (empty entries are ignored; none at
+ * all is -EINVAL).  Also how a reader that moves no data (ckpt-inspect)
+ * learns the directories without opening an engine. */
+int pdir_split(struct ckpt_persist *p, const char *list, char *why, size_t whylen);
 
 /* <dir>/<uid>-<job>: its path; with create, made (0700) if missing.  The
  * persist directory itself must exist; the job directory must be this

@@ -1,8 +1,9 @@
 /*
  * The mover of the persistence engine: one thread per io_uring ring, each
- * moving the extents of its directories between memory and their stripe
- * files in block-sized I/Os, up to depth in flight, through the ring's
- * registered buffers.  Writes copy a block into a buffer and hash that
+ * moving its share of the extents (those of its directories, or with more
+ * rings than directories every k-th extent of one) between memory and
+ * their stripe files in block-sized I/Os, up to depth in flight, through
+ * the ring's registered buffers.  Writes copy a block into a buffer and hash that
  * copy, so what reaches the disk is exactly what was checked against the
  * sums the ranks committed; reads retire in submission order so each
  * extent is hashed as a stream and copied out only as it verifies.  It
@@ -35,7 +36,7 @@ struct mover {
     struct ckpt_persist *p;
     struct pio_ring *r;
     struct pio_job *j;
-    unsigned index;            /* moves the directories d with d % nrings == index */
+    unsigned index;            /* moves the extents owns() gives it */
     struct slot *slots;
     uint64_t head, tail;       /* FIFO positions: next to retire, next to queue */
     size_t task;               /* next to queue: this extent ... */
@@ -62,9 +63,22 @@ static bool stopping(const struct mover *m)
     return __atomic_load_n(&m->p->cancel, __ATOMIC_ACQUIRE) || __atomic_load_n(&m->j->err, __ATOMIC_ACQUIRE);
 }
 
+/* Whether task t is this ring's: with no more rings than directories,
+ * every extent of the directories d with d % nrings == index; with more,
+ * the rings d, d + ndirs, ... take d's extents in turn.  Either way each
+ * extent is exactly one ring's. */
+static bool owns(const struct mover *m, size_t t)
+{
+    unsigned nr = m->p->nrings, nd = m->p->ndirs, d = m->j->tasks[t].dir;
+    if (nr <= nd)
+        return d % nr == m->index;
+    unsigned k = (nr - 1 - d) / nd + 1; /* rings d, d + nd, ... below nr */
+    return m->index % nd == d && (t / nd) % k == m->index / nd;
+}
+
 static size_t next_task(const struct mover *m, size_t from)
 {
-    while (from < m->j->ntasks && m->j->tasks[from].dir % m->p->nrings != m->index)
+    while (from < m->j->ntasks && !owns(m, from))
         from++;
     return from;
 }
@@ -137,11 +151,13 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
 
     if (__atomic_load_n(&j->err, __ATOMIC_ACQUIRE))
         return;
-    if (s->res < 0) {
-        fail(j, s->res, "cannot %s %s: %s", j->write ? "write" : "read", path, strerror(-s->res));
+    /* CKPT_FAULT: the completion reports the error a failing disk would. */
+    int res = j->fault ? -j->fault : s->res;
+    if (res < 0) {
+        fail(j, res, "cannot %s %s: %s", j->write ? "write" : "read", path, strerror(-res));
         return;
     }
-    if ((uint32_t)s->res < s->padded) {
+    if ((uint32_t)res < s->padded) {
         if (j->write)
             fail(j, -EIO, "short write to %s at byte %llu", path, (unsigned long long)(k->off + s->at));
         else
@@ -171,33 +187,59 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
     progress(m, k);
 }
 
-/* After the last write: each stripe file of this ring's directories is
- * flushed, all at once through the ring so the disks flush in parallel. */
-static void sync_files(struct mover *m)
+/* Submits the queued fsyncs and reaps n of them; 0 or -errno (said). */
+static int reap_syncs(struct mover *m, unsigned n)
 {
     struct pio_job *j = m->j;
-    unsigned n = 0;
-    for (unsigned d = m->index; d < m->p->ndirs; d += m->p->nrings) {
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&m->r->ring);
-        io_uring_prep_fsync(sqe, j->fd[d], 0);
-        io_uring_sqe_set_data64(sqe, d);
-        n++;
-    }
-    int rc = io_uring_submit_and_wait(&m->r->ring, n);
+    int rc = n ? io_uring_submit_and_wait(&m->r->ring, n) : 0;
     if (rc < 0) {
         fail(j, rc, "cannot flush the stripe files: io_uring: %s", strerror(-rc));
-        return;
+        return rc;
     }
     for (unsigned seen = 0; seen < n; seen++) {
         struct io_uring_cqe *cqe;
         if ((rc = io_uring_wait_cqe(&m->r->ring, &cqe)) < 0) {
             fail(j, rc, "cannot flush the stripe files: io_uring: %s", strerror(-rc));
-            return;
+            return rc;
         }
         if (cqe->res < 0)
             fail(j, cqe->res, "cannot fsync %s: %s", j->path[cqe->user_data], strerror(-cqe->res));
         io_uring_cqe_seen(&m->r->ring, cqe);
     }
+    return 0;
+}
+
+/* After the last write of every ring: the stripe files of the directories
+ * d with d % nrings == index are flushed, as many at once as the ring
+ * holds, so that the disks flush in parallel. */
+static void sync_files(struct mover *m)
+{
+    unsigned n = 0;
+    for (unsigned d = m->index; d < m->p->ndirs; d += m->p->nrings) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&m->r->ring);
+        if (!sqe) {
+            if (reap_syncs(m, n) < 0)
+                return;
+            n = 0;
+            sqe = io_uring_get_sqe(&m->r->ring);
+        }
+        io_uring_prep_fsync(sqe, m->j->fd[d], 0);
+        io_uring_sqe_set_data64(sqe, d);
+        n++;
+    }
+    reap_syncs(m, n);
+}
+
+/* This ring has moved its share: waits until every ring has, since an
+ * fsync covers only the writes that completed before it. */
+static void moved(struct pio_job *j)
+{
+    pthread_mutex_lock(&j->lock);
+    if (--j->moving == 0)
+        pthread_cond_broadcast(&j->all_moved);
+    while (j->moving)
+        pthread_cond_wait(&j->all_moved, &j->lock);
+    pthread_mutex_unlock(&j->lock);
 }
 
 /* Queues blocks while there are free places; returns how many. */
@@ -243,6 +285,7 @@ static void *move(void *arg)
              * in flight, so this ring is not used again. */
             fail(m->j, rc, "io_uring failed: %s", strerror(-rc));
             m->r->broken = true;
+            moved(m->j);
             return NULL;
         }
         struct io_uring_cqe *cqe;
@@ -265,6 +308,7 @@ static void *move(void *arg)
                 io_uring_submit(ring);
         }
     }
+    moved(m->j);
     if (m->j->write && !stopping(m))
         sync_files(m);
     return NULL;
@@ -272,8 +316,8 @@ static void *move(void *arg)
 
 int pio_run(struct ckpt_persist *p, struct pio_job *j)
 {
-    struct mover m[CKPT_PERSIST_MAX_DIRS];
-    pthread_t th[CKPT_PERSIST_MAX_DIRS];
+    struct mover m[CKPT_PERSIST_MAX_RINGS];
+    pthread_t th[CKPT_PERSIST_MAX_RINGS];
     unsigned started = 0;
 
     for (unsigned i = 0; i < p->nrings; i++) {
@@ -283,8 +327,16 @@ int pio_run(struct ckpt_persist *p, struct pio_job *j)
         }
     }
     pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->all_moved, NULL);
+    j->moving = p->nrings;
     j->done = 0;
     j->err = 0;
+    j->fault = 0;
+    if (p->fault.kind == CKPT_FAULT_IO && (!p->fault.op || p->fault.op == (j->write ? 1 : 2))) {
+        unsigned long long pass = p->passes[!j->write]++;
+        if (pass >= p->fault.after && (!p->fault.times || pass - p->fault.after < p->fault.times))
+            j->fault = p->fault.err;
+    }
     j->why[0] = '\0';
     for (unsigned i = 0; i < p->nrings; i++) {
         m[i] = (struct mover){.p = p, .r = &p->rings[i], .j = j, .index = i};
@@ -300,10 +352,17 @@ int pio_run(struct ckpt_persist *p, struct pio_job *j)
         }
         started++;
     }
+    /* The rings that did not start have nothing to move: the others must
+     * not wait for them. */
+    pthread_mutex_lock(&j->lock);
+    j->moving -= p->nrings - started;
+    pthread_cond_broadcast(&j->all_moved);
+    pthread_mutex_unlock(&j->lock);
     for (unsigned i = 0; i < started; i++) {
         pthread_join(th[i], NULL);
         free(m[i].slots);
     }
+    pthread_cond_destroy(&j->all_moved);
     pthread_mutex_destroy(&j->lock);
     if (j->err)
         return j->err;

@@ -309,18 +309,34 @@ void ckpt_rlog_close(void)
  * (a live rank may be appending to it). */
 int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_t whylen)
 {
-    char path[PATH_MAX + 16], head[FILE_HEADER];
+    char path[PATH_MAX + 16];
     struct stat st;
-    int rc = 0;
 
     *last_iteration = 0;
     path_of(path, sizeof(path), dir);
     int f = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (f < 0 || fstat(f, &st) < 0) {
-        rc = -errno;
+        int rc = -errno;
         snprintf(why, whylen, "no replay log %s: %s", path, strerror(errno));
         if (f >= 0)
             close(f);
+        return rc;
+    }
+    int rc = ckpt_rlog_verify_fd(f, path, last_iteration, why, whylen);
+    close(f);
+    return rc;
+}
+
+int ckpt_rlog_verify_fd(int f, const char *path, uint64_t *last_iteration, char *why, size_t whylen)
+{
+    char head[FILE_HEADER];
+    struct stat st;
+    int rc = 0;
+
+    *last_iteration = 0;
+    if (fstat(f, &st) < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));
         return rc;
     }
     /* Only what was whole when we looked: a rank appends while we read. */
@@ -363,6 +379,5 @@ int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_
         off += sizeof(r) + padded(r.len);
     }
     free(payload);
-    close(f);
     return rc;
 }

@@ -61,5 +61,9 @@ void ckpt_rlog_close(void);
  * file (a rank may be writing it: look again), *last_iteration then being
  * the last iteration closed before it. */
 int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_t whylen);
+/* The same check of a log the caller opened (path names it in messages),
+ * e.g. one rebuilt in memory from a persisted generation; the caller
+ * closes f. */
+int ckpt_rlog_verify_fd(int f, const char *path, uint64_t *last_iteration, char *why, size_t whylen);
 
 #endif

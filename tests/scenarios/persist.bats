@@ -10,7 +10,13 @@
 # the same driven by ckpt-resume itself (CKPT_PERSIST_EVERY): a job whose
 # arena is wiped by its failure comes back from disk on its own; the agent
 # killed mid-persist leaves the older generation, which the next run uses;
-# a full disk is said once and training goes on.
+# a full disk is said once and training goes on; a disk that fails with
+# EIO (CKPT_FAULT=io:...) while persisting is said once, training goes on
+# bit-exact and the generation written before stays complete; EIO while a
+# generation is read back skips it, saying so, for an older one or a clean
+# start; ranks that refuse every restore from disk (the program changed)
+# make ckpt-resume fall back to the next older generation, then to a clean
+# start, each step said.
 #
 # As in resume.bats, snapshots are taken every 5th iteration and a rank is
 # killed at the end of iteration 23, so the arena holds iterations 15 and 20.
@@ -27,7 +33,7 @@ setup() {
     D=$(mktemp -d /tmp/ckpt-persist-bats-XXXXXX)
     unset CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_KEEP_ARENA LD_PRELOAD CKPT_BOUNDARY \
         CKPT_IO_DEPTH CKPT_IO_BLOCK_KB CKPT_PERSIST_KEEP CKPT_PERSIST_EVERY CKPT_FAULT MASTER_ADDR MASTER_PORT FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK \
-        FAKEGPU_CRASH_ONCE
+        FAKEGPU_CRASH_ONCE CKPT_KEEP_ARENA
     mkdir -p "$D/ssd0" "$D/ssd1"
     if "$PERSIST" list --dirs "$D/ssd0" 2>&1 | grep -q "io_uring is not available"; then
         skip "io_uring is not available here"
@@ -177,9 +183,12 @@ wiping() {
         wiping $n || { cat "$D/err"; false; }
         grep -q "^ckpt-resume: nothing to restart from in the arena (rank 0 has no verified snapshot); looking on disk$" \
             "$D/err" || { cat "$D/err"; false; }
-        grep -q "^ckpt-resume: restoring generation [0-9]* (iteration 20) from disk$" "$D/err" || { cat "$D/err"; false; }
+        # The newest generation on disk: 20, or 15 when the persist of 20
+        # came due while that of 15 was still running (a loaded machine).
+        it=$(sed -n 's/^ckpt-resume: restoring generation [0-9]* (iteration \(15\|20\)) from disk$/\1/p' "$D/err")
+        [ -n "$it" ] || { cat "$D/err"; false; }
         grep -q "^ckpt-resume: persisted [1-9][0-9]* generations (skipped [0-9]*, failed 0), [0-9]* bytes, " "$D/err"
-        diff "$D/out.20.0" "$D/plain.$n"
+        diff "$D/out.$it.0" "$D/plain.$n"
         [ -s "$(gen "$D/ssd0" 30)/manifest" ] && [ -s "$(gen "$D/ssd1" 30)/stripe-1" ]
         [ ! -e "$CKPT_ARENA_DIR/$(id -u)-p" ] # removed after success, pin included
     done
@@ -233,4 +242,83 @@ mid_persist() {
         { echo "$output"; false; }
     run "$PERSIST" list --verify
     [[ ${lines[0]} == "iteration 5: complete, ranks 2,"* ]] || { echo "$output"; false; }
+}
+
+@test "ckpt-resume with EIO while persisting: one warning naming the directory and the errno, training finishes bit-exact, the previous generation intact" {
+    export CKPT_PERSIST_EVERY=1 CKPT_PERSIST_KEEP=3
+    CKPT_PERSIST_EVERY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    # The first generation (iteration 5) is written; every later write fails.
+    CKPT_FAULT=io:errno=EIO:op=write:after=1 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" ||
+        { cat "$D/err"; false; }
+    diff "$D/out" "$D/plain"
+    [ "$(grep -c "warning: cannot persist iteration" "$D/err")" -eq 1 ] || { cat "$D/err"; false; }
+    grep -Eq "^ckpt-resume: warning: cannot persist iteration [0-9]+: cannot write $D/ssd[01]/$(id -u)-p/gen-[0-9]+/stripe-[01]: Input/output error; the last complete generation is kept and training goes on$" \
+        "$D/err" || { cat "$D/err"; false; }
+    grep -q "^ckpt-resume: persisted 1 generation (skipped [0-9]*, failed [1-9][0-9]*), " "$D/err" || { cat "$D/err"; false; }
+    run "$PERSIST" list --verify
+    [ "${#lines[@]}" -eq 1 ] && [[ ${lines[0]} == "iteration 5: complete, ranks 2,"* ]] || { echo "$output"; false; }
+    # No partial generation is left behind on either directory.
+    [ "$(ls "$D/ssd0/$(id -u)-p" "$D/ssd1/$(id -u)-p" | grep -c '^gen-')" -eq 2 ]
+}
+
+# wiping_with FAULT: as wiping, one rank, the rank crashed by the test
+# double at iteration 24 (once), CKPT_FAULT=FAULT for the agent's disks.
+wiping_with() {
+    local wipe='trap : TERM; "$0" "$@" >"$OUT.${CKPT_RESTORE:-0}.$RANK"; rc=$?
+        [ -n "$CKPT_RESTORE" ] || [ $rc -eq 0 ] || rm -rf "$CKPT_ARENA_DIR"/*/rank*; exit $rc'
+    OUT=$D/out CKPT_FAULT=$1 FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=0 FAKEGPU_CRASH_ONCE=$D/crashed \
+        ckpt --nproc 1 -- sh -c "$wipe" "$TRAIN" $ARGS 2>"$D/err"
+}
+
+@test "ckpt-resume with EIO while reading a generation back: it is skipped, said, and an older one or a clean start is used" {
+    export CKPT_PERSIST_EVERY=1
+    CKPT_PERSIST_EVERY=0 ckpt --nproc 1 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    local cannot="^ckpt-resume: warning: cannot restore iteration \([0-9]*\) from disk: cannot read $D/ssd[01]/$(id -u)-p/gen-[0-9]*/stripe-[01]: Input/output error; trying an older one$"
+    # The newest generation on disk (iteration 20, or 15 when the persist
+    # of 20 was skipped on a busy disk) fails to read; the older one reads.
+    rm -rf "$D/ssd0"/* "$D/ssd1"/* "$CKPT_ARENA_DIR" "$D"/out.* "$D/crashed"
+    wiping_with io:errno=EIO:op=read:times=1 || { cat "$D/err"; false; }
+    newest=$(sed -n "s|$cannot|\1|p" "$D/err")
+    [ "$(echo "$newest" | wc -w)" -eq 1 ] || { cat "$D/err"; false; }
+    used=$(sed -n 's/^ckpt-resume: restoring generation [0-9]* (iteration \([0-9]*\)) from disk$/\1/p' "$D/err")
+    [ -n "$used" ] && [ "$used" -lt "$newest" ] || { cat "$D/err"; false; }
+    diff "$D/out.$used.0" "$D/plain"
+    # Every read fails: both generations are skipped, then a clean start, said.
+    rm -rf "$D/ssd0"/* "$D/ssd1"/* "$CKPT_ARENA_DIR" "$D"/out.* "$D/crashed"
+    wiping_with io:errno=EIO:op=read || { cat "$D/err"; false; }
+    [ "$(grep -c "$cannot" "$D/err")" -eq 2 ] || { cat "$D/err"; false; }
+    grep -q "^ckpt-resume: no complete generation of job p on disk older than the one refused$" "$D/err"
+    grep -q "^ckpt-resume: restarting from the beginning: " "$D/err" || { cat "$D/err"; false; }
+    ! grep -q "restoring generation" "$D/err"
+    diff "$D/out.0.0" "$D/plain"
+}
+
+@test "ckpt-resume: ranks that refuse every restore from disk (the program changed) fall back to the older generation, then a clean start, each step said" {
+    export CKPT_PERSIST_EVERY=1
+    CKPT_PERSIST_EVERY=0 ckpt --nproc 1 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    # The first launch crashes and its arena is wiped; every restore runs a
+    # narrower model, whose allocations the snapshots do not match.
+    local wipe='trap : TERM; [ -z "$CKPT_RESTORE" ] || set -- "$@" --hidden 32
+        "$0" "$@" >"$OUT.${CKPT_RESTORE:-0}.$RANK"; rc=$?
+        [ -n "$CKPT_RESTORE" ] || [ $rc -eq 0 ] || rm -rf "$CKPT_ARENA_DIR"/*/rank*; exit $rc'
+    OUT=$D/out FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=0 FAKEGPU_CRASH_ONCE=$D/crashed \
+        ckpt --nproc 1 -- sh -c "$wipe" "$TRAIN" $ARGS 2>"$D/err" || { cat "$D/err"; false; }
+    # The two generations on disk: 15 and 20 (or two older ones when a
+    # persist was skipped on a busy disk).
+    local its
+    its=($(sed -n 's/^ckpt-resume: restoring generation [0-9]* (iteration \([0-9]*\)) from disk$/\1/p' "$D/err"))
+    [ "${#its[@]}" -eq 2 ] && [ "${its[1]}" -lt "${its[0]}" ] || { cat "$D/err"; false; }
+    local steps=("restoring generation [0-9]* (iteration ${its[0]}) from disk"
+                 "rank 0 refused the restore of iteration ${its[0]} (exit 75): not a failure of the program"
+                 "restoring generation [0-9]* (iteration ${its[1]}) from disk"
+                 "rank 0 refused the restore of iteration ${its[1]} (exit 75): not a failure of the program"
+                 "no complete generation of job p on disk older than the one refused"
+                 "falling back to a clean start: ")
+    local at=0 n
+    for step in "${steps[@]}"; do
+        n=$(grep -n "^ckpt-resume: $step" "$D/err" | head -n 1 | cut -d: -f1)
+        [ -n "$n" ] && [ "$n" -gt "$at" ] || { echo "missing or out of order: $step"; cat "$D/err"; false; }
+        at=$n
+    done
+    diff "$D/out.0.0" "$D/plain"
 }

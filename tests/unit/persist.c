@@ -228,12 +228,13 @@ static void round_trips(void)
     struct place c;
     char why[512];
 
-    /* 1 rank, 2 ranks, and 2 ranks with one ring for both directories. */
-    for (unsigned v = 0; v < 3; v++) {
+    /* 1 rank, 2 ranks, and 2 ranks with one ring for both directories, or
+     * five rings for two directories (three share one, two the other). */
+    for (unsigned v = 0; v < 4; v++) {
         unsigned n = v ? 2 : 1;
-        const char *what = (const char *[]){"one rank", "two ranks", "one ring"}[v];
-        fresh(&c, (const char *[]){"one", "two", "ring"}[v]);
-        struct ckpt_persist *p = engine(&c, 2, 16, v == 2);
+        const char *what = (const char *[]){"one rank", "two ranks", "one ring", "five rings"}[v];
+        fresh(&c, (const char *[]){"one", "two", "ring", "rings"}[v]);
+        struct ckpt_persist *p = engine(&c, 2, 16, (unsigned[]){0, 0, 1, 5}[v]);
         for (unsigned r = 0; r < n; r++)
             make_rank(c.arena, (int)r, 1, 7, 100 + r, r ? 3000 : (9u << 20) + 1234);
         struct progress pr = {0};

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "arena.h"
 #include "inspect.h"
 #include "log.h"
 
@@ -67,18 +68,53 @@ void catalog_free(struct catalog *c)
     *c = (struct catalog){0};
 }
 
-int tiers_open(const struct options *o, struct tier *t, int max)
+static bool wanted(const struct options *o, const struct tier_ops *ops)
+{
+    return !o->tier || strcmp(o->tier, ops->name) == 0;
+}
+
+static bool is_dir(const char *path)
 {
     struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int tiers_open(const struct options *o, struct tier *t, int max)
+{
     int n = 0;
 
-    /* The arena first: recovery prefers local memory to everything else. */
-    if (n < max && stat(o->arena_root, &st) == 0 && S_ISDIR(st.st_mode)) {
+    /* In the order recovery prefers: local memory, a peer's memory, disk. */
+    if (n < max && wanted(o, &arena_tier_ops) && is_dir(o->arena_root)) {
         t[n].ops = &arena_tier_ops;
         snprintf(t[n].root, sizeof(t[n].root), "%s", o->arena_root);
         n++;
     }
+    if (n < max && wanted(o, &peer_tier_ops)) {
+        snprintf(t[n].root, sizeof(t[n].root), "%s/%s", o->arena_root, CKPT_PEERS_SUBDIR);
+        if (is_dir(t[n].root))
+            t[n++].ops = &peer_tier_ops;
+    }
+    /* The disk tier checks its directories itself: one missing is said
+     * when a job is looked for, not taken for "no disk tier". */
+    if (n < max && wanted(o, &disk_tier_ops) && o->persist_dirs && o->persist_dirs[strspn(o->persist_dirs, ",")]) {
+        t[n].ops = &disk_tier_ops;
+        snprintf(t[n].root, sizeof(t[n].root), "%s", o->persist_dirs);
+        n++;
+    }
     return n;
+}
+
+const char *tiers_where(const struct options *o, char *out, size_t outlen)
+{
+    if (o->tier && strcmp(o->tier, "disk") == 0)
+        snprintf(out, outlen, "%s", o->persist_dirs && *o->persist_dirs ? o->persist_dirs : "(no CKPT_PERSIST_DIRS)");
+    else if (o->tier && strcmp(o->tier, "peer") == 0)
+        snprintf(out, outlen, "%s/%s", o->arena_root, CKPT_PEERS_SUBDIR);
+    else if (!o->tier && o->persist_dirs && *o->persist_dirs)
+        snprintf(out, outlen, "%s or %s", o->arena_root, o->persist_dirs);
+    else
+        snprintf(out, outlen, "%s", o->arena_root);
+    return out;
 }
 
 static int by_name(const void *a, const void *b)
@@ -115,14 +151,16 @@ int job_one(const struct options *o, const struct tier *t, int nt, const char **
         *job = keep->v[0];
         return 0;
     }
+    char where[2 * PATH_MAX + 8];
+    tiers_where(o, where, sizeof(where));
     if (keep->n == 0) {
-        ckpt_log(CKPT_ERROR, "no job of this user in %s", o->arena_root);
+        ckpt_log(CKPT_ERROR, "no job of this user in %s", where);
         return -ENOENT;
     }
     char list[512] = "";
     for (size_t i = 0; i < keep->n && strlen(list) < sizeof(list) - 80; i++)
         snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", keep->v[i]);
-    ckpt_log(CKPT_ERROR, "%zu jobs in %s (%s): name one with --job", keep->n, o->arena_root, list);
+    ckpt_log(CKPT_ERROR, "%zu jobs in %s (%s): name one with --job", keep->n, where, list);
     return -EINVAL;
 }
 
@@ -205,6 +243,12 @@ uint64_t catalog_newest(const struct catalog *cat)
 
 const char *image_name(const struct image *img, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "rank%d slot%d (%s)", img->rank, img->slot, img->tier->ops->name);
+    char rank[24] = "";
+    if (img->rank >= 0)
+        snprintf(rank, sizeof(rank), "rank%d ", img->rank);
+    if (img->slot >= 0)
+        snprintf(out, outlen, "%sslot%d (%s)", rank, img->slot, img->tier->ops->name);
+    else
+        snprintf(out, outlen, "%sgen-%llu (%s)", rank, (unsigned long long)img->key, img->tier->ops->name);
     return out;
 }

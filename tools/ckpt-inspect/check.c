@@ -66,7 +66,7 @@ int image_check(struct image *img, bool full, struct progress *p,
 
     img->bad_chunks = 0;
     img->why[0] = '\0';
-    int rc = img->tier->ops->map(img->tier, img, &v, img->why, sizeof(img->why));
+    int rc = img->tier->ops->map(img->tier, img, full, &v, p, img->why, sizeof(img->why));
     if (rc < 0) {
         img->state = IMG_BAD_HEADER;
         return rc;
@@ -126,9 +126,9 @@ struct image *image_find(struct catalog *cat, int rank, uint64_t gen, struct pro
     return NULL;
 }
 
-int image_map(const struct image *img, struct view *v, char *why, size_t whylen)
+int image_map(const struct image *img, struct view *v, struct progress *p, char *why, size_t whylen)
 {
-    int rc = img->tier->ops->map(img->tier, img, v, why, whylen);
+    int rc = img->tier->ops->map(img->tier, img, true, v, p, why, whylen);
     if (rc < 0)
         return rc;
     if (v->len < img->h.data_offset + img->h.data_bytes || !image_unchanged(img, v)) {
@@ -138,6 +138,16 @@ int image_map(const struct image *img, struct view *v, char *why, size_t whylen)
         return -ESTALE;
     }
     return 0;
+}
+
+uint64_t image_check_work(const struct image *img)
+{
+    return img->h.data_offset + image_data_work(img);
+}
+
+uint64_t image_data_work(const struct image *img)
+{
+    return img->h.data_bytes * (img->tier->ops->reads ? 2 : 1);
 }
 
 const char *alloc_kind_name(uint32_t kind)

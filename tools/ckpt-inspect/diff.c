@@ -32,7 +32,7 @@ static int hash_image(const struct image *img, struct hashed **out, struct progr
     struct view v;
     char why[256], name[64];
 
-    int rc = image_map(img, &v, why, sizeof(why));
+    int rc = image_map(img, &v, p, why, sizeof(why));
     if (rc < 0) {
         ckpt_log(CKPT_ERROR, "%s: %s", image_name(img, name, sizeof(name)), why);
         return rc;
@@ -143,7 +143,7 @@ static int diff_rank(struct catalog *cat, int rank, uint64_t g1, uint64_t g2)
     for (size_t i = 0; i < cat->n; i++) {
         const struct image *img = &cat->v[i];
         if (img->rank == rank && img->state == IMG_HEADER_OK && (img->h.generation == g1 || img->h.generation == g2))
-            total += img->h.data_offset + img->h.data_bytes;
+            total += image_check_work(img);
     }
     progress_start(&p, "verifying", total);
     a = image_find(cat, rank, g1, &p);
@@ -153,7 +153,11 @@ static int diff_rank(struct catalog *cat, int rank, uint64_t g1, uint64_t g2)
         printf("rank%d: no verified image of generation %llu\n", rank, (unsigned long long)(a ? g2 : g1));
         return EXIT_DAMAGED;
     }
-    progress_start(&p, "comparing", a->h.data_bytes + b->h.data_bytes);
+    /* Which tier each is read from, when several hold it. */
+    char na[64], nb[64];
+    printf("rank%d: generation %llu from %s, generation %llu from %s\n", rank, (unsigned long long)g1,
+           image_name(a, na, sizeof(na)), (unsigned long long)g2, image_name(b, nb, sizeof(nb)));
+    progress_start(&p, "comparing", image_data_work(a) + image_data_work(b));
     int rc = hash_image(a, &ha, &p) < 0 || hash_image(b, &hb, &p) < 0 ? EXIT_ERROR : EXIT_OK;
     progress_end(&p);
     if (rc != EXIT_OK)

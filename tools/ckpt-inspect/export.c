@@ -40,8 +40,9 @@ static int export_rank(const struct image *img, const char *dir, struct progress
     struct view v;
     const struct ckpt_header *h = &img->h;
 
-    if (image_map(img, &v, why, sizeof(why)) < 0) {
-        ckpt_log(CKPT_ERROR, "%s: %s", image_name(img, name, sizeof(name)), why);
+    image_name(img, name, sizeof(name));
+    if (image_map(img, &v, p, why, sizeof(why)) < 0) {
+        ckpt_log(CKPT_ERROR, "%s: %s", name, why);
         return EXIT_DAMAGED;
     }
     struct st_tensor *t = calloc(h->nallocs ? h->nallocs : 1, sizeof(*t));
@@ -82,7 +83,7 @@ static int export_rank(const struct image *img, const char *dir, struct progress
     }
     if (!image_unchanged(img, &v)) {
         ckpt_log(CKPT_ERROR, "%s: generation %llu was replaced while it was exported (the job is running); "
-                 "nothing written for rank %u", image_name(img, name, sizeof(name)),
+                 "nothing written for rank %u", name,
                  (unsigned long long)h->generation, h->rank);
         unlink(tmp);
         rc = EXIT_DAMAGED;
@@ -94,8 +95,9 @@ static int export_rank(const struct image *img, const char *dir, struct progress
         goto out;
     }
     progress_pause(p);
-    printf("rank%u: generation %llu (iteration %llu), %llu allocations -> %s\n", h->rank,
-           (unsigned long long)h->generation, (unsigned long long)h->iteration, (unsigned long long)h->nallocs, path);
+    printf("rank%u: generation %llu (iteration %llu) from %s, %llu allocations -> %s\n", h->rank,
+           (unsigned long long)h->generation, (unsigned long long)h->iteration, name, (unsigned long long)h->nallocs,
+           path);
     fflush(stdout);
     rc = EXIT_OK;
 out:
@@ -164,7 +166,7 @@ int cmd_export(const struct options *o, int argc, char **argv)
     uint64_t total = 0;
     for (size_t i = 0; i < cat.n; i++)
         if (cat.v[i].state == IMG_HEADER_OK && cat.v[i].h.generation == gen)
-            total += cat.v[i].h.data_offset + cat.v[i].h.data_bytes;
+            total += image_check_work(&cat.v[i]);
     progress_start(&p, "verifying", total);
     for (int r = 0; r < world; r++) {
         img[r] = rank == UINT64_MAX || (uint64_t)r == rank ? image_find(&cat, r, gen, &p) : NULL;
@@ -177,7 +179,7 @@ int cmd_export(const struct options *o, int argc, char **argv)
     progress_end(&p);
     total = 0;
     for (int r = 0; r < world; r++)
-        total += img[r] ? img[r]->h.data_bytes : 0;
+        total += img[r] ? image_data_work(img[r]) : 0;
     progress_start(&p, "exporting", total);
     for (int r = 0; r < world; r++) {
         int one = img[r] ? export_rank(img[r], dir, &p) : EXIT_OK;

@@ -1,6 +1,8 @@
 /*
  * `ckpt-inspect gc [--yes] [--min-age S]`: the arenas of this user's jobs
- * that are dead, and with --yes their removal.  A job is alive while any
+ * that are dead, and the replicas this node holds for dead jobs of its
+ * peers (CKPT_ARENA_DIR/peers, never taken for a job), and with --yes
+ * their removal.  A job is alive while any
  * process maps or holds open anything under its directory (or the
  * directory itself), as /proc/<pid>/maps and /proc/<pid>/fd show; a job
  * whose files changed in the last S seconds (default 60, longer than
@@ -30,6 +32,7 @@ struct arena_job {
     int pid;                 /* a process using it, or 0 */
     char comm[64];
     uint64_t newest_ns, bytes;
+    bool peer;               /* replicas held for a peer, not the job's own arena */
 };
 
 /* nftw has no argument for its callback. */
@@ -131,32 +134,49 @@ int cmd_gc(const struct options *o, int argc, char **argv)
         }
     }
     int nt = tiers_open(o, tiers, MAX_TIERS);
-    if (nt == 0 || tiers[0].ops != &arena_tier_ops) {
+    struct arena_job *j = NULL;
+    size_t n = 0, cap = 0;
+    /* The memory tiers: the jobs' arenas, and the replicas this node holds
+     * for its peers, each job's in a directory of the same shape.  The
+     * disk tier is never collected: CKPT_PERSIST_KEEP bounds it. */
+    for (int t = 0; t < nt; t++) {
+        if (tiers[t].ops == &disk_tier_ops)
+            continue;
+        if (jobs_find(o, &tiers[t], 1, &jobs) < 0) {
+            free(j);
+            return EXIT_ERROR;
+        }
+        for (size_t i = 0; i < jobs.n; i++) {
+            struct stat st;
+            if (n == cap) {
+                struct arena_job *more = realloc(j, (cap = cap ? 2 * cap : 16) * sizeof(*j));
+                if (!more) {
+                    free(j);
+                    names_free(&jobs);
+                    ckpt_log(CKPT_ERROR, "out of memory");
+                    return EXIT_ERROR;
+                }
+                j = more;
+            }
+            struct arena_job *a = &j[n];
+            *a = (struct arena_job){.peer = tiers[t].ops == &peer_tier_ops};
+            snprintf(a->name, sizeof(a->name), "%s", jobs.v[i]);
+            if (ckpt_arena_path(a->dir, sizeof(a->dir), tiers[t].root, a->name, 0) < 0)
+                continue;
+            *strrchr(a->dir, '/') = '\0';
+            /* Only a real directory of this user's (arena.c's rule). */
+            if (lstat(a->dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+                !realpath(a->dir, a->real))
+                continue;
+            walking = a;
+            nftw(a->dir, measure, 16, FTW_PHYS);
+            n++;
+        }
+        names_free(&jobs);
+    }
+    if (!j) {
         printf("no arena at %s\n", o->arena_root);
         return EXIT_OK;
-    }
-    if (jobs_find(o, tiers, 1, &jobs) < 0)
-        return EXIT_ERROR;
-    struct arena_job *j = calloc(jobs.n ? jobs.n : 1, sizeof(*j));
-    if (!j) {
-        names_free(&jobs);
-        ckpt_log(CKPT_ERROR, "out of memory");
-        return EXIT_ERROR;
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < jobs.n; i++) {
-        struct stat st;
-        struct arena_job *a = &j[n];
-        snprintf(a->name, sizeof(a->name), "%s", jobs.v[i]);
-        if (ckpt_arena_path(a->dir, sizeof(a->dir), o->arena_root, a->name, 0) < 0)
-            continue;
-        *strrchr(a->dir, '/') = '\0';
-        /* Only a real directory of this user's (arena.c's rule). */
-        if (lstat(a->dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || !realpath(a->dir, a->real))
-            continue;
-        walking = a;
-        nftw(a->dir, measure, 16, FTW_PHYS);
-        n++;
     }
     scan_proc(j, n);
 
@@ -166,6 +186,8 @@ int cmd_gc(const struct options *o, int argc, char **argv)
     char size[32], age[32];
     for (size_t i = 0; i < n; i++) {
         struct arena_job *a = &j[i];
+        if (a->peer) /* named so, the peer's copies are not taken for the job's own */
+            snprintf(a->name + strlen(a->name), sizeof(a->name) - strlen(a->name), " (peer replicas)");
         human_bytes(a->bytes, size, sizeof(size));
         human_age(a->newest_ns, age, sizeof(age));
         if (a->pid) {
@@ -189,6 +211,5 @@ int cmd_gc(const struct options *o, int argc, char **argv)
         printf("%llu dead arena%s, %s: `ckpt-inspect gc --yes` removes %s\n", (unsigned long long)dead,
                dead == 1 ? "" : "s", human_bytes(dead_bytes, size, sizeof(size)), dead == 1 ? "it" : "them");
     free(j);
-    names_free(&jobs);
     return rc;
 }

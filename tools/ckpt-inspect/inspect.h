@@ -1,7 +1,8 @@
 /*
  * ckpt-inspect's internal interface: the tiers that hold snapshot images
- * (the host-memory arena now; the disk tier and peers later, each behind
- * the same small ops table), the catalog of the images one job has in all
+ * (the host-memory arena, the replicas this node holds for its peers, the
+ * generations persisted to disk, each behind the same small ops table),
+ * the catalog of the images one job has in all
  * of them, the verification of an image, the commands, and the progress
  * display.  ckpt-inspect only ever reads what libckpt wrote, with the one
  * exception of `gc --yes`: it must never change an image, a replay log or
@@ -29,7 +30,9 @@ enum {
 
 struct options {
     const char *arena_root; /* --arena, CKPT_ARENA_DIR, /dev/shm/ckpt */
+    const char *persist_dirs; /* --persist-dirs, CKPT_PERSIST_DIRS; "": no disk tier */
     const char *job;        /* --job, CKPT_JOB; NULL: every job of this user */
+    const char *tier;       /* --tier: only that tier ("arena", "peer", "disk"); NULL: all */
 };
 
 /* ---- display.c: progress on a terminal, human-readable sizes and ages ---- */
@@ -59,11 +62,10 @@ const char *human_age(uint64_t t_ns, char *out, size_t outlen);
 struct tier;
 struct image;
 
-/* A readable view of one image: base..base+len.  cookie is the tier's. */
+/* A readable view of one image: base..base+len. */
 struct view {
     const char *base;
     size_t len;
-    void *cookie;
 };
 
 /* Growing lists the tiers fill. */
@@ -79,37 +81,50 @@ struct catalog {
 
 /*
  * A backend that holds snapshot images, filled with designated
- * initialisers (tier_arena.c; the disk tier and peers will be two more
- * tables, listed by tiers_open).  Every function returns 0 or -errno, with
- * a reason in why where it takes one.
+ * initialisers (tier_arena.c: the arena and the peer replicas; tier_disk.c:
+ * persisted generations), listed by tiers_open.  Every function returns 0
+ * or -errno, with a reason in why where it takes one.
  */
 struct tier_ops {
-    const char *name; /* "arena"; later "disk", "peer" */
+    const char *name; /* "arena", "peer", "disk" */
+    /* map reads the data (instead of mapping memory that holds it): as
+     * slow as checking it again, so progress counts it */
+    bool reads;
     /* Adds the names of this user's jobs the tier holds to out. */
     int (*jobs)(const struct tier *t, struct names *out, char *why, size_t whylen);
     /* Adds every image of job to cat (tier, rank, slot, where, file size,
      * modification time), reading no data. */
     int (*images)(const struct tier *t, const char *job, struct catalog *cat, char *why, size_t whylen);
-    /* Makes the image readable; the caller calls unmap. */
-    int (*map)(const struct tier *t, const struct image *img, struct view *v, char *why, size_t whylen);
+    /* Makes the image readable; the caller calls unmap.  Without data only
+     * the header area (header, records, chunk sums) need be read; p (may
+     * be NULL) counts the data bytes a tier that reads has read. */
+    int (*map)(const struct tier *t, const struct image *img, bool data, struct view *v, struct progress *p,
+               char *why, size_t whylen);
     void (*unmap)(const struct tier *t, struct view *v);
-    /* Verifies the replay log of rank; NULL where the tier keeps none. */
-    int (*rlog_verify)(const struct tier *t, const char *job, int rank, uint64_t *last_iteration, char *why,
+    /* Verifies the replay log that goes with img (its rank's; with
+     * log_per_copy, that copy's own); NULL where the tier keeps none. */
+    int (*rlog_verify)(const struct tier *t, const struct image *img, uint64_t *last_iteration, char *why,
                        size_t whylen);
+    /* each copy has a log of its own (disk: one per generation), not one
+     * per rank */
+    bool log_per_copy;
 };
 
 struct tier {
     const struct tier_ops *ops;
-    char root[PATH_MAX];
+    char root[PATH_MAX];      /* arena, peer: the directory; disk: CKPT_PERSIST_DIRS */
 };
 
-extern const struct tier_ops arena_tier_ops;
+extern const struct tier_ops arena_tier_ops, peer_tier_ops, disk_tier_ops;
 
 #define MAX_TIERS 4
 
-/* Fills t with the tiers available now (those whose root exists);
- * returns how many. */
+/* Fills t with the tiers available now (those whose root exists, only
+ * o->tier's when given), fastest first: arena, peer, disk; returns how
+ * many. */
 int tiers_open(const struct options *o, struct tier *t, int max);
+/* Where tiers_open looks, for messages: "DIR", "DIR or D1,D2". */
+const char *tiers_where(const struct options *o, char *out, size_t outlen);
 
 /* ---- catalog.c: the images of one job in every tier ---- */
 
@@ -126,9 +141,10 @@ enum image_state {
 struct image {
     const struct tier *tier;
     char job[CKPT_JOB_MAX];    /* the job whose directory it was found in */
-    int rank;
-    int slot;                  /* the tier's index of this copy (arena: slot0/slot1) */
-    char where[PATH_MAX];      /* for messages: the file */
+    int rank;                  /* -1: unknown (disk: a manifest that does not verify) */
+    int slot;                  /* the tier's index of this copy (arena, peer: slot0/slot1; disk: -1) */
+    uint64_t key;              /* disk: the iteration of the generation's directory */
+    char where[PATH_MAX];      /* for messages: the file (disk: the generation's directory) */
     uint64_t file_bytes;
     uint64_t mtime_ns;
     enum image_state state;
@@ -155,7 +171,7 @@ int catalog_build(const struct tier *t, int nt, const char *job, struct catalog 
 uint64_t catalog_newest(const struct catalog *cat);
 /* The world size the headers agree on (the highest rank + 1 when none says). */
 int catalog_world(const struct catalog *cat);
-/* "rank0 slot1 (arena)" for messages. */
+/* "rank0 slot1 (arena)", "rank0 gen-20 (disk)" for messages. */
 const char *image_name(const struct image *img, char *out, size_t outlen);
 
 /* ---- check.c: verification ---- */
@@ -173,10 +189,16 @@ bool image_unchanged(const struct image *img, const struct view *v);
 /* The first copy of rank's generation gen, in tier order, that verifies
  * in full, or NULL. */
 struct image *image_find(struct catalog *cat, int rank, uint64_t gen, struct progress *p);
-/* Maps a verified image again for reading its data; -ESTALE (with why)
- * when the writer has replaced it since it verified.  The caller checks
- * image_unchanged once more after reading, and unmaps. */
-int image_map(const struct image *img, struct view *v, char *why, size_t whylen);
+/* Maps a verified image again for reading its data (p counts what a tier
+ * that reads has read); -ESTALE (with why) when the writer has replaced it
+ * since it verified.  The caller checks image_unchanged once more after
+ * reading, and unmaps. */
+int image_map(const struct image *img, struct view *v, struct progress *p, char *why, size_t whylen);
+
+/* Progress units of the work on img: checking it in full (header and
+ * data), and reading only its data, each counting the tier's reading. */
+uint64_t image_check_work(const struct image *img);
+uint64_t image_data_work(const struct image *img);
 
 /* "plain", "async", "vmm", "managed": enum ckpt_alloc_kind in words. */
 const char *alloc_kind_name(uint32_t kind);

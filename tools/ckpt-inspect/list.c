@@ -1,6 +1,7 @@
 /*
  * `ckpt-inspect list`: every image of every job of this user (or of
- * --job) in every tier available now, one line per rank and slot, each
+ * --job) in every tier available now, one line per rank and slot (per
+ * rank and persisted generation on disk), each
  * image verified in full so that the last column can be trusted.  It only
  * shows: whatever it finds, it exits 0 unless it could not look at all
  * (`verify` is the command whose exit status says whether data is good).
@@ -43,7 +44,7 @@ static const char *status(const struct image *img, char *out, size_t outlen)
 
 static void print_job(const char *job, const struct catalog *cat)
 {
-    char size[32], age[32], st[320], gen[24], iter[24];
+    char size[32], age[32], st[320], gen[24], iter[24], rank[16], slot[16];
     uint64_t newest = catalog_newest(cat);
     int world = catalog_world(cat);
 
@@ -66,7 +67,15 @@ static void print_job(const char *job, const struct catalog *cat)
         bool known = img->state >= IMG_HEADER_OK;
         number(img, img->h.generation, gen, sizeof(gen));
         number(img, img->h.iteration, iter, sizeof(iter));
-        printf("  %-6s %5d %4d %10s %10s %10s %8s  %s\n", img->tier->ops->name, img->rank, img->slot, gen, iter,
+        if (!known && img->slot < 0) /* disk: the directory names the iteration */
+            snprintf(iter, sizeof(iter), "%llu", (unsigned long long)img->key);
+        snprintf(rank, sizeof(rank), "%d", img->rank);
+        snprintf(slot, sizeof(slot), "%d", img->slot);
+        if (img->rank < 0)
+            snprintf(rank, sizeof(rank), "?");
+        if (img->slot < 0)
+            snprintf(slot, sizeof(slot), "-");
+        printf("  %-6s %5s %4s %10s %10s %10s %8s  %s\n", img->tier->ops->name, rank, slot, gen, iter,
                human_bytes(image_bytes(img), size, sizeof(size)),
                human_age(known ? img->h.time_ns : img->mtime_ns, age, sizeof(age)), status(img, st, sizeof(st)));
     }
@@ -87,8 +96,9 @@ int cmd_list(const struct options *o, int argc, char **argv)
     int nt = tiers_open(o, tiers, MAX_TIERS);
     if (jobs_find(o, tiers, nt, &jobs) < 0)
         return EXIT_ERROR;
+    char where[2 * PATH_MAX + 8];
     if (!jobs.n)
-        printf("no jobs of this user in %s\n", o->arena_root);
+        printf("no jobs of this user in %s\n", tiers_where(o, where, sizeof(where)));
     for (size_t j = 0; j < jobs.n; j++) {
         struct catalog cat = {0};
         if (catalog_build(tiers, nt, jobs.v[j], &cat) < 0) {
@@ -97,7 +107,7 @@ int cmd_list(const struct options *o, int argc, char **argv)
         }
         uint64_t total = 0;
         for (size_t i = 0; i < cat.n; i++)
-            total += cat.v[i].state == IMG_HEADER_OK ? image_bytes(&cat.v[i]) : 0;
+            total += cat.v[i].state == IMG_HEADER_OK ? image_check_work(&cat.v[i]) : 0;
         progress_start(&p, "verifying", total);
         for (size_t i = 0; i < cat.n; i++)
             if (cat.v[i].state == IMG_HEADER_OK)

@@ -1,6 +1,6 @@
 /*
- * ckpt-inspect's entry: global options (--arena, --job, anywhere on the
- * line), the configuration (CKPT_* read and checked as libckpt reads it),
+ * ckpt-inspect's entry: global options (--arena, --persist-dirs, --tier,
+ * --job, anywhere on the line), the configuration (CKPT_* read and checked as libckpt reads it),
  * and the table of commands.  Results go to stdout, problems to stderr as
  * "ckpt-inspect: ..." lines; the exit status says which (inspect.h).  It
  * must never write into an arena except through `gc --yes`.
@@ -12,19 +12,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "config.h"
 #include "inspect.h"
 #include "log.h"
 
 static const char usage_text[] =
-    "usage: ckpt-inspect [--arena DIR] [--job NAME] COMMAND [ARGS]\n"
+    "usage: ckpt-inspect [--arena DIR] [--persist-dirs D1,D2] [--tier T] [--job NAME] COMMAND [ARGS]\n"
     "\n"
-    "Shows, verifies and exports the snapshots libckpt took of a job.\n"
+    "Shows, verifies and exports the snapshots libckpt took of a job, in every tier that holds\n"
+    "them: the arena (host memory), peer (replicas held for other nodes), disk (persisted).\n"
     "\n"
     "commands:\n"
-    "  list                        every image of every job, per rank and slot, verified or not (why)\n"
+    "  list                        every image of every job in every tier, per rank and slot or\n"
+    "                              persisted generation, verified or not (why)\n"
     "  verify [GEN|all]            checks every chunk of a generation (default: the newest every rank\n"
-    "                              holds) and every replay log; exit 1 on any damage\n"
+    "                              holds) in every tier, and every replay log; exit 1 on any damage\n"
     "  diff G1 G2 [--rank N]       which allocations changed between two generations\n"
     "  export GEN [--format safetensors] DIR [--rank N]\n"
     "                              writes DIR/rank<N>.safetensors, one U8 tensor per allocation\n"
@@ -34,8 +37,15 @@ static const char usage_text[] =
     "                              else one line per event (default: the last 4 iterations, rank 0)\n"
     "  env [--markdown]            the CKPT_* variables (as a Markdown table)\n"
     "\n"
+    "diff and export read each rank's copy from the fastest tier that holds it and verifies:\n"
+    "arena, then peer, then disk; --tier makes them read from that one.\n"
+    "\n"
     "options:\n"
-    "  --arena DIR   where the arenas are (default CKPT_ARENA_DIR, else /dev/shm/ckpt)\n"
+    "  --arena DIR   where the arenas are (default CKPT_ARENA_DIR, else /dev/shm/ckpt); the peer\n"
+    "                tier is DIR/" CKPT_PEERS_SUBDIR "\n"
+    "  --persist-dirs D1,D2\n"
+    "                the disk tier (default CKPT_PERSIST_DIRS; empty: no disk tier)\n"
+    "  --tier T      only tier T: arena, peer or disk\n"
     "  --job NAME    the job (default CKPT_JOB, else every job of this user)\n"
     "  -h, --help    this text\n"
     "\n"
@@ -124,6 +134,7 @@ int main(int argc, char **argv)
     ckpt_log_init("ckpt-inspect", (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
     o.arena_root = ckpt_cfg_str(CFG_ARENA_DIR);
+    o.persist_dirs = ckpt_cfg_str(CFG_PERSIST_DIRS);
     o.job = getenv("CKPT_JOB") ? ckpt_cfg_str(CFG_JOB) : NULL;
 
     /* Global options anywhere: what is left is the command and its arguments. */
@@ -134,6 +145,18 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[i], "--arena") == 0 && i + 1 < argc) {
             o.arena_root = argv[++i];
+            continue;
+        }
+        if (strcmp(argv[i], "--persist-dirs") == 0 && i + 1 < argc) {
+            o.persist_dirs = argv[++i];
+            continue;
+        }
+        if (strcmp(argv[i], "--tier") == 0 && i + 1 < argc) {
+            o.tier = argv[++i];
+            if (strcmp(o.tier, "arena") != 0 && strcmp(o.tier, "peer") != 0 && strcmp(o.tier, "disk") != 0) {
+                ckpt_log(CKPT_ERROR, "--tier '%s': expected arena, peer or disk", o.tier);
+                return EXIT_USAGE;
+            }
             continue;
         }
         if (strcmp(argv[i], "--job") == 0 && i + 1 < argc) {

@@ -1,7 +1,9 @@
 /*
  * The arena tier: the host-memory arenas libckpt writes under
- * CKPT_ARENA_DIR/<uid>-<job>/rank<N>/{slot0,slot1,replay.log} (arena.h).
- * Only this user's directories are looked at, and only real directories
+ * CKPT_ARENA_DIR/<uid>-<job>/rank<N>/{slot0,slot1,replay.log} (arena.h);
+ * and the peer tier, the replicas this node's agent holds for the ranks of
+ * other nodes, laid out the same way under CKPT_ARENA_DIR/peers but
+ * without replay logs.  Only this user's directories are looked at, and only real directories
  * and files in them (never a symlink: /dev/shm is shared by every user).
  * Images are mapped read-only and shared, so reading costs no copy; it
  * must never open anything for writing.
@@ -109,10 +111,11 @@ static int arena_images(const struct tier *t, const char *job, struct catalog *c
     return 0;
 }
 
-static int arena_map(const struct tier *t, const struct image *img, struct view *v, char *why, size_t whylen)
+static int arena_map(const struct tier *t, const struct image *img, bool data, struct view *v, struct progress *p,
+                     char *why, size_t whylen)
 {
     struct stat st;
-    (void)t;
+    (void)t, (void)data, (void)p;
 
     *v = (struct view){0};
     int fd = open(img->where, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -146,12 +149,12 @@ static void arena_unmap(const struct tier *t, struct view *v)
     *v = (struct view){0};
 }
 
-static int arena_rlog_verify(const struct tier *t, const char *job, int rank, uint64_t *last_iteration, char *why,
+static int arena_rlog_verify(const struct tier *t, const struct image *img, uint64_t *last_iteration, char *why,
                              size_t whylen)
 {
     char dir[PATH_MAX];
-    if (ckpt_arena_path(dir, sizeof(dir), t->root, job, rank) < 0) {
-        snprintf(why, whylen, "the arena path of job '%s' is too long", job);
+    if (ckpt_arena_path(dir, sizeof(dir), t->root, img->job, img->rank) < 0) {
+        snprintf(why, whylen, "the arena path of job '%s' is too long", img->job);
         return -ENAMETOOLONG;
     }
     return ckpt_rlog_verify(dir, last_iteration, why, whylen);
@@ -164,4 +167,14 @@ const struct tier_ops arena_tier_ops = {
     .map = arena_map,
     .unmap = arena_unmap,
     .rlog_verify = arena_rlog_verify,
+};
+
+/* The receiver keeps no replay log: a restore from a peer's replica takes
+ * the log from the rank's own node. */
+const struct tier_ops peer_tier_ops = {
+    .name = "peer",
+    .jobs = arena_jobs,
+    .images = arena_images,
+    .map = arena_map,
+    .unmap = arena_unmap,
 };

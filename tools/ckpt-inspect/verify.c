@@ -52,28 +52,54 @@ static void report(const struct image *img)
     fflush(stdout);
 }
 
-/* The replay log of rank in tier t must verify and reach iteration. */
-static void check_log(const struct tier *t, const char *job, int rank, uint64_t iteration)
+/* The replay log that goes with img must verify and reach iteration. */
+static void check_log(const struct image *img, uint64_t iteration)
 {
-    char why[512];
+    const struct tier *t = img->tier;
+    char why[512], name[64];
     uint64_t last;
     int rc;
 
+    if (t->ops->log_per_copy)
+        snprintf(name, sizeof(name), "%s gen-%llu", t->ops->name, (unsigned long long)img->key);
+    else
+        snprintf(name, sizeof(name), "%s", t->ops->name);
     /* A record cut short may be one that a live rank is writing now. */
-    for (int tries = 0; (rc = t->ops->rlog_verify(t, job, rank, &last, why, sizeof(why))) == -ENODATA && tries < 20;
+    for (int tries = 0; (rc = t->ops->rlog_verify(t, img, &last, why, sizeof(why))) == -ENODATA && tries < 20;
          tries++)
         nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
     if (rc < 0) {
-        printf("rank%d replay log (%s): %s\n", rank, t->ops->name, why);
+        printf("rank%d replay log (%s): %s\n", img->rank, name, why);
         problems++;
     } else if (last < iteration) {
         printf("rank%d replay log (%s): ends at iteration %llu, before iteration %llu: that snapshot cannot be "
-               "restored\n", rank, t->ops->name, (unsigned long long)last, (unsigned long long)iteration);
+               "restored\n", img->rank, name, (unsigned long long)last, (unsigned long long)iteration);
         problems++;
     } else {
-        printf("rank%d replay log (%s): verified through iteration %llu\n", rank, t->ops->name,
+        printf("rank%d replay log (%s): verified through iteration %llu\n", img->rank, name,
                (unsigned long long)last);
     }
+}
+
+/* The logs of rank in tier t: one per rank (checked against the highest
+ * iteration asked for), or each selected copy's own. */
+static void check_logs(const struct catalog *cat, const struct tier *t, int rank, uint64_t gen, uint64_t iteration)
+{
+    const struct image *one = NULL;
+    for (size_t i = 0; i < cat->n; i++) {
+        const struct image *img = &cat->v[i];
+        if (img->rank != rank || img->tier != t)
+            continue;
+        if (!t->ops->log_per_copy) {
+            one = img;
+            break;
+        }
+        /* A copy whose header did not verify has already been reported. */
+        if (img->state >= IMG_HEADER_OK && img->state != IMG_CHANGED && (!gen || img->h.generation == gen))
+            check_log(img, img->h.iteration);
+    }
+    if (one)
+        check_log(one, iteration);
 }
 
 /* What rank holds of gen (all: of any generation): whether a copy
@@ -119,7 +145,7 @@ int cmd_verify(const struct options *o, int argc, char **argv)
     uint64_t total = 0;
     for (size_t i = 0; i < cat.n; i++)
         if (selected(&cat.v[i], gen) && cat.v[i].state == IMG_HEADER_OK)
-            total += cat.v[i].h.data_offset + cat.v[i].h.data_bytes;
+            total += image_check_work(&cat.v[i]);
     progress_start(&bar, "verifying", total);
     for (size_t i = 0; i < cat.n && (all || gen); i++) {
         if (!selected(&cat.v[i], gen))
@@ -142,14 +168,10 @@ int cmd_verify(const struct options *o, int argc, char **argv)
         }
         if (it > iteration)
             iteration = it;
-        /* Each tier that holds the rank and keeps logs: its log too. */
-        for (int t = 0; t < nt; t++) {
-            bool holds = false;
-            for (size_t i = 0; i < cat.n && !holds; i++)
-                holds = cat.v[i].rank == r && cat.v[i].tier == &tiers[t];
-            if (holds && tiers[t].ops->rlog_verify)
-                check_log(&tiers[t], job, r, it);
-        }
+        /* Each tier that holds the rank and keeps logs: its logs too. */
+        for (int t = 0; t < nt; t++)
+            if (tiers[t].ops->rlog_verify)
+                check_logs(&cat, &tiers[t], r, gen, it);
     }
     if (problems)
         printf("job %s: %d problem%s found\n", job, problems, problems == 1 ? "" : "s");
