@@ -25,10 +25,14 @@ enum ckpt_tl_kind {
     CKPT_TL_COPY = 2,     /* libckpt's device-to-host snapshot copies: arg is bytes */
     CKPT_TL_COMMIT = 3,   /* checksum and header write of a snapshot */
     CKPT_TL_BOUNDARY = 4, /* an iteration ended (start == end) */
+    CKPT_TL_NET = 5,      /* the node agent sent a replica: arg is bytes */
+    CKPT_TL_DISK = 6,     /* the node agent persisted a snapshot: arg is bytes */
 };
 
 /* Where the times came from. */
-#define CKPT_TL_GPU_TIME 0x1 /* the GPU's timer (NCCL profiler KernelCh) */
+#define CKPT_TL_GPU_TIME 0x1 /* the GPU's timer (NCCL profiler KernelCh, or copy events) */
+/* Of a COPY: queued when the program reached the update, not in a gap. */
+#define CKPT_TL_SPILL 0x2
 
 /* NCCL functions, as detail of a CKPT_TL_COLL. */
 enum ckpt_tl_func {
