@@ -112,18 +112,23 @@ struct ckpt_pace_job {
 };
 
 /* Queues job's copies: all now, or (paced, CKPT_SCHED=gap with a profile)
- * over the idle gaps of the next iteration from a thread of the pacer's.
+ * the first gap's now and the others as the program queues collectives.
  * Called with the snapshot lock held.  Returns CUDA_SUCCESS or the error
  * of the first copy that failed (nothing is queued after it). */
-CUresult ckpt_pace_start(const struct ckpt_pace_job *job, uint64_t boundary_ns, bool paced);
+CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced);
+
+/* The program queued a collective on s: a paced snapshot's next gap
+ * follows it.  Returns CUDA_SUCCESS or a CUDA error. */
+CUresult ckpt_pace_collective(CUstream s);
 
 /* Queues what the gaps did not carry, and the done event, now: before the
  * update may run.  Returns CUDA_SUCCESS or the error of a failed copy. */
 CUresult ckpt_pace_flush(void);
 
 /* Blocks until every copy of the snapshot in flight and its done event
- * are queued (the committer waits on done only then). */
-void ckpt_pace_wait_issued(void);
+ * are queued (the committer waits on done only then).  Returns
+ * CUDA_SUCCESS, or the error of a copy that failed: the snapshot is lost. */
+CUresult ckpt_pace_wait_issued(void);
 
 /* After done completed: puts the snapshot's copies on the timeline (one
  * event per batch, GPU-timed; copied_at is done's host time), learns the

@@ -1,21 +1,22 @@
 /*
- * The pacer: when a snapshot's device-to-host copies are queued
- * (CKPT_SCHED).  It keeps the rank's gap profile (runtime/sched.h) up to
- * date from the timeline, publishes it for the node agent, and under gap
- * queues each snapshot's pieces from its own thread at the start of each
- * idle gap of the next iteration, as many bytes as the gap carries at the
- * measured copy rate.  What is left when the program reaches the
- * iteration's last collective is queued then (a spill: the update waits for
- * it on the GPU, exactly as it waits for eager copies), so consistency is
- * the snapshot engine's, unchanged.  It never queues a copy inside a
- * profiled collective span, and never fails the program: its CUDA errors
- * go back to the snapshot engine.
+ * The pacer: when a snapshot's device-to-host copies run (CKPT_SCHED).  It
+ * keeps the rank's gap profile (runtime/schedule.h) up to date from the
+ * timeline and publishes it for the node agent.  Under gap the copies are
+ * gated on the GPU, not timed by the host (which runs ahead of it): the
+ * pieces that fit before the first collective are queued at the boundary,
+ * and as the program queues its k-th collective, the copy stream is made to
+ * wait for that collective's end and given the pieces that fit in the idle
+ * gap before collective k+1.  What is left when the program queues the
+ * iteration's last collective is queued after it (a spill: the update
+ * waits for it on the GPU, exactly as it waits for eager copies), so
+ * consistency is the snapshot engine's, unchanged.  It never places a copy
+ * inside a profiled collective span, and never fails the program: its CUDA
+ * errors go back to the snapshot engine.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "config.h"
 #include "format.h"
@@ -24,17 +25,16 @@
 #include "schedule.h"
 #include "timeline.h"
 
-#define PIECE (64ULL << 20)   /* a piece never holds the copy engine longer (snapshot.c) */
+#define PIECE (64ULL << 20)    /* a piece never holds the copy engine longer (snapshot.c) */
 #define MIN_PIECE (1ULL << 20) /* a gap that carries less is left idle: per-copy overhead */
-#define BATCHES 64            /* timed batches per snapshot; later gaps go unused */
-#define RATE_SAFETY 0.8       /* place at this share of the measured rate */
+#define BATCHES 64             /* timed batches per snapshot; later ones go untimed */
+#define RATE_SAFETY 0.8        /* place at this share of the measured rate */
+
+_Static_assert(CKPT_SCHED_SPANS < BATCHES, "a batch per gap, and the spill");
 
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool started, stop;
-    CUcontext ctx;
-    pthread_t thread;
 
     struct ckpt_sched_profile prof; /* the published one */
     bool have_prof;
@@ -43,25 +43,24 @@ static struct {
 
     /* The snapshot in flight. */
     struct ckpt_pace_job job;
-    bool paced, issued; /* handed to the thread; every piece and done queued */
-    long i;             /* cursor: allocation, offset in it */
-    uint64_t off, total, anchor_ns;
+    bool paced, issued; /* gated on collectives; every piece and done queued */
     bool was_paced;
+    struct ckpt_sched_slot slot[CKPT_SCHED_SPANS];
+    size_t nslots, next; /* the gap before collective `next` comes next */
+    long i;              /* cursor: allocation, offset in it */
+    uint64_t off, total, queued;
     uint64_t now_bytes, gap_bytes, spill_bytes; /* queued at the boundary, in gaps, before the update */
     unsigned nbatch;
-    CUevent ev[BATCHES][2];
+    CUevent ev[BATCHES][2], gate;
     uint64_t bbytes[BATCHES];
     bool bspill[BATCHES];
     bool events_ok;
+    CUresult failed; /* the first copy error of the snapshot in flight */
 } P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
-static uint64_t mono_ns(void)
-{
-    return ckpt_tl_now();
-}
-
 /* Queues up to max bytes of pieces from the cursor, timed as one batch
- * when an event pair is free.  With P.lock held. */
+ * when an event pair is free; records done after the last piece.  With
+ * P.lock held. */
 static CUresult batch(uint64_t max, bool spill)
 {
     const struct ckpt_pace_job *j = &P.job;
@@ -94,6 +93,9 @@ static CUresult batch(uint64_t max, bool spill)
         P.bspill[b] = spill;
         P.nbatch++;
     }
+    P.queued += sent;
+    if (r != CUDA_SUCCESS && P.failed == CUDA_SUCCESS)
+        P.failed = r;
     if (spill)
         P.spill_bytes += sent;
     else if (P.was_paced)
@@ -103,68 +105,10 @@ static CUresult batch(uint64_t max, bool spill)
     if (r == CUDA_SUCCESS && P.i >= j->n && !P.issued) {
         r = real_cuEventRecord(j->done, j->stream);
         P.issued = true;
-        P.paced = false;
+        __atomic_store_n(&P.paced, false, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&P.cond);
     }
     return r;
-}
-
-static void sleep_until(uint64_t t)
-{
-    struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ULL), .tv_nsec = (long)(t % 1000000000ULL)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
-}
-
-/* Paces one snapshot over the gaps before the update; leaves the rest to
- * ckpt_pace_flush.  With P.lock held (released while sleeping). */
-static void pace_one(void)
-{
-    struct ckpt_sched_slot slot[BATCHES];
-    double rate = P.rate_bps * RATE_SAFETY;
-    uint64_t rel = mono_ns() - P.anchor_ns, placed;
-    size_t n = ckpt_sched_place(&P.prof, rel, ckpt_sched_last_busy(&P.prof), P.total, (uint64_t)rate, slot,
-                                BATCHES, &placed);
-
-    for (size_t k = 0; k < n && P.paced; k++) {
-        pthread_mutex_unlock(&P.lock);
-        sleep_until(P.anchor_ns + slot[k].start_ns);
-        pthread_mutex_lock(&P.lock);
-        if (!P.paced)
-            break;
-        /* A late wake-up shrinks the batch to what the gap has left. */
-        uint64_t now = mono_ns() - P.anchor_ns;
-        if (now >= slot[k].end_ns)
-            continue;
-        uint64_t fits = (uint64_t)((double)(slot[k].end_ns - now) * rate / 1e9);
-        if (fits > slot[k].bytes)
-            fits = slot[k].bytes;
-        if (fits < MIN_PIECE && fits < P.total - P.gap_bytes - P.now_bytes)
-            continue;
-        if (batch(fits, false) != CUDA_SUCCESS) {
-            ckpt_log(CKPT_WARN, "a paced snapshot copy failed; the rest is queued before the update");
-            break;
-        }
-    }
-}
-
-static void *pacer(void *arg)
-{
-    (void)arg;
-    ckpt_self_depth = 1;
-    real_cuCtxSetCurrent(P.ctx);
-    pthread_mutex_lock(&P.lock);
-    for (;;) {
-        while (!P.paced && !P.stop)
-            pthread_cond_wait(&P.cond, &P.lock);
-        if (P.stop)
-            break;
-        pace_one();
-        while (P.paced && !P.stop) /* until the flush */
-            pthread_cond_wait(&P.cond, &P.lock);
-    }
-    pthread_mutex_unlock(&P.lock);
-    return NULL;
 }
 
 /* The batch events, once, in the program's context (current here). */
@@ -174,51 +118,67 @@ static void make_events(void)
     if (tried)
         return;
     tried = true;
-    P.events_ok = true;
+    P.events_ok = real_cuEventCreate(&P.gate, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
     for (int b = 0; b < BATCHES && P.events_ok; b++)
         P.events_ok = real_cuEventCreate(&P.ev[b][0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
                       real_cuEventCreate(&P.ev[b][1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
     if (!P.events_ok)
-        ckpt_log_once(CKPT_WARN, "cannot create the copy timing events: copies are not timed, nor paced");
+        ckpt_log_once(CKPT_WARN, "cannot create the copy timing events: copies are neither timed nor paced");
 }
 
-/* The thread, once.  Returns 0 or -EAGAIN. */
-static int start(void)
+/* The next gap's share; a gap that carries less than a piece's worth of
+ * overhead stays idle.  With P.lock held. */
+static CUresult next_gap(void)
 {
-    if (P.started)
-        return 0;
-    if (real_cuCtxGetCurrent(&P.ctx) != CUDA_SUCCESS || pthread_create(&P.thread, NULL, pacer, NULL) != 0) {
-        ckpt_log_once(CKPT_WARN, "cannot start the pacer thread: snapshot copies run eagerly");
-        return -EAGAIN;
-    }
-    pthread_detach(P.thread);
-    P.started = true;
-    return 0;
+    uint64_t b = P.next < P.nslots ? P.slot[P.next].bytes : 0;
+    P.next++;
+    return b >= MIN_PIECE || (b && b >= P.total - P.queued) ? batch(b, false) : CUDA_SUCCESS;
 }
 
-CUresult ckpt_pace_start(const struct ckpt_pace_job *job, uint64_t boundary_ns, bool paced)
+CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
 {
     pthread_mutex_lock(&P.lock);
     P.job = *job;
     P.i = 0;
     P.off = 0;
-    P.total = 0;
+    P.total = P.queued = 0;
     for (long i = 0; i < job->n; i++)
         P.total += job->recs[i].size;
     P.now_bytes = P.gap_bytes = P.spill_bytes = 0;
     P.nbatch = 0;
     P.issued = false;
-    P.anchor_ns = boundary_ns;
+    P.failed = CUDA_SUCCESS;
     make_events();
-    paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && P.have_prof && P.rate_bps > 0 && P.events_ok &&
-            start() == 0;
+    paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && P.have_prof && P.rate_bps > 0 && P.events_ok;
     P.was_paced = paced;
-    CUresult r = CUDA_SUCCESS;
+    CUresult r;
     if (paced) {
-        P.paced = true;
-        pthread_cond_broadcast(&P.cond);
+        P.nslots = ckpt_sched_place(&P.prof, P.total, (uint64_t)(P.rate_bps * RATE_SAFETY), P.slot,
+                                    CKPT_SCHED_SPANS, NULL);
+        P.next = 0;
+        __atomic_store_n(&P.paced, true, __ATOMIC_RELEASE);
+        r = next_gap(); /* the GPU is idle at the boundary: the first gap starts now */
     } else {
         r = batch(UINT64_MAX, false);
+    }
+    pthread_mutex_unlock(&P.lock);
+    return r;
+}
+
+CUresult ckpt_pace_collective(CUstream s)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    if (!__atomic_load_n(&P.paced, __ATOMIC_ACQUIRE))
+        return r;
+    pthread_mutex_lock(&P.lock);
+    if (P.paced && !P.issued) {
+        /* The copy stream waits (on the GPU) for this collective's end. */
+        r = real_cuEventRecord(P.gate, s);
+        if (r == CUDA_SUCCESS)
+            r = real_cuStreamWaitEvent(P.job.stream, P.gate, 0);
+        if (r == CUDA_SUCCESS)
+            r = next_gap();
     }
     pthread_mutex_unlock(&P.lock);
     return r;
@@ -230,7 +190,7 @@ CUresult ckpt_pace_flush(void)
 
     pthread_mutex_lock(&P.lock);
     if (!P.issued) {
-        P.paced = false;
+        __atomic_store_n(&P.paced, false, __ATOMIC_RELEASE);
         r = batch(UINT64_MAX, true);
         if (r != CUDA_SUCCESS && !P.issued) { /* done still marks the end of what was queued */
             real_cuEventRecord(P.job.done, P.job.stream);
@@ -242,12 +202,14 @@ CUresult ckpt_pace_flush(void)
     return r;
 }
 
-void ckpt_pace_wait_issued(void)
+CUresult ckpt_pace_wait_issued(void)
 {
     pthread_mutex_lock(&P.lock);
     while (!P.issued)
         pthread_cond_wait(&P.cond, &P.lock);
+    CUresult r = P.failed;
     pthread_mutex_unlock(&P.lock);
+    return r;
 }
 
 void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, size_t statslen)

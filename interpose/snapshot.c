@@ -172,8 +172,9 @@ static void *committer(void *arg)
 
         ckpt_self_depth = 1; /* this thread is libckpt's own */
         real_cuCtxSetCurrent(S.ctx);
-        ckpt_pace_wait_issued();
-        CUresult r = real_cuEventSynchronize(S.done);
+        CUresult r = ckpt_pace_wait_issued();
+        if (r == CUDA_SUCCESS)
+            r = real_cuEventSynchronize(S.done);
         char sched[256] = "\"sched\":null";
         uint64_t copied_at = ckpt_tl_now();
         float ms = 0;
@@ -379,7 +380,7 @@ static uint64_t pinned_iteration(void)
 
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
  * program's thread, right after one of its host syncs returned. */
-static void take(uint64_t iter, bool has_collectives, uint64_t boundary_ns)
+static void take(uint64_t iter, bool has_collectives)
 {
     /* A snapshot whose last collective never came (the pattern changed):
      * its remaining copies are queued now. */
@@ -471,7 +472,7 @@ static void take(uint64_t iter, bool has_collectives, uint64_t boundary_ns)
     bool strict = ckpt_cfg_int(CFG_CONSISTENCY) == 1;
     struct ckpt_pace_job job = {.dst = base + h.data_offset, .allocs = S.allocs, .recs = S.recs, .n = n,
                                 .stream = S.stream, .start = S.start, .done = S.done};
-    CUresult r = ckpt_pace_start(&job, boundary_ns, has_collectives && !strict && mode == CKPT_SCHED_GAP);
+    CUresult r = ckpt_pace_start(&job, has_collectives && !strict && mode == CKPT_SCHED_GAP);
     if (r != CUDA_SUCCESS) {
         S.skipped++;
         ckpt_log(CKPT_WARN, "iteration %llu: device-to-host copy failed (CUDA error %d); snapshot skipped",
@@ -530,7 +531,7 @@ static void boundary(void)
     ckpt_bd_period(&colls);
     pthread_mutex_lock(&S.lock);
     ckpt_self_depth++;
-    take(iter, colls, t);
+    take(iter, colls);
     ckpt_self_depth--;
     pthread_mutex_unlock(&S.lock);
 }
@@ -550,7 +551,12 @@ void ckpt_on_marker(void)
 void ckpt_on_collective(uint64_t token, CUstream s)
 {
     ckpt_stream_seen(s);
-    if (ckpt_bd_feed(CKPT_TOK_COLL, token) != CKPT_BD_LAST_COLL || !S.wait_pending)
+    enum ckpt_bd_event what = ckpt_bd_feed(CKPT_TOK_COLL, token);
+    ckpt_self_depth++;
+    if (ckpt_pace_collective(s) != CUDA_SUCCESS)
+        ckpt_log_once(CKPT_WARN, "a paced snapshot copy could not be queued; the rest goes before the update");
+    ckpt_self_depth--;
+    if (what != CKPT_BD_LAST_COLL || !S.wait_pending)
         return;
     pthread_mutex_lock(&S.lock);
     ckpt_self_depth++;

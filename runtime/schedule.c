@@ -2,7 +2,7 @@
  * The gap profile and the placement of checkpoint traffic in it
  * (schedule.h), for the rank (interpose/sched.c) and the node agent alike.
  * It must never place traffic inside a profiled collective span: every
- * slot it hands out lies in the complement of the merged, widened spans.
+ * slot it hands out lies in the complement of the widened spans.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,50 +24,12 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int cmp_span(const void *a, const void *b)
-{
-    return cmp_u64(a, b); /* by start_ns, the first member */
-}
-
-/* Sorts and merges spans[0..n) in place (widened by margin, clamped to
- * [0, period]), then merges the closest neighbours until at most
- * CKPT_SCHED_SPANS remain.  Returns the count. */
-static size_t merge(struct ckpt_sched_span *s, size_t n, uint64_t margin, uint64_t period)
-{
-    size_t m = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        s[i].start_ns = s[i].start_ns > margin ? s[i].start_ns - margin : 0;
-        s[i].end_ns = s[i].end_ns + margin < period ? s[i].end_ns + margin : period;
-    }
-    qsort(s, n, sizeof(*s), cmp_span);
-    for (size_t i = 0; i < n; i++) {
-        if (s[i].start_ns >= period)
-            continue;
-        if (m && s[i].start_ns <= s[m - 1].end_ns) {
-            if (s[i].end_ns > s[m - 1].end_ns)
-                s[m - 1].end_ns = s[i].end_ns;
-        } else {
-            s[m++] = s[i];
-        }
-    }
-    while (m > CKPT_SCHED_SPANS) {
-        size_t best = 0;
-        for (size_t i = 1; i + 1 < m; i++)
-            if (s[i + 1].start_ns - s[i].end_ns < s[best + 1].start_ns - s[best].end_ns)
-                best = i;
-        s[best].end_ns = s[best + 1].end_ns;
-        memmove(&s[best + 1], &s[best + 2], (m - best - 2) * sizeof(*s));
-        m--;
-    }
-    return m;
-}
-
 int ckpt_sched_build(const struct ckpt_tl_event *ev, size_t n, uint64_t from, uint64_t to,
                      struct ckpt_sched_profile *p)
 {
     uint64_t end[MAX_ITERS + 1] = {0}, len[MAX_ITERS], sorted[MAX_ITERS];
-    size_t nlen = 0, nspan = 0;
+    unsigned count[MAX_ITERS] = {0};
+    size_t nlen = 0;
 
     if (to < from || to - from >= MAX_ITERS || from == 0)
         return -EAGAIN;
@@ -82,29 +44,52 @@ int ckpt_sched_build(const struct ckpt_tl_event *ev, size_t n, uint64_t from, ui
         return -EAGAIN;
     memcpy(sorted, len, nlen * sizeof(*len));
     qsort(sorted, nlen, sizeof(*sorted), cmp_u64);
-    uint64_t period = sorted[nlen / 2], spread = sorted[nlen * 3 / 4] - sorted[nlen / 4];
-    uint64_t margin = spread > period / 50 ? spread : period / 50;
+    uint64_t period = sorted[nlen / 2], margin = period / 50;
     if (margin < 20000)
         margin = 20000;
 
-    struct ckpt_sched_span spans[CKPT_TL_CAP];
-    for (size_t i = 0; i < n && nspan < CKPT_TL_CAP; i++) {
+    /* The k-th collective of every iteration, in the order they started:
+     * its earliest start and latest end over the iterations. */
+    memset(p, 0, sizeof(*p));
+    for (size_t i = 0; i < n; i++) {
         uint64_t it = ev[i].iteration;
         if (ev[i].kind != CKPT_TL_COLL || it < from || it > to)
             continue;
         uint64_t s = end[it - from], e = end[it - from + 1];
-        if (!s || e <= s || ev[i].end_ns < s) /* the iteration is not complete in ev */
+        if (!s || e <= s || ev[i].end_ns < s)
+            continue; /* the iteration is not complete in ev */
+        unsigned k = count[it - from]++;
+        if (k >= CKPT_SCHED_SPANS)
             continue;
-        spans[nspan++] = (struct ckpt_sched_span){.start_ns = ev[i].start_ns > s ? ev[i].start_ns - s : 0,
-                                                  .end_ns = ev[i].end_ns - s};
+        uint64_t a = ev[i].start_ns > s ? ev[i].start_ns - s : 0, b = ev[i].end_ns - s;
+        if (!p->span[k].end_ns || a < p->span[k].start_ns)
+            p->span[k].start_ns = a;
+        if (b > p->span[k].end_ns)
+            p->span[k].end_ns = b;
     }
-    memset(p, 0, sizeof(*p));
+    unsigned nc = 0;
+    for (uint64_t it = from; it <= to; it++) {
+        if (!end[it - from] || end[it - from + 1] <= end[it - from])
+            continue;
+        if (nc && count[it - from] != nc)
+            return -EAGAIN; /* the iterations differ: not a pattern yet */
+        nc = count[it - from];
+    }
+    p->nspans = nc < CKPT_SCHED_SPANS ? nc : CKPT_SCHED_SPANS;
+    for (uint32_t k = 0; k < p->nspans; k++) { /* widened, in [0, period], starts in order */
+        p->span[k].start_ns = p->span[k].start_ns > margin ? p->span[k].start_ns - margin : 0;
+        if (k && p->span[k].start_ns < p->span[k - 1].start_ns)
+            p->span[k].start_ns = p->span[k - 1].start_ns;
+        p->span[k].end_ns = p->span[k].end_ns + margin;
+        if (p->span[k].end_ns > period)
+            p->span[k].end_ns = period;
+        if (p->span[k].start_ns > p->span[k].end_ns)
+            p->span[k].start_ns = p->span[k].end_ns;
+    }
     p->period_ns = period;
     p->margin_ns = margin;
     p->from_iter = from;
     p->to_iter = to;
-    p->nspans = (uint32_t)merge(spans, nspan, margin, period);
-    memcpy(p->span, spans, p->nspans * sizeof(*spans));
     return 0;
 }
 
@@ -125,29 +110,25 @@ bool ckpt_sched_changed(const struct ckpt_sched_profile *a, const struct ckpt_sc
     return false;
 }
 
-size_t ckpt_sched_place(const struct ckpt_sched_profile *p, uint64_t from_ns, uint64_t until_ns, uint64_t bytes,
-                        uint64_t bytes_per_s, struct ckpt_sched_slot *out, size_t max, uint64_t *placed)
+size_t ckpt_sched_place(const struct ckpt_sched_profile *p, uint64_t bytes, uint64_t bytes_per_s,
+                        struct ckpt_sched_slot *out, size_t max, uint64_t *placed)
 {
+    uint64_t done = 0, t = 0;
     size_t k = 0;
-    uint64_t done = 0, t = from_ns;
 
-    for (uint32_t i = 0; i <= p->nspans && k < max && done < bytes && t < until_ns; i++) {
-        uint64_t gap_end = i < p->nspans ? p->span[i].start_ns : p->period_ns;
-        if (gap_end > until_ns)
-            gap_end = until_ns;
-        if (gap_end > t) {
-            uint64_t ns = gap_end - t;
-            /* bytes = ns * rate / 1e9, without overflow for any realistic rate */
-            uint64_t fits = (uint64_t)((double)ns * (double)bytes_per_s / 1e9);
+    for (; k < p->nspans && k < max; k++) {
+        uint64_t fits = 0;
+        if (p->span[k].start_ns > t) {
+            fits = (uint64_t)((double)(p->span[k].start_ns - t) * (double)bytes_per_s / 1e9);
             if (fits > bytes - done)
                 fits = bytes - done;
-            if (fits) {
-                out[k++] = (struct ckpt_sched_slot){.start_ns = t, .end_ns = gap_end, .bytes = fits};
-                done += fits;
-            }
         }
-        if (i < p->nspans && p->span[i].end_ns > t)
-            t = p->span[i].end_ns;
+        out[k] = (struct ckpt_sched_slot){.start_ns = t, .end_ns = t + (p->span[k].start_ns > t ?
+                                                                         p->span[k].start_ns - t : 0),
+                                          .bytes = fits};
+        done += fits;
+        if (p->span[k].end_ns > t)
+            t = p->span[k].end_ns; /* spans may overlap once widened */
     }
     if (placed)
         *placed = done;
@@ -235,16 +216,34 @@ int ckpt_sched_reader_open(struct ckpt_sched_reader *r, const char *rankdir)
 
 uint64_t ckpt_sched_idle_left(const struct ckpt_sched_profile *p, uint64_t now_ns)
 {
-    uint64_t rel = now_ns > p->anchor_ns ? (now_ns - p->anchor_ns) % p->period_ns : 0;
+    uint64_t rel = now_ns > p->anchor_ns ? (now_ns - p->anchor_ns) % p->period_ns : 0, t = 0;
 
-    for (uint32_t i = 0; i < p->nspans; i++) {
-        if (rel < p->span[i].start_ns)
+    for (uint32_t i = 0; i < p->nspans; i++) { /* starts are in order; t: the busy time so far ends */
+        if (rel < p->span[i].start_ns && rel >= t)
             return p->span[i].start_ns - rel;
-        if (rel < p->span[i].end_ns)
+        if (p->span[i].end_ns > t)
+            t = p->span[i].end_ns;
+        if (rel < t)
             return 0;
     }
     /* after the last span: idle into the next iteration, to its first span */
     return p->period_ns - rel + (p->nspans ? p->span[0].start_ns : p->period_ns);
+}
+
+/* The longest idle stretch of p's period, the one that wraps into the next
+ * iteration included. */
+static uint64_t longest_gap(const struct ckpt_sched_profile *p)
+{
+    uint64_t t = 0, best = 0;
+
+    for (uint32_t i = 0; i < p->nspans; i++) {
+        if (i && p->span[i].start_ns > t && p->span[i].start_ns - t > best)
+            best = p->span[i].start_ns - t;
+        if (p->span[i].end_ns > t)
+            t = p->span[i].end_ns;
+    }
+    uint64_t wrap = p->period_ns - t + (p->nspans ? p->span[0].start_ns : 0);
+    return wrap > best ? wrap : best;
 }
 
 static uint64_t mono_ns(void)
@@ -269,17 +268,7 @@ int ckpt_sched_wait(struct ckpt_sched_reader *r, uint64_t bytes, uint64_t bytes_
             return 0;
         uint64_t need = bytes_per_s ? (uint64_t)((double)bytes * 1e9 / (double)bytes_per_s) : 0;
         need += r->p.margin_ns;
-        uint64_t longest = 0;
-        for (uint32_t i = 0; i <= r->p.nspans; i++) {
-            uint64_t s = i ? r->p.span[i - 1].end_ns : 0;
-            uint64_t e = i < r->p.nspans ? r->p.span[i].start_ns : r->p.period_ns;
-            if (i == r->p.nspans) /* the last gap runs on into the next iteration's first */
-                e += r->p.span[0].start_ns;
-            else if (i == 0)
-                continue; /* counted with the last */
-            if (e - s > longest)
-                longest = e - s;
-        }
+        uint64_t longest = longest_gap(&r->p);
         if (need > longest)
             return -E2BIG;
         uint64_t left = ckpt_sched_idle_left(&r->p, now);

@@ -22,14 +22,15 @@
 #define CKPT_SCHED_MAGIC "CKPTSCH1"
 #define CKPT_SCHED_VERSION 1
 #define CKPT_SCHED_FILE "schedule"
-#define CKPT_SCHED_SPANS 32       /* busy spans a profile keeps (nearest ones merged beyond) */
+#define CKPT_SCHED_SPANS 32       /* collectives per iteration a profile keeps; later ones share the last gap */
 #define CKPT_SCHED_PROFILE_ITERS 4 /* iterations a profile is built from */
 #define CKPT_SCHED_CHANGE_PCT 20  /* the period or a span moving this much re-profiles */
 
 /* CKPT_SCHED's values, in config.def's order. */
 enum ckpt_sched_mode { CKPT_SCHED_GAP, CKPT_SCHED_EAGER, CKPT_SCHED_OFF };
 
-/* A busy span: offsets in ns from the start of an iteration. */
+/* A collective's busy span: offsets in ns from the start of an iteration;
+ * spans start in order, and may overlap once widened. */
 struct ckpt_sched_span {
     uint64_t start_ns, end_ns;
 };
@@ -39,7 +40,7 @@ struct ckpt_sched_profile {
     uint32_t version;    /* CKPT_SCHED_VERSION */
     uint32_t bytes;      /* sizeof(struct ckpt_sched_profile) */
     uint32_t rank;
-    uint32_t nspans;     /* busy spans, sorted, disjoint, within [0, period_ns] */
+    uint32_t nspans;     /* collectives per iteration (at most CKPT_SCHED_SPANS kept) */
     uint64_t period_ns;  /* median iteration length */
     uint64_t margin_ns;  /* each collective's span was widened by this on both sides */
     uint64_t from_iter, to_iter; /* the iterations it was built from */
@@ -61,10 +62,10 @@ struct ckpt_sched_slot {
 
 /* Builds p from the timeline events ev[0..n) (any order) of iterations
  * from..to: each needs its own end and the previous iteration's end
- * (boundary events).  Collective spans of every iteration are merged;
- * margin_ns is the largest of the interquartile spread of the iteration
- * lengths, 2% of the period and 20 us.  Returns 0, or -EAGAIN when fewer than two
- * iterations are complete in ev. */
+ * (boundary events).  span[k] covers the k-th collective of every such
+ * iteration (earliest start to latest end: their jitter is inside), widened
+ * by margin_ns: 2% of the period, at least 20 us.  Returns 0, or -EAGAIN when fewer than two iterations
+ * are complete in ev or they hold different numbers of collectives. */
 int ckpt_sched_build(const struct ckpt_tl_event *ev, size_t n, uint64_t from, uint64_t to,
                      struct ckpt_sched_profile *p);
 
@@ -73,13 +74,15 @@ int ckpt_sched_build(const struct ckpt_tl_event *ev, size_t n, uint64_t from, ui
  * of a's period. */
 bool ckpt_sched_changed(const struct ckpt_sched_profile *a, const struct ckpt_sched_profile *b, unsigned pct);
 
-/* The placement: the idle stretches of [from_ns, until_ns) (offsets in one
- * iteration) into out[max], first first, each given the bytes it carries
- * at bytes_per_s, until `bytes` are placed.  No slot overlaps a busy span.
- * Returns the number of slots; *placed (may be NULL) the bytes they carry,
- * which is less than `bytes` when the gaps are too short. */
-size_t ckpt_sched_place(const struct ckpt_sched_profile *p, uint64_t from_ns, uint64_t until_ns, uint64_t bytes,
-                        uint64_t bytes_per_s, struct ckpt_sched_slot *out, size_t max, uint64_t *placed);
+/* The placement: out[k] is the idle stretch before collective k (k = 0:
+ * from the iteration's start; k > 0: from the end of collective k-1's
+ * span), with the bytes it carries at bytes_per_s, first gaps first, until
+ * `bytes` are placed; a gap that is not there (spans overlap) carries 0.
+ * No slot overlaps a busy span.  Returns the number of slots (nspans, at
+ * most max); *placed (may be NULL) the bytes they carry, less than `bytes`
+ * when the gaps are too short: the rest waits for the update. */
+size_t ckpt_sched_place(const struct ckpt_sched_profile *p, uint64_t bytes, uint64_t bytes_per_s,
+                        struct ckpt_sched_slot *out, size_t max, uint64_t *placed);
 
 /* The end of the last busy span (the update follows it), or 0. */
 uint64_t ckpt_sched_last_busy(const struct ckpt_sched_profile *p);
