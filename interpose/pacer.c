@@ -219,8 +219,12 @@ void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, siz
     double busy_ns = 0;
 
     pthread_mutex_lock(&P.lock);
+    /* start ran when it was queued (the GPU is idle at a boundary, right
+     * after a host sync), unless done's host time says it ran later. */
     real_cuEventElapsedTime_v2(&total_ms, P.job.start, P.job.done);
     uint64_t start_host = copied_at - (uint64_t)(total_ms * 1e6);
+    if (P.job.start_ns && P.job.start_ns < start_host)
+        start_host = P.job.start_ns;
     for (unsigned k = 0; k < P.nbatch; k++) {
         if (real_cuEventElapsedTime_v2(&a, P.job.start, P.ev[k][0]) != CUDA_SUCCESS ||
             real_cuEventElapsedTime_v2(&b, P.job.start, P.ev[k][1]) != CUDA_SUCCESS || !P.bbytes[k])
@@ -230,7 +234,8 @@ void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, siz
                                   .iteration = snap_iter + 1,
                                   .arg = P.bbytes[k],
                                   .kind = CKPT_TL_COPY,
-                                  .flags = CKPT_TL_GPU_TIME | (P.bspill[k] ? CKPT_TL_SPILL : 0),
+                                  .flags = CKPT_TL_GPU_TIME | (P.bspill[k] ? CKPT_TL_SPILL : 0) |
+                                           (P.was_paced && !P.bspill[k] ? CKPT_TL_PACED : 0),
                                   .detail = (uint32_t)snap_iter};
         ckpt_tl_add(&e);
         busy_ns += (b - a) * 1e6;
