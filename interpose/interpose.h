@@ -109,7 +109,6 @@ struct ckpt_pace_job {
     long n;
     CUstream stream;
     CUevent start, done;
-    uint64_t start_ns; /* host time (CLOCK_MONOTONIC) start was queued at */
 };
 
 /* Queues job's copies: all now, or (paced, CKPT_SCHED=gap with a profile)

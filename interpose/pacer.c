@@ -29,6 +29,8 @@
 #define MIN_PIECE (1ULL << 20) /* a gap that carries less is left idle: per-copy overhead */
 #define BATCHES 64             /* timed batches per snapshot; later ones go untimed */
 #define RATE_SAFETY 0.8        /* place at this share of the measured rate */
+#define FIRST_GAP_SHARE 0.5    /* the gap before the first collective is timed by the host from the
+                                  boundary, not gated on the GPU: only this share of it is used */
 
 _Static_assert(CKPT_SCHED_SPANS < BATCHES, "a batch per gap, and the spill");
 
@@ -51,7 +53,7 @@ static struct {
     uint64_t off, total, queued;
     uint64_t now_bytes, gap_bytes, spill_bytes; /* queued at the boundary, in gaps, before the update */
     unsigned nbatch;
-    CUevent ev[BATCHES][2], gate;
+    CUevent ev[BATCHES][2], gate, clock;
     uint64_t bbytes[BATCHES];
     bool bspill[BATCHES];
     bool events_ok;
@@ -118,7 +120,8 @@ static void make_events(void)
     if (tried)
         return;
     tried = true;
-    P.events_ok = real_cuEventCreate(&P.gate, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    P.events_ok = real_cuEventCreate(&P.gate, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+                  real_cuEventCreate(&P.clock, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
     for (int b = 0; b < BATCHES && P.events_ok; b++)
         P.events_ok = real_cuEventCreate(&P.ev[b][0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
                       real_cuEventCreate(&P.ev[b][1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
@@ -155,6 +158,7 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     if (paced) {
         P.nslots = ckpt_sched_place(&P.prof, P.total, (uint64_t)(P.rate_bps * RATE_SAFETY), P.slot,
                                     CKPT_SCHED_SPANS, NULL);
+        P.slot[0].bytes = (uint64_t)(P.slot[0].bytes * FIRST_GAP_SHARE);
         P.next = 0;
         __atomic_store_n(&P.paced, true, __ATOMIC_RELEASE);
         r = next_gap(); /* the GPU is idle at the boundary: the first gap starts now */
@@ -219,12 +223,19 @@ void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, siz
     double busy_ns = 0;
 
     pthread_mutex_lock(&P.lock);
-    /* start ran when it was queued (the GPU is idle at a boundary, right
-     * after a host sync), unless done's host time says it ran later. */
-    real_cuEventElapsedTime_v2(&total_ms, P.job.start, P.job.done);
-    uint64_t start_host = copied_at - (uint64_t)(total_ms * 1e6);
-    if (P.job.start_ns && P.job.start_ns < start_host)
-        start_host = P.job.start_ns;
+    /* Where start lies on the host's clock: an event queued on the idle
+     * copy stream completes at once; spinning on it (not sleeping) reads
+     * the host clock within microseconds of its GPU time. */
+    uint64_t start_host = copied_at - (uint64_t)(total_ms * 1e6), spin_end = ckpt_tl_now() + 20000000;
+    if (real_cuEventRecord(P.clock, P.job.stream) == CUDA_SUCCESS) {
+        CUresult q;
+        while ((q = real_cuEventQuery(P.clock)) == CUDA_ERROR_NOT_READY && ckpt_tl_now() < spin_end)
+            ;
+        uint64_t at = ckpt_tl_now();
+        float ms;
+        if (q == CUDA_SUCCESS && real_cuEventElapsedTime_v2(&ms, P.job.start, P.clock) == CUDA_SUCCESS)
+            start_host = at - (uint64_t)(ms * 1e6);
+    }
     for (unsigned k = 0; k < P.nbatch; k++) {
         if (real_cuEventElapsedTime_v2(&a, P.job.start, P.ev[k][0]) != CUDA_SUCCESS ||
             real_cuEventElapsedTime_v2(&b, P.job.start, P.ev[k][1]) != CUDA_SUCCESS || !P.bbytes[k])

@@ -463,7 +463,6 @@ static void take(uint64_t iter, bool has_collectives)
         real_cuEventRecord(S.marks[i + 1], streams[i]);
         real_cuStreamWaitEvent(S.stream, S.marks[i + 1], 0);
     }
-    uint64_t start_ns = ckpt_tl_now();
     real_cuEventRecord(S.start, S.stream);
     /* The pacer queues the copies (in 64 MiB pieces: a large tensor does
      * not hold the copy engine in one piece), now or in the gaps of the
@@ -472,7 +471,7 @@ static void take(uint64_t iter, bool has_collectives)
     int mode = (int)ckpt_cfg_int(CFG_SCHED);
     bool strict = ckpt_cfg_int(CFG_CONSISTENCY) == 1;
     struct ckpt_pace_job job = {.dst = base + h.data_offset, .allocs = S.allocs, .recs = S.recs, .n = n,
-                                .stream = S.stream, .start = S.start, .done = S.done, .start_ns = start_ns};
+                                .stream = S.stream, .start = S.start, .done = S.done};
     CUresult r = ckpt_pace_start(&job, has_collectives && !strict && mode == CKPT_SCHED_GAP);
     if (r != CUDA_SUCCESS) {
         S.skipped++;
