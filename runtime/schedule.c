@@ -51,7 +51,10 @@ int ckpt_sched_build(const struct ckpt_tl_event *ev, size_t n, uint64_t from, ui
     /* The k-th collective of every iteration, in the order they started:
      * its earliest start and latest end over the iterations. */
     memset(p, 0, sizeof(*p));
-    for (size_t i = 0; i < n; i++) {
+    uint64_t prev_end[MAX_ITERS] = {0}; /* of the iteration's previous collective, as an offset */
+    for (size_t k = 0; k < CKPT_SCHED_SPANS; k++)
+        p->gap_ns[k] = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) { /* events are oldest first: one iteration's collectives in order */
         uint64_t it = ev[i].iteration;
         if (ev[i].kind != CKPT_TL_COLL || it < from || it > to)
             continue;
@@ -66,6 +69,11 @@ int ckpt_sched_build(const struct ckpt_tl_event *ev, size_t n, uint64_t from, ui
             p->span[k].start_ns = a;
         if (b > p->span[k].end_ns)
             p->span[k].end_ns = b;
+        uint64_t idle = a > prev_end[it - from] ? a - prev_end[it - from] : 0;
+        if (idle < p->gap_ns[k])
+            p->gap_ns[k] = idle;
+        if (b > prev_end[it - from])
+            prev_end[it - from] = b;
     }
     unsigned nc = 0;
     for (uint64_t it = from; it <= to; it++) {
@@ -76,6 +84,9 @@ int ckpt_sched_build(const struct ckpt_tl_event *ev, size_t n, uint64_t from, ui
         nc = count[it - from];
     }
     p->nspans = nc < CKPT_SCHED_SPANS ? nc : CKPT_SCHED_SPANS;
+    for (uint32_t k = 0; k < CKPT_SCHED_SPANS; k++)
+        p->gap_ns[k] = k < p->nspans && p->gap_ns[k] != UINT64_MAX && p->gap_ns[k] > 2 * margin ?
+                           p->gap_ns[k] - 2 * margin : 0;
     for (uint32_t k = 0; k < p->nspans; k++) { /* widened, in [0, period], starts in order */
         p->span[k].start_ns = p->span[k].start_ns > margin ? p->span[k].start_ns - margin : 0;
         if (k && p->span[k].start_ns < p->span[k - 1].start_ns)
@@ -113,22 +124,16 @@ bool ckpt_sched_changed(const struct ckpt_sched_profile *a, const struct ckpt_sc
 size_t ckpt_sched_place(const struct ckpt_sched_profile *p, uint64_t bytes, uint64_t bytes_per_s,
                         struct ckpt_sched_slot *out, size_t max, uint64_t *placed)
 {
-    uint64_t done = 0, t = 0;
+    uint64_t done = 0;
     size_t k = 0;
 
     for (; k < p->nspans && k < max; k++) {
-        uint64_t fits = 0;
-        if (p->span[k].start_ns > t) {
-            fits = (uint64_t)((double)(p->span[k].start_ns - t) * (double)bytes_per_s / 1e9);
-            if (fits > bytes - done)
-                fits = bytes - done;
-        }
-        out[k] = (struct ckpt_sched_slot){.start_ns = t, .end_ns = t + (p->span[k].start_ns > t ?
-                                                                         p->span[k].start_ns - t : 0),
-                                          .bytes = fits};
+        uint64_t fits = (uint64_t)((double)p->gap_ns[k] * (double)bytes_per_s / 1e9);
+        if (fits > bytes - done)
+            fits = bytes - done;
+        uint64_t t = k ? p->span[k - 1].end_ns : 0;
+        out[k] = (struct ckpt_sched_slot){.start_ns = t, .end_ns = t + p->gap_ns[k], .bytes = fits};
         done += fits;
-        if (p->span[k].end_ns > t)
-            t = p->span[k].end_ns; /* spans may overlap once widened */
     }
     if (placed)
         *placed = done;

@@ -49,10 +49,15 @@ struct ckpt_sched_profile {
     uint64_t anchor_ns;  /* ... at this CLOCK_MONOTONIC time */
     uint64_t copy_bps;   /* the rank's measured device-to-host rate, bytes/s (0: not yet) */
     struct ckpt_sched_span span[CKPT_SCHED_SPANS];
+    /* The shortest idle time seen in one iteration before collective k
+     * (k = 0: from the iteration's start; k > 0: from collective k-1's
+     * end), less twice the margin.  Copies gated on collective k-1's end
+     * fit in it whatever the iteration's jitter moved both. */
+    uint64_t gap_ns[CKPT_SCHED_SPANS];
     uint64_t sum;        /* XXH3-64 of the profile with this field 0 */
 };
 
-_Static_assert(sizeof(struct ckpt_sched_profile) == 96 + 16 * CKPT_SCHED_SPANS, "schedule layout");
+_Static_assert(sizeof(struct ckpt_sched_profile) == 96 + 24 * CKPT_SCHED_SPANS, "schedule layout");
 
 /* One stretch of checkpoint traffic the placement allows. */
 struct ckpt_sched_slot {
@@ -74,11 +79,11 @@ int ckpt_sched_build(const struct ckpt_tl_event *ev, size_t n, uint64_t from, ui
  * of a's period. */
 bool ckpt_sched_changed(const struct ckpt_sched_profile *a, const struct ckpt_sched_profile *b, unsigned pct);
 
-/* The placement: out[k] is the idle stretch before collective k (k = 0:
- * from the iteration's start; k > 0: from the end of collective k-1's
- * span), with the bytes it carries at bytes_per_s, first gaps first, until
- * `bytes` are placed; a gap that is not there (spans overlap) carries 0.
- * No slot overlaps a busy span.  Returns the number of slots (nspans, at
+/* The placement: out[k] is the idle stretch before collective k, gap_ns[k]
+ * long from the iteration's start (k = 0) or from the end of collective
+ * k-1's span, with the bytes it carries at bytes_per_s, first gaps first,
+ * until `bytes` are placed.  Started at collective k-1's end, a slot ends
+ * before collective k in every profiled iteration.  Returns the number of slots (nspans, at
  * most max); *placed (may be NULL) the bytes they carry, less than `bytes`
  * when the gaps are too short: the rest waits for the update. */
 size_t ckpt_sched_place(const struct ckpt_sched_profile *p, uint64_t bytes, uint64_t bytes_per_s,
