@@ -119,3 +119,22 @@ gated() {
     [[ $svg == *"<title>replica send, iteration"* ]]
     if command -v xmllint >/dev/null; then xmllint --noout "$D/x.svg"; fi
 }
+
+@test "ckpt-resume's persists are the disk-writes lane of every rank's timeline" {
+    if "$BUILD/bin/ckpt-persist" list --dirs "$D" 2>&1 | grep -q "io_uring is not available"; then
+        skip "io_uring is not available here"
+    fi
+    mkdir -p "$D/ssd"
+    CKPT_PERSIST_DIRS=$D/ssd CKPT_PERSIST_EVERY=1 timeout 120 "$RESUME" --nproc 2 -- "$SW" --iters 12 --mib 4 \
+        >/dev/null 2>"$D/err" || { cat "$D/err"; false; }
+    grep -q "^ckpt-resume: persisted [1-9][0-9]* generations" "$D/err" || { cat "$D/err"; false; }
+    for r in 0 1; do
+        "$INSPECT" timeline --rank "$r" --iters 1..13 | grep -q '^[0-9]* disk-write ' ||
+            { echo "rank $r: no disk write on the timeline"; "$INSPECT" timeline --rank "$r" --iters 1..13; false; }
+    done
+    run "$INSPECT" timeline --rank 1 --iters 1..13 -o "$D/d.svg"
+    [ "$status" -eq 0 ]
+    [[ $(cat "$D/d.svg") == *"<title>persist, iteration"* ]]
+    [ "$(grep -c 'not recorded yet' "$D/d.svg")" = 1 ] # network sends: none in this job
+    if command -v xmllint >/dev/null; then xmllint --noout "$D/d.svg"; fi
+}
