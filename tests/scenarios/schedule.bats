@@ -4,9 +4,10 @@
 # the gaps carry, and the trainer on 2 ranks: every rank publishes its
 # schedule, its snapshots put copies into the gaps and spill the rest to
 # the update, and on the recorded timeline no copy placed in a gap starts
-# inside a collective or before the one it waits for.  ckpt-replica send --sched-profile paces by that schedule and
-# puts its send on the rank's timeline, which the SVG then draws with every
-# lane.
+# inside a collective or before the one it waits for.  ckpt-replica send
+# --sched-profile paces by that schedule and puts its send on the rank's
+# timeline, ckpt-resume's persists become its disk writes, and the SVG
+# draws them with every lane.
 
 setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
