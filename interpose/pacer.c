@@ -13,7 +13,6 @@
  * inside a profiled collective span, and never fails the program: its CUDA
  * errors go back to the snapshot engine.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
