@@ -128,7 +128,7 @@ gated() {
     mkdir -p "$D/ssd"
     CKPT_PERSIST_DIRS=$D/ssd CKPT_PERSIST_EVERY=1 timeout 120 "$RESUME" --nproc 2 -- "$SW" --iters 12 --mib 4 \
         >/dev/null 2>"$D/err" || { cat "$D/err"; false; }
-    grep -q "^ckpt-resume: persisted [1-9][0-9]* generations" "$D/err" || { cat "$D/err"; false; }
+    grep -q "^ckpt-resume: persisted [1-9][0-9]* generation" "$D/err" || { cat "$D/err"; false; }
     for r in 0 1; do
         "$INSPECT" timeline --rank "$r" --iters 1..13 | grep -q '^[0-9]* disk-write ' ||
             { echo "rank $r: no disk write on the timeline"; "$INSPECT" timeline --rank "$r" --iters 1..13; false; }
