@@ -96,6 +96,49 @@ void ckpt_on_collective(uint64_t token, CUstream s);
  * GPU-side wait); without, the host waits for the copies. */
 void ckpt_before_free(CUstream stream, bool on_stream);
 
+/* ---- the pacer (pacer.c): when a snapshot's copies are issued (CKPT_SCHED). */
+
+/* What one snapshot copies: n allocations (allocs: device side, recs:
+ * offsets in the image) into the image at dst, on stream; done is recorded
+ * after the last piece.  start was recorded on stream before the first. */
+struct ckpt_rec;
+struct ckpt_pace_job {
+    char *dst;
+    const struct ckpt_alloc *allocs;
+    const struct ckpt_rec *recs;
+    long n;
+    CUstream stream;
+    CUevent start, done;
+};
+
+/* Queues job's copies: all now, or (paced, CKPT_SCHED=gap with a profile)
+ * the first gap's now and the others as the program queues collectives.
+ * Called with the snapshot lock held.  Returns CUDA_SUCCESS or the error
+ * of the first copy that failed (nothing is queued after it). */
+CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced);
+
+/* The program queued a collective on s: a paced snapshot's next gap
+ * follows it.  Returns CUDA_SUCCESS or a CUDA error. */
+CUresult ckpt_pace_collective(CUstream s);
+
+/* Queues what the gaps did not carry, and the done event, now: before the
+ * update may run.  Returns CUDA_SUCCESS or the error of a failed copy. */
+CUresult ckpt_pace_flush(void);
+
+/* Blocks until every copy of the snapshot in flight and its done event
+ * are queued (the committer waits on done only then).  Returns
+ * CUDA_SUCCESS, or the error of a copy that failed: the snapshot is lost. */
+CUresult ckpt_pace_wait_issued(void);
+
+/* After done completed: puts the snapshot's copies on the timeline (one
+ * event per batch, GPU-timed; copied_at is done's host time), learns the
+ * copy rate, and fills the stats fragment (JSON members, no braces). */
+void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, size_t statslen);
+
+/* An iteration ended at t_ns: re-profiles when due, publishes the
+ * schedule into dir. */
+void ckpt_pace_boundary(uint64_t iter, uint64_t t_ns, const char *dir, uint32_t rank);
+
 /* Streams being captured into graphs right now. */
 extern int ckpt_capturing;
 

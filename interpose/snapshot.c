@@ -27,10 +27,10 @@
 #include "interpose.h"
 #include "log.h"
 #include "registry.h"
+#include "schedule.h"
 #include "timeline.h"
 
 #define MAX_STREAMS 64
-#define COPY_PIECE (64ULL << 20)
 
 static struct {
     pthread_mutex_t lock;
@@ -60,6 +60,7 @@ static struct {
 
     /* statistics */
     uint64_t taken, skipped, bytes;
+    uint64_t skipped_at_commit; /* S.skipped when the last snapshot committed */
     double copy_ms_sum, copy_ms_max, held_ms;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .last_slot = -1};
 
@@ -111,7 +112,10 @@ static void streams_wait_done(void)
         real_cuStreamWaitEvent(streams[i], S.done, 0);
 }
 
-static void stats_line(double copy_ms, double held_ms)
+/* One JSON line per committed snapshot; sched holds the pacer's members
+ * (how the copies were placed), skipped says how many boundaries since the
+ * previous commit had no snapshot (the frequency dropped). */
+static void stats_line(double copy_ms, double held_ms, const char *sched, uint64_t skipped)
 {
     const char *path = ckpt_cfg_str(CFG_STATS_FILE);
     if (!path)
@@ -119,10 +123,10 @@ static void stats_line(double copy_ms, double held_ms)
     char line[512];
     int n = snprintf(line, sizeof(line),
                      "{\"rank\":%u,\"generation\":%llu,\"iteration\":%llu,\"allocations\":%llu,\"bytes\":%llu,"
-                     "\"copy_ms\":%.3f,\"held_ms\":%.3f,\"slot\":%d}\n",
+                     "\"copy_ms\":%.3f,\"held_ms\":%.3f,\"slot\":%d,\"skipped_before\":%llu,%s}\n",
                      S.hdr.rank, (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
                      (unsigned long long)S.hdr.nallocs, (unsigned long long)S.hdr.data_bytes, copy_ms, held_ms,
-                     S.slot);
+                     S.slot, (unsigned long long)skipped, sched);
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         ckpt_log_once(CKPT_WARN, "cannot write CKPT_STATS_FILE=%s: %s", path, strerror(errno));
@@ -133,25 +137,16 @@ static void stats_line(double copy_ms, double held_ms)
     close(fd);
 }
 
-/* The snapshot's copies and commit on the timeline, in the iteration they
- * overlap (the one after the snapshot's).  The GPU measured how long the
- * copies took, the host when they were done: the host clock places them. */
-static void timeline_snapshot(uint64_t copied_at, float ms)
+/* The snapshot's commit on the timeline, in the iteration it overlaps (the
+ * one after the snapshot's); the pacer puts its copies there. */
+static void timeline_commit(uint64_t copied_at)
 {
-    uint64_t gpu_ns = (uint64_t)(ms * 1e6);
-    struct ckpt_tl_event copy = {.start_ns = copied_at > gpu_ns ? copied_at - gpu_ns : 0,
-                                 .end_ns = copied_at,
-                                 .iteration = S.hdr.iteration + 1,
-                                 .arg = S.hdr.data_bytes,
-                                 .kind = CKPT_TL_COPY,
-                                 .detail = (uint32_t)S.hdr.iteration};
-    struct ckpt_tl_event commit = copy;
-
-    commit.start_ns = copied_at;
-    commit.end_ns = ckpt_tl_now();
-    commit.kind = CKPT_TL_COMMIT;
-    ckpt_tl_add(&copy);
-    ckpt_tl_add(&commit);
+    ckpt_tl_add(&(struct ckpt_tl_event){.start_ns = copied_at,
+                                        .end_ns = ckpt_tl_now(),
+                                        .iteration = S.hdr.iteration + 1,
+                                        .arg = S.hdr.data_bytes,
+                                        .kind = CKPT_TL_COMMIT,
+                                        .detail = (uint32_t)S.hdr.iteration});
 }
 
 static void timeline_write(void)
@@ -177,14 +172,18 @@ static void *committer(void *arg)
 
         ckpt_self_depth = 1; /* this thread is libckpt's own */
         real_cuCtxSetCurrent(S.ctx);
-        CUresult r = real_cuEventSynchronize(S.done);
+        CUresult r = ckpt_pace_wait_issued();
+        if (r == CUDA_SUCCESS)
+            r = real_cuEventSynchronize(S.done);
+        char sched[256] = "\"sched\":null";
         uint64_t copied_at = ckpt_tl_now();
         float ms = 0;
         if (r == CUDA_SUCCESS)
             real_cuEventElapsedTime_v2(&ms, S.start, S.done);
         if (r == CUDA_SUCCESS) {
+            ckpt_pace_finished(copied_at, S.hdr.iteration, sched, sizeof(sched));
             ckpt_image_commit(S.arena.base[S.slot], &S.hdr, S.recs);
-            timeline_snapshot(copied_at, ms);
+            timeline_commit(copied_at);
         }
 
         pthread_mutex_lock(&S.lock);
@@ -199,7 +198,8 @@ static void *committer(void *arg)
             S.copy_ms_sum += ms;
             if (ms > S.copy_ms_max)
                 S.copy_ms_max = ms;
-            stats_line(ms, S.held_ms_last);
+            stats_line(ms, S.held_ms_last, sched, S.skipped - S.skipped_at_commit);
+            S.skipped_at_commit = S.skipped;
             ckpt_agent_send(CKPT_MSG_COMMITTED, S.hdr.iteration, S.hdr.generation);
             ckpt_log(CKPT_DEBUG, "committed generation %llu (iteration %llu, %llu bytes, copy %.2f ms)",
                      (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
@@ -407,6 +407,10 @@ static bool pinned(const struct pins *p, uint64_t it)
  * program's thread, right after one of its host syncs returned. */
 static void take(uint64_t iter, bool has_collectives)
 {
+    /* A snapshot whose last collective never came (the pattern changed):
+     * its remaining copies are queued now. */
+    if (S.in_flight)
+        ckpt_pace_flush();
     /* Copies done but not yet committed: the commit is a checksum pass
      * away, so wait for it rather than lose this iteration's snapshot. */
     while (S.in_flight && real_cuEventQuery(S.done) == CUDA_SUCCESS)
@@ -487,19 +491,15 @@ static void take(uint64_t iter, bool has_collectives)
         real_cuStreamWaitEvent(S.stream, S.marks[i + 1], 0);
     }
     real_cuEventRecord(S.start, S.stream);
-    CUresult r = CUDA_SUCCESS;
-    /* In pieces of COPY_PIECE: a large tensor does not hold the copy engine
-     * in one piece, and each piece can be scheduled on its own; pieces much
-     * smaller than this cost more in per-copy overhead than they gain. */
-    for (long i = 0; i < n && r == CUDA_SUCCESS; i++) {
-        for (uint64_t off = 0; off < S.recs[i].size && r == CUDA_SUCCESS; off += COPY_PIECE) {
-            uint64_t len = S.recs[i].size - off < COPY_PIECE ? S.recs[i].size - off : COPY_PIECE;
-            r = real_cuMemcpyDtoHAsync_v2(base + h.data_offset + S.recs[i].offset + off, S.allocs[i].addr + off,
-                                          len, S.stream);
-        }
-    }
-    if (r == CUDA_SUCCESS)
-        r = real_cuEventRecord(S.done, S.stream);
+    /* The pacer queues the copies (in 64 MiB pieces: a large tensor does
+     * not hold the copy engine in one piece), now or in the gaps of the
+     * next iteration when the update waits for them at its last
+     * collective; done is recorded after the last one. */
+    int mode = (int)ckpt_cfg_int(CFG_SCHED);
+    bool strict = ckpt_cfg_int(CFG_CONSISTENCY) == 1;
+    struct ckpt_pace_job job = {.dst = base + h.data_offset, .allocs = S.allocs, .recs = S.recs, .n = n,
+                                .stream = S.stream, .start = S.start, .done = S.done};
+    CUresult r = ckpt_pace_start(&job, has_collectives && !strict && mode == CKPT_SCHED_GAP);
     if (r != CUDA_SUCCESS) {
         S.skipped++;
         ckpt_log(CKPT_WARN, "iteration %llu: device-to-host copy failed (CUDA error %d); snapshot skipped",
@@ -520,11 +520,12 @@ static void take(uint64_t iter, bool has_collectives)
         real_cuEventSynchronize(S.done);
         S.held_ms_last = (now_s() - t0) * 1e3;
         S.held_ms += S.held_ms_last;
-    } else if (has_collectives) {
+    } else if (has_collectives && mode != CKPT_SCHED_OFF) {
         /* The next update follows the next iteration's last collective. */
         S.wait_pending = true;
     } else {
-        /* No collective tells where the update is: wait before anything. */
+        /* No collective tells where the update is, or CKPT_SCHED=off: the
+         * next iteration waits for the copies before anything. */
         streams_wait_done();
     }
 }
@@ -541,6 +542,10 @@ static void boundary(void)
     ckpt_tl_add(&(struct ckpt_tl_event){.start_ns = t, .end_ns = t, .iteration = iter, .kind = CKPT_TL_BOUNDARY});
     ckpt_tl_set_iteration(iter + 1);
     timeline_write();
+    if (S.arena_ok) {
+        const char *rank = getenv("RANK");
+        ckpt_pace_boundary(iter, t, S.arena.dir, rank ? (uint32_t)atoi(rank) : 0);
+    }
     if (!ckpt_history_boundary(iter))
         return; /* replaying, or the log can no longer restore this */
     if (iter % (uint64_t)ckpt_cfg_int(CFG_EVERY) != 0)
@@ -573,12 +578,19 @@ void ckpt_on_marker(void)
 void ckpt_on_collective(uint64_t token, CUstream s)
 {
     ckpt_stream_seen(s);
-    if (ckpt_bd_feed(CKPT_TOK_COLL, token) != CKPT_BD_LAST_COLL || !S.wait_pending)
+    enum ckpt_bd_event what = ckpt_bd_feed(CKPT_TOK_COLL, token);
+    ckpt_self_depth++;
+    if (ckpt_pace_collective(s) != CUDA_SUCCESS)
+        ckpt_log_once(CKPT_WARN, "a paced snapshot copy could not be queued; the rest goes before the update");
+    ckpt_self_depth--;
+    if (what != CKPT_BD_LAST_COLL || !S.wait_pending)
         return;
     pthread_mutex_lock(&S.lock);
     ckpt_self_depth++;
-    if (S.wait_pending && S.in_flight)
+    if (S.wait_pending && S.in_flight) {
+        ckpt_pace_flush();
         streams_wait_done();
+    }
     ckpt_self_depth--;
     S.wait_pending = false;
     pthread_mutex_unlock(&S.lock);
@@ -591,6 +603,7 @@ void ckpt_before_free(CUstream stream, bool on_stream)
     pthread_mutex_lock(&S.lock);
     ckpt_self_depth++;
     if (S.in_flight) {
+        ckpt_pace_flush();
         if (on_stream)
             real_cuStreamWaitEvent(stream, S.done, 0);
         else
@@ -607,6 +620,8 @@ __attribute__((destructor)) static void ckpt_snapshot_exit(void)
     if (!S.ready || S.pid != getpid())
         return; /* a fork child: its copy of this state belongs to the parent */
     pthread_mutex_lock(&S.lock);
+    if (S.in_flight)
+        ckpt_pace_flush();
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += 10;

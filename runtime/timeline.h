@@ -17,6 +17,7 @@
 #define CKPT_TL_MAGIC "CKPTTML1"
 #define CKPT_TL_VERSION 1
 #define CKPT_TL_FILE "timeline"
+#define CKPT_TL_AGENT_FILE "timeline.agent" /* the node agent's lanes (timeline_agent.c) */
 #define CKPT_TL_CAP 4096  /* events in the ring; a power of two */
 #define CKPT_TL_ITERS 64  /* finished iterations written to the file */
 
@@ -25,10 +26,16 @@ enum ckpt_tl_kind {
     CKPT_TL_COPY = 2,     /* libckpt's device-to-host snapshot copies: arg is bytes */
     CKPT_TL_COMMIT = 3,   /* checksum and header write of a snapshot */
     CKPT_TL_BOUNDARY = 4, /* an iteration ended (start == end) */
+    CKPT_TL_NET = 5,      /* the node agent sent a replica: arg is bytes */
+    CKPT_TL_DISK = 6,     /* the node agent persisted a snapshot: arg is bytes */
 };
 
 /* Where the times came from. */
-#define CKPT_TL_GPU_TIME 0x1 /* the GPU's timer (NCCL profiler KernelCh) */
+#define CKPT_TL_GPU_TIME 0x1 /* the GPU's timer (NCCL profiler KernelCh, or copy events) */
+/* Of a COPY: queued when the program reached the update, not in a gap. */
+#define CKPT_TL_SPILL 0x2
+/* Of a COPY: placed in an idle gap by CKPT_SCHED=gap. */
+#define CKPT_TL_PACED 0x4
 
 /* NCCL functions, as detail of a CKPT_TL_COLL. */
 enum ckpt_tl_func {
@@ -91,6 +98,12 @@ size_t ckpt_tl_encode(void *buf, uint32_t rank, const struct ckpt_tl_event *ev, 
  * Returns 0 (h filled, events at buf + h->header_bytes) or -EINVAL with
  * the reason in why. */
 int ckpt_tl_decode(const void *buf, size_t len, struct ckpt_tl_header *h, char *why, size_t whylen);
+
+/* The node agent records one of its sends or disk writes (kind
+ * CKPT_TL_NET or CKPT_TL_DISK, CLOCK_MONOTONIC times, arg: bytes) into
+ * rankdir/timeline.agent, keeping the newest CKPT_TL_CAP.  Safe between
+ * threads and processes.  Returns 0 or -errno. */
+int ckpt_tl_agent_add(const char *rankdir, const struct ckpt_tl_event *e);
 
 /* The function's name ("AllReduce"), or "?". */
 const char *ckpt_tl_func_name(uint32_t func);

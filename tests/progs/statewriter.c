@@ -7,13 +7,20 @@
  * allocation, (4) synchronises with the host.  At the end it prints one
  * line per live state allocation: "live <ordinal> <bytes> <iteration>".
  * Ordinals count the program's allocations in order, as libckpt does.
- * --mib M adds one state allocation of M MiB (benchmarks).
+ * --mib M adds one state allocation of M MiB (benchmarks).  --nccl MS
+ * makes the iteration training-shaped for the scheduler: before the writes
+ * (the "update"), MS ms of compute, an AllReduce of a scratch buffer, MS ms
+ * more, another AllReduce; compute is a sleep, so the pattern stays put on
+ * a loaded machine.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include <cuda.h>
+#include <nccl.h>
 
 #include "kernels.h"
 #include "pattern.h"
@@ -28,6 +35,14 @@ KERNEL(scribble, (uint32_t *, p), (size_t, words), (uint32_t, seed))
 {
     for (size_t i = KERNEL_INDEX; i < words; i += KERNEL_STRIDE)
         p[i] = seed * 2654435761u + (uint32_t)i;
+}
+
+KERNEL(nap, (int, ms))
+{
+    if (KERNEL_INDEX == 0) {
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 enum path { PLAIN, ASYNC, VMM };
@@ -105,7 +120,8 @@ static void drop(struct buf *b)
 
 int main(int argc, char **argv)
 {
-    int iters = 10, churn = 0, mib = 0;
+    int iters = 10, churn = 0, mib = 0, nccl_ms = -1;
+    ncclComm_t comm = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
             iters = atoi(argv[++i]);
@@ -113,8 +129,10 @@ int main(int argc, char **argv)
             churn = 1;
         else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
             mib = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--nccl") == 0 && i + 1 < argc)
+            nccl_ms = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: statewriter [--iters N] [--churn] [--mib M]\n");
+            fprintf(stderr, "usage: statewriter [--iters N] [--churn] [--mib M] [--nccl MS]\n");
             return 2;
         }
     }
@@ -134,6 +152,11 @@ int main(int argc, char **argv)
         make(sizes[k], PLAIN);
     if (mib > 0) /* one large state tensor, for throughput benchmarks */
         make((size_t)mib << 20, PLAIN);
+    if (nccl_ms >= 0) {
+        ncclUniqueId id;
+        check(ncclGetUniqueId(&id) == ncclSuccess && ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess,
+              "ncclCommInitRank");
+    }
 
     for (int it = 0; it < iters; it++) {
         for (int s = 0; s < 2; s++)
@@ -149,6 +172,11 @@ int main(int argc, char **argv)
             make(4096 + 4096 * (size_t)(it % 5), (enum path)(it % 3));
             make(8192, (enum path)((it + 1) % 3));
         }
+        for (int s = 0; comm && s < 2; s++) {
+            check(nap_launch(DIM3(1), DIM3(1), stream, nccl_ms) == cudaSuccess, "nap");
+            check(ncclAllReduce(scratch[s], scratch[s], scratch_words, ncclFloat, ncclSum, comm, stream) == ncclSuccess,
+                  "ncclAllReduce");
+        }
         for (int i = 0; i < nbufs; i++)
             if (bufs[i].live)
                 check(fill_launch(DIM3(64), DIM3(256), stream, bufs[i].p, bufs[i].bytes / 4, (uint64_t)it,
@@ -159,5 +187,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < nbufs; i++)
         if (bufs[i].live)
             printf("live %llu %zu %d\n", (unsigned long long)bufs[i].ordinal, bufs[i].bytes, iters - 1);
+    if (comm)
+        ncclCommDestroy(comm);
     return 0;
 }

@@ -25,6 +25,8 @@ static const char *kind_name(uint16_t kind)
     case CKPT_TL_COPY: return "copy";
     case CKPT_TL_COMMIT: return "commit";
     case CKPT_TL_BOUNDARY: return "boundary";
+    case CKPT_TL_NET: return "send";
+    case CKPT_TL_DISK: return "disk-write";
     default: return "?";
     }
 }
@@ -65,6 +67,42 @@ static char *load(const char *path, struct ckpt_tl_header *h, int *rc)
     return buf;
 }
 
+/* The node agent's events (dir/timeline.agent, when it verifies) appended
+ * to the rank's, each placed in the iteration in progress at its start
+ * (by the rank's boundaries).  Returns the new buffer (buf freed, h's
+ * nevents grown) or NULL, leaving buf as it was. */
+static char *with_agent(const char *path, char *buf, struct ckpt_tl_header *h)
+{
+    struct ckpt_tl_header ah;
+    int rc;
+    if (access(path, F_OK) != 0)
+        return NULL;
+    char *abuf = load(path, &ah, &rc);
+    if (!abuf)
+        return NULL;
+    size_t n = h->nevents, m = ah.nevents;
+    char *out = realloc(buf, h->header_bytes + (n + m) * sizeof(struct ckpt_tl_event));
+    if (!out) {
+        free(abuf);
+        return NULL;
+    }
+    struct ckpt_tl_event *ev = (struct ckpt_tl_event *)(out + h->header_bytes);
+    const struct ckpt_tl_event *add = (const struct ckpt_tl_event *)(abuf + ah.header_bytes);
+    for (size_t j = 0; j < m; j++) {
+        uint64_t it = 0, at = 0; /* the newest boundary before the event */
+        for (size_t i = 0; i < n; i++)
+            if (ev[i].kind == CKPT_TL_BOUNDARY && ev[i].start_ns <= add[j].start_ns && ev[i].start_ns >= at) {
+                at = ev[i].start_ns;
+                it = ev[i].iteration;
+            }
+        ev[n + j] = add[j];
+        ev[n + j].iteration = it + 1;
+    }
+    h->nevents = n + m;
+    free(abuf);
+    return out;
+}
+
 /* "A..B" or "A": an inclusive range of iterations. */
 static int parse_iters(const char *s, uint64_t *a, uint64_t *b)
 {
@@ -87,10 +125,10 @@ static void list(const struct ckpt_tl_event *ev, size_t n, uint64_t a, uint64_t 
     for (size_t i = 0; i < n; i++) {
         if (ev[i].iteration < a || ev[i].iteration > b)
             continue;
-        printf("%llu %s %.3f %.3f %s %s\n", (unsigned long long)ev[i].iteration, kind_name(ev[i].kind),
+        printf("%llu %s %.3f %.3f %s %s%s\n", (unsigned long long)ev[i].iteration, kind_name(ev[i].kind),
                (ev[i].start_ns - t0) / 1e6, (ev[i].end_ns - t0) / 1e6,
                ev[i].kind == CKPT_TL_COLL ? ckpt_tl_func_name(ev[i].detail) : "-",
-               ev[i].flags & CKPT_TL_GPU_TIME ? "gpu" : "host");
+               ev[i].flags & CKPT_TL_GPU_TIME ? "gpu" : "host", ev[i].flags & CKPT_TL_SPILL ? " spill" : ev[i].flags & CKPT_TL_PACED ? " gap" : "");
     }
 }
 
@@ -132,7 +170,14 @@ int cmd_timeline(const struct options *o, int argc, char **argv)
     char *buf = load(path, &h, &rc);
     if (!buf)
         return rc;
-    const struct ckpt_tl_event *ev = (const struct ckpt_tl_event *)(buf + h.header_bytes);
+    struct ckpt_tl_event *ev = (struct ckpt_tl_event *)(buf + h.header_bytes);
+    snprintf(path, sizeof(path), "%s/%s", dir, CKPT_TL_AGENT_FILE);
+    char *merged = with_agent(path, buf, &h);
+    if (merged) {
+        buf = merged;
+        ev = (struct ckpt_tl_event *)(buf + h.header_bytes);
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, CKPT_TL_FILE);
     uint64_t last = 0, t0 = UINT64_MAX;
     for (size_t i = 0; i < h.nevents; i++)
         last = ev[i].iteration > last ? ev[i].iteration : last;

@@ -3,8 +3,9 @@
  * (compute, collectives, device-to-host copies, commits, network sends,
  * disk writes) over a time axis in ms, dashed lines where iterations end,
  * and a legend.  Compute is what the rank did between its collectives.
- * Lanes nothing reports into yet are drawn empty and say so, so that a
- * reader never takes "not measured" for "idle".  Every string written is
+ * The node agent's lanes (network sends, disk writes) come from its own
+ * file; while it has recorded nothing they are drawn empty and say so, so
+ * that a reader never takes "not measured" for "idle".  Every string written is
  * one of ours: nothing read from the file reaches the markup unescaped.
  */
 #include <stdio.h>
@@ -23,14 +24,14 @@ enum lane { L_COMPUTE, L_COLL, L_COPY, L_COMMIT, L_NET, L_DISK, NLANES };
 
 static const struct {
     const char *label, *color;
-    bool recorded;
+    uint16_t kind; /* the agent's lanes: recorded once any event of it is in the file */
 } lanes[NLANES] = {
-    [L_COMPUTE] = {"compute", "#9ecae1", true},
-    [L_COLL] = {"collectives", "#fd8d3c", true},
-    [L_COPY] = {"device-to-host copies", "#74c476", true},
-    [L_COMMIT] = {"commits (checksum)", "#9e9ac8", true},
-    [L_NET] = {"network sends", "#bdbdbd", false},
-    [L_DISK] = {"disk writes", "#969696", false},
+    [L_COMPUTE] = {"compute", "#9ecae1", 0},
+    [L_COLL] = {"collectives", "#fd8d3c", 0},
+    [L_COPY] = {"device-to-host copies", "#74c476", 0},
+    [L_COMMIT] = {"commits (checksum)", "#9e9ac8", 0},
+    [L_NET] = {"network sends", "#6baed6", CKPT_TL_NET},
+    [L_DISK] = {"disk writes", "#969696", CKPT_TL_DISK},
 };
 
 struct scale {
@@ -125,7 +126,10 @@ void timeline_svg(FILE *f, const struct ckpt_tl_event *ev, size_t n, uint64_t a,
                 WIDTH - LEFT - RIGHT, LANE, l % 2 ? "#f7f7f7" : "#efefef");
         fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">%s</text>\n", LEFT - 8,
                 y + LANE / 2 + 4, lanes[l].label);
-        if (!lanes[l].recorded)
+        bool recorded = !lanes[l].kind;
+        for (size_t i = 0; i < n && !recorded; i++)
+            recorded = ev[i].kind == lanes[l].kind;
+        if (!recorded)
             fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#777\">not recorded yet</text>\n",
                     LEFT + 8, y + LANE / 2 + 4);
         fprintf(f, "</g>\n");
@@ -147,7 +151,14 @@ void timeline_svg(FILE *f, const struct ckpt_tl_event *ev, size_t n, uint64_t a,
             bar(f, &s, L_COLL, e->start_ns, e->end_ns, ckpt_tl_func_name(e->detail), e->iteration);
             break;
         case CKPT_TL_COPY:
-            bar(f, &s, L_COPY, e->start_ns, e->end_ns, "snapshot copy", e->iteration);
+            bar(f, &s, L_COPY, e->start_ns, e->end_ns,
+                e->flags & CKPT_TL_SPILL ? "snapshot copy, spilled to the update" : "snapshot copy", e->iteration);
+            break;
+        case CKPT_TL_NET:
+            bar(f, &s, L_NET, e->start_ns, e->end_ns, "replica send", e->iteration);
+            break;
+        case CKPT_TL_DISK:
+            bar(f, &s, L_DISK, e->start_ns, e->end_ns, "persist", e->iteration);
             break;
         case CKPT_TL_COMMIT:
             bar(f, &s, L_COMMIT, e->start_ns, e->end_ns, "commit", e->iteration);

@@ -9,6 +9,7 @@
  *
  *   ckpt-replica serve --listen HOST:PORT --dir DIR [--once]
  *   ckpt-replica send --to HOST:PORT --image SLOT [--flip-byte N] [--pause-after BYTES]
+ *                     [--sched-profile RANKDIR]   (send in that rank's idle gaps; record the send there)
  *   ckpt-replica verify SLOT...
  *   ckpt-replica probe [--node IP]
  *   ckpt-replica placement [--nodes N] [--replicas M] [--placement P]
@@ -30,10 +31,12 @@
 #include "log.h"
 #include "placement.h"
 #include "replica.h"
+#include "schedule.h"
+#include "timeline.h"
 #include "wire.h"
 
 struct args {
-    const char *listen, *dir, *to, *image, *node, *provider;
+    const char *listen, *dir, *to, *image, *node, *provider, *sched_dir;
     int once;
     unsigned long long flip, pause_after;
     int flip_set, pause_set;
@@ -45,7 +48,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: ckpt-replica serve --listen HOST:PORT --dir DIR [--once] [--provider P]\n"
                "       ckpt-replica send --to HOST:PORT --image SLOT [--provider P] [--flip-byte N] "
-               "[--pause-after BYTES]\n"
+               "[--pause-after BYTES] [--sched-profile RANKDIR]\n"
                "       ckpt-replica verify SLOT...\n"
                "       ckpt-replica probe [--node IP] [--provider P]\n"
                "       ckpt-replica placement [--nodes N] [--replicas M] [--placement auto|group|ring|mixed]\n"
@@ -135,6 +138,8 @@ static int serve(const struct args *a)
 struct pacing {
     struct ckpt_fab *f;
     unsigned long long after;
+    struct ckpt_sched_reader *sched; /* --sched-profile: send in the rank's idle gaps */
+    uint64_t chunk_bytes, t0;
 };
 
 /* --pause-after: once that many bytes are in the receiver's memory, stop
@@ -143,7 +148,15 @@ static int pace(void *arg, uint64_t chunk, uint64_t sent)
 {
     struct pacing *p = arg;
     (void)chunk;
-    if (sent < p->after)
+    if (p->sched) {
+        /* The rate so far (1 GB/s before any): how long the chunk will hold the link. */
+        uint64_t dt = ckpt_tl_now() - p->t0, rate = sent && dt ? (uint64_t)(sent * 1e9 / dt) : 1000000000ULL;
+        int rc = ckpt_sched_wait(p->sched, p->chunk_bytes, rate, 1000);
+        if (rc == -E2BIG)
+            ckpt_log_once(CKPT_WARN, "a %llu-byte chunk fits in no idle gap of %s: sent as it comes",
+                          (unsigned long long)p->chunk_bytes, p->sched->dir);
+    }
+    if (!p->after || sent < p->after)
         return 0;
     int rc = ckpt_fab_drain(p->f, 30000);
     ckpt_log(CKPT_INFO, "paused after %llu bytes (%s)", (unsigned long long)sent, rc ? strerror(-rc) : "delivered");
@@ -202,11 +215,23 @@ static int send_image(const struct args *a)
         ckpt_log(CKPT_ERROR, "%s", why);
         goto out;
     }
-    struct pacing p = {f, a->pause_after};
-    if (ckpt_replica_send(f, ctl, peer, image, sb.st_size, src, a->pause_set ? pace : NULL, &p, &st) < 0) {
+    struct ckpt_sched_reader sched;
+    struct pacing p = {f, a->pause_set ? a->pause_after : 0, NULL, h.chunk_bytes, ckpt_tl_now()};
+    if (a->sched_dir && ckpt_sched_reader_open(&sched, a->sched_dir) == 0)
+        p.sched = &sched;
+    uint64_t t0 = ckpt_tl_now();
+    if (ckpt_replica_send(f, ctl, peer, image, sb.st_size, src, a->pause_set || p.sched ? pace : NULL, &p, &st) <
+        0) {
         ckpt_log(CKPT_ERROR, "job %s rank %u generation %llu to %s: %s", st.job, st.rank,
                  (unsigned long long)st.generation, a->to, st.why);
         goto out;
+    }
+    if (a->sched_dir) { /* the send on the rank's timeline, as the node agent records it */
+        struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_tl_now(), .arg = st.bytes_sent,
+                                  .kind = CKPT_TL_NET, .detail = (uint32_t)st.iteration};
+        int trc = ckpt_tl_agent_add(a->sched_dir, &e);
+        if (trc < 0)
+            ckpt_log(CKPT_WARN, "cannot record the send in %s: %s", a->sched_dir, strerror(-trc));
     }
     printf("sent job %s rank %u generation %llu iteration %llu to %s over %s: %llu of %llu chunks, "
            "%llu bytes sent, %llu bytes of data, slot %u, %.3f s, %.2f GB/s\n",
@@ -282,7 +307,7 @@ int main(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},   {"dir", required_argument, NULL, 'd'},
         {"once", no_argument, NULL, '1'},           {"to", required_argument, NULL, 't'},
         {"image", required_argument, NULL, 'i'},    {"flip-byte", required_argument, NULL, 'f'},
-        {"pause-after", required_argument, NULL, 'p'}, {"node", required_argument, NULL, 'n'},
+        {"pause-after", required_argument, NULL, 'p'}, {"sched-profile", required_argument, NULL, 'S'}, {"node", required_argument, NULL, 'n'},
         {"provider", required_argument, NULL, 'P'}, {"nodes", required_argument, NULL, 'N'},
         {"replicas", required_argument, NULL, 'm'}, {"placement", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
@@ -322,6 +347,7 @@ int main(int argc, char **argv)
         case 'n': a.node = optarg; break;
         case 'P': a.provider = optarg; break;
         case 'f': if (number("--flip-byte", optarg, ~0ull, &a.flip) < 0) return 2; a.flip_set = 1; break;
+        case 'S': a.sched_dir = optarg; break;
         case 'p': if (number("--pause-after", optarg, ~0ull, &a.pause_after) < 0) return 2; a.pause_set = 1; break;
         case 'N': if (number("--nodes", optarg, 65536, &a.nodes) < 0) return 2; break;
         case 'm': if (number("--replicas", optarg, 64, &a.replicas) < 0) return 2; break;

@@ -20,10 +20,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "config.h"
 #include "log.h"
 #include "persist.h"
 #include "resume.h"
+#include "timeline.h"
 
 /*
  * Opens the engine when CKPT_PERSIST_DIRS is set.  CKPT_PERSIST_EVERY=0
@@ -102,10 +104,18 @@ static void *worker(void *arg)
     struct ckpt_persist_stats st;
     char why[512];
 
+    uint64_t t0 = ckpt_tl_now();
     int rc = ckpt_persist_generation(d->engine, &rq, &st, why, sizeof(why));
     if (d->own_pin)
         unlink(d->pin);
     if (rc == 0) {
+        /* The write on each rank's timeline (its disk-writes lane). */
+        struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_tl_now(), .arg = st.logical_bytes / st.nranks,
+                                  .kind = CKPT_TL_DISK, .detail = (uint32_t)st.iteration};
+        char dir[PATH_MAX];
+        for (unsigned i = 0; i < d->nranks; i++)
+            if (ckpt_arena_path(dir, sizeof(dir), d->arena, d->job, d->ranks[i]) == 0)
+                ckpt_tl_agent_add(dir, &e);
         d->persisted++;
         d->bytes += st.logical_bytes;
         d->seconds += st.seconds;

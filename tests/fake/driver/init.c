@@ -214,3 +214,19 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
     }
     return CUDA_ERROR_INVALID_VALUE;
 }
+
+/*
+ * The device-to-host direction of the PCIe link, for the double's NCCL: a
+ * collective's bytes leave the GPU over the same link as the snapshot
+ * copies (GPUDirect traffic to the NIC), so with FAKEGPU_COPY_GBPS and
+ * FAKEGPU_NET_GBPS both set, libnccl books them here too.  Returns when the
+ * booked transfer ends (CLOCK_MONOTONIC ns), or 0 when the link is
+ * unthrottled or the driver not initialised.  Not a CUDA entry point:
+ * exported under the double's own prefix, never through cuGetProcAddress.
+ */
+__attribute__((visibility("default"))) uint64_t fakegpu_pcie_d2h_book(size_t bytes)
+{
+    if (!__atomic_load_n(&drv.initialized, __ATOMIC_ACQUIRE) || drv.d2h.bytes_per_ns <= 0)
+        return 0;
+    return fg_link_book(&drv.d2h, bytes);
+}

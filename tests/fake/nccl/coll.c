@@ -405,6 +405,10 @@ static int run_batch(struct nf_batch *b)
     for (i = 0; i < b->nops; i++)
         wire += nf_op_wire_bytes(&b->ops[i], c->nranks);
     until = fg_link_book(&net, wire);
+    if (wire && net.bytes_per_ns > 0 && nf_pcie_book) { /* the bytes cross the GPU's PCIe link too */
+        uint64_t pcie = nf_pcie_book(wire);
+        until = pcie > until ? pcie : until;
+    }
 
     for (i = 0; i < b->nops && b->ops[i].func < NF_SEND; i++) {
         void *kernel = nf_prof_kernel_start(c, b->ops[i].prof);

@@ -14,6 +14,7 @@
 #include "nccl_fake.h"
 
 struct nf_driver nf_drv;
+uint64_t (*nf_pcie_book)(size_t bytes);
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int load_err;
@@ -53,6 +54,8 @@ static void load(void)
         return;
     }
     get_proc = (__typeof__(get_proc))sym;
+    /* The double's shared PCIe link (optional: another driver has none). */
+    nf_pcie_book = (uint64_t (*)(size_t))dlsym(lib, "fakegpu_pcie_d2h_book");
 
     /* Resolve them all before failing, so one run names every missing one. */
 #define NF_RESOLVE(base, suffix)                                               \

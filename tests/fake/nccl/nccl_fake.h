@@ -60,6 +60,10 @@ struct nf_driver {
 };
 /* Valid once nf_drv_enter() has returned 0. */
 extern struct nf_driver nf_drv;
+/* The double driver's PCIe device-to-host link (fakegpu_pcie_d2h_book), or
+ * NULL: collectives book their bytes on it too, so they contend with
+ * snapshot copies when FAKEGPU_COPY_GBPS and FAKEGPU_NET_GBPS are set. */
+extern uint64_t (*nf_pcie_book)(size_t bytes);
 
 /*
  * Loads the driver and resolves every entry point (once per process), runs

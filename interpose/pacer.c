@@ -1,0 +1,310 @@
+/*
+ * The pacer: when a snapshot's device-to-host copies run (CKPT_SCHED).  It
+ * keeps the rank's gap profile (runtime/schedule.h) up to date from the
+ * timeline and publishes it for the node agent.  Under gap the copies are
+ * gated on the GPU, not timed by the host (which runs ahead of it): the
+ * pieces that fit before the first collective are queued at the boundary,
+ * and as the program queues its k-th collective, the copy stream is made to
+ * wait for that collective's end and given the pieces that fit in the idle
+ * gap before collective k+1.  What is left when the program queues the
+ * iteration's last collective is queued after it (a spill: the update
+ * waits for it on the GPU, exactly as it waits for eager copies), so
+ * consistency is the snapshot engine's, unchanged.  It never places a copy
+ * inside a profiled collective span, and never fails the program: its CUDA
+ * errors go back to the snapshot engine.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "format.h"
+#include "interpose.h"
+#include "log.h"
+#include "schedule.h"
+#include "timeline.h"
+
+#define PIECE (64ULL << 20)    /* a piece never holds the copy engine longer (snapshot.c) */
+#define MIN_PIECE (1ULL << 20) /* a gap that carries less is left idle: per-copy overhead */
+#define BATCHES 64             /* timed batches per snapshot; later ones go untimed */
+#define RATE_SAFETY 0.8        /* place at this share of the measured rate */
+#define FIRST_GAP_SHARE 0.5    /* the gap before the first collective is timed by the host from the
+                                  boundary, not gated on the GPU: only this share of it is used */
+
+_Static_assert(CKPT_SCHED_SPANS < BATCHES, "a batch per gap, and the spill");
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+
+    struct ckpt_sched_profile prof; /* the published one */
+    bool have_prof;
+    uint64_t last_check;
+    double rate_bps; /* measured device-to-host rate, bytes/s */
+
+    /* The snapshot in flight. */
+    struct ckpt_pace_job job;
+    bool paced, issued; /* gated on collectives; every piece and done queued */
+    bool was_paced;
+    struct ckpt_sched_slot slot[CKPT_SCHED_SPANS];
+    size_t nslots, next; /* the gap before collective `next` comes next */
+    long i;              /* cursor: allocation, offset in it */
+    uint64_t off, total, queued;
+    uint64_t now_bytes, gap_bytes, spill_bytes; /* queued at the boundary, in gaps, before the update */
+    unsigned nbatch;
+    CUevent ev[BATCHES][2], gate, clock;
+    uint64_t bbytes[BATCHES];
+    bool bspill[BATCHES];
+    bool events_ok;
+    CUresult failed; /* the first copy error of the snapshot in flight */
+} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* Queues up to max bytes of pieces from the cursor, timed as one batch
+ * when an event pair is free; records done after the last piece.  With
+ * P.lock held. */
+static CUresult batch(uint64_t max, bool spill)
+{
+    const struct ckpt_pace_job *j = &P.job;
+    CUresult r = CUDA_SUCCESS;
+    uint64_t sent = 0;
+    unsigned b = P.nbatch;
+    bool timed = P.events_ok && b < BATCHES;
+
+    if (timed)
+        real_cuEventRecord(P.ev[b][0], j->stream);
+    while (P.i < j->n && sent < max && r == CUDA_SUCCESS) {
+        uint64_t size = j->recs[P.i].size, len = size - P.off;
+        if (len > PIECE)
+            len = PIECE;
+        if (len > max - sent)
+            len = max - sent;
+        if (len)
+            r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[P.i].offset + P.off, j->allocs[P.i].addr + P.off, len,
+                                          j->stream);
+        sent += len;
+        P.off += len;
+        if (P.off >= size) {
+            P.i++;
+            P.off = 0;
+        }
+    }
+    if (timed) {
+        real_cuEventRecord(P.ev[b][1], j->stream);
+        P.bbytes[b] = sent;
+        P.bspill[b] = spill;
+        P.nbatch++;
+    }
+    P.queued += sent;
+    if (r != CUDA_SUCCESS && P.failed == CUDA_SUCCESS)
+        P.failed = r;
+    if (spill)
+        P.spill_bytes += sent;
+    else if (P.was_paced)
+        P.gap_bytes += sent;
+    else
+        P.now_bytes += sent;
+    if (r == CUDA_SUCCESS && P.i >= j->n && !P.issued) {
+        r = real_cuEventRecord(j->done, j->stream);
+        P.issued = true;
+        __atomic_store_n(&P.paced, false, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&P.cond);
+    }
+    return r;
+}
+
+/* The batch events, once, in the program's context (current here). */
+static void make_events(void)
+{
+    static bool tried;
+    if (tried)
+        return;
+    tried = true;
+    P.events_ok = real_cuEventCreate(&P.gate, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+                  real_cuEventCreate(&P.clock, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+    for (int b = 0; b < BATCHES && P.events_ok; b++)
+        P.events_ok = real_cuEventCreate(&P.ev[b][0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+                      real_cuEventCreate(&P.ev[b][1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+    if (!P.events_ok)
+        ckpt_log_once(CKPT_WARN, "cannot create the copy timing events: copies are neither timed nor paced");
+}
+
+/* The next gap's share; a gap that carries less than a piece's worth of
+ * overhead stays idle.  With P.lock held. */
+static CUresult next_gap(void)
+{
+    uint64_t b = P.next < P.nslots ? P.slot[P.next].bytes : 0;
+    P.next++;
+    return b >= MIN_PIECE || (b && b >= P.total - P.queued) ? batch(b, false) : CUDA_SUCCESS;
+}
+
+CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
+{
+    pthread_mutex_lock(&P.lock);
+    P.job = *job;
+    P.i = 0;
+    P.off = 0;
+    P.total = P.queued = 0;
+    for (long i = 0; i < job->n; i++)
+        P.total += job->recs[i].size;
+    P.now_bytes = P.gap_bytes = P.spill_bytes = 0;
+    P.nbatch = 0;
+    P.issued = false;
+    P.failed = CUDA_SUCCESS;
+    make_events();
+    paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && P.have_prof && P.rate_bps > 0 && P.events_ok;
+    /* A snapshot copied within the profile's margin cannot delay a
+     * collective by more than the margin allows: it goes now, and commits
+     * an iteration earlier than a paced one would. */
+    if (paced && (double)P.total / P.rate_bps * 1e9 < (double)P.prof.margin_ns)
+        paced = false;
+    P.was_paced = paced;
+    CUresult r;
+    if (paced) {
+        P.nslots = ckpt_sched_place(&P.prof, P.total, (uint64_t)(P.rate_bps * RATE_SAFETY), P.slot,
+                                    CKPT_SCHED_SPANS, NULL);
+        P.slot[0].bytes = (uint64_t)(P.slot[0].bytes * FIRST_GAP_SHARE);
+        P.next = 0;
+        __atomic_store_n(&P.paced, true, __ATOMIC_RELEASE);
+        r = next_gap(); /* the GPU is idle at the boundary: the first gap starts now */
+    } else {
+        r = batch(UINT64_MAX, false);
+    }
+    pthread_mutex_unlock(&P.lock);
+    return r;
+}
+
+CUresult ckpt_pace_collective(CUstream s)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    if (!__atomic_load_n(&P.paced, __ATOMIC_ACQUIRE))
+        return r;
+    pthread_mutex_lock(&P.lock);
+    if (P.paced && !P.issued) {
+        /* The copy stream waits (on the GPU) for this collective's end. */
+        r = real_cuEventRecord(P.gate, s);
+        if (r == CUDA_SUCCESS)
+            r = real_cuStreamWaitEvent(P.job.stream, P.gate, 0);
+        if (r == CUDA_SUCCESS)
+            r = next_gap();
+    }
+    pthread_mutex_unlock(&P.lock);
+    return r;
+}
+
+CUresult ckpt_pace_flush(void)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    pthread_mutex_lock(&P.lock);
+    if (!P.issued) {
+        __atomic_store_n(&P.paced, false, __ATOMIC_RELEASE);
+        r = batch(UINT64_MAX, true);
+        if (r != CUDA_SUCCESS && !P.issued) { /* done still marks the end of what was queued */
+            real_cuEventRecord(P.job.done, P.job.stream);
+            P.issued = true;
+        }
+        pthread_cond_broadcast(&P.cond);
+    }
+    pthread_mutex_unlock(&P.lock);
+    return r;
+}
+
+CUresult ckpt_pace_wait_issued(void)
+{
+    pthread_mutex_lock(&P.lock);
+    while (!P.issued)
+        pthread_cond_wait(&P.cond, &P.lock);
+    CUresult r = P.failed;
+    pthread_mutex_unlock(&P.lock);
+    return r;
+}
+
+void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, size_t statslen)
+{
+    static const char *const modes[] = {"gap", "eager", "off"};
+    float total_ms = 0, a, b;
+    double busy_ns = 0;
+
+    pthread_mutex_lock(&P.lock);
+    /* Where start lies on the host's clock: an event queued on the idle
+     * copy stream completes at once; spinning on it (not sleeping) reads
+     * the host clock within microseconds of its GPU time. */
+    uint64_t start_host = copied_at - (uint64_t)(total_ms * 1e6), spin_end = ckpt_tl_now() + 20000000;
+    if (real_cuEventRecord(P.clock, P.job.stream) == CUDA_SUCCESS) {
+        CUresult q;
+        while ((q = real_cuEventQuery(P.clock)) == CUDA_ERROR_NOT_READY && ckpt_tl_now() < spin_end)
+            ;
+        uint64_t at = ckpt_tl_now();
+        float ms;
+        if (q == CUDA_SUCCESS && real_cuEventElapsedTime_v2(&ms, P.job.start, P.clock) == CUDA_SUCCESS)
+            start_host = at - (uint64_t)(ms * 1e6);
+    }
+    for (unsigned k = 0; k < P.nbatch; k++) {
+        if (real_cuEventElapsedTime_v2(&a, P.job.start, P.ev[k][0]) != CUDA_SUCCESS ||
+            real_cuEventElapsedTime_v2(&b, P.job.start, P.ev[k][1]) != CUDA_SUCCESS || !P.bbytes[k])
+            continue;
+        struct ckpt_tl_event e = {.start_ns = start_host + (uint64_t)(a * 1e6),
+                                  .end_ns = start_host + (uint64_t)(b * 1e6),
+                                  .iteration = snap_iter + 1,
+                                  .arg = P.bbytes[k],
+                                  .kind = CKPT_TL_COPY,
+                                  .flags = CKPT_TL_GPU_TIME | (P.bspill[k] ? CKPT_TL_SPILL : 0) |
+                                           (P.was_paced && !P.bspill[k] ? CKPT_TL_PACED : 0),
+                                  .detail = (uint32_t)snap_iter};
+        ckpt_tl_add(&e);
+        busy_ns += (b - a) * 1e6;
+    }
+    uint64_t bytes = P.now_bytes + P.gap_bytes + P.spill_bytes;
+    if (busy_ns > 0 && bytes >= MIN_PIECE) { /* the rate of the copies themselves, idle gaps left out */
+        double r = bytes * 1e9 / busy_ns;
+        P.rate_bps = P.rate_bps > 0 ? 0.5 * P.rate_bps + 0.5 * r : r;
+    }
+    int mode = (int)ckpt_cfg_int(CFG_SCHED);
+    snprintf(stats, statslen, "\"sched\":\"%s\",\"paced\":%s,\"boundary_bytes\":%llu,\"gap_bytes\":%llu,"
+             "\"spill_bytes\":%llu,\"batches\":%u,\"profile_epoch\":%llu", modes[mode],
+             P.was_paced ? "true" : "false", (unsigned long long)P.now_bytes, (unsigned long long)P.gap_bytes,
+             (unsigned long long)P.spill_bytes, P.nbatch, (unsigned long long)(P.have_prof ? P.prof.epoch : 0));
+    P.prof.copy_bps = (uint64_t)P.rate_bps;
+    pthread_mutex_unlock(&P.lock);
+}
+
+void ckpt_pace_boundary(uint64_t iter, uint64_t t_ns, const char *dir, uint32_t rank)
+{
+    static struct ckpt_tl_event ev[CKPT_TL_CAP];
+    static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+    struct ckpt_sched_profile fresh;
+    uint64_t dropped;
+
+    /* Iteration 1 warms up; re-check every CKPT_SCHED_PROFILE_ITERS. */
+    bool due = iter > CKPT_SCHED_PROFILE_ITERS + 1 && iter >= P.last_check + CKPT_SCHED_PROFILE_ITERS;
+    if (due) {
+        pthread_mutex_lock(&ev_lock);
+        uint64_t from = iter - CKPT_SCHED_PROFILE_ITERS + 1;
+        size_t n = ckpt_tl_collect(from - 1, ev, &dropped);
+        int rc = ckpt_sched_build(ev, n, from, iter, &fresh);
+        pthread_mutex_unlock(&ev_lock);
+        pthread_mutex_lock(&P.lock);
+        P.last_check = iter;
+        if (rc == 0 && (!P.have_prof || ckpt_sched_changed(&P.prof, &fresh, CKPT_SCHED_CHANGE_PCT))) {
+            fresh.epoch = P.have_prof ? P.prof.epoch + 1 : 1;
+            ckpt_log(CKPT_DEBUG, "schedule %llu from iterations %llu..%llu: period %.3f ms, %u collective spans",
+                     (unsigned long long)fresh.epoch, (unsigned long long)from, (unsigned long long)iter,
+                     fresh.period_ns / 1e6, fresh.nspans);
+            P.prof = fresh;
+            P.have_prof = true;
+        }
+        pthread_mutex_unlock(&P.lock);
+    }
+    pthread_mutex_lock(&P.lock);
+    if (P.have_prof && dir) {
+        P.prof.rank = rank;
+        P.prof.anchor_iter = iter + 1;
+        P.prof.anchor_ns = t_ns;
+        P.prof.copy_bps = (uint64_t)P.rate_bps;
+        int rc = ckpt_sched_write(dir, &P.prof);
+        if (rc < 0)
+            ckpt_log_once(CKPT_WARN, "cannot publish the schedule into %s: %s", dir, strerror(-rc));
+    }
+    pthread_mutex_unlock(&P.lock);
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bats
+# CKPT_SCHED=gap on a training-shaped program (statewriter --nccl: compute,
+# AllReduce, compute, AllReduce, update, per iteration) with more state than
+# the gaps carry, and the trainer on 2 ranks: every rank publishes its
+# schedule, its snapshots put copies into the gaps and spill the rest to
+# the update, and on the recorded timeline no copy placed in a gap starts
+# inside a collective or before the one it waits for.  ckpt-replica send
+# --sched-profile paces by that schedule and puts its send on the rank's
+# timeline, ckpt-resume's persists become its disk writes, and the SVG
+# draws them with every lane.
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    LIB=$BUILD/lib/libckpt.so
+    SW=$BUILD/tests/progs/statewriter
+    TRAIN=$BUILD/examples/mlp-train
+    RESUME=$BUILD/bin/ckpt-resume
+    INSPECT=$BUILD/bin/ckpt-inspect
+    REP=$BUILD/bin/ckpt-replica
+    D=$(mktemp -d /tmp/ckpt-bats-XXXXXX)
+    export CKPT_ARENA_DIR=$D/arena CKPT_JOB=sch CKPT_KEEP_ARENA=1 CKPT_SCHED=gap FAKEGPU_COPY_GBPS=0.5
+    PIDS=()
+}
+
+teardown() {
+    for p in "${PIDS[@]}"; do
+        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
+    done
+    rm -rf "$D"
+}
+
+run_ranks() { # n: statewriter alone (1), or the trainer's ranks under ckpt-resume
+    if [ "$1" = 1 ]; then
+        CKPT_STATS_FILE=$D/stats LD_PRELOAD=$LIB timeout 120 "$SW" --iters 16 --mib 24 --nccl 10 >/dev/null 2>"$D/err"
+    else
+        CKPT_STATS_FILE=$D/stats LD_PRELOAD=$LIB FAKEGPU_NET_GBPS=0.05 timeout 120 "$RESUME" --nproc "$1" -- \
+            "$TRAIN" --iters 16 --hidden 512 --layers 4 --batch 32 >/dev/null 2>"$D/err"
+    fi || { cat "$D/err"; return 1; }
+}
+
+# gated r: on rank r's timeline, no copy placed in a gap starts inside a
+# collective of its iteration, and each after the first of its snapshot
+# starts after a collective ended (the one it was gated on); 0.05 ms for
+# the clocks.  At least one such copy exists.
+gated() {
+    "$INSPECT" timeline --rank "$1" --iters 1..16 | awk '
+        $2 == "collective" { cs[$1, ++nc[$1]] = $3; ce[$1, nc[$1]] = $4 }
+        $2 == "copy" && $7 == "gap" { ps[++np] = $3; pi[np] = $1 }
+        END {
+            for (i = 1; i <= np; i++) {
+                it = pi[i]; after = 0
+                for (k = 1; k <= nc[it]; k++) {
+                    if (ps[i] > cs[it, k] + 0.05 && ps[i] < ce[it, k] - 0.05) {
+                        printf "iteration %s: a copy starts at %s inside collective [%s, %s]\n", it, ps[i], cs[it, k], ce[it, k]
+                        bad = 1
+                    }
+                    if (ce[it, k] <= ps[i] + 0.05) after = 1
+                }
+                if (i > 1 && pi[i - 1] == it && !after) {
+                    printf "iteration %s: a copy at %s follows no collective\n", it, ps[i]; bad = 1
+                }
+            }
+            if (np == 0) { print "no copy in a gap"; bad = 1 }
+            exit bad
+        }'
+}
+
+@test "1 and 2 ranks: schedules published, copies in the gaps, gated on the collectives, the rest spilled" {
+    for n in 1 2; do
+        rm -rf "$D/arena" "$D/stats"
+        run_ranks "$n"
+        for ((r = 0; r < n; r++)); do
+            [ -f "$D/arena/$(id -u)-sch/rank$r/schedule" ] || { echo "rank $r: no schedule"; false; }
+            grep "\"rank\":$r," "$D/stats" | grep -q '"paced":true,"boundary_bytes":0,"gap_bytes":[1-9][0-9]*,' ||
+                { echo "rank $r: no snapshot with copies in the gaps"; cat "$D/stats"; false; }
+            gated "$r"
+        done
+    done
+    grep -q '"paced":true,.*"spill_bytes":[1-9]' "$D/stats" || { echo "nothing spilled"; cat "$D/stats"; false; }
+}
+
+@test "CKPT_SCHED=eager and off queue every copy at the boundary; a bad value is a usage error" {
+    for m in eager off; do
+        rm -rf "$D/arena" "$D/stats"
+        CKPT_SCHED=$m run_ranks 1
+        grep -q '"paced":false' "$D/stats"
+        ! grep -q '"paced":true' "$D/stats"
+        grep -q "\"sched\":\"$m\",\"paced\":false,\"boundary_bytes\":[1-9]" "$D/stats"
+    done
+    run env CKPT_SCHED=sometimes LD_PRELOAD=$LIB "$SW" --iters 2
+    [ "$status" -eq 2 ]
+    [[ $output == *"CKPT_SCHED='sometimes'"* ]]
+}
+
+@test "ckpt-replica send --sched-profile paces by the schedule; the SVG has every lane, well-formed" {
+    if ! "$REP" probe --node 127.0.0.1 >/dev/null 2>&1; then
+        skip "no RMA-capable libfabric provider on 127.0.0.1"
+    fi
+    run_ranks 1
+    rankdir=$D/arena/$(id -u)-sch/rank0
+    mkdir -p "$D/rep"
+    "$REP" serve --listen 127.0.0.1:0 --dir "$D/rep" >"$D/serve.out" 2>"$D/serve.err" 3>&- &
+    PIDS+=($!)
+    for _ in $(seq 100); do
+        PORT=$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9]*\),.*/\1/p' "$D/serve.out")
+        [ -n "$PORT" ] && break
+        sleep 0.05
+    done
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$rankdir/slot0" --sched-profile "$rankdir"
+    [ "$status" -eq 0 ] || { echo "$output"; cat "$D/serve.err"; false; }
+    [ -f "$rankdir/timeline.agent" ]
+    "$INSPECT" timeline --iters 1..17 | grep -q '^[0-9]* send '
+    run "$INSPECT" timeline --iters 10..17 -o "$D/x.svg"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    svg=$(cat "$D/x.svg")
+    for lane in compute collectives "device-to-host copies" "network sends" "disk writes" "time (ms)" 'id="legend"'; do
+        [[ $svg == *"$lane"* ]] || { echo "missing: $lane"; false; }
+    done
+    [ "$(grep -c 'not recorded yet' "$D/x.svg")" = 1 ] # disk writes: no persist in this test
+    [[ $svg == *"<title>replica send, iteration"* ]]
+    if command -v xmllint >/dev/null; then xmllint --noout "$D/x.svg"; fi
+}
+
+@test "ckpt-resume's persists are the disk-writes lane of every rank's timeline" {
+    if "$BUILD/bin/ckpt-persist" list --dirs "$D" 2>&1 | grep -q "io_uring is not available"; then
+        skip "io_uring is not available here"
+    fi
+    mkdir -p "$D/ssd"
+    CKPT_PERSIST_DIRS=$D/ssd CKPT_PERSIST_EVERY=1 timeout 120 "$RESUME" --nproc 2 -- "$SW" --iters 12 --mib 4 \
+        >/dev/null 2>"$D/err" || { cat "$D/err"; false; }
+    grep -q "^ckpt-resume: persisted [1-9][0-9]* generation" "$D/err" || { cat "$D/err"; false; }
+    for r in 0 1; do
+        "$INSPECT" timeline --rank "$r" --iters 1..13 | grep -q '^[0-9]* disk-write ' ||
+            { echo "rank $r: no disk write on the timeline"; "$INSPECT" timeline --rank "$r" --iters 1..13; false; }
+    done
+    run "$INSPECT" timeline --rank 1 --iters 1..13 -o "$D/d.svg"
+    [ "$status" -eq 0 ]
+    [[ $(cat "$D/d.svg") == *"<title>persist, iteration"* ]]
+    [ "$(grep -c 'not recorded yet' "$D/d.svg")" = 1 ] # network sends: none in this job
+    if command -v xmllint >/dev/null; then xmllint --noout "$D/d.svg"; fi
+}
