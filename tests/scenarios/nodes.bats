@@ -210,6 +210,19 @@ recover_from_peers() { # N P LOST
     diff <(last_launch "$D/out.0") "$D/plain"
 }
 
+@test "replication rounds are sent from the ranks' published schedule and show on their timelines" {
+    export CKPT_KEEP_ARENA=1
+    start 0 2 1
+    start 1 2 1
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    for i in 0 1; do
+        sends=$(CKPT_ARENA_DIR=$D/arena.$i "$BUILD/bin/ckpt-inspect" timeline --rank $i --iters 1..200 | grep -c ' send ')
+        [ "$sends" -ge 1 ] || { echo "node $i: no send on the timeline"; return 1; }
+    done
+    [ -s "$D"/arena.1/peers/*/rank0/slot0 ] && [ -s "$D"/arena.0/peers/*/rank1/slot0 ]
+}
+
 @test "bad node options stop ckpt-resume before any rank starts, naming what to fix" {
     run -2 "$CKPT" --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"--nnodes and --node-rank need --coord HOST:PORT"* ]]

@@ -36,6 +36,8 @@
 #include "replay.h"
 #include "replica.h"
 #include "resume.h"
+#include "schedule.h"
+#include "timeline.h"
 #include "wire.h"
 
 /* A replay log travels as LOG {rank, size, job} then its bytes in pieces, then LOG_END {xxh3}; one reply. */
@@ -323,9 +325,33 @@ static int send_log(const char *dir, const char *job, int rank, const char *to, 
     return rc;
 }
 
-/* Sends rank's snapshot of @it in the rank directory @dir, log first, to the agent at @to. */
-static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, const char *to, char *why, size_t whylen)
+/* Replication rounds send in the idle gaps of the rank's own traffic (CKPT_SCHED=gap, runtime/schedule.h). */
+struct pacing {
+    struct ckpt_sched_reader sched;
+    uint64_t chunk_bytes, t0;
+};
+
+static int pace(void *arg, uint64_t chunk, uint64_t sent)
 {
+    struct pacing *p = arg;
+    (void)chunk;
+    /* The rate so far (1 GB/s before any): how long the chunk will hold the link. */
+    uint64_t dt = ckpt_tl_now() - p->t0, rate = sent && dt ? (uint64_t)(sent * 1e9 / dt) : 1000000000ULL;
+    if (ckpt_sched_wait(&p->sched, p->chunk_bytes, rate, 1000) == -E2BIG)
+        ckpt_log_once(CKPT_DEBUG, "a %llu-byte chunk fits in no idle gap of %s: sent as it comes",
+                      (unsigned long long)p->chunk_bytes, p->sched.dir);
+    return 0; /* late or not, the chunk goes: a round never stops for the schedule */
+}
+
+/*
+ * Sends rank's snapshot of @it in the rank directory @dir, log first, to
+ * the agent at @to; @paced: in the gaps the rank publishes (a replication
+ * round while it trains), else at once (a recovery, the ranks stopped).
+ */
+static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, const char *to, bool paced, char *why,
+                     size_t whylen)
+{
+    struct pacing pc = { .t0 = ckpt_tl_now() };
     struct ckpt_replica_stats st;
     struct ckpt_fab_region *src = NULL;
     void *image;
@@ -350,12 +376,19 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
     if ((rc = ckpt_wire_connect(to, &ctl, why, whylen)) < 0 ||
         (rc = ckpt_replica_hello(r->tx_fab, ctl, &peer, why, whylen)) < 0)
         goto out;
-    rc = ckpt_replica_send(r->tx_fab, ctl, peer, image, len, src, NULL, NULL, &st);
-    if (rc < 0)
+    paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && ckpt_sched_reader_open(&pc.sched, dir) == 0;
+    pc.chunk_bytes = ((const struct ckpt_header *)image)->chunk_bytes;
+    rc = ckpt_replica_send(r->tx_fab, ctl, peer, image, len, src, paced ? pace : NULL, &pc, &st);
+    if (rc < 0) {
         snprintf(why, whylen, "%s", st.why);
-    else
+    } else {
         ckpt_log(CKPT_DEBUG, "rank %d iteration %llu to %s: %llu bytes in %.3f s", rank, (unsigned long long)it, to,
                  (unsigned long long)st.bytes_sent, st.seconds);
+        struct ckpt_tl_event ev = { .start_ns = pc.t0, .end_ns = ckpt_tl_now(), .arg = st.bytes_sent,
+                                    .kind = CKPT_TL_NET };
+        if (paced)
+            ckpt_tl_agent_add(dir, &ev); /* the rank's timeline shows the agent's sends beside its collectives */
+    }
 out:
     if (ctl >= 0)
         close(ctl);
@@ -387,7 +420,7 @@ static void *worker(void *arg)
                 snprintf(why, sizeof(why), "node %u takes no replicas", holders[k]);
                 rc = -ECONNREFUSED;
             } else {
-                rc = send_copy(r, dir, rank, r->iteration, to, why, sizeof(why));
+                rc = send_copy(r, dir, rank, r->iteration, to, true, why, sizeof(why));
             }
             if (rc < 0 && !(r->warned && rc == r->warned_rc))
                 ckpt_log(CKPT_WARN, "cannot replicate rank %d iteration %llu to node %u: %s", rank,
@@ -520,7 +553,7 @@ int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const s
         int rc = s->node < nnodes ? ckpt_arena_path(dir, sizeof(dir), r->peers, r->opt->job_name, (int)s->rank)
                                   : -EINVAL;
         if (rc == 0)
-            rc = send_copy(r, dir, (int)s->rank, s->iteration, addrs[s->node].hostport, why, sizeof(why));
+            rc = send_copy(r, dir, (int)s->rank, s->iteration, addrs[s->node].hostport, false, why, sizeof(why));
         else
             snprintf(why, sizeof(why), "%s", strerror(-rc));
         if (rc < 0) {
