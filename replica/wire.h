@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define CKPT_WIRE_MAGIC "CKRP"
-#define CKPT_WIRE_VERSION 1u
+#define CKPT_WIRE_VERSION 2u /* 2: PROGRESS, and RESULT before DONE (replica.h) */
 #define CKPT_WIRE_MAX (64u << 20)
 
 struct ckpt_wire_frame {

@@ -208,10 +208,10 @@ static int send_image(const struct args *a)
         goto out;
     }
     printf("sent job %s rank %u generation %llu iteration %llu to %s over %s: %llu of %llu chunks, "
-           "%llu bytes sent, %llu bytes of data, slot %u, %.3f s, %.2f GB/s\n",
+           "%llu bytes sent, %llu bytes of data, slot %u, %.3f s (%.3f s after the last write), %.2f GB/s\n",
            st.job, st.rank, (unsigned long long)st.generation, (unsigned long long)st.iteration, a->to,
            ckpt_fab_provider(f), (unsigned long long)st.sent_chunks, (unsigned long long)st.chunks,
-           (unsigned long long)st.bytes_sent, (unsigned long long)st.data_bytes, st.slot, st.seconds,
+           (unsigned long long)st.bytes_sent, (unsigned long long)st.data_bytes, st.slot, st.seconds, st.tail_seconds,
            st.seconds > 0 ? st.bytes_sent / st.seconds / 1e9 : 0.0);
     rc = 0;
 out:
