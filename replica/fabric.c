@@ -23,8 +23,8 @@
 #include "fabric.h"
 
 #define API_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
-#define WINDOW 16             /* writes in flight at most */
-#define PIECE_MAX (8u << 20)  /* bytes per write: one chunk of the default size */
+#define WINDOW 32             /* writes in flight at most */
+#define PIECE_MAX (8u << 20)  /* bytes per write at most (the sender writes 1 MiB pieces) */
 #define MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
 
 struct ckpt_fab {

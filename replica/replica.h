@@ -11,7 +11,7 @@
  *                                     <---   ACCEPT {region key, data offset,
  *                                                    bitmap of chunks to send}
  *   RMA-writes the chunks asked for   ===>   copies the chunks it held
- *   PROGRESS {upto}, as writes        --->   verifies those chunks meanwhile
+ *   PROGRESS {upto}, as writes        --->   verifies those bytes meanwhile
  *     complete                               (a verifier thread)
  *   DONE {status, bytes}              --->   verifies what is left, commits
  *                                     <---   RESULT {status, slot, generation,
@@ -26,9 +26,8 @@
  * are little-endian, laid out as the structs below.
  *
  * What the receiver relies on: PROGRESS {upto} and DONE mean that the
- * writes of those chunks completed with FI_DELIVERY_COMPLETE (their bytes
- * are in its memory) and that the sender writes them no more in this
- * round.  A sender that breaks that gets its chunks refused, or, if it
+ * writes of those bytes completed with FI_DELIVERY_COMPLETE (they are in
+ * its memory) and that the sender writes them no more in this round.  A sender that breaks that gets its chunks refused, or, if it
  * writes a chunk again after it verified, a replica that every reader's
  * verification (recovery's included) refuses: a committed replica is
  * never trusted without its chunks verifying.
@@ -70,8 +69,9 @@ struct ckpt_msg_done {
 };
 
 struct ckpt_msg_progress {
-    uint64_t upto;                        /* every chunk below it that ACCEPT asked for is
-                                             in the receiver's memory; never decreases */
+    uint64_t upto;                        /* an offset in the data area: every byte below it
+                                             of the chunks ACCEPT asked for is in the
+                                             receiver's memory; never decreases */
 };
 
 struct ckpt_msg_result {

@@ -17,6 +17,8 @@
 
 #define REPLY_MS (300 * 1000) /* a slow receiver may still verify a whole image after DONE */
 #define DRAIN_MS 30000        /* the most a write in flight may take to complete */
+#define REPORT_BYTES (1u << 20) /* delivery is reported by such pieces: still in the
+                                   receiver's cache when it verifies them */
 
 int ckpt_replica_hello(struct ckpt_fab *f, int ctl, uint64_t *peer, char *why, size_t whylen)
 {
@@ -77,16 +79,20 @@ static int result(const void *msg, size_t len, uint16_t type, struct ckpt_replic
     return r->status;
 }
 
-/* One round's sending state: which chunks are written, which reported. */
+/* One round's sending state: the pieces written, and how far the
+ * receiver was told they are delivered. */
 struct round {
     struct ckpt_fab *f;
     int ctl;
     const struct ckpt_header *h;
     const uint8_t *need;
-    uint64_t *ticket;                     /* ckpt_fab_queued() after chunk c's write: it is
+    struct piece {
+        uint64_t end;                     /* where it ends in the data area */
+        uint64_t ticket;                  /* ckpt_fab_queued() after its write: it is
                                              delivered once ckpt_fab_completed() gets there */
-    uint64_t written;                     /* chunks below it are written, or not asked for */
-    uint64_t reported;                    /* the last PROGRESS's upto */
+    } *pieces;
+    size_t written, reported;             /* pieces written; pieces reported delivered */
+    uint64_t upto;                        /* the last PROGRESS's */
 };
 
 static int needed(const uint8_t *need, uint64_t c)
@@ -94,17 +100,17 @@ static int needed(const uint8_t *need, uint64_t c)
     return need[c / 8] & (1u << (c % 8));
 }
 
-/* Tells the receiver how far its chunks are delivered, when that moved,
- * so that it verifies them while the rest travel.  Returns 0 or -errno. */
+/* Tells the receiver how far its bytes are delivered, when that moved, so
+ * that it verifies them while the rest travel (and while they are still
+ * in its caches).  Returns 0 or -errno. */
 static int report(struct round *r)
 {
-    uint64_t done = ckpt_fab_completed(r->f), upto = r->reported;
-    while (upto < r->written && (!needed(r->need, upto) || r->ticket[upto] <= done))
-        upto++;
-    if (upto == r->reported)
+    uint64_t done = ckpt_fab_completed(r->f);
+    while (r->reported < r->written && r->pieces[r->reported].ticket <= done)
+        r->reported++;
+    if (!r->reported || r->pieces[r->reported - 1].end == r->upto)
         return 0;
-    struct ckpt_msg_progress p = {.upto = upto};
-    r->reported = upto;
+    struct ckpt_msg_progress p = {.upto = r->upto = r->pieces[r->reported - 1].end};
     return ckpt_wire_send(r->ctl, CKPT_MSG_PROGRESS, &p, sizeof(p), NULL, 0);
 }
 
@@ -146,28 +152,29 @@ static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src,
     int status = 0, rc;
 
     for (uint64_t c = 0; c < h->nchunks && !status; c++) {
-        r->written = c;
         if (!needed(r->need, c))
             continue;
-        uint64_t off = c * h->chunk_bytes, n = h->data_bytes - off < h->chunk_bytes ? h->data_bytes - off : h->chunk_bytes;
+        uint64_t off = c * h->chunk_bytes, end = h->data_bytes - off < h->chunk_bytes ? h->data_bytes : off + h->chunk_bytes;
         if ((status = refused(r->ctl, st, answered)) < 0)
             break;
-        if (pace && (status = pace(arg, c, st->bytes_sent)) < 0)
+        if (pace && (status = pace(arg, c, st->bytes_sent)) < 0) {
             snprintf(st->why, sizeof(st->why), "stopped before chunk %llu: %s", (unsigned long long)c,
                      strerror(-status));
-        else if ((status = ckpt_fab_write(r->f, peer, src, h->data_offset + off, n, acc->key, acc->data_roff + off)) < 0)
-            snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
-        else {
-            r->ticket[c] = ckpt_fab_queued(r->f);
-            r->written = c + 1;
-            st->sent_chunks++;
+            break;
+        }
+        for (uint64_t n; off < end && !status; off += n) {
+            n = end - off < REPORT_BYTES ? end - off : REPORT_BYTES;
+            if ((status = ckpt_fab_write(r->f, peer, src, h->data_offset + off, n, acc->key, acc->data_roff + off)) < 0) {
+                snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
+                break;
+            }
+            r->pieces[r->written++] = (struct piece){off + n, ckpt_fab_queued(r->f)};
             st->bytes_sent += n;
             if ((status = report(r)) < 0)
                 snprintf(st->why, sizeof(st->why), "control connection: %s", strerror(-status));
         }
+        st->sent_chunks += !status;
     }
-    if (!status)
-        r->written = h->nchunks;
     /* What is in flight completes whatever happened: the image must stay
      * untouched until then, and DONE promises that no write follows. */
     while (ckpt_fab_completed(r->f) < ckpt_fab_queued(r->f)) {
@@ -221,14 +228,15 @@ int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *im
         goto out;
     }
     memcpy(&acc, msg, sizeof(acc));
+    uint64_t per_chunk = (h.chunk_bytes + REPORT_BYTES - 1) / REPORT_BYTES;
     struct round r = {.f = f, .ctl = ctl, .h = &h, .need = (const uint8_t *)msg + sizeof(acc),
-                      .ticket = calloc(h.nchunks ? h.nchunks : 1, sizeof(uint64_t))};
-    if (!r.ticket) {
+                      .pieces = calloc(h.nchunks * per_chunk + 1, sizeof(struct piece))};
+    if (!r.pieces) {
         rc = -ENOMEM;
         goto out;
     }
     int status = transfer(&r, peer, src, &acc, pace, arg, st, &answered);
-    free(r.ticket);
+    free(r.pieces);
     if (!status && memcmp(image, &h, sizeof(h)) != 0) {
         snprintf(st->why, sizeof(st->why), "the image changed while it was being sent (its slot was reused)");
         status = -ESTALE;

@@ -40,7 +40,7 @@ struct round {
     struct ckpt_store_tx *tx;
     struct ckpt_verifier *v;              /* NULL: commit verifies every chunk */
     struct ckpt_replica_stats *st;
-    uint64_t upto;                        /* the sender's last PROGRESS */
+    uint64_t upto;                        /* the sender's last PROGRESS (data bytes) */
     int done;                             /* DONE came, into msg */
     int refused;                          /* RESULT went before DONE */
     struct ckpt_msg_done msg;
@@ -60,20 +60,19 @@ static int refuse(struct round *r, int status)
     return send_result(r->ctl, r->st);
 }
 
-/* PROGRESS {upto}: the chunks asked for below upto are in place. */
+/* PROGRESS {upto}: the bytes asked for below upto are in place. */
 static int progress(struct round *r, uint64_t upto)
 {
     if (r->refused)
         return 0;
-    if (upto < r->upto || upto > r->tx->h.nchunks) {
+    if (upto < r->upto || upto > r->tx->h.data_bytes) {
         snprintf(r->st->why, sizeof(r->st->why),
-                 "the sender's progress is inconsistent: chunk %llu after %llu, of %llu chunks",
-                 (unsigned long long)upto, (unsigned long long)r->upto, (unsigned long long)r->tx->h.nchunks);
+                 "the sender's progress is inconsistent: byte %llu after %llu, of %llu bytes",
+                 (unsigned long long)upto, (unsigned long long)r->upto, (unsigned long long)r->tx->h.data_bytes);
         return refuse(r, -EPROTO);
     }
-    for (uint64_t c = r->upto; r->v && c < upto; c++)
-        if (needed(r->tx, c))
-            ckpt_verifier_add(r->v, c);
+    if (r->v)
+        ckpt_verifier_landed(r->v, upto);
     r->upto = upto;
     return 0;
 }
@@ -113,9 +112,7 @@ static int finish(struct ckpt_store *store, struct round *r)
 
     st->bytes_sent = r->msg.bytes;
     if (r->v) {
-        for (uint64_t c = r->upto; c < r->tx->h.nchunks; c++)
-            if (needed(r->tx, c))
-                ckpt_verifier_add(r->v, c);
+        ckpt_verifier_landed(r->v, r->tx->h.data_bytes);
         rc = ckpt_verifier_end(r->v, !r->refused && r->msg.status == 0, &st->verify_seconds, why, sizeof(why));
     }
     if (r->refused) { /* answered already */

@@ -354,15 +354,26 @@ int ckpt_store_fill(struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c)
     return 0;
 }
 
-int ckpt_store_verify(const struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c, char *why, size_t whylen)
+const void *ckpt_store_chunk(const struct ckpt_store *st, const struct ckpt_store_tx *tx, uint64_t c, size_t *len,
+                             uint64_t *sum)
 {
     if (c >= tx->h.nchunks)
+        return NULL;
+    *len = chunk_len(&tx->h, c);
+    *sum = sums_of(tx->header, &tx->h)[c];
+    return (const char *)st->holders[tx->holder].slot[tx->slot].base + tx->h.data_offset + c * tx->h.chunk_bytes;
+}
+
+int ckpt_store_verify(const struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c, char *why, size_t whylen)
+{
+    size_t len;
+    uint64_t sum;
+    const void *p = ckpt_store_chunk(st, tx, c, &len, &sum);
+    if (!p)
         return -ERANGE;
-    const char *data = (const char *)st->holders[tx->holder].slot[tx->slot].base + tx->h.data_offset;
-    uint64_t off = c * tx->h.chunk_bytes;
-    if (ckpt_replica_sum(data + off, chunk_len(&tx->h, c)) != sums_of(tx->header, &tx->h)[c]) {
+    if (ckpt_replica_sum(p, len) != sum) {
         snprintf(why, whylen, "chunk %llu (bytes %llu..) checksum mismatch", (unsigned long long)c,
-                 (unsigned long long)off);
+                 (unsigned long long)(c * tx->h.chunk_bytes));
         return -EBADMSG;
     }
     tx->verified[c] = 1;

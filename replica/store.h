@@ -59,6 +59,12 @@ int ckpt_store_fill(struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c)
  * -EBADMSG with why naming the chunk. */
 int ckpt_store_verify(const struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c, char *why, size_t whylen);
 
+/* Where chunk c of tx's slot is (its bytes, once in place), its length and
+ * the sum the offer gave it: for checking it piece by piece as it lands
+ * (tx->verified[c] set when it matched).  NULL for no such chunk. */
+const void *ckpt_store_chunk(const struct ckpt_store *st, const struct ckpt_store_tx *tx, uint64_t c, size_t *len,
+                             uint64_t *sum);
+
 /* Verifies every chunk against the offered sums (those ckpt_store_verify
  * did not already) and, if all match, commits the replica (header, then
  * magic).  Returns 0, or -EBADMSG with why naming the chunk: the slot

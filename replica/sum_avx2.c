@@ -25,6 +25,16 @@ uint64_t ckpt_replica_sum_avx2(const void *p, size_t n)
     return XXH3_64bits(p, n);
 }
 
+void ckpt_replica_sum_update_avx2(void *state, const void *p, size_t n)
+{
+    XXH3_64bits_update(state, p, n);
+}
+
+uint64_t ckpt_replica_sum_digest_avx2(const void *state)
+{
+    return XXH3_64bits_digest(state);
+}
+
 #if defined(__x86_64__) && !defined(__AVX2__) && defined(__clang__)
 #pragma clang attribute pop
 #endif

@@ -85,7 +85,8 @@ replica_of() { # DIR JOB GENERATION [RANK]
 # fake_sender STEP...: a sender that speaks only the control protocol
 # (replica.h, wire.h) to the receiver on $PORT, and never writes a byte
 # over the fabric.  Steps: "offer SLOT" (prints "accept NEED" with the
-# number of chunks asked for, or "result STATUS REASON"), "progress UPTO",
+# number of chunks asked for, or "result STATUS REASON"), "progress UPTO"
+# (data bytes),
 # "done", "result" (prints "result STATUS REASON" for a message that
 # arrives within 3 s, else "silent").
 fake_sender() {
@@ -271,33 +272,34 @@ sent_bytes() { # the bytes a send line says went over the fabric
     [ -n "$r" ] && same "$new" "$r"
 }
 
-@test "chunks are verified as they are reported delivered: a bad one, or contradictory progress, is refused before DONE" {
+@test "bytes are verified as they are reported delivered: a bad chunk, or contradictory progress, is refused before DONE" {
     CKPT_ARENA_DIR=$D/arena CKPT_JOB=big CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
         "$BUILD/tests/progs/statewriter" --iters 3 --mib 24 >/dev/null 2>&1
     old=$(slot big 0) new=$(slot big 1)
     [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=$(slot big 1) new=$(slot big 0); }
-    nchunks=$(u64 "$new" 144)
+    nchunks=$(u64 "$new" 144) chunk=$(u64 "$new" 136) bytes=$(u64 "$new" 128)
     [ "$nchunks" -ge 3 ]
     serve "$D/rep"
     run "$REP" send --to "127.0.0.1:$PORT" --image "$old"
     [ "$status" -eq 0 ]
-    # Progress claims chunks that were never written: the first is refused
-    # at once, while the sender has not said DONE; DONE gets no second
-    # answer, and the connection carries the next round.  Progress going
-    # backwards or past the last chunk is refused too (EPROTO, -71).
-    run fake_sender "offer $new" "progress 1" "result" "done" "result" \
-        "offer $old" "progress 2" "progress 1" "result" "done" \
-        "offer $old" "progress $((nchunks + 1))" "result" "done" \
-        "offer $old" "progress $nchunks" "done" "result"
+    # Progress claims bytes that were never written: the first chunk is
+    # refused as soon as it is complete, while the sender has not said
+    # DONE; DONE gets no second answer, and the connection carries the
+    # next round.  Progress going backwards or past the data is refused
+    # too (EPROTO, -71).
+    run fake_sender "offer $new" "progress $chunk" "result" "done" "result" \
+        "offer $old" "progress $((2 * chunk))" "progress $chunk" "result" "done" \
+        "offer $old" "progress $((bytes + 1))" "result" "done" \
+        "offer $old" "progress $bytes" "done" "result"
     echo "$output"
     [ "$status" -eq 0 ]
     [ "${lines[0]}" = "accept $nchunks" ]
     [ "${lines[1]}" = "result -74 chunk 0 (bytes 0..) checksum mismatch" ]
     [ "${lines[2]}" = "silent" ]
     [ "${lines[3]}" = "accept 0" ] # all held: copied locally, nothing to write
-    [[ ${lines[4]} == "result -71 the sender's progress is inconsistent: chunk 1 after 2, of $nchunks chunks" ]]
+    [ "${lines[4]}" = "result -71 the sender's progress is inconsistent: byte $chunk after $((2 * chunk)), of $bytes bytes" ]
     [ "${lines[5]}" = "accept 0" ]
-    [[ ${lines[6]} == "result -71 the sender's progress is inconsistent: chunk $((nchunks + 1)) after 0,"* ]]
+    [ "${lines[6]}" = "result -71 the sender's progress is inconsistent: byte $((bytes + 1)) after 0, of $bytes bytes" ]
     [ "${lines[7]}" = "accept 0" ]
     [ "${lines[8]}" = "result 0 " ]
     # The refused rounds committed nothing; the last one committed a copy
