@@ -1,8 +1,8 @@
 /*
  * The libfabric endpoint of fabric.h.  It asks for FI_DELIVERY_COMPLETE so
  * that a write's completion means its bytes are in the peer's memory: the
- * receiver verifies and commits a replica as soon as the sender says the
- * writes are done, and a merely-sent byte would fail that check.  Every
+ * receiver verifies bytes as soon as the sender says their writes are
+ * complete (PROGRESS, DONE), and a merely-sent byte would fail that check.  Every
  * libfabric error becomes -errno (fi_* return -FI_E*, which are errno
  * values) with a line in f->why; nothing here prints.
  */

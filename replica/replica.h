@@ -27,10 +27,11 @@
  *
  * What the receiver relies on: PROGRESS {upto} and DONE mean that the
  * writes of those bytes completed with FI_DELIVERY_COMPLETE (they are in
- * its memory) and that the sender writes them no more in this round.  A sender that breaks that gets its chunks refused, or, if it
- * writes a chunk again after it verified, a replica that every reader's
- * verification (recovery's included) refuses: a committed replica is
- * never trusted without its chunks verifying.
+ * its memory) and that the sender writes them no more in this round.  A
+ * sender that breaks that gets its chunks refused, or, if it writes bytes
+ * again after they verified, a replica that every reader's verification
+ * (recovery's included) refuses: a committed replica is never trusted
+ * without its chunks verifying.
  */
 #ifndef CKPT_REPLICA_H
 #define CKPT_REPLICA_H

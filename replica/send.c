@@ -154,7 +154,8 @@ static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src,
     for (uint64_t c = 0; c < h->nchunks && !status; c++) {
         if (!needed(r->need, c))
             continue;
-        uint64_t off = c * h->chunk_bytes, end = h->data_bytes - off < h->chunk_bytes ? h->data_bytes : off + h->chunk_bytes;
+        uint64_t off = c * h->chunk_bytes;
+        uint64_t end = h->data_bytes - off < h->chunk_bytes ? h->data_bytes : off + h->chunk_bytes;
         if ((status = refused(r->ctl, st, answered)) < 0)
             break;
         if (pace && (status = pace(arg, c, st->bytes_sent)) < 0) {
@@ -164,7 +165,8 @@ static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src,
         }
         for (uint64_t n; off < end && !status; off += n) {
             n = end - off < REPORT_BYTES ? end - off : REPORT_BYTES;
-            if ((status = ckpt_fab_write(r->f, peer, src, h->data_offset + off, n, acc->key, acc->data_roff + off)) < 0) {
+            status = ckpt_fab_write(r->f, peer, src, h->data_offset + off, n, acc->key, acc->data_roff + off);
+            if (status < 0) {
                 snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
                 break;
             }
