@@ -1,8 +1,8 @@
 /*
  * The libfabric endpoint of fabric.h.  It asks for FI_DELIVERY_COMPLETE so
  * that a write's completion means its bytes are in the peer's memory: the
- * receiver verifies and commits a replica as soon as the sender says the
- * writes are done, and a merely-sent byte would fail that check.  Every
+ * receiver verifies bytes as soon as the sender says their writes are
+ * complete (PROGRESS, DONE), and a merely-sent byte would fail that check.  Every
  * libfabric error becomes -errno (fi_* return -FI_E*, which are errno
  * values) with a line in f->why; nothing here prints.
  */
@@ -23,8 +23,8 @@
 #include "fabric.h"
 
 #define API_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
-#define WINDOW 16             /* writes in flight at most */
-#define PIECE_MAX (8u << 20)  /* bytes per write: one chunk of the default size */
+#define WINDOW 32             /* writes in flight at most */
+#define PIECE_MAX (8u << 20)  /* bytes per write at most (the sender writes 1 MiB pieces) */
 #define MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
 
 struct ckpt_fab {
@@ -38,7 +38,10 @@ struct ckpt_fab {
     size_t window, inflight, piece;
     uint64_t next_key;        /* for providers where the application picks keys */
     int error;                /* the first failed write, sticky */
+    uint64_t calls;           /* ckpt_fab_write calls that queued all their pieces */
     struct fi_context ctx[WINDOW];
+    uint64_t call_of[WINDOW]; /* the call a context's piece belongs to */
+    unsigned char busy[WINDOW];
     unsigned free_ctx[WINDOW], nfree;
     char why[256];
 };
@@ -318,6 +321,12 @@ static int idle(struct ckpt_fab *f, int fd, int ms)
     return fd >= 0 && p[0].revents ? 1 : 0;
 }
 
+static void release_ctx(struct ckpt_fab *f, unsigned slot)
+{
+    f->busy[slot] = 0;
+    f->free_ctx[f->nfree++] = slot;
+}
+
 /* Reads completions (which also drives the provider's progress); with
  * timeout_ms > 0 waits that long for at least one.  Returns how many, or
  * -errno (the failed write's error, kept in f->error). */
@@ -330,7 +339,7 @@ static int reap(struct ckpt_fab *f, int timeout_ms)
         ssize_t n = fi_cq_read(f->cq, done, WINDOW);
         if (n > 0) {
             for (ssize_t i = 0; i < n; i++)
-                f->free_ctx[f->nfree++] = (unsigned)((struct fi_context *)done[i].op_context - f->ctx);
+                release_ctx(f, (unsigned)((struct fi_context *)done[i].op_context - f->ctx));
             f->inflight -= n;
             return (int)n;
         }
@@ -338,7 +347,7 @@ static int reap(struct ckpt_fab *f, int timeout_ms)
             struct fi_cq_err_entry e = {0};
             char text[160];
             if (fi_cq_readerr(f->cq, &e, 0) > 0) {
-                f->free_ctx[f->nfree++] = (unsigned)((struct fi_context *)e.op_context - f->ctx);
+                release_ctx(f, (unsigned)((struct fi_context *)e.op_context - f->ctx));
                 f->inflight--;
             }
             f->error = -(e.err ? e.err : EIO);
@@ -382,6 +391,7 @@ int ckpt_fab_write(struct ckpt_fab *f, uint64_t peer, struct ckpt_fab_region *sr
                 return rc;
         }
         unsigned slot = f->free_ctx[--f->nfree];
+        f->call_of[slot] = f->calls;
         struct iovec iov = {.iov_base = (char *)src->base + off, .iov_len = n};
         struct fi_rma_iov rma = {.addr = k[0] + roff, .len = n, .key = k[1]};
         struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = peer,
@@ -398,12 +408,35 @@ int ckpt_fab_write(struct ckpt_fab *f, uint64_t peer, struct ckpt_fab_region *sr
             f->free_ctx[f->nfree++] = slot;
             return f->error = fail(f, (int)rc, "fi_writemsg");
         }
+        f->busy[slot] = 1;
         f->inflight++;
         off += n;
         roff += n;
         len -= n;
     }
+    f->calls++;
     return 0;
+}
+
+uint64_t ckpt_fab_queued(const struct ckpt_fab *f)
+{
+    return f->calls;
+}
+
+uint64_t ckpt_fab_completed(const struct ckpt_fab *f)
+{
+    uint64_t first = f->calls; /* the oldest call with a piece still in flight */
+    for (unsigned i = 0; i < f->window; i++)
+        if (f->busy[i] && f->call_of[i] < first)
+            first = f->call_of[i];
+    return first;
+}
+
+int ckpt_fab_reap(struct ckpt_fab *f, int timeout_ms)
+{
+    if (f->error)
+        return f->error;
+    return f->inflight ? reap(f, timeout_ms) : 0;
 }
 
 int ckpt_fab_drain(struct ckpt_fab *f, int timeout_ms)

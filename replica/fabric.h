@@ -62,6 +62,23 @@ void ckpt_fab_region_key(const struct ckpt_fab_region *r, uint8_t key[CKPT_FAB_K
 int ckpt_fab_write(struct ckpt_fab *f, uint64_t peer, struct ckpt_fab_region *src, size_t off, size_t len,
                    const uint8_t key[CKPT_FAB_KEY_BYTES], uint64_t roff);
 
+/* The calls of ckpt_fab_write that returned 0 on this endpoint since it
+ * was opened: the next such call is number ckpt_fab_queued(f), counting
+ * from 0. */
+uint64_t ckpt_fab_queued(const struct ckpt_fab *f);
+
+/* How many of those calls, counted from the first, are complete with
+ * every earlier one: calls 0 .. ckpt_fab_completed(f) - 1 have all their
+ * bytes in the peer's memory.  Completions are read by ckpt_fab_write,
+ * ckpt_fab_reap and ckpt_fab_drain; this only counts them. */
+uint64_t ckpt_fab_completed(const struct ckpt_fab *f);
+
+/* Reads the completions of queued writes; while some are in flight and
+ * timeout_ms > 0, waits up to timeout_ms for at least one.  Returns how
+ * many completed (0 when none is in flight), -ETIMEDOUT, or the first
+ * write error. */
+int ckpt_fab_reap(struct ckpt_fab *f, int timeout_ms);
+
 /* Waits until every queued write is complete: its bytes are in the peer's
  * memory (FI_DELIVERY_COMPLETE), not merely sent.  Returns 0, the first
  * write error, or -ETIMEDOUT after timeout_ms without a completion. */

@@ -11,12 +11,27 @@
  *                                     <---   ACCEPT {region key, data offset,
  *                                                    bitmap of chunks to send}
  *   RMA-writes the chunks asked for   ===>   copies the chunks it held
- *   DONE {status, bytes}              --->   verifies every chunk, commits
+ *   PROGRESS {upto}, as writes        --->   verifies those bytes meanwhile
+ *     complete                               (a verifier thread)
+ *   DONE {status, bytes}              --->   verifies what is left, commits
  *                                     <---   RESULT {status, slot, generation,
  *                                                    reason}
- * (or RESULT at once instead of ACCEPT when the offer is refused).  After
- * HELLO, a connection carries any number of OFFER..RESULT rounds, one at a
- * time.  All payloads are little-endian, laid out as the structs below.
+ * (or RESULT at once instead of ACCEPT when the offer is refused).  A
+ * receiver that finds a bad chunk, or a PROGRESS that contradicts an
+ * earlier one, refuses at once: RESULT before DONE.  The sender then
+ * stops writing, waits for what is in flight, and still sends DONE, which
+ * the receiver waits for (driving the fabric) without answering again:
+ * every round has one DONE and one RESULT.  After HELLO, a connection
+ * carries any number of OFFER..RESULT rounds, one at a time.  All payloads
+ * are little-endian, laid out as the structs below.
+ *
+ * What the receiver relies on: PROGRESS {upto} and DONE mean that the
+ * writes of those bytes completed with FI_DELIVERY_COMPLETE (they are in
+ * its memory) and that the sender writes them no more in this round.  A
+ * sender that breaks that gets its chunks refused, or, if it writes bytes
+ * again after they verified, a replica that every reader's verification
+ * (recovery's included) refuses: a committed replica is never trusted
+ * without its chunks verifying.
  */
 #ifndef CKPT_REPLICA_H
 #define CKPT_REPLICA_H
@@ -33,6 +48,7 @@ enum ckpt_replica_msg {
     CKPT_MSG_ACCEPT,    /* ckpt_msg_accept + need bitmap, (nchunks + 7) / 8 bytes */
     CKPT_MSG_DONE,      /* ckpt_msg_done */
     CKPT_MSG_RESULT,    /* ckpt_msg_result + reason (text, no NUL) */
+    CKPT_MSG_PROGRESS,  /* ckpt_msg_progress (wire version 2) */
 };
 
 struct ckpt_msg_hello {
@@ -53,6 +69,12 @@ struct ckpt_msg_done {
     uint64_t bytes;                       /* chunk bytes written */
 };
 
+struct ckpt_msg_progress {
+    uint64_t upto;                        /* an offset in the data area: every byte below it
+                                             of the chunks ACCEPT asked for is in the
+                                             receiver's memory; never decreases */
+};
+
 struct ckpt_msg_result {
     int32_t status;                       /* 0: committed; -errno: refused */
     uint32_t slot;
@@ -63,6 +85,7 @@ _Static_assert(sizeof(struct ckpt_msg_hello) == 72, "hello layout changed: bump 
 _Static_assert(sizeof(struct ckpt_msg_accept) == 40, "accept layout changed: bump CKPT_WIRE_VERSION");
 _Static_assert(sizeof(struct ckpt_msg_done) == 16, "done layout changed: bump CKPT_WIRE_VERSION");
 _Static_assert(sizeof(struct ckpt_msg_result) == 16, "result layout changed: bump CKPT_WIRE_VERSION");
+_Static_assert(sizeof(struct ckpt_msg_progress) == 8, "progress layout changed: bump CKPT_WIRE_VERSION");
 
 /* What one transfer did, for either end. */
 struct ckpt_replica_stats {
@@ -73,6 +96,10 @@ struct ckpt_replica_stats {
     uint64_t chunks, sent_chunks, bytes_sent, data_bytes;
     double seconds;                       /* offer to result */
     char why[256];                        /* the reason, when status < 0 */
+    double tail_seconds;                  /* the last write delivered (sender) or DONE
+                                             (receiver) to the result: what is not
+                                             overlapped with the transfer */
+    double verify_seconds;                /* receiver: time spent verifying chunks */
 };
 
 /* Both ends, first: exchanges provider and endpoint names over ctl and

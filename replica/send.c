@@ -5,6 +5,7 @@
  * image only, never writes it.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,10 @@
 #include "replica.h"
 #include "wire.h"
 
-#define REPLY_MS (300 * 1000) /* the receiver verifies a whole image before it answers */
+#define REPLY_MS (300 * 1000) /* a slow receiver may still verify a whole image after DONE */
+#define DRAIN_MS 30000        /* the most a write in flight may take to complete */
+#define REPORT_BYTES (1u << 20) /* delivery is reported by such pieces: still in the
+                                   receiver's cache when it verifies them */
 
 int ckpt_replica_hello(struct ckpt_fab *f, int ctl, uint64_t *peer, char *why, size_t whylen)
 {
@@ -75,13 +79,131 @@ static int result(const void *msg, size_t len, uint16_t type, struct ckpt_replic
     return r->status;
 }
 
+/* One round's sending state: the pieces written, and how far the
+ * receiver was told they are delivered. */
+struct round {
+    struct ckpt_fab *f;
+    int ctl;
+    const struct ckpt_header *h;
+    const uint8_t *need;
+    struct piece {
+        uint64_t end;                     /* where it ends in the data area */
+        uint64_t ticket;                  /* ckpt_fab_queued() after its write: it is
+                                             delivered once ckpt_fab_completed() gets there */
+    } *pieces;
+    size_t written, reported;             /* pieces written; pieces reported delivered */
+    uint64_t upto;                        /* the last PROGRESS's */
+};
+
+static int needed(const uint8_t *need, uint64_t c)
+{
+    return need[c / 8] & (1u << (c % 8));
+}
+
+/* Tells the receiver how far its bytes are delivered, when that moved, so
+ * that it verifies them while the rest travel (and while they are still
+ * in its caches).  Returns 0 or -errno. */
+static int report(struct round *r)
+{
+    uint64_t done = ckpt_fab_completed(r->f);
+    while (r->reported < r->written && r->pieces[r->reported].ticket <= done)
+        r->reported++;
+    if (!r->reported || r->pieces[r->reported - 1].end == r->upto)
+        return 0;
+    struct ckpt_msg_progress p = {.upto = r->upto = r->pieces[r->reported - 1].end};
+    return ckpt_wire_send(r->ctl, CKPT_MSG_PROGRESS, &p, sizeof(p), NULL, 0);
+}
+
+/* Before DONE, the receiver speaks only to refuse.  Returns 0 when it has
+ * not, else the (negative) status it refused with (*answered set), or the
+ * control connection's error; st->why says which. */
+static int refused(int ctl, struct ckpt_replica_stats *st, int *answered)
+{
+    struct pollfd p = {.fd = ctl, .events = POLLIN};
+    uint16_t type;
+    void *msg;
+    size_t len;
+
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    int rc = ckpt_wire_recv(ctl, REPLY_MS, &type, &msg, &len);
+    if (rc < 0) {
+        snprintf(st->why, sizeof(st->why), "control connection: %s", strerror(-rc));
+        return rc;
+    }
+    rc = result(msg, len, type, st);
+    free(msg);
+    *answered = 1;
+    if (rc >= 0) {
+        snprintf(st->why, sizeof(st->why), "the receiver answered before the transfer was done");
+        rc = -EPROTO;
+    }
+    return rc;
+}
+
+/* Writes the chunks asked for straight from the image and reports them as
+ * they are delivered, until all are, or this end stops (an error, pace),
+ * or the receiver refuses (*answered set).  Every write is complete, or
+ * the endpoint failed, when it returns.  Returns 0 or -errno with st->why. */
+static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src, const struct ckpt_msg_accept *acc,
+                    ckpt_replica_pace_fn pace, void *arg, struct ckpt_replica_stats *st, int *answered)
+{
+    const struct ckpt_header *h = r->h;
+    int status = 0, rc;
+
+    for (uint64_t c = 0; c < h->nchunks && !status; c++) {
+        if (!needed(r->need, c))
+            continue;
+        uint64_t off = c * h->chunk_bytes;
+        uint64_t end = h->data_bytes - off < h->chunk_bytes ? h->data_bytes : off + h->chunk_bytes;
+        if ((status = refused(r->ctl, st, answered)) < 0)
+            break;
+        if (pace && (status = pace(arg, c, st->bytes_sent)) < 0) {
+            snprintf(st->why, sizeof(st->why), "stopped before chunk %llu: %s", (unsigned long long)c,
+                     strerror(-status));
+            break;
+        }
+        for (uint64_t n; off < end && !status; off += n) {
+            n = end - off < REPORT_BYTES ? end - off : REPORT_BYTES;
+            status = ckpt_fab_write(r->f, peer, src, h->data_offset + off, n, acc->key, acc->data_roff + off);
+            if (status < 0) {
+                snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
+                break;
+            }
+            r->pieces[r->written++] = (struct piece){off + n, ckpt_fab_queued(r->f)};
+            st->bytes_sent += n;
+            if ((status = report(r)) < 0)
+                snprintf(st->why, sizeof(st->why), "control connection: %s", strerror(-status));
+        }
+        st->sent_chunks += !status;
+    }
+    /* What is in flight completes whatever happened: the image must stay
+     * untouched until then, and DONE promises that no write follows. */
+    while (ckpt_fab_completed(r->f) < ckpt_fab_queued(r->f)) {
+        if ((rc = ckpt_fab_reap(r->f, DRAIN_MS)) < 0) {
+            if (!status) {
+                snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
+                status = rc;
+            }
+            break;
+        }
+        if (!status && (status = report(r)) < 0)
+            snprintf(st->why, sizeof(st->why), "control connection: %s", strerror(-status));
+        if (!status)
+            status = refused(r->ctl, st, answered);
+    }
+    return status;
+}
+
 int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *image, size_t len,
                       struct ckpt_fab_region *src, ckpt_replica_pace_fn pace, void *arg, struct ckpt_replica_stats *st)
 {
     struct ckpt_header h;
+    struct ckpt_msg_accept acc;
     uint16_t type;
     void *msg = NULL;
     size_t mlen;
+    int answered = 0;
     double t0 = now_s();
 
     memset(st, 0, sizeof(*st));
@@ -102,43 +224,35 @@ int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *im
         rc = result(msg, mlen, type, st);
         goto out;
     }
-    struct ckpt_msg_accept acc;
     if (mlen != sizeof(acc) + (h.nchunks + 7) / 8) {
         snprintf(st->why, sizeof(st->why), "the receiver's accept is malformed");
         rc = -EPROTO;
         goto out;
     }
     memcpy(&acc, msg, sizeof(acc));
-    const uint8_t *need = (const uint8_t *)msg + sizeof(acc);
-
-    /* The chunks the receiver does not hold, straight from the image. */
-    int status = 0;
-    for (uint64_t c = 0; c < h.nchunks && !status; c++) {
-        if (!(need[c / 8] & (1u << (c % 8))))
-            continue;
-        uint64_t off = c * h.chunk_bytes, n = h.data_bytes - off < h.chunk_bytes ? h.data_bytes - off : h.chunk_bytes;
-        if (pace && (status = pace(arg, c, st->bytes_sent)) < 0)
-            snprintf(st->why, sizeof(st->why), "stopped before chunk %llu: %s", (unsigned long long)c,
-                     strerror(-status));
-        else if ((status = ckpt_fab_write(f, peer, src, h.data_offset + off, n, acc.key, acc.data_roff + off)) < 0)
-            snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(f));
-        else {
-            st->sent_chunks++;
-            st->bytes_sent += n;
-        }
+    uint64_t per_chunk = (h.chunk_bytes + REPORT_BYTES - 1) / REPORT_BYTES;
+    struct round r = {.f = f, .ctl = ctl, .h = &h, .need = (const uint8_t *)msg + sizeof(acc),
+                      .pieces = calloc(h.nchunks * per_chunk + 1, sizeof(struct piece))};
+    if (!r.pieces) {
+        rc = -ENOMEM;
+        goto out;
     }
-    if (!status && (status = ckpt_fab_drain(f, 30000)) < 0)
-        snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(f));
+    int status = transfer(&r, peer, src, &acc, pace, arg, st, &answered);
+    free(r.pieces);
     if (!status && memcmp(image, &h, sizeof(h)) != 0) {
         snprintf(st->why, sizeof(st->why), "the image changed while it was being sent (its slot was reused)");
         status = -ESTALE;
     }
+    double t_last = now_s();
     struct ckpt_msg_done done = {.status = status, .bytes = st->bytes_sent};
     free(msg);
     msg = NULL;
-    if ((rc = ckpt_wire_send(ctl, CKPT_MSG_DONE, &done, sizeof(done), NULL, 0)) < 0 ||
-        (rc = ckpt_wire_recv(ctl, REPLY_MS, &type, &msg, &mlen)) < 0)
+    if ((rc = ckpt_wire_send(ctl, CKPT_MSG_DONE, &done, sizeof(done), NULL, 0)) < 0)
         goto lost;
+    /* A receiver that refused already said so; otherwise its verdict. */
+    if (!answered && (rc = ckpt_wire_recv(ctl, REPLY_MS, &type, &msg, &mlen)) < 0)
+        goto lost;
+    st->tail_seconds = now_s() - t_last;
     /* When this end stopped, its reason, not the receiver's echo of it. */
     rc = status ? status : result(msg, mlen, type, st);
     goto out;

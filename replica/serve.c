@@ -2,7 +2,10 @@
  * The receiving end of replica.h.  It keeps the fabric progressing while
  * the sender writes (tcp's progress is manual: bytes land only while the
  * target drives its endpoint), copies the chunks it already held in the
- * meantime, and commits only what verified.  Whatever the sender says or
+ * meantime, and has a verifier thread check each chunk as soon as it is in
+ * place (the sender's PROGRESS), so that little is left to check after
+ * DONE; the first bad chunk refuses the replica at once.  It commits only
+ * what verified.  Whatever the sender says or
  * does, a replica is committed only when every chunk matches the sums of
  * the header it offered, and the rank's newest replica is never the slot
  * written to.
@@ -14,6 +17,7 @@
 #include <time.h>
 
 #include "replica.h"
+#include "verifier.h"
 #include "wire.h"
 
 static double now_s(void)
@@ -29,25 +33,106 @@ static int send_result(int ctl, const struct ckpt_replica_stats *st)
     return ckpt_wire_send(ctl, CKPT_MSG_RESULT, &r, sizeof(r), st->why, st->status < 0 ? strlen(st->why) : 0);
 }
 
-/* Waits for the sender's DONE while driving the fabric.  Returns 0 with
- * *done filled, or -errno (the connection is gone). */
-static int wait_done(struct ckpt_fab *f, int ctl, struct ckpt_msg_done *done)
+/* One round's receiving state. */
+struct round {
+    struct ckpt_fab *f;
+    int ctl;
+    struct ckpt_store_tx *tx;
+    struct ckpt_verifier *v;              /* NULL: commit verifies every chunk */
+    struct ckpt_replica_stats *st;
+    uint64_t upto;                        /* the sender's last PROGRESS (data bytes) */
+    int done;                             /* DONE came, into msg */
+    int refused;                          /* RESULT went before DONE */
+    struct ckpt_msg_done msg;
+};
+
+static int needed(const struct ckpt_store_tx *tx, uint64_t c)
+{
+    return tx->need[c / 8] & (1u << (c % 8));
+}
+
+/* Refuses the replica before DONE: the sender stops writing, and the
+ * round goes on until its DONE.  Returns 0 or -errno. */
+static int refuse(struct round *r, int status)
+{
+    r->refused = 1;
+    r->st->status = status;
+    return send_result(r->ctl, r->st);
+}
+
+/* PROGRESS {upto}: the bytes asked for below upto are in place. */
+static int progress(struct round *r, uint64_t upto)
+{
+    if (r->refused)
+        return 0;
+    if (upto < r->upto || upto > r->tx->h.data_bytes) {
+        snprintf(r->st->why, sizeof(r->st->why),
+                 "the sender's progress is inconsistent: byte %llu after %llu, of %llu bytes",
+                 (unsigned long long)upto, (unsigned long long)r->upto, (unsigned long long)r->tx->h.data_bytes);
+        return refuse(r, -EPROTO);
+    }
+    if (r->v)
+        ckpt_verifier_landed(r->v, upto);
+    r->upto = upto;
+    return 0;
+}
+
+/* Drives the fabric for up to ms or until the sender says something, and
+ * takes that; refuses as soon as a chunk failed.  Returns 0, or -errno
+ * when the connection is lost or the sender broke the protocol. */
+static int step(struct round *r, int ms)
 {
     uint16_t type;
     void *msg;
     size_t len;
-    int rc;
+    int rc = ckpt_fab_wait(r->f, r->ctl, ms);
 
-    while ((rc = ckpt_fab_wait(f, ctl, 1000)) == 0)
-        ;
-    if (rc < 0 || (rc = ckpt_wire_recv(ctl, 10000, &type, &msg, &len)) < 0)
-        return rc;
-    if (type != CKPT_MSG_DONE || len != sizeof(*done))
-        rc = -EPROTO;
-    else
-        memcpy(done, msg, sizeof(*done));
-    free(msg);
+    if (rc > 0 && (rc = ckpt_wire_recv(r->ctl, 10000, &type, &msg, &len)) == 0) {
+        if (type == CKPT_MSG_PROGRESS && len == sizeof(struct ckpt_msg_progress))
+            rc = progress(r, ((const struct ckpt_msg_progress *)msg)->upto);
+        else if (type == CKPT_MSG_DONE && len == sizeof(r->msg)) {
+            memcpy(&r->msg, msg, sizeof(r->msg));
+            r->done = 1;
+        } else
+            rc = -EPROTO;
+        free(msg);
+    }
+    if (rc == 0 && !r->refused && r->v && ckpt_verifier_failed(r->v, r->st->why, sizeof(r->st->why)) < 0)
+        rc = refuse(r, -EBADMSG);
     return rc;
+}
+
+/* After DONE: every chunk is in place.  Verifies what is left and commits,
+ * or says why not.  Returns 0 or -errno (the connection is lost). */
+static int finish(struct ckpt_store *store, struct round *r)
+{
+    struct ckpt_replica_stats *st = r->st;
+    char why[sizeof(st->why)];
+    int rc = 0;
+
+    st->bytes_sent = r->msg.bytes;
+    if (r->v) {
+        ckpt_verifier_landed(r->v, r->tx->h.data_bytes);
+        rc = ckpt_verifier_end(r->v, !r->refused && r->msg.status == 0, &st->verify_seconds, why, sizeof(why));
+    }
+    if (r->refused) { /* answered already */
+        ckpt_store_abort(r->tx);
+        return 0;
+    }
+    if (r->msg.status < 0) {
+        ckpt_store_abort(r->tx);
+        st->status = -ECANCELED;
+        snprintf(st->why, sizeof(st->why), "the sender stopped: %s", strerror(-r->msg.status));
+    } else if (rc < 0) {
+        ckpt_store_abort(r->tx);
+        st->status = rc;
+        snprintf(st->why, sizeof(st->why), "%s", why);
+    } else {
+        double t0 = now_s();
+        st->status = ckpt_store_commit(store, r->tx, st->why, sizeof(st->why));
+        st->verify_seconds += now_s() - t0;
+    }
+    return send_result(r->ctl, st);
 }
 
 /* One OFFER..RESULT round.  Returns 0 when the connection can go on. */
@@ -55,7 +140,6 @@ static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const 
                    struct ckpt_replica_stats *st)
 {
     struct ckpt_store_tx tx;
-    struct ckpt_msg_done done;
     struct ckpt_header h;
 
     /* Who it claims to be, for the report, before anything is checked. */
@@ -76,30 +160,35 @@ static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const 
     st->sent_chunks = tx.nneed;
     st->data_bytes = tx.h.data_bytes;
 
+    struct round r = {.f = f, .ctl = ctl, .tx = &tx, .st = st};
+    if (ckpt_verifier_start(&r.v, store, &tx) < 0)
+        r.v = NULL;
     struct ckpt_msg_accept acc = {.data_roff = tx.data_roff, .need = tx.nneed};
     memcpy(acc.key, tx.key, sizeof(acc.key));
     if ((rc = ckpt_wire_send(ctl, CKPT_MSG_ACCEPT, &acc, sizeof(acc), tx.need, (tx.h.nchunks + 7) / 8)) < 0)
         goto cut;
-    /* The held chunks are copied while the others travel; driving the
-     * fabric between copies keeps the sender's writes landing. */
+    /* The held chunks are copied (and verified) while the others travel;
+     * driving the fabric between copies keeps the sender's writes landing. */
     for (uint64_t c = 0; c < tx.h.nchunks; c++) {
-        if (tx.need[c / 8] & (1u << (c % 8)))
+        if (needed(&tx, c))
             continue;
-        if ((rc = ckpt_store_fill(store, &tx, c)) < 0 || (rc = ckpt_fab_wait(f, ctl, 0)) < 0)
+        if ((rc = ckpt_store_fill(store, &tx, c)) < 0)
+            goto cut;
+        if (r.v)
+            ckpt_verifier_add(r.v, c);
+        if (!r.done && (rc = step(&r, 0)) < 0)
             goto cut;
     }
-    if ((rc = wait_done(f, ctl, &done)) < 0)
-        goto cut;
-    st->bytes_sent = done.bytes;
-    if (done.status < 0) {
-        ckpt_store_abort(&tx);
-        st->status = -ECANCELED;
-        snprintf(st->why, sizeof(st->why), "the sender stopped: %s", strerror(-done.status));
-        return send_result(ctl, st);
-    }
-    st->status = ckpt_store_commit(store, &tx, st->why, sizeof(st->why));
-    return send_result(ctl, st);
+    while (!r.done)
+        if ((rc = step(&r, 100)) < 0)
+            goto cut;
+    double t0 = now_s();
+    rc = finish(store, &r);
+    st->tail_seconds = now_s() - t0;
+    return rc;
 cut:
+    if (r.v)
+        ckpt_verifier_end(r.v, 0, NULL, st->why, sizeof(st->why));
     ckpt_store_abort(&tx);
     st->status = rc;
     snprintf(st->why, sizeof(st->why), "the transfer was cut short: %s", strerror(-rc));

@@ -20,6 +20,7 @@
 #include "arena.h"
 #include "image.h"
 #include "store.h"
+#include "sum.h"
 
 struct slot {
     void *base;
@@ -263,6 +264,16 @@ static unsigned target(const struct holder *h)
     return a->stamp < b->stamp ? 0 : 1;
 }
 
+static void release(struct ckpt_store_tx *tx)
+{
+    free(tx->header);
+    free(tx->need);
+    free(tx->verified);
+    tx->header = NULL;
+    tx->need = NULL;
+    tx->verified = NULL;
+}
+
 int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struct ckpt_store_tx *tx, char *why,
                      size_t whylen)
 {
@@ -313,9 +324,9 @@ int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struc
     tx->data_roff = h.data_offset;
     tx->header = malloc(len);
     tx->need = calloc(1, (h.nchunks + 7) / 8 + 1);
-    if (!tx->header || !tx->need) {
-        free(tx->header);
-        free(tx->need);
+    tx->verified = calloc(1, h.nchunks + 1);
+    if (!tx->header || !tx->need || !tx->verified) {
+        release(tx);
         return -ENOMEM;
     }
     memcpy(tx->header, offer, len);
@@ -343,12 +354,30 @@ int ckpt_store_fill(struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c)
     return 0;
 }
 
-static void release(struct ckpt_store_tx *tx)
+const void *ckpt_store_chunk(const struct ckpt_store *st, const struct ckpt_store_tx *tx, uint64_t c, size_t *len,
+                             uint64_t *sum)
 {
-    free(tx->header);
-    free(tx->need);
-    tx->header = NULL;
-    tx->need = NULL;
+    if (c >= tx->h.nchunks)
+        return NULL;
+    *len = chunk_len(&tx->h, c);
+    *sum = sums_of(tx->header, &tx->h)[c];
+    return (const char *)st->holders[tx->holder].slot[tx->slot].base + tx->h.data_offset + c * tx->h.chunk_bytes;
+}
+
+int ckpt_store_verify(const struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c, char *why, size_t whylen)
+{
+    size_t len;
+    uint64_t sum;
+    const void *p = ckpt_store_chunk(st, tx, c, &len, &sum);
+    if (!p)
+        return -ERANGE;
+    if (ckpt_replica_sum(p, len) != sum) {
+        snprintf(why, whylen, "chunk %llu (bytes %llu..) checksum mismatch", (unsigned long long)c,
+                 (unsigned long long)(c * tx->h.chunk_bytes));
+        return -EBADMSG;
+    }
+    tx->verified[c] = 1;
+    return 0;
 }
 
 int ckpt_store_commit(struct ckpt_store *st, struct ckpt_store_tx *tx, char *why, size_t whylen)
@@ -356,13 +385,16 @@ int ckpt_store_commit(struct ckpt_store *st, struct ckpt_store_tx *tx, char *why
     struct slot *sl = &st->holders[tx->holder].slot[tx->slot];
     char *base = sl->base;
     uint64_t magic;
+    int rc = 0;
 
-    /* Everything but the magic, so that the chunk sums are in place for
-     * the check; the padding up to the data is zeroed as a fresh slot's. */
-    memcpy(base + sizeof(magic), (char *)tx->header + sizeof(magic), tx->h.header_bytes - sizeof(magic));
-    memset(base + tx->h.header_bytes, 0, tx->h.data_offset - tx->h.header_bytes);
-    int rc = ckpt_image_verify_chunks(base, &tx->h, 0, tx->h.nchunks, why, whylen);
+    for (uint64_t c = 0; c < tx->h.nchunks && rc == 0; c++)
+        if (!tx->verified[c])
+            rc = ckpt_store_verify(st, tx, c, why, whylen);
+    /* Everything but the magic, the padding up to the data zeroed as a
+     * fresh slot's; the magic after, once every chunk verified. */
     if (rc == 0) {
+        memcpy(base + sizeof(magic), (char *)tx->header + sizeof(magic), tx->h.header_bytes - sizeof(magic));
+        memset(base + tx->h.header_bytes, 0, tx->h.data_offset - tx->h.header_bytes);
         memcpy(&magic, CKPT_MAGIC, sizeof(magic));
         __atomic_store_n((uint64_t *)base, magic, __ATOMIC_RELEASE);
         sl->h = tx->h;

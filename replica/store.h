@@ -30,6 +30,7 @@ struct ckpt_store_tx {
     uint64_t nneed;
     uint64_t data_roff;        /* the data area's offset in the slot's region */
     uint8_t key[CKPT_FAB_KEY_BYTES];
+    uint8_t *verified;         /* byte c: chunk c verified (ckpt_store_verify); owned */
 };
 
 /* Opens (creating) the store in dir and indexes the replicas found there
@@ -50,10 +51,25 @@ int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struc
  * holds it.  Returns 0 or -ENOENT. */
 int ckpt_store_fill(struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c);
 
-/* Verifies every chunk against the offered sums and, if all match,
- * commits the replica (header, then magic).  Returns 0, or -EBADMSG with
- * why naming the chunk: the slot stays invalid and the previous replica
- * is untouched.  Releases tx either way. */
+/* Verifies chunk c, whose bytes are in place (written by the sender or
+ * filled), against the offered sum, and records it when it matches so
+ * that commit does not check it again.  One other thread may call it, for
+ * distinct chunks, while this one drives the transfer and fills; commit or
+ * abort only after it returned.  Returns 0, -ERANGE for no such chunk, or
+ * -EBADMSG with why naming the chunk. */
+int ckpt_store_verify(const struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c, char *why, size_t whylen);
+
+/* Where chunk c of tx's slot is (its bytes, once in place), its length and
+ * the sum the offer gave it: for checking it piece by piece as it lands
+ * (tx->verified[c] set when it matched).  NULL for no such chunk. */
+const void *ckpt_store_chunk(const struct ckpt_store *st, const struct ckpt_store_tx *tx, uint64_t c, size_t *len,
+                             uint64_t *sum);
+
+/* Verifies every chunk against the offered sums (those ckpt_store_verify
+ * did not already) and, if all match, commits the replica (header, then
+ * magic).  Returns 0, or -EBADMSG with why naming the chunk: the slot
+ * stays invalid and the previous replica is untouched.  Releases tx
+ * either way. */
 int ckpt_store_commit(struct ckpt_store *st, struct ckpt_store_tx *tx, char *why, size_t whylen);
 
 /* Gives up on tx: the slot stays invalid.  Releases tx. */

@@ -5,8 +5,13 @@
 # data-parallel rank) do not travel again; a chunk damaged in transit is
 # refused and the receiver keeps its previous replica; a receiver killed
 # in the middle of a transfer keeps its previous replica too, and serves
-# again after a restart.  Skipped where no libfabric provider with RMA is
-# found on 127.0.0.1.
+# again after a restart; a sender killed in the middle leaves the previous
+# replica intact and the receiver serving; chunks are verified while the
+# transfer goes on, so a chunk that does not match what the sender says
+# was delivered, or progress that contradicts itself, is refused before
+# the sender's DONE (a scripted sender speaks the control protocol for
+# that).  Skipped where no libfabric provider with RMA is found on
+# 127.0.0.1.
 
 setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
@@ -75,6 +80,64 @@ replica_of() { # DIR JOB GENERATION [RANK]
     for s in "$1/$(id -u)-$2/rank${4:-0}"/slot[01]; do
         if "$REP" verify "$s" 2>/dev/null | grep -q " generation $3 "; then echo "$s"; fi
     done
+}
+
+# fake_sender STEP...: a sender that speaks only the control protocol
+# (replica.h, wire.h) to the receiver on $PORT, and never writes a byte
+# over the fabric.  Steps: "offer SLOT" (prints "accept NEED" with the
+# number of chunks asked for, or "result STATUS REASON"), "progress UPTO"
+# (data bytes),
+# "done", "result" (prints "result STATUS REASON" for a message that
+# arrives within 3 s, else "silent").
+fake_sender() {
+    python3 - "$PORT" "$@" <<'PY'
+import socket, struct, sys
+HELLO, OFFER, ACCEPT, DONE, RESULT, PROGRESS = 1, 2, 3, 4, 5, 6
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+def send(t, payload=b""):
+    s.sendall(b"CKRP" + struct.pack("<HHII", 2, t, len(payload), 0) + payload)
+def exact(n):
+    b = b""
+    while len(b) < n:
+        k = s.recv(n - len(b))
+        if not k:
+            raise SystemExit("connection closed")
+        b += k
+    return b
+def recv(timeout=None):
+    s.settimeout(timeout)
+    try:
+        head = exact(16)
+    except socket.timeout:
+        return None, None
+    s.settimeout(None)
+    assert head[:4] == b"CKRP", head
+    _, t, n, _ = struct.unpack("<HHII", head[4:])
+    return t, exact(n)
+def result(p):
+    st, slot, gen = struct.unpack("<iIQ", p[:16])
+    print("result", st, p[16:].decode())
+t, hello = recv()          # the receiver's own name, given back: a peer
+send(HELLO, hello)         # it never writes to
+for step in sys.argv[2:]:
+    verb, _, arg = step.partition(" ")
+    if verb == "offer":
+        img = open(arg, "rb").read()
+        send(OFFER, img[:struct.unpack("<I", img[12:16])[0]])
+        t, p = recv(30)
+        if t == ACCEPT:
+            print("accept", bin(int.from_bytes(p[40:], "little")).count("1"))
+        else:
+            result(p)
+    elif verb == "progress":
+        send(PROGRESS, struct.pack("<Q", int(arg)))
+    elif verb == "done":
+        send(DONE, struct.pack("<iIQ", 0, 0, 0))
+    elif verb == "result":
+        t, p = recv(3)
+        result(p) if t == RESULT else print("silent")
+    sys.stdout.flush()
+PY
 }
 
 sent_bytes() { # the bytes a send line says went over the fabric
@@ -179,6 +242,72 @@ sent_bytes() { # the bytes a send line says went over the fabric
     r2=$(replica_of "$D/rep" big "$(u64 "$new" 88)")
     [ -n "$r2" ] && same "$new" "$r2"
     [ "$(replica_of "$D/rep" big "$(u64 "$old" 88)")" = "$r" ]
+}
+
+@test "a sender killed in the middle of a transfer leaves the previous replica, and the receiver serves on" {
+    CKPT_ARENA_DIR=$D/arena CKPT_JOB=big CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
+        "$BUILD/tests/progs/statewriter" --iters 3 --mib 48 >/dev/null 2>&1
+    old=$(slot big 0) new=$(slot big 1)
+    [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=$(slot big 1) new=$(slot big 0); }
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$old"
+    [ "$status" -eq 0 ]
+    "$REP" send --to "127.0.0.1:$PORT" --image "$new" --pause-after 1 >"$D/send.out" 2>"$D/send.err" 3>&- &
+    sender=$!
+    PIDS+=("$sender")
+    for _ in $(seq 200); do grep -q "paused after" "$D/send.err" && break; sleep 0.05; done
+    grep -q "paused after [1-9][0-9]* bytes (delivered)" "$D/send.err" || { cat "$D/send.err"; false; }
+    kill -9 "$sender"
+    for _ in $(seq 100); do grep -q "not kept" "$D/serve.err" && break; sleep 0.05; done
+    grep -q "generation $(u64 "$new" 88) not kept: the transfer was cut short" "$D/serve.err" ||
+        { cat "$D/serve.err"; false; }
+    r=$(replica_of "$D/rep" big "$(u64 "$old" 88)")
+    [ -n "$r" ] && same "$old" "$r"
+    [ -z "$(replica_of "$D/rep" big "$(u64 "$new" 88)")" ]
+    # The same receiver takes the next sender's transfer.
+    kill -0 "$SERVER"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$new"
+    [ "$status" -eq 0 ] || { echo "$output"; cat "$D/serve.err"; false; }
+    r=$(replica_of "$D/rep" big "$(u64 "$new" 88)")
+    [ -n "$r" ] && same "$new" "$r"
+}
+
+@test "bytes are verified as they are reported delivered: a bad chunk, or contradictory progress, is refused before DONE" {
+    CKPT_ARENA_DIR=$D/arena CKPT_JOB=big CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
+        "$BUILD/tests/progs/statewriter" --iters 3 --mib 24 >/dev/null 2>&1
+    old=$(slot big 0) new=$(slot big 1)
+    [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=$(slot big 1) new=$(slot big 0); }
+    nchunks=$(u64 "$new" 144) chunk=$(u64 "$new" 136) bytes=$(u64 "$new" 128)
+    [ "$nchunks" -ge 3 ]
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$old"
+    [ "$status" -eq 0 ]
+    # Progress claims bytes that were never written: the first chunk is
+    # refused as soon as it is complete, while the sender has not said
+    # DONE; DONE gets no second answer, and the connection carries the
+    # next round.  Progress going backwards or past the data is refused
+    # too (EPROTO, -71).
+    run fake_sender "offer $new" "progress $chunk" "result" "done" "result" \
+        "offer $old" "progress $((2 * chunk))" "progress $chunk" "result" "done" \
+        "offer $old" "progress $((bytes + 1))" "result" "done" \
+        "offer $old" "progress $bytes" "done" "result"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [ "${lines[0]}" = "accept $nchunks" ]
+    [ "${lines[1]}" = "result -74 chunk 0 (bytes 0..) checksum mismatch" ]
+    [ "${lines[2]}" = "silent" ]
+    [ "${lines[3]}" = "accept 0" ] # all held: copied locally, nothing to write
+    [ "${lines[4]}" = "result -71 the sender's progress is inconsistent: byte $chunk after $((2 * chunk)), of $bytes bytes" ]
+    [ "${lines[5]}" = "accept 0" ]
+    [ "${lines[6]}" = "result -71 the sender's progress is inconsistent: byte $((bytes + 1)) after 0, of $bytes bytes" ]
+    [ "${lines[7]}" = "accept 0" ]
+    [ "${lines[8]}" = "result 0 " ]
+    # The refused rounds committed nothing; the last one committed a copy
+    # of the old image, which is intact where it was.
+    [ -z "$(replica_of "$D/rep" big "$(u64 "$new" 88)")" ]
+    [ "$(replica_of "$D/rep" big "$(u64 "$old" 88)" | wc -l)" -eq 2 ]
+    for r in $(replica_of "$D/rep" big "$(u64 "$old" 88)"); do same "$old" "$r"; done
+    grep -q "generation $(u64 "$new" 88) not kept: chunk 0 (bytes 0..) checksum mismatch" "$D/serve.err"
 }
 
 @test "refusals name the reason: an uncommitted image, another provider" {

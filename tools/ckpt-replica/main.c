@@ -8,7 +8,9 @@
  * flips its private copy, and pausing only stops sending.
  *
  *   ckpt-replica serve --listen HOST:PORT --dir DIR [--once]
- *   ckpt-replica send --to HOST:PORT --image SLOT [--flip-byte N] [--pause-after BYTES]
+ *   ckpt-replica send --to HOST:PORT --image SLOT|- [--image ...] [--flip-byte N] [--pause-after BYTES]
+ *     (several images go over one connection, as the agent sends its generations;
+ *     "-" reads paths from stdin, one a line, each sent as it is read)
  *                     [--sched-profile RANKDIR]   (send in that rank's idle gaps; record the send there)
  *   ckpt-replica verify SLOT...
  *   ckpt-replica probe [--node IP]
@@ -18,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +39,9 @@
 #include "wire.h"
 
 struct args {
-    const char *listen, *dir, *to, *image, *node, *provider, *sched_dir;
+    const char *listen, *dir, *to, *node, *provider, *sched_dir;
+    const char *images[64];               /* --image, in order */
+    int nimages;
     int once;
     unsigned long long flip, pause_after;
     int flip_set, pause_set;
@@ -47,8 +52,8 @@ struct args {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ckpt-replica serve --listen HOST:PORT --dir DIR [--once] [--provider P]\n"
-               "       ckpt-replica send --to HOST:PORT --image SLOT [--provider P] [--flip-byte N] "
-               "[--pause-after BYTES] [--sched-profile RANKDIR]\n"
+               "       ckpt-replica send --to HOST:PORT --image SLOT|- [--image ...] [--provider P] "
+               "[--flip-byte N] [--pause-after BYTES] [--sched-profile RANKDIR]\n"
                "       ckpt-replica verify SLOT...\n"
                "       ckpt-replica probe [--node IP] [--provider P]\n"
                "       ckpt-replica placement [--nodes N] [--replicas M] [--placement auto|group|ring|mixed]\n"
@@ -142,8 +147,10 @@ struct pacing {
     uint64_t chunk_bytes, t0;
 };
 
-/* --pause-after: once that many bytes are in the receiver's memory, stop
- * sending and wait to be killed (the tests cut a transfer here). */
+/* --sched-profile: each chunk waits for an idle gap of the rank, as the
+ * node agent's do.  --pause-after: once that many bytes are in the
+ * receiver's memory, stop sending and wait to be killed (the tests cut a
+ * transfer here). */
 static int pace(void *arg, uint64_t chunk, uint64_t sent)
 {
     struct pacing *p = arg;
@@ -164,33 +171,34 @@ static int pace(void *arg, uint64_t chunk, uint64_t sent)
         pause();
 }
 
-static int send_image(const struct args *a)
+/* Sends one image over an established connection and prints its line.
+ * Returns 0 once the receiver committed it, else 1. */
+static int send_one(const struct args *a, const char *path, struct ckpt_fab *f, int ctl, uint64_t peer)
 {
-    char why[512], ip[64];
-    struct ckpt_fab *f = NULL;
+    char why[512];
     struct ckpt_fab_region *src = NULL;
     struct ckpt_replica_stats st;
     struct ckpt_header h;
     struct stat sb;
     void *image = MAP_FAILED;
-    uint64_t peer;
-    int ctl = -1, rc = 1;
+    int rc = 1;
 
-    if (!a->to || !a->image) {
-        usage(stderr);
-        return 2;
-    }
-    int fd = open(a->image, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &sb) < 0) {
-        ckpt_log(CKPT_ERROR, "%s: %s", a->image, strerror(errno));
+        ckpt_log(CKPT_ERROR, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return 1;
     }
-    /* A flipped byte goes into a private copy, never into the file. */
-    image = mmap(NULL, sb.st_size, PROT_READ | (a->flip_set ? PROT_WRITE : 0),
-                 a->flip_set ? MAP_PRIVATE : MAP_SHARED, fd, 0);
+    /* A flipped byte goes into a private copy, never into the file.  The
+     * mapping is populated at once, as the agent's long-lived mapping of an
+     * arena slot is: faults under the writes are no part of the transfer. */
+    if (sb.st_size > 0)
+        image = mmap(NULL, sb.st_size, PROT_READ | (a->flip_set ? PROT_WRITE : 0),
+                     (a->flip_set ? MAP_PRIVATE : MAP_SHARED) | MAP_POPULATE, fd, 0);
     close(fd);
     if (image == MAP_FAILED || ckpt_image_verify_header(image, sb.st_size, &h, why, sizeof(why)) < 0) {
-        ckpt_log(CKPT_ERROR, "%s: %s", a->image, image == MAP_FAILED ? strerror(errno) : why);
+        ckpt_log(CKPT_ERROR, "%s: %s", path, image == MAP_FAILED ? "empty or unreadable" : why);
         goto out;
     }
     if (a->flip_set) {
@@ -201,18 +209,8 @@ static int send_image(const struct args *a)
         }
         ((unsigned char *)image)[h.data_offset + a->flip] ^= 0x01;
     }
-    if (ckpt_wire_connect(a->to, &ctl, why, sizeof(why)) < 0) {
-        ckpt_log(CKPT_ERROR, "%s", why);
-        goto out;
-    }
-    if (ckpt_wire_local_ip(ctl, ip, sizeof(ip)) < 0 || open_fabric(ip, a->provider, &f) < 0)
-        goto out;
     if (ckpt_fab_register(f, image, sb.st_size, 0, &src) < 0) {
         ckpt_log(CKPT_ERROR, "%s", ckpt_fab_error(f));
-        goto out;
-    }
-    if (ckpt_replica_hello(f, ctl, &peer, why, sizeof(why)) < 0) {
-        ckpt_log(CKPT_ERROR, "%s", why);
         goto out;
     }
     struct ckpt_sched_reader sched;
@@ -234,19 +232,60 @@ static int send_image(const struct args *a)
             ckpt_log(CKPT_WARN, "cannot record the send in %s: %s", a->sched_dir, strerror(-trc));
     }
     printf("sent job %s rank %u generation %llu iteration %llu to %s over %s: %llu of %llu chunks, "
-           "%llu bytes sent, %llu bytes of data, slot %u, %.3f s, %.2f GB/s\n",
+           "%llu bytes sent, %llu bytes of data, slot %u, %.3f s (%.3f s after the last write), %.2f GB/s\n",
            st.job, st.rank, (unsigned long long)st.generation, (unsigned long long)st.iteration, a->to,
            ckpt_fab_provider(f), (unsigned long long)st.sent_chunks, (unsigned long long)st.chunks,
-           (unsigned long long)st.bytes_sent, (unsigned long long)st.data_bytes, st.slot, st.seconds,
+           (unsigned long long)st.bytes_sent, (unsigned long long)st.data_bytes, st.slot, st.seconds, st.tail_seconds,
            st.seconds > 0 ? st.bytes_sent / st.seconds / 1e9 : 0.0);
+    fflush(stdout);
     rc = 0;
 out:
     ckpt_fab_unregister(src);
+    if (image != MAP_FAILED)
+        munmap(image, sb.st_size);
+    return rc;
+}
+
+/* send: one connection, one fabric endpoint, then each --image in turn
+ * ("-": the paths read from stdin, one a line, each sent as it is read).
+ * Stops at the first image that is not committed. */
+static int send_images(const struct args *a)
+{
+    char why[512], ip[64], line[PATH_MAX + 2];
+    struct ckpt_fab *f = NULL;
+    uint64_t peer;
+    int ctl = -1, rc = 1;
+
+    if (!a->to || !a->nimages) {
+        usage(stderr);
+        return 2;
+    }
+    if (ckpt_wire_connect(a->to, &ctl, why, sizeof(why)) < 0) {
+        ckpt_log(CKPT_ERROR, "%s", why);
+        goto out;
+    }
+    if (ckpt_wire_local_ip(ctl, ip, sizeof(ip)) < 0 || open_fabric(ip, a->provider, &f) < 0)
+        goto out;
+    if (ckpt_replica_hello(f, ctl, &peer, why, sizeof(why)) < 0) {
+        ckpt_log(CKPT_ERROR, "%s", why);
+        goto out;
+    }
+    rc = 0;
+    for (int i = 0; i < a->nimages && !rc; i++) {
+        if (strcmp(a->images[i], "-") != 0) {
+            rc = send_one(a, a->images[i], f, ctl, peer);
+            continue;
+        }
+        while (!rc && fgets(line, sizeof(line), stdin)) {
+            line[strcspn(line, "\n")] = '\0';
+            if (*line)
+                rc = send_one(a, line, f, ctl, peer);
+        }
+    }
+out:
     ckpt_fab_close(f);
     if (ctl >= 0)
         close(ctl);
-    if (image != MAP_FAILED)
-        munmap(image, sb.st_size);
     return rc;
 }
 
@@ -307,7 +346,8 @@ int main(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},   {"dir", required_argument, NULL, 'd'},
         {"once", no_argument, NULL, '1'},           {"to", required_argument, NULL, 't'},
         {"image", required_argument, NULL, 'i'},    {"flip-byte", required_argument, NULL, 'f'},
-        {"pause-after", required_argument, NULL, 'p'}, {"sched-profile", required_argument, NULL, 'S'}, {"node", required_argument, NULL, 'n'},
+        {"pause-after", required_argument, NULL, 'p'}, {"sched-profile", required_argument, NULL, 'S'},
+        {"node", required_argument, NULL, 'n'},
         {"provider", required_argument, NULL, 'P'}, {"nodes", required_argument, NULL, 'N'},
         {"replicas", required_argument, NULL, 'm'}, {"placement", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
@@ -343,12 +383,18 @@ int main(int argc, char **argv)
         case 'd': a.dir = optarg; break;
         case '1': a.once = 1; break;
         case 't': a.to = optarg; break;
-        case 'i': a.image = optarg; break;
+        case 'i':
+            if (a.nimages == (int)(sizeof(a.images) / sizeof(a.images[0]))) {
+                fprintf(stderr, "ckpt-replica: more than %d --image options: use --image - and stdin\n", a.nimages);
+                return 2;
+            }
+            a.images[a.nimages++] = optarg;
+            break;
         case 'n': a.node = optarg; break;
         case 'P': a.provider = optarg; break;
         case 'f': if (number("--flip-byte", optarg, ~0ull, &a.flip) < 0) return 2; a.flip_set = 1; break;
-        case 'S': a.sched_dir = optarg; break;
         case 'p': if (number("--pause-after", optarg, ~0ull, &a.pause_after) < 0) return 2; a.pause_set = 1; break;
+        case 'S': a.sched_dir = optarg; break;
         case 'N': if (number("--nodes", optarg, 65536, &a.nodes) < 0) return 2; break;
         case 'm': if (number("--replicas", optarg, 64, &a.replicas) < 0) return 2; break;
         case 'k':
@@ -372,7 +418,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "serve") == 0)
         return serve(&a);
     if (strcmp(cmd, "send") == 0)
-        return send_image(&a);
+        return send_images(&a);
     if (strcmp(cmd, "probe") == 0)
         return probe(&a);
     if (strcmp(cmd, "placement") == 0)
