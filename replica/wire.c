@@ -200,7 +200,7 @@ int ckpt_wire_accept(int lfd, int *fd)
     int rc = handshake(s, false);
     if (rc < 0) {
         close(s);
-        return rc == -ECONNRESET || rc == -ETIMEDOUT ? -EACCES : rc;
+        return rc == -ENOMEM ? rc : -EACCES; /* a peer that went away mid-handshake did not authenticate either */
     }
     *fd = s;
     return 0;
