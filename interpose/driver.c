@@ -3,7 +3,9 @@
  * allocations, whichever way the program reached the driver.  Each wrapper
  * calls the real function first and records only what succeeded; it must
  * never change what the program sees, and a failure inside libckpt only
- * costs the registry an entry, reported once.
+ * costs the registry an entry, reported once.  A per-thread default
+ * stream variant (_ptsz) does what its plain call does, its NULL stream
+ * being the calling thread's CU_STREAM_PER_THREAD.
  */
 #include <dlfcn.h>
 #include <string.h>
@@ -110,36 +112,52 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
     return r;
 }
 
-__attribute__((visibility("default"))) CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
-{
-    NEED_REAL(cuMemAllocAsync, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuMemAllocAsync(dptr, bytesize, hStream);
-    if (r == CUDA_SUCCESS)
-        track(*dptr, bytesize, CKPT_ALLOC_ASYNC, hStream);
-    return r;
-}
+/* Stream-ordered allocation, plain and per-thread (null_means: the stream
+ * a NULL hStream is).  Macros, so that track() sees the program's caller. */
+#define ALLOC_ASYNC_HOOK(name, null_means, params, args)                       \
+    __attribute__((visibility("default"))) CUresult name params                \
+    {                                                                          \
+        NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
+        CUresult r = real_##name args;                                         \
+        if (r == CUDA_SUCCESS)                                                 \
+            track(*dptr, bytesize, CKPT_ALLOC_ASYNC, ckpt_stream_or(hStream, null_means)); \
+        return r;                                                              \
+    }
 
-__attribute__((visibility("default"))) CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
-                                                                        CUmemoryPool pool, CUstream hStream)
-{
-    NEED_REAL(cuMemAllocFromPoolAsync, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
-    if (r == CUDA_SUCCESS)
-        track(*dptr, bytesize, CKPT_ALLOC_ASYNC, hStream);
-    return r;
-}
+ALLOC_ASYNC_HOOK(cuMemAllocAsync, NULL, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+                 (dptr, bytesize, hStream))
+ALLOC_ASYNC_HOOK(cuMemAllocAsync_ptsz, CU_STREAM_PER_THREAD, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+                 (dptr, bytesize, hStream))
+ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync, NULL,
+                 (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
+                 (dptr, bytesize, pool, hStream))
+ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync_ptsz, CU_STREAM_PER_THREAD,
+                 (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
+                 (dptr, bytesize, pool, hStream))
 
 /* The block stays valid for work already queued before the free, but no
- * snapshot taken after this call may read it: it is dead for the program. */
-__attribute__((visibility("default"))) CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+ * snapshot taken after this call may read it: it is dead for the program.
+ * The free is ordered after the snapshot's copies on its own stream. */
+static CUresult free_async(__typeof__(&cuMemFreeAsync) real, CUstream null_means, CUdeviceptr dptr, CUstream hStream)
 {
-    NEED_REAL(cuMemFreeAsync, CUDA_ERROR_NOT_INITIALIZED);
     if (ckpt_active)
-        ckpt_before_free(hStream, true);
-    CUresult r = real_cuMemFreeAsync(dptr, hStream);
+        ckpt_before_free(ckpt_stream_or(hStream, null_means), true);
+    CUresult r = real(dptr, hStream);
     if (r == CUDA_SUCCESS)
         untrack(dptr);
     return r;
+}
+
+__attribute__((visibility("default"))) CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    NEED_REAL(cuMemFreeAsync, CUDA_ERROR_NOT_INITIALIZED);
+    return free_async(real_cuMemFreeAsync, NULL, dptr, hStream);
+}
+
+__attribute__((visibility("default"))) CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    NEED_REAL(cuMemFreeAsync_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+    return free_async(real_cuMemFreeAsync_ptsz, CU_STREAM_PER_THREAD, dptr, hStream);
 }
 
 /* Virtual memory: what the program can read is a mapped range, so the

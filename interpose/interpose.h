@@ -44,6 +44,17 @@ int ckpt_resolve(const char *name);
             return (err);                                                      \
     } while (0)
 
+/* The stream a call queues on: s, or for NULL the default stream of the
+ * entry point, null_means (NULL, the legacy stream, for the plain names;
+ * CU_STREAM_PER_THREAD for the _ptsz/_ptds variants of hooks.def). */
+static inline CUstream ckpt_stream_or(CUstream s, CUstream null_means)
+{
+    return s ? s : null_means;
+}
+
+/* Expands a parenthesised argument list: CKPT_ARGS (a, b) is a, b. */
+#define CKPT_ARGS(...) __VA_ARGS__
+
 /* glibc's own dlsym, never ours: libckpt must not look itself up. */
 void *ckpt_real_dlsym(void *handle, const char *name);
 

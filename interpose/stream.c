@@ -6,7 +6,10 @@
  * suppressed here: launches, memsets and copies to the device return at
  * once, and what the host reads back comes from the replay log.  These are
  * the hot hooks: no lock and no allocation on the common path.  Calls made
- * from inside NCCL, or while libckpt is inactive, are only forwarded.
+ * from inside NCCL, or while libckpt is inactive, are only forwarded.  Each
+ * call with a per-thread default stream variant (hooks.def's DRV_PT) gets
+ * two wrappers with one body: the variant's NULL stream is the calling
+ * thread's CU_STREAM_PER_THREAD, never the legacy stream.
  */
 #include <string.h>
 
@@ -48,44 +51,74 @@ static void synced(uint64_t token)
     }
 
 SYNC_HOOK(cuStreamSynchronize, TOK_STREAM_SYNC, (CUstream hStream), (hStream))
+SYNC_HOOK(cuStreamSynchronize_ptsz, TOK_STREAM_SYNC, (CUstream hStream), (hStream))
 SYNC_HOOK(cuCtxSynchronize, TOK_CTX_SYNC, (void), ())
 SYNC_HOOK(cuCtxSynchronize_v2, TOK_CTX_SYNC, (CUcontext ctx), (ctx))
 SYNC_HOOK(cuEventSynchronize, TOK_EVENT_SYNC, (CUevent hEvent), (hEvent))
 
-EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+/* A plain entry point and its per-thread variant sfx, both calling body
+ * with their own real function and (PT_PAIR) the stream a NULL one means;
+ * PT_SAME where the body has no stream to read. */
+#define PT_PAIR(name, sfx, body, params, args)                                 \
+    EXPORT CUresult name params                                                \
+    {                                                                          \
+        NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
+        return body(real_##name, NULL, CKPT_ARGS args);                        \
+    }                                                                          \
+    EXPORT CUresult name##sfx params                                           \
+    {                                                                          \
+        NEED_REAL(name##sfx, CUDA_ERROR_NOT_INITIALIZED);                      \
+        return body(real_##name##sfx, CU_STREAM_PER_THREAD, CKPT_ARGS args);  \
+    }
+#define PT_SAME(name, sfx, body, params, args)                                 \
+    EXPORT CUresult name params                                                \
+    {                                                                          \
+        NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
+        return body(real_##name, CKPT_ARGS args);                              \
+    }                                                                          \
+    EXPORT CUresult name##sfx params                                           \
+    {                                                                          \
+        NEED_REAL(name##sfx, CUDA_ERROR_NOT_INITIALIZED);                      \
+        return body(real_##name##sfx, CKPT_ARGS args);                         \
+    }
+
+/* Synchronous copies run on the entry point's default stream (legacy or
+ * per-thread), which the driver picks. */
+static CUresult dtoh(__typeof__(&cuMemcpyDtoH_v2) real, void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    NEED_REAL(cuMemcpyDtoH_v2, CUDA_ERROR_NOT_INITIALIZED);
     if (suppressed()) {
         ckpt_history_d2h(dstHost, ByteCount, false);
         synced(TOK_DTOH);
         return CUDA_SUCCESS;
     }
-    CUresult r = real_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+    CUresult r = real(dstHost, srcDevice, ByteCount);
     if (r == CUDA_SUCCESS && observed()) {
         ckpt_history_d2h(dstHost, ByteCount, true);
         synced(TOK_DTOH);
     }
     return r;
 }
+PT_SAME(cuMemcpyDtoH_v2, _ptds, dtoh, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
+        (dstHost, srcDevice, ByteCount))
 
-EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+static CUresult htod(__typeof__(&cuMemcpyHtoD_v2) real, CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    NEED_REAL(cuMemcpyHtoD_v2, CUDA_ERROR_NOT_INITIALIZED);
     if (suppressed()) {
         synced(TOK_HTOD);
         return CUDA_SUCCESS;
     }
-    CUresult r = real_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+    CUresult r = real(dstDevice, srcHost, ByteCount);
     if (r == CUDA_SUCCESS && observed())
         synced(TOK_HTOD);
     return r;
 }
+PT_SAME(cuMemcpyHtoD_v2, _ptds, htod, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
+        (dstDevice, srcHost, ByteCount))
 
 /* Unified addressing: the call does not say which side dst is on; a copy
  * into no device allocation is one the host reads. */
-EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+static CUresult memcpy_sync(__typeof__(&cuMemcpy) real, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    NEED_REAL(cuMemcpy, CUDA_ERROR_NOT_INITIALIZED);
     bool to_host = observed() && !ckpt_reg_contains(dst);
     if (suppressed()) {
         if (to_host)
@@ -93,7 +126,7 @@ EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
         synced(TOK_MEMCPY);
         return CUDA_SUCCESS;
     }
-    CUresult r = real_cuMemcpy(dst, src, ByteCount);
+    CUresult r = real(dst, src, ByteCount);
     if (r == CUDA_SUCCESS && observed()) {
         if (to_host)
             ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, true);
@@ -101,6 +134,7 @@ EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
     }
     return r;
 }
+PT_SAME(cuMemcpy, _ptds, memcpy_sync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
 
 EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -119,7 +153,7 @@ EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUev
 /* Work that only changes the device: noted, or suppressed in replay.
  * Kernel launches, from whichever library, are also counted (hookstats.c). */
 #define IS_LAUNCH(name) (__builtin_strncmp(name, "cuLaunchKernel", 14) == 0)
-#define QUEUE_HOOK(name, stream, params, args)                                 \
+#define QUEUE_HOOK_(name, stream, null_means, params, args)                    \
     EXPORT CUresult name params                                                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
@@ -128,87 +162,95 @@ EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUev
         if (observed()) {                                                      \
             if (ckpt_replaying)                                                \
                 return CUDA_SUCCESS;                                           \
-            ckpt_stream_seen(stream);                                          \
+            ckpt_stream_seen(ckpt_stream_or(stream, null_means));              \
         }                                                                      \
         return real_##name args;                                               \
     }
+#define QUEUE_HOOK(name, sfx, stream, params, args)                            \
+    QUEUE_HOOK_(name, stream, NULL, params, args)                              \
+    QUEUE_HOOK_(name##sfx, stream, CU_STREAM_PER_THREAD, params, args)
 
-QUEUE_HOOK(cuLaunchKernel, hStream,
+QUEUE_HOOK(cuLaunchKernel, _ptsz, hStream,
            (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
             unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
             void **kernelParams, void **extra),
            (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams,
             extra))
-QUEUE_HOOK(cuLaunchKernelEx, config ? config->hStream : NULL,
+QUEUE_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL,
            (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
            (config, f, kernelParams, extra))
-QUEUE_HOOK(cuMemcpyHtoDAsync_v2, hStream,
+QUEUE_HOOK(cuMemcpyHtoDAsync_v2, _ptsz, hStream,
            (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
            (dstDevice, srcHost, ByteCount, hStream))
-QUEUE_HOOK(cuMemcpyDtoDAsync_v2, hStream,
+QUEUE_HOOK(cuMemcpyDtoDAsync_v2, _ptsz, hStream,
            (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
            (dstDevice, srcDevice, ByteCount, hStream))
-QUEUE_HOOK(cuMemsetD8Async, hStream, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
+QUEUE_HOOK(cuMemsetD8Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
            (dstDevice, uc, N, hStream))
-QUEUE_HOOK(cuMemsetD32Async, hStream, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
+QUEUE_HOOK(cuMemsetD32Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
            (dstDevice, ui, N, hStream))
 
 /* Copies the host reads after its next sync: their bytes go in the log
  * then (ckpt_history_settle), or come from it in replay. */
-EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+static CUresult dtoh_async(__typeof__(&cuMemcpyDtoHAsync_v2) real, CUstream null_means, void *dstHost,
+                           CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    NEED_REAL(cuMemcpyDtoHAsync_v2, CUDA_ERROR_NOT_INITIALIZED);
     if (!observed())
-        return real_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+        return real(dstHost, srcDevice, ByteCount, hStream);
     if (ckpt_replaying) {
         ckpt_history_d2h_async(dstHost, ByteCount);
         return CUDA_SUCCESS;
     }
-    ckpt_stream_seen(hStream);
-    CUresult r = real_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+    ckpt_stream_seen(ckpt_stream_or(hStream, null_means));
+    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
     if (r == CUDA_SUCCESS)
         ckpt_history_d2h_async(dstHost, ByteCount);
     return r;
 }
+PT_PAIR(cuMemcpyDtoHAsync_v2, _ptsz, dtoh_async,
+        (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
+        (dstHost, srcDevice, ByteCount, hStream))
 
 /* Unified addressing again: a copy into no device allocation is one the
  * host reads. */
-EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_means, CUdeviceptr dst, CUdeviceptr src,
+                             size_t ByteCount, CUstream hStream)
 {
-    NEED_REAL(cuMemcpyAsync, CUDA_ERROR_NOT_INITIALIZED);
     if (!observed())
-        return real_cuMemcpyAsync(dst, src, ByteCount, hStream);
+        return real(dst, src, ByteCount, hStream);
     bool to_host = !ckpt_reg_contains(dst);
     if (ckpt_replaying) {
         if (to_host)
             ckpt_history_d2h_async((void *)(uintptr_t)dst, ByteCount);
         return CUDA_SUCCESS;
     }
-    ckpt_stream_seen(hStream);
-    CUresult r = real_cuMemcpyAsync(dst, src, ByteCount, hStream);
+    ckpt_stream_seen(ckpt_stream_or(hStream, null_means));
+    CUresult r = real(dst, src, ByteCount, hStream);
     if (r == CUDA_SUCCESS && to_host)
         ckpt_history_d2h_async((void *)(uintptr_t)dst, ByteCount);
     return r;
 }
+PT_PAIR(cuMemcpyAsync, _ptsz, memcpy_async, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
+        (dst, src, ByteCount, hStream))
 
 int ckpt_capturing;
 
-EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+static CUresult begin_capture(__typeof__(&cuStreamBeginCapture_v2) real, CUstream hStream, CUstreamCaptureMode mode)
 {
-    NEED_REAL(cuStreamBeginCapture_v2, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuStreamBeginCapture_v2(hStream, mode);
+    CUresult r = real(hStream, mode);
     if (r == CUDA_SUCCESS)
         __atomic_add_fetch(&ckpt_capturing, 1, __ATOMIC_RELAXED);
     return r;
 }
+PT_SAME(cuStreamBeginCapture_v2, _ptsz, begin_capture, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
 
 /* A capture ends (successfully or invalidated) with this call either way. */
-EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+static CUresult end_capture(__typeof__(&cuStreamEndCapture) real, CUstream hStream, CUgraph *phGraph)
 {
-    NEED_REAL(cuStreamEndCapture, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuStreamEndCapture(hStream, phGraph);
+    CUresult r = real(hStream, phGraph);
     if ((r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) &&
         __atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) > 0)
         __atomic_sub_fetch(&ckpt_capturing, 1, __ATOMIC_RELAXED);
     return r;
 }
+PT_SAME(cuStreamEndCapture, _ptsz, end_capture, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph))

@@ -1,6 +1,7 @@
 /*
  * Copies and memsets.  Each is an op on a stream; the synchronous forms go
- * on the legacy stream and wait for it.  A copy between host and device
+ * on the legacy stream (the _ptds variants: the calling thread's
+ * per-thread stream) and wait for it.  A copy between host and device
  * memory is throttled to FAKEGPU_COPY_GBPS on one link per direction, so
  * checkpoint traffic competes with the program's own transfers as over
  * PCIe; copies within the device and memsets are not throttled.  The
@@ -50,7 +51,8 @@ static int copy_ok(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n)
     return 0;
 }
 
-/* Copies, synchronous when sync (then hStream is ignored: the legacy stream is used). */
+/* Copies on hStream, waiting for it when sync (the synchronous forms pass
+ * their default stream: CU_STREAM_LEGACY, or CU_STREAM_PER_THREAD). */
 static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, CUstream hStream, int sync)
 {
     struct fg_stream *s;
@@ -58,7 +60,7 @@ static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, 
     CUresult rc;
 
     fg_lock();
-    rc = fg_stream_get(sync ? CU_STREAM_LEGACY : hStream, &s);
+    rc = fg_stream_get(hStream, &s);
     if (rc || n == 0)
         goto out;
     if (!copy_ok(dir, dst, src, n)) {
@@ -90,7 +92,7 @@ out:
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    return copy(DIR_UNIFIED, (uintptr_t)dst, (uintptr_t)src, ByteCount, NULL, 1);
+    return copy(DIR_UNIFIED, (uintptr_t)dst, (uintptr_t)src, ByteCount, CU_STREAM_LEGACY, 1);
 }
 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
@@ -100,17 +102,54 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    return copy(DIR_HTOD, (uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, NULL, 1);
+    return copy(DIR_HTOD, (uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, CU_STREAM_LEGACY, 1);
 }
 
 CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    return copy(DIR_DTOH, (uintptr_t)dstHost, (uintptr_t)srcDevice, ByteCount, NULL, 1);
+    return copy(DIR_DTOH, (uintptr_t)dstHost, (uintptr_t)srcDevice, ByteCount, CU_STREAM_LEGACY, 1);
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    return copy(DIR_DTOD, (uintptr_t)dstDevice, (uintptr_t)srcDevice, ByteCount, NULL, 1);
+    return copy(DIR_DTOD, (uintptr_t)dstDevice, (uintptr_t)srcDevice, ByteCount, CU_STREAM_LEGACY, 1);
+}
+
+/* The per-thread default stream variants: the synchronous ones run on the
+ * calling thread's per-thread stream, the others read NULL as that stream. */
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return copy(DIR_UNIFIED, (uintptr_t)dst, (uintptr_t)src, ByteCount, CU_STREAM_PER_THREAD, 1);
+}
+
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return copy(DIR_HTOD, (uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, CU_STREAM_PER_THREAD, 1);
+}
+
+CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(DIR_DTOH, (uintptr_t)dstHost, (uintptr_t)srcDevice, ByteCount, CU_STREAM_PER_THREAD, 1);
+}
+
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+    return copy(DIR_UNIFIED, (uintptr_t)dst, (uintptr_t)src, ByteCount, fg_per_thread(hStream), 0);
+}
+
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    return copy(DIR_HTOD, (uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, fg_per_thread(hStream), 0);
+}
+
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    return copy(DIR_DTOH, (uintptr_t)dstHost, (uintptr_t)srcDevice, ByteCount, fg_per_thread(hStream), 0);
+}
+
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    return copy(DIR_DTOD, (uintptr_t)dstDevice, (uintptr_t)srcDevice, ByteCount, fg_per_thread(hStream), 0);
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
@@ -128,7 +167,8 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     return copy(DIR_DTOD, (uintptr_t)dstDevice, (uintptr_t)srcDevice, ByteCount, hStream, 0);
 }
 
-/* Sets n elements of elem (1 or 4) bytes; the range must be known memory. */
+/* Sets n elements of elem (1 or 4) bytes on hStream, waiting for it when
+ * sync; the range must be known memory. */
 static CUresult memset_elems(uintptr_t dst, unsigned value, unsigned elem, size_t n, CUstream hStream, int sync)
 {
     struct fg_stream *s;
@@ -136,7 +176,7 @@ static CUresult memset_elems(uintptr_t dst, unsigned value, unsigned elem, size_
     CUresult rc;
 
     fg_lock();
-    rc = fg_stream_get(sync ? CU_STREAM_LEGACY : hStream, &s);
+    rc = fg_stream_get(hStream, &s);
     if (rc || n == 0)
         goto out;
     if (dst % elem || n > SIZE_MAX / elem || !known_range(dst, n * elem)) {
@@ -165,12 +205,12 @@ out:
 
 CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-    return memset_elems((uintptr_t)dstDevice, uc, 1, N, NULL, 1);
+    return memset_elems((uintptr_t)dstDevice, uc, 1, N, CU_STREAM_LEGACY, 1);
 }
 
 CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    return memset_elems((uintptr_t)dstDevice, ui, 4, N, NULL, 1);
+    return memset_elems((uintptr_t)dstDevice, ui, 4, N, CU_STREAM_LEGACY, 1);
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
@@ -181,4 +221,14 @@ CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUst
 CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     return memset_elems((uintptr_t)dstDevice, ui, 4, N, hStream, 0);
+}
+
+CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+    return memset_elems((uintptr_t)dstDevice, uc, 1, N, fg_per_thread(hStream), 0);
+}
+
+CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+{
+    return memset_elems((uintptr_t)dstDevice, ui, 4, N, fg_per_thread(hStream), 0);
 }

@@ -276,6 +276,12 @@ struct fg_stream *fg_stream_new(struct fg_ctx *ctx, enum fg_stream_kind kind, un
  * thread's per-thread stream (created on first use).  Lock held.
  */
 CUresult fg_stream_get(CUstream h, struct fg_stream **s);
+/* The stream a _ptsz/_ptds entry point queues on: h, or for NULL the
+ * calling thread's CU_STREAM_PER_THREAD. */
+static inline CUstream fg_per_thread(CUstream h)
+{
+    return h ? h : CU_STREAM_PER_THREAD;
+}
 /*
  * Enqueues op on s and takes ownership of it, whatever the result.  Adds
  * the legacy stream's implicit synchronisation; while s captures, records

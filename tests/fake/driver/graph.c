@@ -287,3 +287,14 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     fg_unlock();
     return rc;
 }
+
+/* The per-thread default stream variants: NULL is CU_STREAM_PER_THREAD. */
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+    return cuStreamBeginCapture_v2(fg_per_thread(hStream), mode);
+}
+
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+    return cuStreamEndCapture(fg_per_thread(hStream), phGraph);
+}

@@ -292,3 +292,19 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     fg_unlock();
     return rc;
 }
+
+/* The per-thread default stream variants: NULL is CU_STREAM_PER_THREAD. */
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return cuMemAllocAsync(dptr, bytesize, fg_per_thread(hStream));
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    return cuMemAllocFromPoolAsync(dptr, bytesize, pool, fg_per_thread(hStream));
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    return cuMemFreeAsync(dptr, fg_per_thread(hStream));
+}

@@ -5,19 +5,23 @@
  * does: "cuMemAlloc" is cuMemAlloc_v2 from 3.2 on, "cuCtxSynchronize"
  * takes a context from 13.0 on.  Versions older than the first the double
  * implements answer VERSION_NOT_SUFFICIENT rather than a function with the
- * wrong signature.  The per-thread-default-stream flag selects nothing
- * different here (the double has no _ptsz variants).
+ * wrong signature.  A call that has a per-thread default stream variant
+ * names it too: CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM gets that
+ * one (cuLaunchKernel_ptsz, cuMemcpyDtoH_v2_ptds), the default and legacy
+ * flags the plain one, as in CUDA.
  */
 #include <string.h>
 
 #include "driver.h"
 
-#define P(name, version, fn) {name, version, (void *)fn}
+#define P(name, version, fn) {name, version, (void *)fn, (void *)fn}
+#define PT(name, version, fn, ptfn) {name, version, (void *)fn, (void *)ptfn}
 
 static const struct {
     const char *name;
     int version; /* the first cudaVersion that gets fn */
     void *fn;
+    void *pt; /* what the per-thread flag gets */
 } procs[] = {
     P("cuInit", 2000, cuInit),
     P("cuDriverGetVersion", 2020, cuDriverGetVersion),
@@ -53,9 +57,9 @@ static const struct {
     P("cuMemHostUnregister", 4000, cuMemHostUnregister),
     P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
 
-    P("cuMemAllocAsync", 11020, cuMemAllocAsync),
-    P("cuMemFreeAsync", 11020, cuMemFreeAsync),
-    P("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync),
+    PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
+    PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
+    PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),
     P("cuMemPoolCreate", 11020, cuMemPoolCreate),
     P("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
     P("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
@@ -70,29 +74,29 @@ static const struct {
     P("cuMemSetAccess", 10020, cuMemSetAccess),
     P("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
 
-    P("cuMemcpy", 4000, cuMemcpy),
-    P("cuMemcpyAsync", 4000, cuMemcpyAsync),
-    P("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
-    P("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),
+    PT("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
+    PT("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
+    PT("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+    PT("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
     P("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2),
-    P("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
-    P("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2),
-    P("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2),
+    PT("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+    PT("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
+    PT("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
     P("cuMemsetD8", 3020, cuMemsetD8_v2),
     P("cuMemsetD32", 3020, cuMemsetD32_v2),
-    P("cuMemsetD8Async", 3020, cuMemsetD8Async),
-    P("cuMemsetD32Async", 3020, cuMemsetD32Async),
+    PT("cuMemsetD8Async", 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz),
+    PT("cuMemsetD32Async", 3020, cuMemsetD32Async, cuMemsetD32Async_ptsz),
 
     P("cuStreamCreate", 2000, cuStreamCreate),
     P("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
     P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
-    P("cuStreamSynchronize", 2000, cuStreamSynchronize),
+    PT("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
     P("cuStreamQuery", 2000, cuStreamQuery),
     P("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
     P("cuStreamGetFlags", 5050, cuStreamGetFlags),
     P("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
-    P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
-    P("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
+    PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
     P("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
     P("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
     P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
@@ -109,8 +113,8 @@ static const struct {
     P("cuEventElapsedTime", 2000, cuEventElapsedTime),
     P("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
 
-    P("cuLaunchKernel", 4000, cuLaunchKernel),
-    P("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
+    PT("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
+    PT("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
 };
 
 /*
@@ -134,7 +138,9 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
         if (procs[i].version <= cudaVersion && (best < 0 || procs[i].version > procs[best].version))
             best = i;
     }
-    *pfn = best < 0 ? NULL : procs[best].fn;
+    *pfn = best < 0                                              ? NULL
+           : flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM ? procs[best].pt
+                                                                   : procs[best].fn;
     if (symbolStatus)
         *symbolStatus = best >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS
                         : found   ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT

@@ -452,6 +452,12 @@ CUresult cuStreamSynchronize(CUstream hStream)
     return rc;
 }
 
+/* The per-thread default stream variant: NULL is CU_STREAM_PER_THREAD. */
+CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    return cuStreamSynchronize(fg_per_thread(hStream));
+}
+
 CUresult cuStreamQuery(CUstream hStream)
 {
     struct fg_stream *s;

@@ -1,7 +1,9 @@
 /*
  * cudaGetDriverEntryPoint and cudaGetDriverEntryPointByVersion: a program's
  * way to the driver through the runtime, forwarded to cuGetProcAddress_v2
- * with the runtime's version (13000) or the one asked for.  They must hand
+ * with the runtime's version (13000) or the one asked for.  Their _ptsz
+ * forms (what code built with per-thread default streams calls) read
+ * cudaEnableDefault as cudaEnablePerThreadDefaultStream, as CUDA's do.  They must hand
  * out exactly what the driver's resolver answers, never a pointer of their
  * own, so that whatever hooks the driver also hooks these.
  */
@@ -21,12 +23,15 @@ static const struct {
 
 static cudaError_t entry_point(const char *symbol, void **funcPtr, int version,
                                unsigned long long flags,
-                               enum cudaDriverEntryPointQueryResult *driverStatus)
+                               enum cudaDriverEntryPointQueryResult *driverStatus, int per_thread)
 {
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     cuuint64_t cu_flags = CU_GET_PROC_ADDRESS_DEFAULT; /* = cudaEnableDefault */
     cudaError_t err;
     CUresult res;
+
+    if (per_thread && flags == cudaEnableDefault)
+        flags = cudaEnablePerThreadDefaultStream;
 
     for (size_t i = 0; i < sizeof(flag_map) / sizeof(flag_map[0]); i++) {
         if (flags & flag_map[i].rt) {
@@ -57,7 +62,7 @@ static cudaError_t entry_point(const char *symbol, void **funcPtr, int version,
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
                                     enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-    return entry_point(symbol, funcPtr, RT_CUDA_VERSION, flags, driverStatus);
+    return entry_point(symbol, funcPtr, RT_CUDA_VERSION, flags, driverStatus, 0);
 }
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
@@ -66,5 +71,20 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
 {
     if (cudaVersion > (unsigned int)INT_MAX)
         return rt_error(cudaErrorInvalidValue);
-    return entry_point(symbol, funcPtr, (int)cudaVersion, flags, driverStatus);
+    return entry_point(symbol, funcPtr, (int)cudaVersion, flags, driverStatus, 0);
+}
+
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+                                         enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    return entry_point(symbol, funcPtr, RT_CUDA_VERSION, flags, driverStatus, 1);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr,
+                                                  unsigned int cudaVersion, unsigned long long flags,
+                                                  enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    if (cudaVersion > (unsigned int)INT_MAX)
+        return rt_error(cudaErrorInvalidValue);
+    return entry_point(symbol, funcPtr, (int)cudaVersion, flags, driverStatus, 1);
 }

@@ -65,6 +65,17 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
     return rt_result(rt_drv.cuMemFreeAsync(DPTR(devPtr), hStream));
 }
 
+/* The per-thread default stream variants: NULL is cudaStreamPerThread. */
+cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return cudaMallocAsync(devPtr, size, hStream ? hStream : cudaStreamPerThread);
+}
+
+cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+    return cudaFreeAsync(devPtr, hStream ? hStream : cudaStreamPerThread);
+}
+
 cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
                                     cudaStream_t stream)
 {

@@ -60,9 +60,13 @@ int main(void)
                cases[i].status);
     }
 
-    /* The status is optional; the flags select nothing different. */
+    /* The status is optional; the per-thread flag selects the _ptsz/_ptds
+     * variant where there is one (tests/fake/test/drv_ptsz.c), the plain
+     * function where there is none. */
     CHECK(cuGetProcAddress_v2("cuMemcpyAsync", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL));
-    EXPECT(fn == (void *)cuMemcpyAsync, "per-thread flag: %p", fn);
+    EXPECT(fn == (void *)cuMemcpyAsync_ptsz, "per-thread flag: %p", fn);
+    CHECK(cuGetProcAddress_v2("cuMemAlloc", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL));
+    EXPECT(fn == (void *)cuMemAlloc_v2, "per-thread flag, no variant: %p", fn);
     CHECK(cuGetProcAddress_v2("cuMemcpyAsync", &fn, 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, NULL));
     EXPECT(fn == (void *)cuMemcpyAsync, "legacy flag: %p", fn);
 
