@@ -174,7 +174,7 @@ $(B)/examples/mlp-train-cuda-shared: $(MLP_SRC) $(wildcard examples/common/*.h e
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
 
 # ---- set-up, tests, demo, benchmarks, install.
-.PHONY: all deps test check demo bench install clean abi-check check-sanitize fuzz
+.PHONY: all deps test check demo bench install clean abi-check check-sanitize fuzz soak
 deps:
 	$(Q)scripts/setup-deps
 
@@ -183,6 +183,13 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/run
 check: test
+
+# The fault matrix at length: SOAK_CELLS cells of tests/matrix/cells (each
+# seed printed), then a summary table.  SOAK_SEED=S replays a soak.
+SOAK_CELLS ?= 200
+soak: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)tests/matrix/run --cells $(SOAK_CELLS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 # Every test again with AddressSanitizer and UndefinedBehaviorSanitizer, in
 # build-asan/.  libckpt.so is preloaded into sanitized programs, so the

@@ -183,6 +183,7 @@ static void *committer(void *arg)
         if (r == CUDA_SUCCESS)
             real_cuEventElapsedTime_v2(&ms, S.start, S.done);
         if (r == CUDA_SUCCESS) {
+            ckpt_fault_point(CKPT_FAULT_COMMIT, S.hdr.iteration);
             ckpt_image_commit(S.arena.base[S.slot], &S.hdr, S.recs);
             timeline_snapshot(copied_at, ms);
         }
@@ -485,7 +486,7 @@ static void take(uint64_t iter, bool has_collectives)
     S.in_flight = true;
     S.held_ms_last = 0;
     pthread_cond_broadcast(&S.cond);
-    ckpt_fault_point(1, iter);
+    ckpt_fault_point(CKPT_FAULT_SNAPSHOT, iter);
 
     if (ckpt_cfg_int(CFG_CONSISTENCY) == 1) {
         /* strict: hold the program here until the copies are done. */
@@ -508,7 +509,8 @@ static void boundary(void)
     uint64_t iter = ckpt_bd_iteration();
     ckpt_log(CKPT_DEBUG, "iteration %llu ended", (unsigned long long)iter);
     ckpt_agent_send(CKPT_MSG_BOUNDARY, iter, 0);
-    ckpt_fault_point(0, iter);
+    ckpt_fault_point(CKPT_FAULT_BOUNDARY, iter);
+    ckpt_fault_point(CKPT_FAULT_PERSIST, iter);
     ckpt_reg_set_iteration(iter);
     uint64_t t = ckpt_tl_now();
     ckpt_tl_add(&(struct ckpt_tl_event){.start_ns = t, .end_ns = t, .iteration = iter, .kind = CKPT_TL_BOUNDARY});

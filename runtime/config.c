@@ -108,7 +108,8 @@ static long long field(const char **p, const char *prefix)
 
 int ckpt_fault_parse(const char *text, struct ckpt_fault *out)
 {
-    static const char *const phases[] = {"boundary", "snapshot", "restore"};
+    static const char *const phases[CKPT_FAULT_PHASES] = {"boundary", "snapshot", "restore",
+                                                          "commit",   "replay",   "persist"};
     const char *p = text;
     struct ckpt_fault f = {.phase = 0};
     long long rank = field(&p, "kill:rank="), iter = rank < 0 ? -1 : field(&p, ":iter=");
@@ -119,7 +120,7 @@ int ckpt_fault_parse(const char *text, struct ckpt_fault *out)
         if (strncmp(p, ":phase=", 7) != 0)
             return -EINVAL;
         f.phase = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < CKPT_FAULT_PHASES; i++)
             if (strcmp(p + 7, phases[i]) == 0)
                 f.phase = i;
         if (f.phase < 0)
@@ -148,7 +149,7 @@ static bool str_ok(const char *accepted, const char *text, char *want, size_t wa
         }
     }
     if (strcmp(accepted, "fault") == 0 && *text && ckpt_fault_parse(text, NULL) < 0) {
-        snprintf(want, wantlen, "kill:rank=R:iter=I[:phase=boundary|snapshot|restore]");
+        snprintf(want, wantlen, CKPT_FAULT_SYNTAX);
         return false;
     }
     if (strcmp(accepted, "boundary") == 0 && strcmp(text, "auto") != 0) {
@@ -350,7 +351,7 @@ static void md_accepted(FILE *f, const struct var *v)
         {"path", "a non-empty path"},
         {"name", "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)"},
         {"boundary", "auto, every:N (N in 1..1000000) or nvtx:NAME"},
-        {"fault", "kill:rank=R:iter=I[:phase=boundary|snapshot|restore]"},
+        {"fault", CKPT_FAULT_SYNTAX},
     };
 
     switch (v->kind) {
