@@ -23,7 +23,7 @@
 #include "log.h"
 
 /* How long a boundary waits for the node agent to start a persist. */
-#define PERSIST_WAIT_S 3.0
+#define PERSIST_WAIT_S 0.1
 
 static struct ckpt_fault fault;
 static bool armed;

@@ -379,6 +379,30 @@ static uint64_t pinned_iteration(void)
     return strtoull(text, NULL, 10);
 }
 
+/*
+ * May the newest slot be overwritten, keeping the older one (@older)?
+ * Only if every peer holds the older iteration, and still does once our
+ * newest is hidden: a peer that saw our newest just before (and is
+ * overwriting its older slot, keeping that newest) shows within the pause,
+ * and then our newest is shown again and nothing is overwritten.  Returns
+ * true with the newest slot hidden (invalidated).
+ */
+static bool repair(int older)
+{
+    uint64_t magic;
+    void *newest = S.arena.base[S.last_slot];
+
+    if (!S.slot_iter[older] || !peers_hold(S.slot_iter[older]) || S.last_iter == pinned_iteration())
+        return false;
+    memcpy(&magic, CKPT_MAGIC, sizeof(magic));
+    ckpt_image_invalidate(newest);
+    usleep(5000);
+    if (peers_hold(S.slot_iter[older]))
+        return true;
+    __atomic_store_n((uint64_t *)newest, magic, __ATOMIC_RELEASE);
+    return false;
+}
+
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
  * program's thread, right after one of its host syncs returned. */
 static void take(uint64_t iter, bool has_collectives)
@@ -427,7 +451,17 @@ static void take(uint64_t iter, bool has_collectives)
     while (S.slot_used[slot] && !peers_hold(S.last_iter) && now_s() - wait_from < 0.2)
         usleep(500);
     S.held_ms += (now_s() - wait_from) * 1e3;
-    if (S.slot_used[slot] && !peers_hold(S.last_iter)) {
+    /* A peer that skipped our newest iteration (its older slot was being
+     * persisted) never gets it: waiting for it would skip every snapshot
+     * from now on, on every rank.  Then our newest is overwritten instead,
+     * keeping the older one, which every peer holds, and the ranks meet
+     * again at this iteration (repair()). */
+    if (S.slot_used[slot] && !peers_hold(S.last_iter) && repair(slot)) {
+        ckpt_log(CKPT_DEBUG, "iteration %llu: a peer skipped iteration %llu; it replaces that one, iteration %llu "
+                 "is kept", (unsigned long long)iter, (unsigned long long)S.last_iter,
+                 (unsigned long long)S.slot_iter[slot]);
+        slot = S.last_slot;
+    } else if (S.slot_used[slot] && !peers_hold(S.last_iter)) {
         S.skipped++;
         ckpt_log(CKPT_DEBUG, "iteration %llu: a peer has not committed iteration %llu yet; snapshot skipped so "
                  "every rank keeps an iteration in common", (unsigned long long)iter,
