@@ -191,7 +191,7 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
         range(v->accepted, &lo, &hi);
         errno = 0;
         long long x = strtoll(text, &end, 10);
-        if (errno || end == text || *end || x < lo || x > hi || text[0] == '-' || text[0] == '+') {
+        if (errno || end == text || *end || x < lo || x > hi || text[0] < '0' || text[0] > '9') {
             snprintf(want, wantlen, "an integer in %s", v->accepted);
             return -EINVAL;
         }
@@ -211,7 +211,8 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
         range(v->accepted, &lo, &hi);
         errno = 0;
         double x = strtod(text, &end);
-        if (errno || end == text || *end || !(x >= lo && x <= hi)) {
+        bool digit_first = (text[0] >= '0' && text[0] <= '9') || text[0] == '.';
+        if (errno || end == text || *end || !(x >= lo && x <= hi) || !digit_first) {
             snprintf(want, wantlen, "a number of seconds in %s", v->accepted);
             return -EINVAL;
         }
@@ -227,7 +228,7 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
             mult = u ? 1ULL << (10 * (u - "KMGT" + 1)) : 0;
             end += mult != 0;
         }
-        if (errno || end == text || *end || text[0] == '-' || text[0] == '+' || x > ~0ULL / (mult ? mult : 1) ||
+        if (errno || end == text || *end || text[0] < '0' || text[0] > '9' || x > ~0ULL / (mult ? mult : 1) ||
             (double)(x * mult) < lo || (double)(x * mult) > hi) {
             snprintf(want, wantlen, "a size in bytes (K, M, G, T suffixes) in %s", v->accepted);
             return -EINVAL;

@@ -74,6 +74,11 @@ static const struct {
     {"CKPT_FAULT", "kill:rank=0:iter=3:", 0, "CKPT_FAULT="},
     {"CKPT_FAULT", "stop:rank=0:iter=3", 0, "CKPT_FAULT="},
     {"CKPT_RESTORE", "x", 0, "CKPT_RESTORE='x'"},
+    {"CKPT_EVERY", " 5", 0, "CKPT_EVERY=' 5'"},
+    {"CKPT_KILL_GRACE", " 5", 0, "CKPT_KILL_GRACE=' 5'"},
+    {"CKPT_KILL_GRACE", "+5", 0, "CKPT_KILL_GRACE='+5'"},
+    {"CKPT_KILL_GRACE", ".5", 1, NULL},
+    {"CKPT_REPLAY_LOG_MAX", " 64M", 0, "CKPT_REPLAY_LOG_MAX=' 64M'"},
 };
 
 static int unknown_calls;
