@@ -203,24 +203,35 @@ check-sanitize: deps
 	$(Q)BUILD=$(CURDIR)/build-asan ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0 \
 	    UBSAN_OPTIONS=print_stacktrace=1 LD_LIBRARY_PATH=$(CURDIR)/build-asan/fake tests/run
 
-# Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/,
-# for FUZZ_SECONDS each, from the corpus kept in tests/fuzz/corpus/<name>/
-# (new interesting inputs are added there).  A crash stops with the input
-# saved in build-fuzz/; it then becomes a regression test.
+# Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/
+# (and replica/wire.c or ckpt-resume's channel.c, for the targets that
+# fuzz them), for FUZZ_SECONDS each, from the corpus kept in
+# tests/fuzz/corpus/<name>/ (new interesting inputs are added there).  A
+# crash stops it with the input saved in build-fuzz/; that input then goes
+# into tests/fuzz/regressions/<name>/, replayed first on every run.
 FUZZ_SECONDS ?= 30
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 FUZZERS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
-FUZZ_OBJS := $(patsubst %,build-fuzz/obj/runtime/%.o,image replay log)
+FUZZ_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(RUNTIME_SRC))
+FUZZ_EXTRA_wire := build-fuzz/obj/replica/wire.o -Ireplica
+FUZZ_EXTRA_channel := build-fuzz/obj/tools/ckpt-resume/channel.o -Itools/ckpt-resume
 fuzz: deps
-	$(Q)$(MAKE) --no-print-directory B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" $(FUZZ_OBJS)
+	$(Q)$(MAKE) --no-print-directory -s B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" $(FUZZ_OBJS) \
+	    $(filter %.o,$(FUZZ_EXTRA_wire) $(FUZZ_EXTRA_channel))
 	$(Q)for f in $(FUZZERS); do \
+	    case $$f in wire) extra="$(FUZZ_EXTRA_wire)" ;; channel) extra="$(FUZZ_EXTRA_channel)" ;; *) extra= ;; esac; \
 	    clang $(FUZZ_FLAGS) -fsanitize=fuzzer -std=gnu11 -D_GNU_SOURCE -Iruntime -o build-fuzz/fuzz-$$f \
-	        tests/fuzz/$$f.c $(FUZZ_OBJS) -pthread \
-	        || exit 1; \
+	        tests/fuzz/$$f.c $$extra $(FUZZ_OBJS) -pthread -ldl -luring || exit 1; \
 	    mkdir -p tests/fuzz/corpus/$$f; \
+	    if [ -d tests/fuzz/regressions/$$f ]; then \
+	        (cd build-fuzz && ./fuzz-$$f -runs=0 ../tests/fuzz/regressions/$$f >fuzz-$$f.regressions 2>&1) \
+	            || { echo "fuzz: $$f: a regression input fails again (build-fuzz/fuzz-$$f.regressions)"; exit 1; }; \
+	    fi; \
 	    echo "fuzz: $$f for $(FUZZ_SECONDS) s"; \
 	    (cd build-fuzz && ./fuzz-$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	        ../tests/fuzz/corpus/$$f 2>&1 | grep -E "^(stat::number_of_executed_units|==.*ERROR|SUMMARY)") || exit 1; \
+	        ../tests/fuzz/corpus/$$f >fuzz-$$f.log 2>&1); rc=$$?; \
+	    grep -E "^(stat::number_of_executed_units|==.*ERROR|SUMMARY)" build-fuzz/fuzz-$$f.log; \
+	    [ $$rc -eq 0 ] || { echo "fuzz: $$f failed (build-fuzz/fuzz-$$f.log)"; exit 1; }; \
 	done
 
 abi-check:
