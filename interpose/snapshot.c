@@ -210,7 +210,7 @@ static void *committer(void *arg)
             ckpt_log(CKPT_WARN, "snapshot of iteration %llu lost: its copies failed (CUDA error %d)",
                      (unsigned long long)S.hdr.iteration, (int)r);
         }
-        S.in_flight = false;
+        __atomic_store_n(&S.in_flight, false, __ATOMIC_RELEASE); /* read unlocked by ckpt_before_free */
         pthread_cond_broadcast(&S.cond);
     }
     pthread_mutex_unlock(&S.lock);
@@ -517,7 +517,7 @@ static void take(uint64_t iter, bool has_collectives)
 
     S.slot = slot;
     S.hdr = h;
-    S.in_flight = true;
+    __atomic_store_n(&S.in_flight, true, __ATOMIC_RELEASE);
     S.held_ms_last = 0;
     pthread_cond_broadcast(&S.cond);
     ckpt_fault_point(CKPT_FAULT_SNAPSHOT, iter);
