@@ -178,7 +178,7 @@ $(B)/examples/mlp-train-cuda-shared: $(MLP_SRC) $(wildcard examples/common/*.h e
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
 
 # ---- set-up, tests, demo, benchmarks, install.
-.PHONY: all deps test check demo bench install clean abi-check check-sanitize fuzz
+.PHONY: all deps test check demo bench install clean abi-check check-sanitize check-tsan fuzz soak
 deps:
 	$(Q)scripts/setup-deps
 
@@ -187,6 +187,13 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tests/run
 check: test
+
+# The fault matrix at length: SOAK_CELLS cells of tests/matrix/cells (each
+# seed printed), then a summary table.  SOAK_SEED=S replays a soak.
+SOAK_CELLS ?= 200
+soak: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)tests/matrix/run --cells $(SOAK_CELLS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 # Every test again with AddressSanitizer and UndefinedBehaviorSanitizer, in
 # build-asan/.  libckpt.so is preloaded into sanitized programs, so the
@@ -200,24 +207,52 @@ check-sanitize: deps
 	$(Q)BUILD=$(CURDIR)/build-asan ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0 \
 	    UBSAN_OPTIONS=print_stacktrace=1 LD_LIBRARY_PATH=$(CURDIR)/build-asan/fake tests/run
 
-# Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/,
-# for FUZZ_SECONDS each, from the corpus kept in tests/fuzz/corpus/<name>/
-# (new interesting inputs are added there).  A crash stops with the input
-# saved in build-fuzz/; it then becomes a regression test.
+# ThreadSanitizer on the tests whose code runs threads of its own, in
+# build-tsan/: the snapshot engine's committer beside the program (unit/
+# capture, capture, restore, resume), the persist engine's I/O threads
+# (unit/persist*), ckpt-resume's agent channel and restarts (resume).  The
+# double's emulated device threads and the timeline's seqlock are
+# suppressed (tests/tsan.supp says why).  Not in the subset: persist.bats
+# and the matrix's persist cells, whose ckpt-resume persist thread reads
+# the rank list the launcher thread rewrites (tools/ckpt-resume/disk.c,
+# all_committed beside a running worker), and the double's own tests.
+TSAN := -fsanitize=thread -fno-omit-frame-pointer
+TSAN_TESTS := unit/ capture restore resume
+check-tsan: deps
+	$(Q)$(MAKE) --no-print-directory B=build-tsan CFLAGS="-O1 -g $(TSAN) -Wno-tsan" LDFLAGS="$(TSAN)" all
+	$(Q)BUILD=$(CURDIR)/build-tsan LD_LIBRARY_PATH=$(CURDIR)/build-tsan/fake \
+	    TSAN_OPTIONS="report_thread_leaks=0 report_signal_unsafe=0 history_size=4 suppressions=$(CURDIR)/tests/tsan.supp" \
+	    tests/run $(TSAN_TESTS)
+
+# Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/
+# (and replica/wire.c or ckpt-resume's channel.c, for the targets that
+# fuzz them), for FUZZ_SECONDS each, from the corpus kept in
+# tests/fuzz/corpus/<name>/ (new interesting inputs are added there).  A
+# crash stops it with the input saved in build-fuzz/; that input then goes
+# into tests/fuzz/regressions/<name>/, replayed first on every run.
 FUZZ_SECONDS ?= 30
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 FUZZERS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
-FUZZ_OBJS := $(patsubst %,build-fuzz/obj/runtime/%.o,image replay log)
+FUZZ_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(RUNTIME_SRC))
+FUZZ_EXTRA_wire := build-fuzz/obj/replica/wire.o build-fuzz/obj/replica/auth.o -Ireplica -lnettle
+FUZZ_EXTRA_channel := build-fuzz/obj/tools/ckpt-resume/channel.o -Itools/ckpt-resume
 fuzz: deps
-	$(Q)$(MAKE) --no-print-directory B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" $(FUZZ_OBJS)
+	$(Q)$(MAKE) --no-print-directory -s B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" $(FUZZ_OBJS) \
+	    $(filter %.o,$(FUZZ_EXTRA_wire) $(FUZZ_EXTRA_channel))
 	$(Q)for f in $(FUZZERS); do \
+	    case $$f in wire) extra="$(FUZZ_EXTRA_wire)" ;; channel) extra="$(FUZZ_EXTRA_channel)" ;; *) extra= ;; esac; \
 	    clang $(FUZZ_FLAGS) -fsanitize=fuzzer -std=gnu11 -D_GNU_SOURCE -Iruntime -o build-fuzz/fuzz-$$f \
-	        tests/fuzz/$$f.c $(FUZZ_OBJS) -pthread \
-	        || exit 1; \
+	        tests/fuzz/$$f.c $$extra $(FUZZ_OBJS) -pthread -ldl -luring || exit 1; \
 	    mkdir -p tests/fuzz/corpus/$$f; \
+	    if [ -d tests/fuzz/regressions/$$f ]; then \
+	        (cd build-fuzz && ./fuzz-$$f -runs=0 ../tests/fuzz/regressions/$$f >fuzz-$$f.regressions 2>&1) \
+	            || { echo "fuzz: $$f: a regression input fails again (build-fuzz/fuzz-$$f.regressions)"; exit 1; }; \
+	    fi; \
 	    echo "fuzz: $$f for $(FUZZ_SECONDS) s"; \
 	    (cd build-fuzz && ./fuzz-$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	        ../tests/fuzz/corpus/$$f 2>&1 | grep -E "^(stat::number_of_executed_units|==.*ERROR|SUMMARY)") || exit 1; \
+	        ../tests/fuzz/corpus/$$f >fuzz-$$f.log 2>&1); rc=$$?; \
+	    grep -E "^(stat::number_of_executed_units|==.*ERROR|SUMMARY)" build-fuzz/fuzz-$$f.log; \
+	    [ $$rc -eq 0 ] || { echo "fuzz: $$f failed (build-fuzz/fuzz-$$f.log)"; exit 1; }; \
 	done
 
 abi-check:

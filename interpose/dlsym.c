@@ -12,26 +12,33 @@
  */
 #include <dlfcn.h>
 #include <link.h>
-#include <pthread.h>
 
 #include "interpose.h"
 
-static void *(*glibc_dlsym)(void *, const char *);
-static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn glibc_dlsym;
 
-/* glibc 2.34 moved dlsym into libc; older ones only have the 2.2.5 node. */
-static void find_dlsym(void)
+/* glibc's dlsym (2.34 moved it into libc; older ones only have the 2.2.5
+ * node).  Looked up without pthread_once or a lock: a thread sanitizer
+ * calls dlsym from its own start-up, before its interceptors of those
+ * work; threads racing here store the same answer. */
+static dlsym_fn find_dlsym(void)
 {
-    void *fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!fn)
-        fn = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    glibc_dlsym = (void *(*)(void *, const char *))fn;
+    dlsym_fn fn = __atomic_load_n(&glibc_dlsym, __ATOMIC_ACQUIRE);
+    if (fn)
+        return fn;
+    void *f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!f)
+        f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    fn = (dlsym_fn)f;
+    __atomic_store_n(&glibc_dlsym, fn, __ATOMIC_RELEASE);
+    return fn;
 }
 
 void *ckpt_real_dlsym(void *handle, const char *name)
 {
-    pthread_once(&dlsym_once, find_dlsym);
-    return glibc_dlsym ? glibc_dlsym(handle, name) : NULL;
+    dlsym_fn fn = find_dlsym();
+    return fn ? fn(handle, name) : NULL;
 }
 
 /* By hand, not strncmp: a sanitizer's strncmp interceptor may not be set
@@ -77,8 +84,8 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *nam
      * without anything that might not work yet (sanitizers ask for their
      * real functions this way while they start up). */
     if (handle == RTLD_NEXT && !hookable(name)) {
-        pthread_once(&dlsym_once, find_dlsym);
-        return glibc_dlsym(handle, name);
+        dlsym_fn real = find_dlsym();
+        return real(handle, name);
     }
     void *fn = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), name) : ckpt_real_dlsym(handle, name);
     if (!fn || !hookable(name))

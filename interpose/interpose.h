@@ -216,7 +216,8 @@ void ckpt_hookstat_vmm(uint64_t size, bool internal);
 
 /* ---- CKPT_FAULT (fault.c) */
 void ckpt_fault_init(const char *rank_dir);
-/* phase: 0 boundary, 1 snapshot copy, 2 restore. */
+/* phase: an enum ckpt_fault_phase (config.h).  Restore, replay and persist
+ * fire at the first point whose iteration is at or past CKPT_FAULT's. */
 void ckpt_fault_point(int phase, uint64_t iteration);
 
 #endif

@@ -264,7 +264,7 @@ static void restore_now(void)
     double copy_start = now_s();
     for (size_t i = 0; i < n; i++) {
         if (i == n / 2)
-            ckpt_fault_point(2, target);
+            ckpt_fault_point(CKPT_FAULT_RESTORE, target);
         CUresult r = real_cuMemcpyHtoD_v2(live[i].addr, image + image_hdr.data_offset + recs[i].offset,
                                           recs[i].size);
         if (r != CUDA_SUCCESS)
@@ -298,6 +298,7 @@ bool ckpt_history_boundary(uint64_t iter)
         if (it != iter)
             refuse("iteration %llu ended where the recorded run ended iteration %llu", (unsigned long long)iter,
                    (unsigned long long)it);
+        ckpt_fault_point(CKPT_FAULT_REPLAY, iter == target ? UINT64_MAX : iter);
         if (iter == target)
             restore_now();
         return false;

@@ -182,6 +182,7 @@ static void *committer(void *arg)
             real_cuEventElapsedTime_v2(&ms, S.start, S.done);
         if (r == CUDA_SUCCESS) {
             ckpt_pace_finished(copied_at, S.hdr.iteration, sched, sizeof(sched));
+            ckpt_fault_point(CKPT_FAULT_COMMIT, S.hdr.iteration);
             ckpt_image_commit(S.arena.base[S.slot], &S.hdr, S.recs);
             timeline_commit(copied_at);
         }
@@ -209,7 +210,7 @@ static void *committer(void *arg)
             ckpt_log(CKPT_WARN, "snapshot of iteration %llu lost: its copies failed (CUDA error %d)",
                      (unsigned long long)S.hdr.iteration, (int)r);
         }
-        S.in_flight = false;
+        __atomic_store_n(&S.in_flight, false, __ATOMIC_RELEASE); /* read unlocked by ckpt_before_free */
         pthread_cond_broadcast(&S.cond);
     }
     pthread_mutex_unlock(&S.lock);
@@ -403,6 +404,31 @@ static bool pinned(const struct pins *p, uint64_t it)
     return p->from && it >= p->from;
 }
 
+/*
+ * May the newest slot be overwritten, keeping the older one (@older)?
+ * Only if the node agent does not keep our newest (@pins) and every peer
+ * holds the older iteration, and still does once our newest is hidden: a
+ * peer that saw our newest just before (and is overwriting its older slot,
+ * keeping that newest) shows within the pause, and then our newest is
+ * shown again and nothing is overwritten.  Returns true with the newest
+ * slot hidden (invalidated).
+ */
+static bool repair(int older, const struct pins *pins)
+{
+    uint64_t magic;
+    void *newest = S.arena.base[S.last_slot];
+
+    if (!S.slot_iter[older] || !peers_hold(S.slot_iter[older]) || pinned(pins, S.last_iter))
+        return false;
+    memcpy(&magic, CKPT_MAGIC, sizeof(magic));
+    ckpt_image_invalidate(newest);
+    usleep(5000);
+    if (peers_hold(S.slot_iter[older]))
+        return true;
+    __atomic_store_n((uint64_t *)newest, magic, __ATOMIC_RELEASE);
+    return false;
+}
+
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
  * program's thread, right after one of its host syncs returned. */
 static void take(uint64_t iter, bool has_collectives)
@@ -457,7 +483,17 @@ static void take(uint64_t iter, bool has_collectives)
     while (S.slot_used[slot] && !peers_hold(S.last_iter) && now_s() - wait_from < 0.2)
         usleep(500);
     S.held_ms += (now_s() - wait_from) * 1e3;
-    if (S.slot_used[slot] && !peers_hold(S.last_iter)) {
+    /* A peer that skipped our newest iteration (its older slot was being
+     * persisted) never gets it: waiting for it would skip every snapshot
+     * from now on, on every rank.  Then our newest is overwritten instead,
+     * keeping the older one, which every peer holds, and the ranks meet
+     * again at this iteration (repair()). */
+    if (S.slot_used[slot] && !peers_hold(S.last_iter) && repair(slot, &pins)) {
+        ckpt_log(CKPT_DEBUG, "iteration %llu: a peer skipped iteration %llu; it replaces that one, iteration %llu "
+                 "is kept", (unsigned long long)iter, (unsigned long long)S.last_iter,
+                 (unsigned long long)S.slot_iter[slot]);
+        slot = S.last_slot;
+    } else if (S.slot_used[slot] && !peers_hold(S.last_iter)) {
         S.skipped++;
         ckpt_log(CKPT_DEBUG, "iteration %llu: a peer has not committed iteration %llu yet; snapshot skipped so "
                  "every rank keeps an iteration in common", (unsigned long long)iter,
@@ -509,10 +545,10 @@ static void take(uint64_t iter, bool has_collectives)
 
     S.slot = slot;
     S.hdr = h;
-    S.in_flight = true;
+    __atomic_store_n(&S.in_flight, true, __ATOMIC_RELEASE);
     S.held_ms_last = 0;
     pthread_cond_broadcast(&S.cond);
-    ckpt_fault_point(1, iter);
+    ckpt_fault_point(CKPT_FAULT_SNAPSHOT, iter);
 
     if (ckpt_cfg_int(CFG_CONSISTENCY) == 1) {
         /* strict: hold the program here until the copies are done. */
@@ -536,7 +572,8 @@ static void boundary(void)
     uint64_t iter = ckpt_bd_iteration();
     ckpt_log(CKPT_DEBUG, "iteration %llu ended", (unsigned long long)iter);
     ckpt_agent_send(CKPT_MSG_BOUNDARY, iter, 0);
-    ckpt_fault_point(0, iter);
+    ckpt_fault_point(CKPT_FAULT_BOUNDARY, iter);
+    ckpt_fault_point(CKPT_FAULT_PERSIST, iter);
     ckpt_reg_set_iteration(iter);
     uint64_t t = ckpt_tl_now();
     ckpt_tl_add(&(struct ckpt_tl_event){.start_ns = t, .end_ns = t, .iteration = iter, .kind = CKPT_TL_BOUNDARY});

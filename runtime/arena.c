@@ -1,12 +1,14 @@
 /*
  * The files behind the arena of arena.h.  It checks every directory it
  * creates or finds (owner, mode, not a symlink) because /dev/shm is shared
- * by every user of the machine; it grows a slot with fallocate so a full
+ * by every user of the machine, and reaches each one through the already
+ * checked one above it (openat), so nothing swapped in meanwhile is used; it grows a slot with fallocate so a full
  * /dev/shm is an error here, not a SIGBUS in the copy later.  It must never
  * touch CUDA: pinning the mapping is the caller's business.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "format.h"
 
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank)
 {
@@ -21,39 +24,74 @@ int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job,
     return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
 }
 
-/* Creates dir with mode (or accepts it as it is) and checks that it is a
- * real directory this user owns.  private: no access for group or others. */
-static int check_dir(const char *dir, mode_t mode, int private_dir, char *why, size_t whylen)
+int ckpt_shared_root_ok(const char *dir, const struct stat *st, char *why, size_t whylen)
 {
-    struct stat st;
-
-    if (mkdir(dir, mode) < 0 && errno != EEXIST) {
-        int e = errno;
-        snprintf(why, whylen, "cannot create %s: %s", dir, strerror(e));
-        return -e;
+    if (st->st_uid != geteuid() && st->st_uid != 0) {
+        snprintf(why, whylen, "%s belongs to uid %u: a shared directory must be this user's (uid %u) or root's, "
+                 "else its owner could swap what is in it", dir, (unsigned)st->st_uid, (unsigned)geteuid());
+        return -EPERM;
     }
-    if (lstat(dir, &st) < 0) {
-        int e = errno;
-        snprintf(why, whylen, "cannot stat %s: %s", dir, strerror(e));
-        return -e;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        snprintf(why, whylen, "%s is not a directory (a symlink or a file is never followed)", dir);
-        return -ENOTDIR;
-    }
-    if (private_dir && (st.st_uid != geteuid() || (st.st_mode & 077))) {
-        snprintf(why, whylen, "%s belongs to uid %u with mode %03o; it must be this user's (uid %u) and 0700",
-                 dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+    if ((st->st_mode & 022) && !(st->st_mode & S_ISVTX)) {
+        snprintf(why, whylen, "%s is writable by others (mode %03o) and not sticky (1777, as /tmp)", dir,
+                 (unsigned)(st->st_mode & 0777));
         return -EPERM;
     }
     return 0;
 }
 
+/*
+ * Opens @name under the directory @at (a checked directory's fd, or
+ * AT_FDCWD for the root) as a directory, creating it with @mode first,
+ * never following a symlink, and checks what it opened: a private
+ * directory must be this user's and 0700, the shared root as
+ * ckpt_shared_root_ok says.  A root this call creates is made 01777 (the
+ * umask would leave other users unable to make their own directory in
+ * it).  Returns the directory's fd or -errno with why naming @shown.
+ */
+static int open_dir(int at, const char *name, const char *shown, mode_t mode, bool private_dir, char *why,
+                    size_t whylen)
+{
+    struct stat st;
+    bool made = mkdirat(at, name, mode) == 0;
+
+    if (!made && errno != EEXIST) {
+        int e = errno;
+        snprintf(why, whylen, "cannot create %s: %s", shown, strerror(e));
+        return -e;
+    }
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP || e == ENOTDIR)
+            snprintf(why, whylen, "%s is not a directory (a symlink or a file is never followed)", shown);
+        else
+            snprintf(why, whylen, "cannot open %s: %s", shown, strerror(e));
+        return -e;
+    }
+    if (made && !private_dir)
+        fchmod(fd, mode);
+    int rc = fstat(fd, &st) < 0 ? -errno : 0;
+    if (rc < 0)
+        snprintf(why, whylen, "cannot stat %s: %s", shown, strerror(-rc));
+    else if (private_dir && (st.st_uid != geteuid() || (st.st_mode & 077))) {
+        snprintf(why, whylen, "%s belongs to uid %u with mode %03o; it must be this user's (uid %u) and 0700",
+                 shown, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+        rc = -EPERM;
+    } else if (!private_dir) {
+        rc = ckpt_shared_root_ok(shown, &st, why, whylen);
+    }
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
 int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, int fresh, char *why,
                     size_t whylen)
 {
-    char path[PATH_MAX + 16];
-    int rc;
+    char name[CKPT_JOB_MAX + 32], shown[PATH_MAX + 16];
+    int rc, rootfd, jobfd, dirfd;
 
     memset(a, 0, sizeof(*a));
     a->fd[0] = a->fd[1] = -1;
@@ -61,35 +99,43 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
         snprintf(why, whylen, "job name '%s' cannot name a directory", job);
         return -EINVAL;
     }
-    /* The root is shared like /tmp: sticky and open; what is under it is not. */
-    if ((rc = check_dir(root, 01777, 0, why, whylen)) < 0)
-        return rc;
     if (ckpt_arena_path(a->dir, sizeof(a->dir), root, job, rank) < 0) {
         snprintf(why, whylen, "arena path under %s is too long", root);
         return -ENAMETOOLONG;
     }
-    snprintf(path, sizeof(path), "%s", a->dir);
-    *strrchr(path, '/') = '\0';
-    if ((rc = check_dir(path, 0700, 1, why, whylen)) < 0 || (rc = check_dir(a->dir, 0700, 1, why, whylen)) < 0)
-        return rc;
+    /* The root is shared like /tmp: sticky and open; what is under it is
+     * not, and is reached only through the directories checked above it. */
+    if ((rootfd = open_dir(AT_FDCWD, root, root, 01777, false, why, whylen)) < 0)
+        return rootfd;
+    snprintf(name, sizeof(name), "%u-%s", (unsigned)geteuid(), job);
+    snprintf(shown, sizeof(shown), "%s/%s", root, name);
+    jobfd = open_dir(rootfd, name, shown, 0700, true, why, whylen);
+    close(rootfd);
+    if (jobfd < 0)
+        return jobfd;
+    snprintf(name, sizeof(name), "rank%d", rank);
+    dirfd = open_dir(jobfd, name, a->dir, 0700, true, why, whylen);
+    close(jobfd);
+    if (dirfd < 0)
+        return dirfd;
 
-    for (int s = 0; s < 2; s++) {
-        snprintf(path, sizeof(path), "%s/slot%d", a->dir, s);
-        a->fd[s] = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600);
+    rc = 0;
+    for (int s = 0; s < 2 && rc == 0; s++) {
         struct stat st;
+        snprintf(name, sizeof(name), "slot%d", s);
+        a->fd[s] = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600);
         if (a->fd[s] < 0 || fstat(a->fd[s], &st) < 0) {
             rc = -errno;
-            snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
-            ckpt_arena_close(a);
-            return rc;
-        }
-        if (st.st_uid != geteuid() || (st.st_mode & 077)) {
-            snprintf(why, whylen, "%s is not this user's private file", path);
-            ckpt_arena_close(a);
-            return -EPERM;
+            snprintf(why, whylen, "cannot open %s/%s: %s", a->dir, name, strerror(errno));
+        } else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+            snprintf(why, whylen, "%s/%s is not this user's private file", a->dir, name);
+            rc = -EPERM;
         }
     }
-    return 0;
+    close(dirfd);
+    if (rc < 0)
+        ckpt_arena_close(a);
+    return rc;
 }
 
 int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved)

@@ -40,6 +40,13 @@ int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved)
 /* Unmaps and closes; the files stay for ckpt-resume. */
 void ckpt_arena_close(struct ckpt_arena *a);
 
+/* May @dir (its lstat/fstat in @st) hold other users' private
+ * directories, as the arena root or a persist directory?  It must be this
+ * user's or root's, and sticky if others may write to it.  Returns 0 or
+ * -EPERM with why. */
+struct stat;
+int ckpt_shared_root_ok(const char *dir, const struct stat *st, char *why, size_t whylen);
+
 /* The directory of a rank, as ckpt_arena_open names it. */
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank);
 

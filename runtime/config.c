@@ -151,7 +151,8 @@ static int io_fault_parse(const char *p, struct ckpt_fault *f)
 
 int ckpt_fault_parse(const char *text, struct ckpt_fault *out)
 {
-    static const char *const phases[] = {"boundary", "snapshot", "restore"};
+    static const char *const phases[CKPT_FAULT_PHASES] = {"boundary", "snapshot", "restore",
+                                                          "commit",   "replay",   "persist"};
     const char *p = text;
     struct ckpt_fault f = {.phase = 0};
 
@@ -170,7 +171,7 @@ int ckpt_fault_parse(const char *text, struct ckpt_fault *out)
         if (strncmp(p, ":phase=", 7) != 0)
             return -EINVAL;
         f.phase = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < CKPT_FAULT_PHASES; i++)
             if (strcmp(p + 7, phases[i]) == 0)
                 f.phase = i;
         if (f.phase < 0)
@@ -199,8 +200,7 @@ static bool str_ok(const char *accepted, const char *text, char *want, size_t wa
         }
     }
     if (strcmp(accepted, "fault") == 0 && *text && ckpt_fault_parse(text, NULL) < 0) {
-        snprintf(want, wantlen, "kill:rank=R:iter=I[:phase=boundary|snapshot|restore] or "
-                 "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV[:op=write|read][:after=N][:times=K]");
+        snprintf(want, wantlen, CKPT_FAULT_SYNTAX);
         return false;
     }
     if (strcmp(accepted, "boundary") == 0 && strcmp(text, "auto") != 0) {
@@ -242,7 +242,7 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
         range(v->accepted, &lo, &hi);
         errno = 0;
         long long x = strtoll(text, &end, 10);
-        if (errno || end == text || *end || x < lo || x > hi || text[0] == '-' || text[0] == '+') {
+        if (errno || end == text || *end || x < lo || x > hi || text[0] < '0' || text[0] > '9') {
             snprintf(want, wantlen, "an integer in %s", v->accepted);
             return -EINVAL;
         }
@@ -262,7 +262,8 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
         range(v->accepted, &lo, &hi);
         errno = 0;
         double x = strtod(text, &end);
-        if (errno || end == text || *end || !(x >= lo && x <= hi)) {
+        bool digit_first = (text[0] >= '0' && text[0] <= '9') || text[0] == '.';
+        if (errno || end == text || *end || !(x >= lo && x <= hi) || !digit_first) {
             snprintf(want, wantlen, "a number of seconds in %s", v->accepted);
             return -EINVAL;
         }
@@ -278,7 +279,7 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
             mult = u ? 1ULL << (10 * (u - "KMGT" + 1)) : 0;
             end += mult != 0;
         }
-        if (errno || end == text || *end || text[0] == '-' || text[0] == '+' || x > ~0ULL / (mult ? mult : 1) ||
+        if (errno || end == text || *end || text[0] < '0' || text[0] > '9' || x > ~0ULL / (mult ? mult : 1) ||
             (double)(x * mult) < lo || (double)(x * mult) > hi) {
             snprintf(want, wantlen, "a size in bytes (K, M, G, T suffixes) in %s", v->accepted);
             return -EINVAL;
@@ -402,8 +403,7 @@ static void md_accepted(FILE *f, const struct var *v)
         {"path", "a non-empty path"},
         {"name", "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)"},
         {"boundary", "auto, every:N (N in 1..1000000) or nvtx:NAME"},
-        {"fault", "kill:rank=R:iter=I[:phase=boundary|snapshot|restore] or "
-                  "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV[:op=write|read][:after=N][:times=K]"},
+        {"fault", CKPT_FAULT_SYNTAX},
     };
 
     switch (v->kind) {

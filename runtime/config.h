@@ -33,13 +33,24 @@ const char *ckpt_cfg_str(enum ckpt_cfg_id id);
  * when none is close. */
 void ckpt_config_unknown(void (*warn)(const char *name, const char *suggestion));
 
-/* CKPT_FAULT, parsed: either kill rank at iteration in phase (0 boundary,
- * 1 snapshot, 2 restore), or fail the disk I/O of the persistence engine
- * with err: of op (0 both, 1 writes, 2 reads), the passes (a generation
- * written, or read back) after the first `after` of them, `times` of them
- * (0: all), every completion of those.  Returns 0 or -EINVAL; out may be
- * NULL. */
+/* CKPT_FAULT, parsed: either kill rank at iteration in phase (enum
+ * ckpt_fault_phase), or fail the disk I/O of the persistence engine with
+ * err: of op (0 both, 1 writes, 2 reads), the passes (a generation written,
+ * or read back) after the first `after` of them, `times` of them (0: all),
+ * every completion of those.  Returns 0 or -EINVAL; out may be NULL. */
 enum ckpt_fault_kind { CKPT_FAULT_KILL, CKPT_FAULT_IO };
+enum ckpt_fault_phase {
+    CKPT_FAULT_BOUNDARY, /* at the iteration boundary */
+    CKPT_FAULT_SNAPSHOT, /* while the snapshot's device-to-host copies run */
+    CKPT_FAULT_RESTORE,  /* halfway through copying a snapshot back */
+    CKPT_FAULT_COMMIT,   /* copies done, checksums and header not yet written */
+    CKPT_FAULT_REPLAY,   /* while a restarted run replays its log */
+    CKPT_FAULT_PERSIST,  /* while the node agent persists one of its slots */
+    CKPT_FAULT_PHASES
+};
+#define CKPT_FAULT_SYNTAX                                                                                              \
+    "kill:rank=R:iter=I[:phase=boundary|snapshot|restore|commit|replay|persist] or "                                   \
+    "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV[:op=write|read][:after=N][:times=K]"
 struct ckpt_fault {
     enum ckpt_fault_kind kind;
     unsigned long long rank, iteration;

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "config.h"
 #include "log.h"
 #include "persist_int.h"
@@ -184,6 +185,9 @@ int pdir_job(const char *dir, const char *job, bool create, char *out, size_t ou
         snprintf(why, whylen, "persist directory %s is not a directory", dir);
         return -ENOTDIR;
     }
+    int rc = ckpt_shared_root_ok(dir, &st, why, whylen);
+    if (rc < 0)
+        return rc;
     int n = snprintf(out, outlen, "%s/%u-%s", dir, (unsigned)geteuid(), job);
     if (n < 0 || (size_t)n >= outlen) {
         snprintf(why, whylen, "persist path under %s is too long", dir);

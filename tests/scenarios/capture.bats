@@ -138,7 +138,7 @@ CASES
     for lib in $needed; do
         case $lib in
         libc.so.6 | ld-linux*.so.* | libdl.so.2 | libpthread.so.0) ;;
-        libasan.so.* | libubsan.so.*) ;; # make check-sanitize's build
+        libasan.so.* | libubsan.so.* | libtsan.so.*) ;; # make check-sanitize's and check-tsan's builds
         *) echo "libckpt.so needs $lib"; false ;;
         esac
     done

@@ -71,12 +71,21 @@ static const struct {
     {"CKPT_FAULT", "kill:rank=1:iter=7", 1, NULL},
     {"CKPT_FAULT", "kill:rank=0:iter=3:phase=snapshot", 1, NULL},
     {"CKPT_FAULT", "kill:rank=0:iter=3:phase=restore", 1, NULL},
-    {"CKPT_FAULT", "kill:rank=0:iter=0", 0, "kill:rank=R:iter=I[:phase=boundary|snapshot|restore]"},
+    {"CKPT_FAULT", "kill:rank=2:iter=3:phase=commit", 1, NULL},
+    {"CKPT_FAULT", "kill:rank=0:iter=1:phase=replay", 1, NULL},
+    {"CKPT_FAULT", "kill:rank=0:iter=5:phase=persist", 1, NULL},
+    {"CKPT_FAULT", "kill:rank=0:iter=5:phase=persistx", 0, "CKPT_FAULT="},
+    {"CKPT_FAULT", "kill:rank=0:iter=0", 0, "kill:rank=R:iter=I[:phase=boundary|snapshot|restore|commit|replay|persist]"},
     {"CKPT_FAULT", "kill:rank=a:iter=3", 0, "CKPT_FAULT='kill:rank=a:iter=3'"},
     {"CKPT_FAULT", "kill:rank=0:iter=3:phase=later", 0, "CKPT_FAULT="},
     {"CKPT_FAULT", "kill:rank=0:iter=3:", 0, "CKPT_FAULT="},
     {"CKPT_FAULT", "stop:rank=0:iter=3", 0, "CKPT_FAULT="},
     {"CKPT_RESTORE", "x", 0, "CKPT_RESTORE='x'"},
+    {"CKPT_EVERY", " 5", 0, "CKPT_EVERY=' 5'"},
+    {"CKPT_KILL_GRACE", " 5", 0, "CKPT_KILL_GRACE=' 5'"},
+    {"CKPT_KILL_GRACE", "+5", 0, "CKPT_KILL_GRACE='+5'"},
+    {"CKPT_KILL_GRACE", ".5", 1, NULL},
+    {"CKPT_REPLAY_LOG_MAX", " 64M", 0, "CKPT_REPLAY_LOG_MAX=' 64M'"},
 };
 
 static int unknown_calls;

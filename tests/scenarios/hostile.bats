@@ -1,0 +1,253 @@
+#!/usr/bin/env bats
+# Bad and hostile input: the whole list, in one place.  Each row is tested
+# here unless it names the test that covers it already.
+#
+#   input                                          expected                                   where
+#   every CKPT_* variable: malformed, out of       the job does not start; the error names    here (rows generated from
+#     range, empty (generated from config.def)       the variable and what it accepts           `ckpt-inspect env`)
+#   CKPT_ARENA_DIR missing, a file, unwritable,    no arena, said with the path; the job      here
+#     foreign-owned, a symlink; a symlink planted    trains on unprotected; no symlink is
+#     for a slot or a rank directory                 followed
+#   CKPT_PERSIST_DIRS missing, a file,             persisting refused, said with the path;    here
+#     foreign-owned, its job directory a symlink     training goes on; nothing written there
+#   persisted files and arena files                0600 in 0700 directories                   here
+#   /dev/shm full                                  snapshot skipped and said; job unharmed    here (a 1 MiB tmpfs)
+#   a low RLIMIT_MEMLOCK                           the job still checkpoints and restores     here
+#   100,000 small allocations                      snapshot and restore bit-exact             here (tests/progs/manyallocs)
+#   allocation inside graph capture                same results as without libckpt;           here (tests/progs/capalloc)
+#                                                    a restart ends bit-exact
+#   a program that forks children after CUDA init  children never checkpoint                  capture.bats: "a child forked
+#                                                                                                after CUDA init never checkpoints"
+#   a program that never reaches a boundary        no snapshot; a failure restarts from the   here
+#                                                    beginning, saying why
+#   two jobs of different users on one machine     each its own arena, unreadable by the      here (as root, with nobody)
+#                                                    other; both bit-exact
+#   an arena directory of another user             refused, the job still trains              capture.bats: "an arena directory
+#                                                                                                that belongs to someone else"
+#   a damaged snapshot, replay log, stripe,        detected, never loaded, fallback said      corruption.bats
+#     manifest
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    LIB=$BUILD/lib/libckpt.so TRAIN=$BUILD/examples/mlp-train RESUME=$BUILD/bin/ckpt-resume
+    INSPECT=$BUILD/bin/ckpt-inspect
+    unset CKPT_RESTORE CKPT_FAULT CKPT_PERSIST_DIRS CKPT_JOB CKPT_EVERY CKPT_BOUNDARY LD_PRELOAD \
+        FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE
+    D=$(mktemp -d /tmp/ckpt-hostile-XXXXXX)
+    export CKPT_ARENA_DIR=$D/arena CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2
+    ARGS="--iters 12 --hidden 32 --layers 3"
+}
+
+teardown() {
+    mountpoint -q "$D/shm" 2>/dev/null && umount "$D/shm"
+    rm -rf "$D"
+}
+
+# What each kind of variable must refuse: malformed, out of range, empty.
+bad_values() { # kind accepted default
+    local kind=$1 acc=$2 def=$3 lo hi
+    lo=${acc%%..*} hi=${acc##*..}
+    case $kind in
+    bool) printf '%s\n' maybe 2 '' ;;
+    choice) printf '%s\n' no-such-choice 99 '' ;;
+    integer) printf '%s\n' ten 0x10 ' 1' "$((hi + 1))" -1 '' ;;
+    seconds) printf '%s\n' soon nan inf ' 1' +1 "$((hi + 1))" -1 '' ;;
+    size) printf '%s\n' 5X ' 64M' "$((${hi%?} * 2))${hi: -1}" 1 '' ;;
+    string)
+        case $acc in
+        path) printf '%s\n' '' ;;
+        name) printf '%s\n' a/b .hidden "$(printf 'x%.0s' $(seq 64))" '' ;;
+        boundary) printf '%s\n' every:0 every:1000001 nvtx: '' ;;
+        fault) printf '%s\n' kill:rank=x:iter=1 kill:rank=0:iter=0 kill:rank=0:iter=3:phase=later ;;
+        esac ;;
+    esac
+    [ -n "$lo" ] && [ "$lo" != "$acc" ] && [ "$kind" = integer ] && [ "$lo" -gt 0 ] && echo "$((lo - 1))"
+    return 0
+}
+
+@test "every CKPT_* variable: malformed, out-of-range and empty values stop the job, naming the variable" {
+    local rows=0 free=() var kind acc def v out
+    while IFS= read -r line; do
+        [[ $line =~ ^(CKPT_[A-Z_]+)\ \(([a-z]+)(:\ ([^,]*))?,\ default\ \'(.*)\'\)$ ]] || continue
+        var=${BASH_REMATCH[1]} kind=${BASH_REMATCH[2]} acc=${BASH_REMATCH[4]} def=${BASH_REMATCH[5]}
+        if [ "$kind" = string ] && [ -z "$acc" ]; then
+            free+=("$var")
+            continue
+        fi
+        while IFS= read -r v; do
+            rows=$((rows + 1))
+            # libckpt in the program: exit 2 before the first iteration
+            local rc=0
+            out=$(env "$var=$v" LD_PRELOAD="$LIB" "$TRAIN" --iters 2 --hidden 8 --layers 2 2>&1) || rc=$?
+            [ $rc -eq 2 ] && [[ $out == *"$var='$v' is not valid: expected "* ]] && [[ $out != *"iter "* ]] ||
+                { echo "libckpt, $var='$v': exit $rc: $out"; return 1; }
+            # ckpt-resume: exit 2, no rank started
+            rc=0
+            out=$(env "$var=$v" "$RESUME" -- sh -c 'touch "$0/started"' "$D" 2>&1) || rc=$?
+            [ $rc -eq 2 ] && [[ $out == *"$var='$v' is not valid: expected "* ]] && [ ! -e "$D/started" ] ||
+                { echo "ckpt-resume, $var='$v': exit $rc: $out"; return 1; }
+        done < <(bad_values "$kind" "$acc" "$def")
+    done < <("$INSPECT" env)
+    echo "$rows bad values refused by libckpt and by ckpt-resume"
+    echo "free text, checked where used (rows below): ${free[*]}"
+    [ $rows -ge 80 ]
+}
+
+# trains VAR=VALUE...: the trainer under libckpt with these settings ends
+# with the digest of a plain run; its stderr is in $D/err.
+trains() {
+    local plain
+    plain=$("$TRAIN" $ARGS 2>/dev/null | grep '^digest')
+    env "$@" LD_PRELOAD="$LIB" timeout -k 5 60 "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    [ "$(grep '^digest' "$D/out")" = "$plain" ] || { echo "digest differs"; cat "$D/err"; return 1; }
+}
+
+@test "CKPT_ARENA_DIR missing, a file, unwritable, another user's, a symlink: no arena, said; the job trains on" {
+    mkdir -p "$D/real" && touch "$D/file" && ln -s "$D/real" "$D/link"
+    while IFS='|' read -r dir says; do
+        trains CKPT_ARENA_DIR="$dir" || { echo "CKPT_ARENA_DIR=$dir"; return 1; }
+        grep -q "no arena ($says" "$D/err" || { echo "CKPT_ARENA_DIR=$dir:"; cat "$D/err"; return 1; }
+    done <<EOF
+$D/no/such/dir|cannot create $D/no/such/dir: No such file or directory
+$D/file|$D/file is not a directory (a symlink or a file is never followed)
+/proc/ckpt-arena|cannot create /proc/ckpt-arena
+$D/link|$D/link is not a directory (a symlink or a file is never followed)
+EOF
+    [ -z "$(ls -A "$D/real")" ] # the symlink was not followed
+    [ "$(id -u)" -eq 0 ] || skip "the rest needs root (to give a directory to nobody)"
+    mkdir -m 1777 "$D/theirs" && chown nobody "$D/theirs"
+    trains CKPT_ARENA_DIR="$D/theirs"
+    grep -q "no arena ($D/theirs belongs to uid $(id -u nobody): a shared directory must be this user's" "$D/err"
+    mkdir -m 0777 "$D/open"
+    trains CKPT_ARENA_DIR="$D/open"
+    grep -q "no arena ($D/open is writable by others (mode 777) and not sticky" "$D/err"
+}
+
+@test "a symlink planted for a slot or a rank directory is refused, never followed" {
+    mkdir -p "$D/arena/$(id -u)-plant/rank0" "$D/elsewhere"
+    chmod 0700 "$D/arena/$(id -u)-plant" "$D/arena/$(id -u)-plant/rank0"
+    echo precious >"$D/elsewhere/target"
+    ln -s "$D/elsewhere/target" "$D/arena/$(id -u)-plant/rank0/slot0"
+    trains CKPT_JOB=plant
+    grep -q "no arena (cannot open $D/arena/$(id -u)-plant/rank0/slot0: Too many levels of symbolic links)" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    [ "$(cat "$D/elsewhere/target")" = precious ]
+    rm -rf "$D/arena/$(id -u)-plant/rank0"
+    ln -s "$D/elsewhere" "$D/arena/$(id -u)-plant/rank0"
+    trains CKPT_JOB=plant
+    grep -q "no arena ($D/arena/$(id -u)-plant/rank0 is not a directory (a symlink or a file is never followed))" \
+        "$D/err" || { cat "$D/err"; return 1; }
+    [ "$(ls "$D/elsewhere")" = target ]
+}
+
+@test "arena files are 0600 in 0700 directories; persisted files too" {
+    mkdir -p "$D/ssd0" "$D/ssd1"
+    CKPT_JOB=modes CKPT_KEEP_ARENA=1 CKPT_PERSIST_DIRS=$D/ssd0,$D/ssd1 "$RESUME" --nproc 2 -- "$TRAIN" $ARGS \
+        >/dev/null 2>&1
+    local bad
+    bad=$(find "$D/arena/$(id -u)-modes" "$D/ssd0/$(id -u)-modes" "$D/ssd1/$(id -u)-modes" \
+        \( -type d ! -perm 0700 \) -o \( -type f ! -perm 0600 \) -o \( ! -user "$(id -u)" \))
+    [ -z "$bad" ] || { ls -la $bad; return 1; }
+    [ -n "$(find "$D/ssd1/$(id -u)-modes" -name 'stripe-1')" ]
+}
+
+@test "CKPT_PERSIST_DIRS missing, a file, another user's, a symlinked job directory: refused, said, training goes on" {
+    mkdir -p "$D/elsewhere" "$D/ssd"
+    touch "$D/file"
+    ln -s "$D/elsewhere" "$D/ssd/$(id -u)-p"
+    local rows="$D/none|persist directory $D/none: does not exist
+$D/file|persist directory $D/file is not a directory
+$D/ssd|$D/ssd/$(id -u)-p is not a directory (a symlink or a file is never followed)"
+    if [ "$(id -u)" -eq 0 ]; then
+        mkdir -m 0755 "$D/theirs" && chown nobody "$D/theirs"
+        rows+="
+$D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be this user's"
+    fi
+    local plain
+    plain=$("$TRAIN" $ARGS 2>/dev/null | grep '^digest')
+    while IFS='|' read -r dir says; do
+        CKPT_JOB=p CKPT_PERSIST_DIRS=$dir timeout -k 5 60 "$RESUME" -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err"
+        [ "$(grep '^digest' "$D/out")" = "$plain" ] || { echo "$dir: digest"; cat "$D/err"; return 1; }
+        grep -q "warning: cannot persist iteration [0-9]*: $says" "$D/err" || { echo "$dir:"; cat "$D/err"; return 1; }
+    done <<<"$rows"
+    [ -z "$(ls -A "$D/elsewhere")" ]
+}
+
+@test "/dev/shm full: the snapshot is skipped and said, the job is unharmed" {
+    mkdir -p "$D/shm"
+    mount -t tmpfs -o size=1m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
+    ARGS="--iters 6 --hidden 256 --layers 3" # 3.3 MiB of state
+    trains CKPT_ARENA_DIR="$D/shm"
+    grep -q "warning: iteration [0-9]*: cannot make room for [0-9]* bytes in $D/shm/.*(No space left on device); snapshot skipped" \
+        "$D/err" || { cat "$D/err"; return 1; }
+}
+
+# restarts_exact OUT ERR N PLAIN: the job was restarted once and ended as PLAIN.
+restarts_exact() {
+    grep -q "restored iteration" "$2" || { echo "no restore"; cat "$2"; return 1; }
+    [ "$(tail -n "$(wc -l <"$4")" "$1")" = "$(cat "$4")" ] || { echo "output differs"; cat "$2"; return 1; }
+}
+
+@test "a low RLIMIT_MEMLOCK: the job still checkpoints and restores bit-exact" {
+    "$RESUME" --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    (ulimit -l 16 && CKPT_FAULT=kill:rank=1:iter=8 timeout -k 5 60 "$RESUME" --nproc 2 -- "$TRAIN" $ARGS \
+        >"$D/out" 2>"$D/err")
+    restarts_exact "$D/out" "$D/err" 2 "$D/plain"
+}
+
+@test "100,000 small allocations: snapshot, restore and the end state bit-exact" {
+    local P=$BUILD/tests/progs/manyallocs
+    "$P" --iters 3 >"$D/plain" 2>/dev/null
+    grep -q '^checked 100000 allocations$' "$D/plain"
+    # two host syncs an iteration and before the first; snapshots at boundaries 2 and 4; then a restart
+    # from 2 (after iteration 1)
+    export CKPT_BOUNDARY=every:2 CKPT_EVERY=2 CKPT_JOB=many CKPT_KEEP_ARENA=1
+    timeout -k 5 200 "$RESUME" -- "$P" --iters 3 >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    CKPT_RESTORE=2 timeout -k 5 200 "$RESUME" -- "$P" --iters 3 >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    grep -q "restored iteration 2 " "$D/err" || { cat "$D/err"; return 1; }
+    diff "$D/out" "$D/plain"
+}
+
+@test "allocation inside graph capture: results as without libckpt, and a restart ends bit-exact" {
+    local P=$BUILD/tests/progs/capalloc
+    "$P" --iters 10 >"$D/plain" 2>/dev/null
+    grep -q '^global-mode alloc: [1-9]' "$D/plain" # CUDA refuses it; libckpt must not change that
+    LD_PRELOAD=$LIB "$P" --iters 10 >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    diff "$D/out" "$D/plain"
+    CKPT_FAULT=kill:rank=0:iter=6 timeout -k 5 60 "$RESUME" -- "$P" --iters 10 >"$D/out" 2>"$D/err"
+    restarts_exact "$D/out" "$D/err" 1 "$D/plain"
+}
+
+@test "a program that never reaches a boundary: no snapshot, and a failure restarts from the beginning, said" {
+    "$RESUME" -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    CKPT_BOUNDARY=every:1000000 FAKEGPU_CRASH_AT=10 FAKEGPU_CRASH_RANK=0 FAKEGPU_CRASH_ONCE=$D/crashed \
+        timeout -k 5 60 "$RESUME" -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    grep -q "restarting from the beginning: rank 0 has no verified snapshot" "$D/err" || { cat "$D/err"; return 1; }
+    ! grep -q "snapshots [1-9]" "$D/err"
+    [ "$(tail -n "$(wc -l <"$D/plain")" "$D/out")" = "$(cat "$D/plain")" ]
+}
+
+@test "two jobs of different users on one machine: separate arenas, unreadable by the other, both bit-exact" {
+    [ "$(id -u)" -eq 0 ] || skip "needs root to run a job as another user"
+    command -v runuser >/dev/null || skip "needs runuser"
+    runuser -u nobody -- test -x "$TRAIN" || skip "the build is not reachable by nobody"
+    mkdir -m 1777 "$D/shared" && chmod 0755 "$D"
+    "$RESUME" --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    local env=(CKPT_ARENA_DIR=$D/shared CKPT_JOB=same CKPT_KEEP_ARENA=1)
+    env "${env[@]}" CKPT_FAULT=kill:rank=1:iter=6 "$RESUME" --nproc 2 -- "$TRAIN" $ARGS >"$D/root.out" 2>"$D/root.err" &
+    local pid=$!
+    runuser -u nobody -- env "${env[@]}" CKPT_FAULT=kill:rank=0:iter=7 "$RESUME" --nproc 2 -- "$TRAIN" $ARGS \
+        >"$D/nobody.out" 2>"$D/nobody.err"
+    wait $pid
+    restarts_exact "$D/root.out" "$D/root.err" 2 "$D/plain"
+    restarts_exact "$D/nobody.out" "$D/nobody.err" 2 "$D/plain"
+    local nb
+    nb=$(id -u nobody)
+    [ "$(stat -c '%u %a' "$D/shared/0-same")" = "0 700" ]
+    [ "$(stat -c '%u %a' "$D/shared/$nb-same")" = "$nb 700" ]
+    ! runuser -u nobody -- cat "$D/shared/0-same/rank0/slot0" >/dev/null 2>&1
+    ! runuser -u nobody -- touch "$D/shared/0-same/rank0/injected" 2>/dev/null
+    ! runuser -u nobody -- env CKPT_ARENA_DIR="$D/shared" "$INSPECT" --job same list 2>/dev/null | grep -q "0-same"
+}
