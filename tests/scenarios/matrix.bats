@@ -2,7 +2,9 @@
 # The fault matrix (tests/matrix/cells): a randomized sample of its cells,
 # each a rank killed at a boundary, during a snapshot copy, before a
 # commit, while the agent persists, during a restart's replay or restore,
-# or ckpt-resume itself killed and rerun by hand, for 1, 2 or 4 ranks.
+# or ckpt-resume itself killed and rerun by hand, for 1, 2 or 4 ranks; and
+# on 2 nodes a rank, a node's agent or a whole node lost while replicas
+# travel, while persisting or during a restart.
 # Every cell must end bit-exact (or, where its row allows, refuse naming
 # what was lost).  The seed is printed: CKPT_TRIAL_SEED=<seed> replays the
 # sample, tests/matrix/run --cell <cell seed> one cell; CKPT_TRIALS sets

@@ -328,18 +328,20 @@ static int send_log(const char *dir, const char *job, int rank, const char *to, 
 /* Replication rounds send in the idle gaps of the rank's own traffic (CKPT_SCHED=gap, runtime/schedule.h). */
 struct pacing {
     struct ckpt_sched_reader sched;
-    uint64_t chunk_bytes, t0;
+    uint64_t chunk_bytes, data_bytes, t0;
 };
 
 static int pace(void *arg, uint64_t chunk, uint64_t sent)
 {
     struct pacing *p = arg;
-    (void)chunk;
+    uint64_t off = chunk * p->chunk_bytes;
+    uint64_t bytes = off >= p->data_bytes ? 0 : p->data_bytes - off < p->chunk_bytes ? p->data_bytes - off
+                                                                                      : p->chunk_bytes;
     /* The rate so far (1 GB/s before any): how long the chunk will hold the link. */
     uint64_t dt = ckpt_tl_now() - p->t0, rate = sent && dt ? (uint64_t)(sent * 1e9 / dt) : 1000000000ULL;
-    if (ckpt_sched_wait(&p->sched, p->chunk_bytes, rate, 1000) == -E2BIG)
+    if (bytes && ckpt_sched_wait(&p->sched, bytes, rate, 1000) == -E2BIG)
         ckpt_log_once(CKPT_DEBUG, "a %llu-byte chunk fits in no idle gap of %s: sent as it comes",
-                      (unsigned long long)p->chunk_bytes, p->sched.dir);
+                      (unsigned long long)bytes, p->sched.dir);
     return 0; /* late or not, the chunk goes: a round never stops for the schedule */
 }
 
@@ -378,6 +380,7 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
         goto out;
     paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && ckpt_sched_reader_open(&pc.sched, dir) == 0;
     pc.chunk_bytes = ((const struct ckpt_header *)image)->chunk_bytes;
+    pc.data_bytes = ((const struct ckpt_header *)image)->data_bytes;
     rc = ckpt_replica_send(r->tx_fab, ctl, peer, image, len, src, paced ? pace : NULL, &pc, &st);
     if (rc < 0) {
         snprintf(why, whylen, "%s", st.why);
