@@ -116,8 +116,12 @@ static void stop_all(struct coord *c, const char *why)
     if (c->phase != RUN && c->phase != FETCH)
         return;
     ckpt_log(CKPT_INFO, "stopping the job on every node: %s", why);
-    for (unsigned j = 0; j < c->n; j++)
+    /* Every node joins again, with what it holds once its ranks are gone:
+     * what it said before may be stale, and a plan made from it wrong. */
+    for (unsigned j = 0; j < c->n; j++) {
         send_to(c, j, COORD_STOP, why, strlen(why), NULL, 0);
+        c->nodes[j].joined = false;
+    }
     c->phase = GATHER;
     c->gather_since = now_s();
     c->failed_launch = true;

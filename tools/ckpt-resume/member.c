@@ -554,6 +554,34 @@ static void prepare_arena(struct job *job, struct member *m, uint64_t it)
     }
 }
 
+/*
+ * After the ranks are gone: waits for a replication round (a peer that
+ * died mid-transfer holds it until the fabric's timeout) and a persist to
+ * end, answering the coordinator meanwhile, so that this node is not taken
+ * as lost while it waits.
+ */
+static void settle(struct job *job, struct member *m)
+{
+    int status;
+    while (!rep_reap(m->rep, &status) || disk_busy(&job->disk)) {
+        struct pollfd p = { .fd = m->fd, .events = POLLIN };
+        if (poll(&p, m->fd >= 0 ? 1 : 0, 100) > 0) {
+            uint16_t type;
+            void *msg = NULL;
+            size_t len;
+            int rc = ckpt_wire_recv(m->fd, 1000, &type, &msg, &len);
+            if (rc < 0)
+                lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
+            else if (type != COORD_REPLICATE) /* no new round: the launch is over */
+                take(job, m, type, msg, len);  /* a STOP or FINISH is kept for after */
+            free(msg);
+            m->heard = now_s();
+        }
+        if (m->fd >= 0 && now_s() - m->sent >= HEARTBEAT_S)
+            send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
+    }
+}
+
 /* One launch, from LAUNCH to the end of its ranks.  Returns the restore it refused, else 0. */
 static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, uint64_t target)
 {
@@ -566,8 +594,7 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
     write_pins(job, m);
     job_launch(job, restore);
     job_watch(job);
-    rep_wait(m->rep);
-    disk_wait(job);
+    settle(job, m);
     m->replicating = m->persisting = 0;
     return job->out.refused_rank >= 0 ? restore : 0;
 }
