@@ -220,7 +220,7 @@ TSAN := -fsanitize=thread -fno-omit-frame-pointer
 TSAN_TESTS := unit/ capture restore resume
 check-tsan: deps
 	$(Q)$(MAKE) --no-print-directory B=build-tsan CFLAGS="-O1 -g $(TSAN) -Wno-tsan" LDFLAGS="$(TSAN)" all
-	$(Q)BUILD=$(CURDIR)/build-tsan LD_LIBRARY_PATH=$(CURDIR)/build-tsan/fake CKPT_TEST_TSAN=1 \
+	$(Q)BUILD=$(CURDIR)/build-tsan LD_LIBRARY_PATH=$(CURDIR)/build-tsan/fake TEST_UNDER_TSAN=1 \
 	    TSAN_OPTIONS="report_thread_leaks=0 report_signal_unsafe=0 history_size=4 suppressions=$(CURDIR)/tests/tsan.supp" \
 	    tests/run $(TSAN_TESTS)
 

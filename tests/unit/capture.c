@@ -130,7 +130,7 @@ static int run_case(int c, int iters)
     /* The copies really were paced; not asked under ThreadSanitizer, whose
      * copies run a hundred times slower than the gaps they are sized for
      * (the consistency checks below still hold there). */
-    if (strcmp(cases[c].sched, "gap") == 0 && *cases[c].args && !getenv("CKPT_TEST_TSAN")) {
+    if (strcmp(cases[c].sched, "gap") == 0 && *cases[c].args && !getenv("TEST_UNDER_TSAN")) {
         char stats[PATH_MAX + 64];
         snprintf(stats, sizeof(stats), "grep -q '\"paced\":true,\"boundary_bytes\":0,\"gap_bytes\":[1-9]' %s/stats",
                  root);
