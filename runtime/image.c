@@ -40,15 +40,16 @@ void ckpt_image_invalidate(void *base)
     __atomic_store_n((uint64_t *)base, 0, __ATOMIC_RELEASE);
 }
 
-static uint64_t header_sum(const void *base, uint32_t header_bytes)
+/* XXH3-64 of the header *h (its sum field taken as 0) followed by the
+ * records and chunk sums at base. */
+static uint64_t header_sum(const struct ckpt_header *h, const void *base)
 {
     XXH3_state_t st;
-    struct ckpt_header h;
-    memcpy(&h, base, sizeof(h));
-    h.header_sum = 0;
+    struct ckpt_header tmp = *h;
+    tmp.header_sum = 0;
     XXH3_64bits_reset(&st);
-    XXH3_64bits_update(&st, &h, sizeof(h));
-    XXH3_64bits_update(&st, (const char *)base + sizeof(h), header_bytes - sizeof(h));
+    XXH3_64bits_update(&st, &tmp, sizeof(tmp));
+    XXH3_64bits_update(&st, (const char *)base + sizeof(tmp), h->header_bytes - sizeof(tmp));
     return XXH3_64bits_digest(&st);
 }
 
@@ -63,15 +64,16 @@ void ckpt_image_commit(void *base, const struct ckpt_header *h, const struct ckp
         uint64_t len = h->data_bytes - c * h->chunk_bytes;
         sums[c] = XXH3_64bits(data + c * h->chunk_bytes, len < h->chunk_bytes ? len : h->chunk_bytes);
     }
+    /* The header is finished in a copy, its sum taken with the magic as
+     * it will be, and written with the magic still zero: a reader (or a
+     * peer deciding what every rank holds) never sees the magic on a header
+     * whose sum is not final, even if this process dies halfway. */
     struct ckpt_header tmp = *h;
-    memset(tmp.magic, 0, sizeof(tmp.magic));
+    memcpy(tmp.magic, CKPT_MAGIC, sizeof(tmp.magic));
     tmp.version = CKPT_FORMAT_VERSION;
+    tmp.header_sum = header_sum(&tmp, base);
+    memset(tmp.magic, 0, sizeof(tmp.magic));
     memcpy(base, &tmp, sizeof(tmp));
-    /* The sum covers the header with the magic as it will be. */
-    memcpy(dst->magic, CKPT_MAGIC, sizeof(dst->magic));
-    uint64_t sum = header_sum(base, h->header_bytes);
-    ckpt_image_invalidate(base);
-    dst->header_sum = sum;
     uint64_t magic;
     memcpy(&magic, CKPT_MAGIC, sizeof(magic));
     __atomic_store_n((uint64_t *)dst->magic, magic, __ATOMIC_RELEASE);
@@ -102,7 +104,7 @@ int ckpt_image_verify_header(const void *base, size_t len, struct ckpt_header *o
         snprintf(why, whylen, "header sizes are inconsistent (truncated or corrupt image)");
         return -EBADMSG;
     }
-    if (header_sum(base, h.header_bytes) != h.header_sum) {
+    if (header_sum(&h, base) != h.header_sum) {
         snprintf(why, whylen, "header checksum mismatch");
         return -EBADMSG;
     }

@@ -2,13 +2,19 @@
  * Snapshot images: the format's layout is pinned (a change must bump the
  * version), a committed image verifies, and every kind of damage is caught
  * and named: a flipped data bit, a flipped header bit, truncation, a zeroed
- * page, an image that was never committed.
+ * page, an image that was never committed.  And a reader in another
+ * process (a peer, the agent) that sees the magic of a slot being
+ * committed sees a header whose sum verifies, never one half written.
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "image.h"
 
@@ -68,6 +74,45 @@ static int verify(const char *img, size_t len, char *why)
     return ckpt_image_verify(img, len, &h, why, 200);
 }
 
+/* A child reads the shared slot while this process commits it again and
+ * again, as a peer reads a rank's slot: each time the magic is set, the
+ * header must verify.  Returns the number of bad headers the child saw. */
+static int concurrent_readers_see_whole_headers(void)
+{
+    struct ckpt_rec rec = {.ordinal = 0, .size = 64};
+    struct ckpt_header h = {.generation = 1, .iteration = 9, .chunk_bytes = 4096};
+    size_t len = ckpt_image_layout(&h, &rec, 1);
+    char *slot = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    volatile int *stop = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (slot == MAP_FAILED || stop == MAP_FAILED)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        char why[200];
+        struct ckpt_header seen;
+        while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE))
+            if (__atomic_load_n((uint64_t *)slot, __ATOMIC_ACQUIRE) != 0 &&
+                ckpt_image_verify_header(slot, len, &seen, why, sizeof(why)) == -EBADMSG)
+                bad++;
+        _exit(bad > 100 ? 100 : bad);
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        for (int i = 0; i < 1000; i++) {
+            ckpt_image_invalidate(slot);
+            ckpt_image_commit(slot, &h, &rec);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 300000000L);
+    __atomic_store_n(stop, 1, __ATOMIC_RELEASE);
+    int status;
+    waitpid(pid, &status, 0);
+    munmap(slot, len);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 int main(void)
 {
     char why[200];
@@ -116,5 +161,8 @@ int main(void)
         free(copy);
     }
     free(img);
+
+    int bad = concurrent_readers_see_whole_headers();
+    CHECK(bad == 0, "a reader beside the committer saw %d headers with the magic set and a wrong sum", bad);
     return failures ? 1 : 0;
 }
