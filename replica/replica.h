@@ -100,6 +100,8 @@ struct ckpt_replica_stats {
                                              (receiver) to the result: what is not
                                              overlapped with the transfer */
     double verify_seconds;                /* receiver: time spent verifying chunks */
+    int fabric_failed;                    /* sender: a write or its completion failed
+                                             (the endpoint may keep a broken connection) */
 };
 
 /* Both ends, first: exchanges provider and endpoint names over ctl and

@@ -167,6 +167,7 @@ static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src,
             n = end - off < REPORT_BYTES ? end - off : REPORT_BYTES;
             status = ckpt_fab_write(r->f, peer, src, h->data_offset + off, n, acc->key, acc->data_roff + off);
             if (status < 0) {
+                st->fabric_failed = 1;
                 snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
                 break;
             }
@@ -181,6 +182,7 @@ static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src,
      * untouched until then, and DONE promises that no write follows. */
     while (ckpt_fab_completed(r->f) < ckpt_fab_queued(r->f)) {
         if ((rc = ckpt_fab_reap(r->f, DRAIN_MS)) < 0) {
+            st->fabric_failed = 1;
             if (!status) {
                 snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
                 status = rc;
@@ -253,8 +255,15 @@ int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *im
     if (!answered && (rc = ckpt_wire_recv(ctl, REPLY_MS, &type, &msg, &mlen)) < 0)
         goto lost;
     st->tail_seconds = now_s() - t_last;
-    /* When this end stopped, its reason, not the receiver's echo of it. */
-    rc = status ? status : result(msg, mlen, type, st);
+    /* When this end stopped, its reason, not the receiver's echo of it;
+     * but a receiver that refused on its own (a chunk that did not verify)
+     * cut the transfer, and the writes failing after that say less. */
+    if (!status || (msg && type == CKPT_MSG_RESULT && mlen >= sizeof(struct ckpt_msg_result) &&
+                    ((const struct ckpt_msg_result *)msg)->status < 0 &&
+                    ((const struct ckpt_msg_result *)msg)->status != status))
+        rc = result(msg, mlen, type, st);
+    else
+        rc = status;
     goto out;
 lost:
     snprintf(st->why, sizeof(st->why), "control connection: %s", strerror(-rc));

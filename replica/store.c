@@ -129,10 +129,12 @@ static int map_slot(struct ckpt_store *st, struct holder *h, unsigned s, size_t 
     struct slot *sl = &h->slot[s];
     struct stat sb;
 
+    if (fstat(h->arena.fd[s], &sb) < 0)
+        return -errno;
+    if (sl->base && (size_t)sb.st_size < sl->len)
+        unmap(sl); /* the file shrank under the mapping */
     if (!sl->base || sl->len < need) {
         unmap(sl);
-        if (fstat(h->arena.fd[s], &sb) < 0)
-            return -errno;
         size_t len = (size_t)sb.st_size > need ? (size_t)sb.st_size : need;
         if (!len)
             return 0;
@@ -274,6 +276,29 @@ static void release(struct ckpt_store_tx *tx)
     tx->verified = NULL;
 }
 
+/*
+ * Drops every mapping whose file is now shorter than it (cut by something
+ * other than this store): reading it would be SIGBUS, and what it held is
+ * no replica anymore.  Returns the count dropped.
+ */
+static int drop_shrunk(struct ckpt_store *st)
+{
+    struct stat sb;
+    int dropped = 0;
+
+    for (unsigned i = 0; i < st->nholders; i++) {
+        for (unsigned s = 0; s < 2; s++) {
+            struct slot *sl = &st->holders[i].slot[s];
+            if (sl->base && (fstat(st->holders[i].arena.fd[s], &sb) < 0 || (size_t)sb.st_size < sl->len)) {
+                unmap(sl);
+                sl->valid = 0;
+                dropped++;
+            }
+        }
+    }
+    return dropped;
+}
+
 int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struct ckpt_store_tx *tx, char *why,
                      size_t whylen)
 {
@@ -282,6 +307,8 @@ int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struc
     int rc;
 
     memset(tx, 0, sizeof(*tx));
+    if (drop_shrunk(st) && (rc = reindex(st)) < 0)
+        return rc;
     if (len < sizeof(h)) {
         snprintf(why, whylen, "an offer of %zu bytes is no snapshot header", len);
         return -EBADMSG;
@@ -310,14 +337,13 @@ int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struc
         if ((rc = reindex(st)) < 0)
             return rc;
     }
-    if (sl->base && sl->len >= sizeof(h))
-        ckpt_image_invalidate(sl->base);
     if ((rc = map_slot(st, ho, s, total)) < 0) {
         snprintf(why, whylen, "cannot make room for %zu bytes in %s/slot%u: %s", total, ho->arena.dir, s,
                  strerror(-rc));
         return rc;
     }
 
+    ckpt_image_invalidate(sl->base);
     tx->h = h;
     tx->holder = hi;
     tx->slot = s;

@@ -5,8 +5,9 @@
 # generation that carries a newer number.  Every row must be detected and
 # named, never loaded (no rank restores the damaged iteration), and the
 # job must fall back to the next good generation and end exactly as an
-# uninterrupted run.  The replica tier joins this table (one row each)
-# when the multi-node launcher exists; its rows are listed and skipped.
+# uninterrupted run.  The replica tier (a peer's memory) has its own table
+# in nodes.bats ("a damaged replica in a peer's memory"), since it needs
+# several nodes.
 #
 # The job: 2 ranks, a snapshot every 5th iteration, rank 1 killed at the
 # end of iteration 23 and not restarted, so every rank holds iterations 15
@@ -36,7 +37,6 @@ manifest    | zero  | manifest 20 page0  | yes | 20 | skipping the generation of
 manifest    | trunc | manifest 20 half   | yes | 20 | skipping the generation of iteration 20 in .*: the manifest is [0-9]+ bytes, it says [0-9]+ .truncated | 15
 manifest    | stale | regen 15 25        | yes | 25 | skipping the generation of iteration 25 in .*: the manifest is of job c iteration 15 | 20
 manifest    | stale | remanifest 15 20   | yes | 20 | skipping the generation of iteration 20 in .*: the manifest is of job c iteration 15 | 15
-replica     | any   | several nodes      | -   | -  | - | -
 '
 
 setup_file() {
@@ -120,10 +120,6 @@ apply() {
         tier=$(echo $tier) mode=$(echo $mode) target=$(echo $target) wiped=$(echo $wiped)
         restore=$(echo $restore) restores=$(echo $restores) said=$(echo "$said" | sed 's/^ *//; s/ *$//')
         [ -n "$tier" ] || continue
-        if [ "$wiped" = - ]; then
-            echo "skip: $tier x $mode: needs $target (no multi-node launcher yet)"
-            continue
-        fi
         n=$((n + 1))
         D=$BATS_TEST_TMPDIR/row$n
         cp -a "$P" "$D"

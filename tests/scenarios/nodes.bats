@@ -186,28 +186,84 @@ recover_from_peers() { # N P LOST
     diff "$D/out.0" "$D/plain"
 }
 
-@test "a damaged replica in a peer's memory is named and never loaded: the lost node's rank comes from its disk" {
-    plain 2 1 || { cat "$D/plain.err"; return 1; }
-    mkdir -p "$D/disk.0" "$D/disk.1"
-    CKPT_PERSIST_DIRS=$D/disk.0 start 0 2 1
-    CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1
-    wait_iter 60
-    lose 1
-    # Every replica node 0 keeps of rank 1: one byte flipped in its data.
+# u64 FILE OFFSET [VALUE]: reads, or writes, a little-endian 64-bit field.
+u64() {
+    [ $# -eq 2 ] && { od -A n -t u8 -j "$2" -N 8 "$1" | tr -d ' '; return; }
+    printf "$(printf '%016x' "$3" | sed 's/\(..\)/\1 /g' | awk '{for (i = NF; i > 0; i--) printf "\\x%s", $i}')" |
+        dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
+}
+
+# damage_replicas MODE: every replica node 0 keeps of rank 1, damaged: one
+# bit flipped in its data (flip), its first page of data zeroed (zero), cut
+# in half (trunc); or (stale) the older one relabelled as the newer one
+# (its generation at byte 88, its iteration at 96) and the newer one
+# uncommitted, as an old copy left where the newer one belongs.  Prints
+# the iterations the damaged copies claim.
+damage_replicas() {
+    local s off byte slots=() old new
     for s in "$D"/arena.0/peers/*/rank1/slot?; do
-        [ -s "$s" ] || continue
-        off=$(($(stat -c %s "$s") - 1000))
-        byte=$(od -A n -t u1 -j $off -N 1 "$s" | tr -d ' ')
-        printf "$(printf '\\%03o' $(((byte ^ 1) & 255)))" | dd of="$s" bs=1 seek=$off conv=notrunc 2>/dev/null
+        [ -s "$s" ] && [ "$(head -c 8 "$s")" = LIBCKPT1 ] && slots+=("$s")
     done
-    CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1 .new
-    wait_rc "$D/rc.0" "$D/rc.1.new" || { show; return 1; }
-    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.new")" = 0 ] || { show; return 1; }
-    # Found by node 0's scan when it joins, or else by node 1 as the copy arrives.
-    grep -Eq "peers/.*/rank1/slot[01] is damaged \(.*\): skipped|cannot send rank 1's copy of iteration [0-9]* to node 1: refused by the receiver: chunk [0-9]* \(.*\) checksum mismatch" \
-        "$D/err.0" || { show; return 1; }
-    grep -q "^ckpt-resume: rank 1: from the disk of node 1" "$D/err.0" || { show; return 1; }
-    diff <(last_launch "$D/out.0") "$D/plain"
+    if [ "$1" = stale ]; then
+        [ ${#slots[@]} -eq 2 ] || return 0
+        old=${slots[0]} new=${slots[1]}
+        [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=${slots[1]} new=${slots[0]}; }
+        u64 "$old" 88 "$(u64 "$new" 88)"
+        u64 "$old" 96 "$(u64 "$new" 96)"
+        u64 "$new" 0 0
+        u64 "$old" 96
+        return
+    fi
+    for s in "${slots[@]}"; do
+        u64 "$s" 96
+        case $1 in
+        flip)
+            off=$(($(stat -c %s "$s") - 1000))
+            byte=$(od -A n -t u1 -j $off -N 1 "$s" | tr -d ' ')
+            printf "$(printf '\\%03o' $(((byte ^ 1) & 255)))" | dd of="$s" bs=1 seek=$off conv=notrunc 2>/dev/null ;;
+        zero) dd if=/dev/zero of="$s" bs=4096 seek=1 count=1 conv=notrunc 2>/dev/null ;;
+        trunc) truncate -s $(($(stat -c %s "$s") / 2)) "$s" ;;
+        esac
+    done
+}
+
+@test "a damaged replica in a peer's memory (bit flip, zeroed page, truncation, stale label) is named and never loaded: the lost node's rank comes from its disk" {
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    local mode said damaged restored
+    # what node 0 says: found by its scan when node 1 joins again, or by node 1 as the copy arrives
+    local refused="cannot send rank 1's copy of iteration [0-9]* to node 1: (refused by the receiver: |.*/rank1/slot[01] is damaged \\()"
+    while IFS='|' read -r mode said; do
+        rm -rf "$D"/arena.* "$D"/disk.* "$D"/rc.* "$D"/sid.* "$D"/out.* "$D"/err.*
+        mkdir -p "$D/disk.0" "$D/disk.1"
+        PORT=$((10000 + RANDOM % 22000))
+        CKPT_PERSIST_DIRS=$D/disk.0 start 0 2 1
+        CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1
+        wait_iter 60
+        lose 1
+        damaged=$(damage_replicas "$mode" | tr '\n' ' ')
+        CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1 .new
+        wait_rc "$D/rc.0" "$D/rc.1.new" || { echo "$mode:"; show; return 1; }
+        [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.new")" = 0 ] || { echo "$mode:"; show; return 1; }
+        # never loaded: rank 1 comes from node 1's disk
+        grep -q "^ckpt-resume: rank 1: from the disk of node 1" "$D/err.0" || { echo "$mode:"; show; return 1; }
+        ! grep -q "rank 1 restores iteration [0-9]* from a peer's copy" "$D/err.1.new" || { echo "$mode:"; show; return 1; }
+        diff <(last_launch "$D/out.0") "$D/plain" || { echo "$mode: output differs"; return 1; }
+        # named, when the damaged copy was the one the job went for first
+        restored=$(sed -n 's/^ckpt-resume: restarting from iteration \([0-9]*\)$/\1/p' "$D/err.0" | head -n 1)
+        if [[ " $damaged" == *" $restored "* ]]; then
+            grep -Eq "peers/.*/rank1/slot[01] is damaged \($said|$refused$said" "$D/err.0" ||
+                { echo "$mode: iteration $restored: not said: $said"; show; return 1; }
+            echo "ok $mode: $(grep -Eo "peers/.*/rank1/slot[01] is damaged \($said|$refused$said" "$D/err.0" | head -n 1)"
+        else
+            echo "ok $mode: the damaged copies (iterations $damaged) were older than the restart's ($restored)"
+        fi
+        for f in "$D"/sid.*; do pkill -KILL -s "$(cat "$f")" 2>/dev/null || true; done
+    done <<'ROWS'
+flip|chunk [0-9]* \(.*\) checksum mismatch
+zero|chunk 0 \(.*\) checksum mismatch
+trunc|header sizes are inconsistent
+stale|header checksum mismatch
+ROWS
 }
 
 @test "replication rounds are sent from the ranks' published schedule and show on their timelines" {

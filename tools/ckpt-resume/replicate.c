@@ -233,6 +233,7 @@ static int map_slot(const char *dir, uint64_t it, void **base, size_t *len, int 
 {
     char path[PATH_MAX + 32];
     struct ckpt_header h;
+    bool damaged = false;
 
     for (int s = 0; s < 2; s++) {
         snprintf(path, sizeof(path), "%s/slot%d", dir, s);
@@ -249,14 +250,22 @@ static int map_slot(const char *dir, uint64_t it, void **base, size_t *len, int 
         close(fd);
         if (m == MAP_FAILED)
             continue;
-        if (ckpt_image_verify_header(m, (size_t)st.st_size, &h, why, whylen) == 0 && h.iteration == it) {
+        char bad[200];
+        int rc = ckpt_image_verify_header(m, (size_t)st.st_size, &h, bad, sizeof(bad));
+        if (rc == 0 && h.iteration == it) {
             *base = m;
             *len = (size_t)st.st_size;
             *slot = s;
             return 0;
         }
         munmap(m, (size_t)st.st_size);
+        if (rc == -EBADMSG && !damaged) {
+            snprintf(why, whylen, "%s is damaged (%s)", path, bad);
+            damaged = true;
+        }
     }
+    if (damaged)
+        return -EBADMSG;
     snprintf(why, whylen, "%s holds no committed snapshot of iteration %llu", dir, (unsigned long long)it);
     return -ENOENT;
 }
@@ -367,21 +376,43 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
         return rc;
     if ((rc = send_log(dir, r->opt->job_name, rank, to, why, whylen)) < 0)
         goto out;
-    if (!r->tx_fab && (rc = ckpt_fab_open(&r->tx_fab, r->ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER), why, whylen)) < 0) {
+    /* A failed write can leave the endpoint holding a broken connection
+     * (to a node that was replaced at the same address, say): the next
+     * try, and the next copy, get a fresh endpoint. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt) {
+            ckpt_log(CKPT_DEBUG, "rank %d iteration %llu to %s: %s; trying again on a new endpoint", rank,
+                     (unsigned long long)it, to, why);
+            close(ctl);
+            ctl = -1;
+            ckpt_fab_unregister(src);
+            src = NULL;
+        }
+        if (!r->tx_fab &&
+            (rc = ckpt_fab_open(&r->tx_fab, r->ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER), why, whylen)) < 0) {
+            r->tx_fab = NULL;
+            goto out;
+        }
+        if ((rc = ckpt_fab_register(r->tx_fab, image, len, 0, &src)) < 0) {
+            snprintf(why, whylen, "%s", ckpt_fab_error(r->tx_fab));
+            goto out;
+        }
+        if ((rc = ckpt_wire_connect(to, &ctl, why, whylen)) < 0 ||
+            (rc = ckpt_replica_hello(r->tx_fab, ctl, &peer, why, whylen)) < 0)
+            goto out;
+        if (!attempt)
+            paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && ckpt_sched_reader_open(&pc.sched, dir) == 0;
+        pc.chunk_bytes = ((const struct ckpt_header *)image)->chunk_bytes;
+        pc.data_bytes = ((const struct ckpt_header *)image)->data_bytes;
+        rc = ckpt_replica_send(r->tx_fab, ctl, peer, image, len, src, paced ? pace : NULL, &pc, &st);
+        if (rc == 0 || !st.fabric_failed)
+            break;
+        snprintf(why, whylen, "%s", st.why);
+        ckpt_fab_unregister(src);
+        src = NULL;
+        ckpt_fab_close(r->tx_fab);
         r->tx_fab = NULL;
-        goto out;
     }
-    if ((rc = ckpt_fab_register(r->tx_fab, image, len, 0, &src)) < 0) {
-        snprintf(why, whylen, "%s", ckpt_fab_error(r->tx_fab));
-        goto out;
-    }
-    if ((rc = ckpt_wire_connect(to, &ctl, why, whylen)) < 0 ||
-        (rc = ckpt_replica_hello(r->tx_fab, ctl, &peer, why, whylen)) < 0)
-        goto out;
-    paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && ckpt_sched_reader_open(&pc.sched, dir) == 0;
-    pc.chunk_bytes = ((const struct ckpt_header *)image)->chunk_bytes;
-    pc.data_bytes = ((const struct ckpt_header *)image)->data_bytes;
-    rc = ckpt_replica_send(r->tx_fab, ctl, peer, image, len, src, paced ? pace : NULL, &pc, &st);
     if (rc < 0) {
         snprintf(why, whylen, "%s", st.why);
     } else {
