@@ -266,6 +266,25 @@ stale|header checksum mismatch
 ROWS
 }
 
+@test "after a restart the restored iteration is made durable before any newer one (a node lost next finds it in its peers)" {
+    # A rank of node 1 dies once; the restart restores from the ranks' own
+    # arenas an iteration the peers may hold no copy of.  Before any newer
+    # round, that iteration must be durable again (held by every node and
+    # its replicas): the peers' older copies are all that is left otherwise.
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    CKPT_LOG=debug FAKEGPU_CRASH_AT=150 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed start 0 2 1
+    FAKEGPU_CRASH_AT=150 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed start 1 2 1
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    local restored first
+    restored=$(sed -n 's/^ckpt-resume: restarting from iteration \([0-9]*\)$/\1/p' "$D/err.0" | head -n 1)
+    [ -n "$restored" ] || { show; return 1; }
+    first=$(sed -n '/^ckpt-resume: restarting from iteration/,$p' "$D/err.0" |
+        sed -n 's/^ckpt-resume: debug: iteration \([0-9]*\) is held by every node and its replicas$/\1/p' | head -n 1)
+    [ "$first" = "$restored" ] || { echo "restored $restored, first durable after it: ${first:-none}"; show; return 1; }
+    diff <(last_launch "$D/out.0") "$D/plain"
+}
+
 @test "replication rounds are sent from the ranks' published schedule and show on their timelines" {
     export CKPT_KEEP_ARENA=1
     start 0 2 1

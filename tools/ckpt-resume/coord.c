@@ -436,6 +436,15 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         struct coord_iter m = { .iteration = c->restore, .value = c->target };
         broadcast(c, COORD_LAUNCH, &m, sizeof(m));
         c->phase = RUN;
+        /* The restore point may have come from the ranks' own arenas only,
+         * and the peers' copies of an older one are about to be the only
+         * others left: the first round makes it durable (the chunks the
+         * holders have already do not travel). */
+        if (c->restore) {
+            struct coord_iter r = { .iteration = c->restore, .value = COORD_AGAIN };
+            c->replicating = c->restore;
+            broadcast(c, COORD_REPLICATE, &r, sizeof(r));
+        }
         return;
     case COORD_HELD:
         if (len != sizeof(nd->h) || c->phase != RUN)

@@ -12,7 +12,9 @@
  *                                                 this member must send}
  *   sends the copies peers lack,
  *   FETCHED {status}                  --->  once every member fetched:
- *                                     <---  LAUNCH {restore point}
+ *                                     <---  LAUNCH {restore point}, then
+ *                                     <---  REPLICATE {restore point, again}
+ *                                           (its copies may be in no peer)
  *   runs its ranks; while they run:
  *   HELD {iteration all its ranks keep} --> when every node holds the same:
  *                                     <---  REPLICATE {iteration}
@@ -43,7 +45,7 @@ enum coord_msg {
     COORD_FETCHED,      /* coord_status */
     COORD_LAUNCH,       /* coord_iter */
     COORD_HELD,         /* coord_held */
-    COORD_REPLICATE,    /* coord_iter */
+    COORD_REPLICATE,    /* coord_iter (value: COORD_AGAIN for the restore point) */
     COORD_REPLICATED,   /* coord_status */
     COORD_DURABLE,      /* coord_iter (value: the next target) */
     COORD_FAILED,       /* coord_status (value: rank; status: exit code) */
@@ -54,6 +56,7 @@ enum coord_msg {
 };
 
 #define COORD_ADDR_MAX 64
+#define COORD_AGAIN 1 /* REPLICATE of what the ranks restored: sent where missing, not persisted again */
 
 struct coord_addr {
     char hostport[COORD_ADDR_MAX];     /* where the node's agent takes replicas, NUL-terminated */

@@ -311,13 +311,15 @@ void member_tick(struct job *job)
     send_msg(m, COORD_HELD, &h, sizeof(h), NULL, 0);
 }
 
-/* REPLICATE: this node's snapshots of @it go to their holders; it may be persisted too. */
-static void replicate(struct job *job, struct member *m, uint64_t it)
+/* REPLICATE: this node's snapshots of @it go to their holders; it may be
+ * persisted too, unless @again (what the ranks restored from). */
+static void replicate(struct job *job, struct member *m, uint64_t it, bool again)
 {
     struct disk *d = &job->disk;
 
     m->replicating = it;
-    if (d->engine && d->every && !disk_busy(d) && m->rounds++ % d->every == 0 && disk_start(job, it, false) == 0)
+    if (!again && d->engine && d->every && !disk_busy(d) && m->rounds++ % d->every == 0 &&
+        disk_start(job, it, false) == 0)
         m->persisting = it;
     write_pins(job, m);
     int rc = rep_start(m->rep, it, m->addrs, m->naddrs);
@@ -374,7 +376,7 @@ static void take(struct job *job, struct member *m, uint16_t type, const void *m
         break;
     case COORD_REPLICATE:
         if (len == sizeof(*ci) && !m->replicating)
-            replicate(job, m, ci->iteration);
+            replicate(job, m, ci->iteration, ci->value == COORD_AGAIN);
         break;
     case COORD_DURABLE:
         if (len != sizeof(*ci))
