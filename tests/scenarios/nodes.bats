@@ -102,6 +102,21 @@ recover_from_peers() { # N P LOST
     recover_from_peers 2 2 1
 }
 
+@test "node 0 (the coordinator's) lost and replaced: the others wait for it, and the job comes back from their memory, as uninterrupted" {
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    start 0 2 1
+    start 1 2 1
+    wait_iter 60
+    lose 0
+    start 0 2 1 .new
+    wait_rc "$D/rc.0.new" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0.new")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    grep -q "lost the coordinator" "$D/err.1" || { show; return 1; }
+    grep -q "^ckpt-resume: rank 0: from the peer arena of node 1" "$D/err.0.new" || { show; return 1; }
+    grep -q "^ckpt-resume: rank 0 restores iteration [0-9]* from a peer's copy" "$D/err.0.new" || { show; return 1; }
+    diff <(last_launch "$D/out.0.new") "$D/plain"
+}
+
 @test "both holders of a node's snapshots lost, no disk: the job stops, naming the ranks lost" {
     for i in 0 1 2 3; do start "$i" 4 1; done
     wait_iter 60
