@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include <rdma/fabric.h>
@@ -36,7 +37,6 @@ struct ckpt_fab {
     struct fid_ep *ep;
     int wait_fd;              /* the CQ's, to sleep on; -1: none, poll */
     size_t window, inflight, piece;
-    uint64_t next_key;        /* for providers where the application picks keys */
     int error;                /* the first failed write, sticky */
     uint64_t calls;           /* ckpt_fab_write calls that queued all their pieces */
     struct fi_context ctx[WINDOW];
@@ -168,7 +168,6 @@ int ckpt_fab_open(struct ckpt_fab **out, const char *node, const char *provider,
     }
     fi_freeinfo(list);
     f->wait_fd = -1;
-    f->next_key = 1;
     struct fi_av_attr av_attr = {.type = FI_AV_UNSPEC, .count = 64};
     struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_CONTEXT, .size = WINDOW * 4, .wait_obj = FI_WAIT_FD};
     if ((rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL))) {
@@ -262,14 +261,33 @@ int ckpt_fab_peer(struct ckpt_fab *f, const void *name, size_t len, uint64_t *pe
     return 0;
 }
 
+/* A key of the provider's size from the kernel's random source (a taken
+ * one is FI_ENOKEY: the caller draws again). */
+static uint64_t random_key(const struct ckpt_fab *f)
+{
+    uint64_t key = 0;
+    size_t size = f->info->domain_attr->mr_key_size;
+    if (getrandom(&key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        key = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) * 0x9e3779b97f4a7c15ull;
+    }
+    return size && size < sizeof(key) ? key & ((1ull << (8 * size)) - 1) : key;
+}
+
 int ckpt_fab_register(struct ckpt_fab *f, void *base, size_t len, int remote, struct ckpt_fab_region **out)
 {
     uint64_t mode = f->info->domain_attr->mr_mode;
     struct ckpt_fab_region *r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
-    uint64_t access = remote ? FI_REMOTE_WRITE | FI_REMOTE_READ : FI_WRITE;
-    int rc = fi_mr_reg(f->domain, base, len, access, 0, mode & FI_MR_PROV_KEY ? 0 : f->next_key++, 0, &r->mr, NULL);
+    /* Peers may write into a replica slot, never read it; where this end
+     * picks the key, it is random, so that only the peer the key was sent
+     * to (over the sealed control connection) can name the region. */
+    uint64_t access = remote ? FI_REMOTE_WRITE : FI_WRITE;
+    int rc = -FI_ENOKEY;
+    for (int tries = 0; rc == -FI_ENOKEY && tries < 8; tries++)
+        rc = fi_mr_reg(f->domain, base, len, access, 0, mode & FI_MR_PROV_KEY ? 0 : random_key(f), 0, &r->mr, NULL);
     if (!rc && (mode & FI_MR_ENDPOINT) && ((rc = fi_mr_bind(r->mr, &f->ep->fid, 0)) || (rc = fi_mr_enable(r->mr))))
         fi_close(&r->mr->fid);
     if (rc) {
