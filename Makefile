@@ -210,14 +210,14 @@ check-sanitize: deps
 # ThreadSanitizer on the tests whose code runs threads of its own, in
 # build-tsan/: the snapshot engine's committer beside the program (unit/
 # capture, capture, restore, resume), the persist engine's I/O threads
-# (unit/persist*), ckpt-resume's agent channel and restarts (resume).  The
+# (unit/persist*) and ckpt-resume's persist thread beside its launcher
+# (persist), ckpt-resume's agent channel and restarts (resume).  The
 # double's emulated device threads and the timeline's seqlock are
-# suppressed (tests/tsan.supp says why).  Not in the subset: persist.bats
-# and the matrix's persist cells, whose ckpt-resume persist thread reads
-# the rank list the launcher thread rewrites (tools/ckpt-resume/disk.c,
-# all_committed beside a running worker), and the double's own tests.
+# suppressed (tests/tsan.supp says why).  Not in the subset: the double's
+# own tests, and the tests of several nodes (whose agents' fabric threads
+# are libfabric's, not built with the sanitizer).
 TSAN := -fsanitize=thread -fno-omit-frame-pointer
-TSAN_TESTS := unit/ capture restore resume
+TSAN_TESTS := unit/ capture restore resume persist
 check-tsan: deps
 	$(Q)$(MAKE) --no-print-directory B=build-tsan CFLAGS="-O1 -g $(TSAN) -Wno-tsan" LDFLAGS="$(TSAN)" all
 	$(Q)BUILD=$(CURDIR)/build-tsan LD_LIBRARY_PATH=$(CURDIR)/build-tsan/fake TEST_UNDER_TSAN=1 \

@@ -139,27 +139,19 @@ static bool reap_worker(struct disk *d)
 }
 
 /*
- * The newest iteration every rank of the launch has committed, or 0, with
- * those ranks in d->ranks.  Ranks we started are first_rank.. (nproc of them); a wrapped
- * launcher's are those that have reported.
+ * The newest iteration every rank of the launch has committed, or 0.
+ * Ranks we started are first_rank.. (nproc of them); a wrapped launcher's
+ * are those that have reported.
  */
-static uint64_t all_committed(struct disk *d, const struct job *job)
+static uint64_t all_committed(const struct job *job)
 {
     const struct channel *c = &job->chan;
     int first = job->opt->wrap ? 0 : job->opt->first_rank;
     int want = job->opt->wrap ? c->nreports : job->opt->nproc;
     uint64_t k = 0;
-    unsigned n = 0;
 
-    if (first + want > c->nreports || want > d->cap) {
-        if (first + want > c->nreports)
-            return 0;
-        int *grown = realloc(d->ranks, want * sizeof(int));
-        if (!grown)
-            return 0;
-        d->ranks = grown;
-        d->cap = want;
-    }
+    if (first + want > c->nreports)
+        return 0;
     for (int i = first; i < first + want; i++) {
         const struct report *r = &c->reports[i];
         if (job->opt->wrap && !r->pid)
@@ -168,10 +160,28 @@ static uint64_t all_committed(struct disk *d, const struct job *job)
             return 0;
         if (!k || r->committed_iteration < k)
             k = r->committed_iteration;
-        d->ranks[n++] = i;
     }
-    d->nranks = n;
     return k;
+}
+
+/* The ranks a persist starting now covers, into d->ranks (never while one runs: its worker reads them). */
+static int pick_ranks(struct disk *d, const struct job *job)
+{
+    const struct options *opt = job->opt;
+    const struct channel *c = &job->chan;
+    bool wrapped = !opt->coord && opt->wrap;
+    int first = wrapped ? 0 : opt->first_rank, want = wrapped ? c->nreports : opt->nproc;
+    int *ranks = realloc(d->ranks, (want ? want : 1) * sizeof(int));
+
+    if (!ranks)
+        return -ENOMEM;
+    d->ranks = ranks;
+    d->cap = want;
+    d->nranks = 0;
+    for (int i = first; i < first + want; i++)
+        if (!wrapped || c->reports[i].pid)
+            d->ranks[d->nranks++] = i;
+    return 0;
 }
 
 /* Whether a persist is running (one that has ended is reaped). */
@@ -195,16 +205,8 @@ int disk_start(struct job *job, uint64_t k, bool own_pin)
 
     if (d->running)
         return -EBUSY;
-    if (opt->coord) {
-        int *ranks = realloc(d->ranks, opt->nproc * sizeof(int));
-        if (!ranks)
-            return -ENOMEM;
-        d->ranks = ranks;
-        d->cap = opt->nproc;
-        for (int i = 0; i < opt->nproc; i++)
-            d->ranks[i] = opt->first_rank + i;
-        d->nranks = (unsigned)opt->nproc;
-    }
+    if ((rc = pick_ranks(d, job)) < 0)
+        return rc;
     if (own_pin && (rc = pin(d, k)) < 0) {
         failed(d, k, rc, d->pin);
         return rc;
@@ -233,7 +235,7 @@ void disk_tick(struct job *job)
     if (!d->engine || !d->every || job->phase != JOB_RUNNING)
         return;
     reap_worker(d);
-    uint64_t k = all_committed(d, job);
+    uint64_t k = all_committed(job);
     if (k <= d->seen)
         return;
     d->seen = k;
