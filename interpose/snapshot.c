@@ -61,6 +61,7 @@ static struct {
     /* statistics */
     uint64_t taken, skipped, bytes;
     uint64_t skipped_at_commit; /* S.skipped when the last snapshot committed */
+    uint64_t no_room;   /* snapshots skipped in a row for want of room in the arena */
     double copy_ms_sum, copy_ms_max, held_ms;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .last_slot = -1};
 
@@ -503,10 +504,17 @@ static void take(uint64_t iter, bool has_collectives)
     void *old = S.arena.base[slot];
     int rc = ckpt_arena_reserve(&S.arena, slot, total, &moved);
     if (rc < 0) {
+        /* Said once while it lasts: a full /dev/shm stays full for a while. */
+        int level = S.no_room++ ? CKPT_DEBUG : CKPT_WARN;
         S.skipped++;
-        ckpt_log(CKPT_WARN, "iteration %llu: cannot make room for %zu bytes in %s (%s); snapshot skipped",
+        ckpt_log(level, "iteration %llu: cannot make room for %zu bytes in %s (%s); snapshot skipped",
                  (unsigned long long)iter, total, S.arena.dir, strerror(-rc));
         return;
+    }
+    if (S.no_room) {
+        ckpt_log(CKPT_INFO, "iteration %llu: room again in %s, after %llu snapshot%s skipped", (unsigned long long)iter,
+                 S.arena.dir, (unsigned long long)S.no_room, S.no_room == 1 ? "" : "s");
+        S.no_room = 0;
     }
     if (moved) {
         /* One large registration per mapping, not one per copy. */

@@ -21,9 +21,10 @@ void ckpt_log_write(int level, const char *fmt, ...) __attribute__((format(print
 
 #define ckpt_log(level, ...)                                                   \
     do {                                                                       \
-        if ((level) <= ckpt_log_level) {                                       \
+        int level_ = (level);                                                  \
+        if (level_ <= ckpt_log_level) {                                        \
             int saved_errno_ = errno;                                          \
-            ckpt_log_write((level), __VA_ARGS__);                              \
+            ckpt_log_write(level_, __VA_ARGS__);                               \
             errno = saved_errno_;                                              \
         }                                                                      \
     } while (0)
