@@ -104,7 +104,7 @@ crash() { export FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_ONCE=$2
 @test "a hung rank is detected, the job stopped and restarted, and it completes" {
     args="--iters 400 --hidden 64 --layers 3"
     ckpt --nproc 2 -- "$TRAIN" $args >"$D/plain" 2>/dev/null
-    CKPT_HANG_TIMEOUT=2 timeout -k 5 20 "$CKPT" --nproc 2 -- sh -c 'echo $$ > "$0/pid.$RANK"; exec "$@"' \
+    CKPT_HANG_TIMEOUT=2 timeout -k 5 120 "$CKPT" --nproc 2 -- sh -c 'echo $$ > "$0/pid.$RANK"; exec "$@"' \
         "$D" "$TRAIN" $args >"$D/out" 2>"$D/err" &
     launcher=$!
     for i in $(seq 200); do grep -q '^iter 20 ' "$D/out" 2>/dev/null && break; sleep 0.05; done
