@@ -436,10 +436,11 @@ void member_events(struct job *job, const struct pollfd *pfd)
 /* ------------------------------------------------------------- between launches */
 
 /*
- * Waits for a message of type @want (or FINISH, or a new PLAN), answering
- * heartbeats.  Returns the type with *msg (the caller frees it), or -errno
- * when the coordinator is lost, -EINTR after a signal (then the
- * coordinator was told).
+ * Waits for a message of type @want (or FINISH, or a new PLAN; or STOP
+ * while waiting for LAUNCH: a node was lost after the plan, and every node
+ * joins again), answering heartbeats.  Returns the type with *msg (the
+ * caller frees it), or -errno when the coordinator is lost, -EINTR after a
+ * signal (then the coordinator was told).
  */
 static int await(struct job *job, struct member *m, uint16_t want, void **msg, size_t *len)
 {
@@ -473,7 +474,8 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
                 return rc;
             }
             m->heard = now;
-            if (type == want || type == COORD_FINISH || type == COORD_PLAN)
+            if (type == want || type == COORD_FINISH || type == COORD_PLAN ||
+                (want == COORD_LAUNCH && type == COORD_STOP))
                 return type;
             free(*msg);
             *msg = NULL;
@@ -669,8 +671,11 @@ int member_run(struct job *job, int *restarts)
             break;
         }
         if (type != COORD_LAUNCH) {
+            if (type == COORD_STOP)
+                ckpt_log(CKPT_INFO, "the job stops on every node before it starts: %.*s", (int)len,
+                         (const char *)msg);
             free(msg);
-            continue; /* lost: join again */
+            continue; /* lost, or stopped before the launch: join again */
         }
         const struct coord_iter *ci = msg;
         uint64_t target = len == sizeof(*ci) ? ci->value : restore + 1;
