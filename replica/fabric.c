@@ -26,6 +26,9 @@
 #define API_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
 #define WINDOW 32             /* writes in flight at most */
 #define PIECE_MAX (8u << 20)  /* bytes per write at most (the sender writes 1 MiB pieces) */
+#define EAGAIN_MS 10000       /* a write the provider keeps refusing for this long: the peer
+                                 takes no connection (rxm answers a refused connect with
+                                 EAGAIN, for the application to try again) */
 #define MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
 
 struct ckpt_fab {
@@ -415,8 +418,16 @@ int ckpt_fab_write(struct ckpt_fab *f, uint64_t peer, struct ckpt_fab_region *sr
         struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = peer,
                                  .rma_iov = &rma, .rma_iov_count = 1, .context = &f->ctx[slot]};
         ssize_t rc;
+        long long give_up = now_ms() + EAGAIN_MS;
         while ((rc = fi_writemsg(f->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)) == -FI_EAGAIN) {
             int r = reap(f, 0);
+            if (r == 0 && now_ms() > give_up) {
+                snprintf(f->why, sizeof(f->why), "the peer took no write for %d s (%s): it does not accept "
+                         "connections", EAGAIN_MS / 1000, ckpt_fab_provider(f));
+                r = f->error = -EHOSTUNREACH;
+            } else if (r == 0) {
+                r = idle(f, -1, 1); /* not a busy loop while a connection forms */
+            }
             if (r < 0) {
                 f->free_ctx[f->nfree++] = slot;
                 return r;

@@ -405,7 +405,7 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
         pc.chunk_bytes = ((const struct ckpt_header *)image)->chunk_bytes;
         pc.data_bytes = ((const struct ckpt_header *)image)->data_bytes;
         rc = ckpt_replica_send(r->tx_fab, ctl, peer, image, len, src, paced ? pace : NULL, &pc, &st);
-        if (rc == 0 || !st.fabric_failed)
+        if (rc == 0 || !st.fabric_failed || rc == -EHOSTUNREACH)
             break;
         snprintf(why, whylen, "%s", st.why);
         ckpt_fab_unregister(src);
