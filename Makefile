@@ -225,8 +225,8 @@ check-tsan: deps
 	    tests/run $(TSAN_TESTS)
 
 # Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/
-# (and replica/wire.c or ckpt-resume's channel.c, for the targets that
-# fuzz them), for FUZZ_SECONDS each, from the corpus kept in
+# (and replica/wire.c, ckpt-resume's channel.c or coord.c, for the targets
+# that fuzz them), for FUZZ_SECONDS each, from the corpus kept in
 # tests/fuzz/corpus/<name>/ (new interesting inputs are added there).  A
 # crash stops it with the input saved in build-fuzz/; that input then goes
 # into tests/fuzz/regressions/<name>/, replayed first on every run.
@@ -236,11 +236,13 @@ FUZZERS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
 FUZZ_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(RUNTIME_SRC))
 FUZZ_EXTRA_wire := build-fuzz/obj/replica/wire.o build-fuzz/obj/replica/auth.o -Ireplica -lnettle
 FUZZ_EXTRA_channel := build-fuzz/obj/tools/ckpt-resume/channel.o -Itools/ckpt-resume
+FUZZ_EXTRA_coord := build-fuzz/obj/tools/ckpt-resume/coord.o $(FUZZ_EXTRA_wire) -Itools/ckpt-resume
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory -s B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" $(FUZZ_OBJS) \
-	    $(filter %.o,$(FUZZ_EXTRA_wire) $(FUZZ_EXTRA_channel))
+	    $(filter %.o,$(FUZZ_EXTRA_wire) $(FUZZ_EXTRA_channel) $(FUZZ_EXTRA_coord))
 	$(Q)for f in $(FUZZERS); do \
-	    case $$f in wire) extra="$(FUZZ_EXTRA_wire)" ;; channel) extra="$(FUZZ_EXTRA_channel)" ;; *) extra= ;; esac; \
+	    case $$f in wire) extra="$(FUZZ_EXTRA_wire)" ;; channel) extra="$(FUZZ_EXTRA_channel)" ;; \
+	        coord) extra="$(FUZZ_EXTRA_coord)" ;; *) extra= ;; esac; \
 	    clang $(FUZZ_FLAGS) -fsanitize=fuzzer -std=gnu11 -D_GNU_SOURCE -Iruntime -o build-fuzz/fuzz-$$f \
 	        tests/fuzz/$$f.c $$extra $(FUZZ_OBJS) -pthread -ldl -luring || exit 1; \
 	    mkdir -p tests/fuzz/corpus/$$f; \

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +63,18 @@ struct coord {
     unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
     double timeout_s, resume_at, gather_since;
     char master_addr[COORD_ADDR_MAX], master_port[16];
+    char bound[128];                    /* the address listened on */
+    struct pollfd *pfd;                 /* one turn's: the stop pipe, the listener, pending, nodes */
 };
 
 static void send_to(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b,
                     size_t blen);
+
+/* What a member's negative status says: it came off the wire, so it may be any value. */
+static const char *status_text(int32_t status)
+{
+    return status > INT32_MIN ? strerror(-status) : "an unknown error";
+}
 
 static void drop(struct coord *c, unsigned j, const char *why)
 {
@@ -317,7 +326,7 @@ static void replicated(struct coord *c, unsigned j, const struct coord_status *s
     c->nodes[j].repl_status = st->status;
     if (st->status < 0 && !c->nodes[j].repl_warned)
         ckpt_log(CKPT_WARN, "node %u could not replicate iteration %llu (%s): replication falls behind; the "
-                 "next one is tried", j, (unsigned long long)st->iteration, strerror(-st->status));
+                 "next one is tried", j, (unsigned long long)st->iteration, status_text(st->status));
     c->nodes[j].repl_warned = st->status < 0;
     for (unsigned i = 0; i < c->n; i++)
         if (!c->nodes[i].replicated)
@@ -340,8 +349,12 @@ static void replicated(struct coord *c, unsigned j, const struct coord_status *s
     broadcast(c, COORD_DURABLE, &m, sizeof(m));
 }
 
-/* Takes a JOIN from the connection @fd; returns the node it is, or -1 (the connection then is closed). */
-static int join(struct coord *c, int fd, const void *msg, size_t len)
+/*
+ * Takes a JOIN from the connection @fd, which is node @self already or -1
+ * when new; returns the node it is, or -1 after telling it why not (the
+ * caller then closes the connection: a node's is still in c->nodes).
+ */
+static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
 {
     const struct coord_join *jn = msg;
     char why[256] = "";
@@ -353,6 +366,8 @@ static int join(struct coord *c, int fd, const void *msg, size_t len)
                  jn->node, jn->nnodes, jn->nproc, jn->replicas, c->n, c->nproc, c->replicas);
     else if (jn->node >= c->n)
         snprintf(why, sizeof(why), "node rank %u is not below %u", jn->node, c->n);
+    else if (self >= 0 && jn->node != (unsigned)self)
+        snprintf(why, sizeof(why), "node %d joins again as node %u", self, jn->node);
     else if (strncmp(jn->job, c->opt->job_name, sizeof(jn->job)) != 0)
         snprintf(why, sizeof(why), "node %u belongs to job '%.64s', not '%s'", jn->node, jn->job, c->opt->job_name);
     else if (c->nodes[jn->node].fd >= 0 && c->nodes[jn->node].fd != fd)
@@ -363,15 +378,12 @@ static int join(struct coord *c, int fd, const void *msg, size_t len)
         ckpt_log(CKPT_WARN, "refused a node: %s", why);
         struct coord_status st = { .status = 2 };
         ckpt_wire_send(fd, COORD_FINISH, &st, sizeof(st), why, strlen(why));
-        close(fd);
         return -1;
     }
     struct node *nd = &c->nodes[jn->node];
     struct ckpt_held *h = malloc(jn->nheld ? jn->nheld * sizeof(*h) : 1);
-    if (!h) {
-        close(fd);
+    if (!h)
         return -1;
-    }
     memcpy(h, jn + 1, jn->nheld * sizeof(*h));
     free(nd->held);
     nd->held = h;
@@ -398,7 +410,8 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
 
     switch (type) {
     case COORD_JOIN:
-        join(c, nd->fd, msg, len);
+        if (join(c, nd->fd, (int)j, msg, len) < 0)
+            drop(c, j, "its JOIN was refused");
         return;
     case COORD_HEARTBEAT:
         return;
@@ -414,7 +427,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         for (unsigned i = 0; i < c->n; i++) {
             if (c->nodes[i].fetch_status < 0) {
                 ckpt_log(CKPT_WARN, "node %u could not send the copies asked of it (%s): its replicas of iteration "
-                         "%llu are not used", i, strerror(-c->nodes[i].fetch_status),
+                         "%llu are not used", i, status_text(c->nodes[i].fetch_status),
                          (unsigned long long)c->restore);
                 forget_replicas(&c->nodes[i], c->restore);
                 failed = true;
@@ -458,7 +471,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
             replicated(c, j, st);
         return;
     case COORD_FAILED:
-        if (len != sizeof(*st))
+        if (len != sizeof(*st) || st->status <= -NSIG)
             return;
         if (st->status < 0 && !c->user_signal) {
             c->user_signal = -st->status;
@@ -497,89 +510,92 @@ static void take_pending(struct coord *c, int i)
     size_t len;
 
     c->pending[i] = c->pending[--c->npending];
-    if (ckpt_wire_recv(fd, 1000, &type, &msg, &len) < 0 || type != COORD_JOIN) {
+    if (ckpt_wire_recv(fd, 1000, &type, &msg, &len) < 0 || type != COORD_JOIN || join(c, fd, -1, msg, len) < 0)
         close(fd);
-        free(msg);
-        return;
-    }
-    join(c, fd, msg, len);
     free(msg);
+}
+
+/*
+ * One turn of the coordinator's loop: waits up to @timeout_ms for a
+ * connection or a message, takes what came, and keeps the heartbeats, the
+ * timeouts and the gathering going.  Returns false when told to stop.
+ */
+bool coord_turn(struct coord *c, int timeout_ms)
+{
+    struct pollfd *pfd = c->pfd;
+    unsigned n = c->n;
+    int k = 0;
+
+    pfd[k++] = (struct pollfd){ .fd = c->stop[0], .events = POLLIN };
+    pfd[k++] = (struct pollfd){ .fd = c->lfd, .events = POLLIN };
+    for (int i = 0; i < c->npending; i++)
+        pfd[k++] = (struct pollfd){ .fd = c->pending[i], .events = POLLIN };
+    for (unsigned j = 0; j < n; j++)
+        pfd[k++] = (struct pollfd){ .fd = c->nodes[j].fd, .events = POLLIN };
+    if (poll(pfd, k, timeout_ms) < 0 && errno != EINTR)
+        return false;
+    if (pfd[0].revents)
+        return false;
+    double now = now_s();
+    if (pfd[1].revents && c->npending < MAX_PENDING) {
+        int fd, rc = ckpt_wire_accept(c->lfd, &fd);
+        if (rc == 0)
+            c->pending[c->npending++] = fd;
+        else if (rc == -EACCES)
+            ckpt_log(CKPT_WARN, "refused a connection that did not authenticate with this job's key "
+                     "(CKPT_JOB_KEY)");
+    }
+    for (int i = c->npending - 1; i >= 0; i--)
+        if (pfd[2 + i].revents)
+            take_pending(c, i);
+    for (unsigned j = 0; j < n; j++) {
+        struct node *nd = &c->nodes[j];
+        struct pollfd *p = &pfd[k - n + j];
+        if (nd->fd >= 0 && p->fd == nd->fd && p->revents) {
+            uint16_t type;
+            void *msg = NULL;
+            size_t len;
+            int rc = ckpt_wire_recv(nd->fd, 1000, &type, &msg, &len);
+            if (rc < 0) {
+                drop(c, j, rc == -ECONNRESET ? "its agent closed the connection" : strerror(-rc));
+            } else {
+                nd->heard = now;
+                take(c, j, type, msg, len);
+            }
+            free(msg);
+        }
+        if (nd->fd >= 0 && now - nd->heard > c->timeout_s)
+            drop(c, j, "not heard from in time");
+        if (nd->fd >= 0 && now - nd->sent >= HEARTBEAT_S)
+            send_to(c, j, COORD_HEARTBEAT, NULL, 0, NULL, 0);
+        if (nd->fd < 0 && (c->phase == RUN || c->phase == FETCH)) {
+            char why[64];
+            snprintf(why, sizeof(why), "node %u was lost", j);
+            if (!c->exit_code)
+                c->exit_code = 1;
+            stop_all(c, why);
+        }
+    }
+    if (c->phase == GATHER)
+        gathered(c);
+    return true;
 }
 
 static void *run(void *arg)
 {
     struct coord *c = arg;
-    unsigned n = c->n;
-    struct pollfd *pfd = calloc(2 + MAX_PENDING + n, sizeof(*pfd));
-    if (!pfd)
-        return NULL;
-
-    for (;;) {
-        int k = 0;
-        pfd[k++] = (struct pollfd){ .fd = c->stop[0], .events = POLLIN };
-        pfd[k++] = (struct pollfd){ .fd = c->lfd, .events = POLLIN };
-        for (int i = 0; i < c->npending; i++)
-            pfd[k++] = (struct pollfd){ .fd = c->pending[i], .events = POLLIN };
-        for (unsigned j = 0; j < n; j++)
-            pfd[k++] = (struct pollfd){ .fd = c->nodes[j].fd, .events = POLLIN };
-        if (poll(pfd, k, 250) < 0 && errno != EINTR)
-            break;
-        if (pfd[0].revents)
-            break;
-        double now = now_s();
-        if (pfd[1].revents && c->npending < MAX_PENDING) {
-            int fd, rc = ckpt_wire_accept(c->lfd, &fd);
-            if (rc == 0)
-                c->pending[c->npending++] = fd;
-            else if (rc == -EACCES)
-                ckpt_log(CKPT_WARN, "refused a connection that did not authenticate with this job's key "
-                         "(CKPT_JOB_KEY)");
-        }
-        for (int i = c->npending - 1; i >= 0; i--)
-            if (pfd[2 + i].revents)
-                take_pending(c, i);
-        for (unsigned j = 0; j < n; j++) {
-            struct node *nd = &c->nodes[j];
-            struct pollfd *p = &pfd[k - n + j];
-            if (nd->fd >= 0 && p->fd == nd->fd && p->revents) {
-                uint16_t type;
-                void *msg = NULL;
-                size_t len;
-                int rc = ckpt_wire_recv(nd->fd, 1000, &type, &msg, &len);
-                if (rc < 0) {
-                    drop(c, j, rc == -ECONNRESET ? "its agent closed the connection" : strerror(-rc));
-                } else {
-                    nd->heard = now;
-                    take(c, j, type, msg, len);
-                }
-                free(msg);
-            }
-            if (nd->fd >= 0 && now - nd->heard > c->timeout_s)
-                drop(c, j, "not heard from in time");
-            if (nd->fd >= 0 && now - nd->sent >= HEARTBEAT_S)
-                send_to(c, j, COORD_HEARTBEAT, NULL, 0, NULL, 0);
-            if (nd->fd < 0 && (c->phase == RUN || c->phase == FETCH)) {
-                char why[64];
-                snprintf(why, sizeof(why), "node %u was lost", j);
-                if (!c->exit_code)
-                    c->exit_code = 1;
-                stop_all(c, why);
-            }
-        }
-        if (c->phase == GATHER)
-            gathered(c);
-    }
-    free(pfd);
+    while (coord_turn(c, 250))
+        ;
     return NULL;
 }
 
 /*
- * Listens on CKPT_COORD and starts the coordinator thread.  The caller
- * calls coord_stop() whatever this returns.
+ * Listens on CKPT_COORD; nothing runs until coord_turn() is called.  The
+ * caller calls coord_stop() whatever this returns.
  */
-int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port)
+int coord_open(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port)
 {
-    char bound[128], why[256];
+    char why[256];
     struct coord *c = calloc(1, sizeof(*c));
 
     *out = c;
@@ -592,13 +608,14 @@ int coord_start(struct coord **out, const struct options *opt, const char *maste
     c->replicas = (unsigned)ckpt_cfg_int(CFG_REPLICAS);
     c->timeout_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
     c->nodes = calloc(c->n, sizeof(*c->nodes));
-    if (!c->nodes)
+    c->pfd = calloc(2 + MAX_PENDING + c->n, sizeof(*c->pfd));
+    if (!c->nodes || !c->pfd)
         return -ENOMEM;
     for (unsigned j = 0; j < c->n; j++)
         c->nodes[j].fd = -1;
     snprintf(c->master_addr, sizeof(c->master_addr), "%s", master_addr);
     snprintf(c->master_port, sizeof(c->master_port), "%s", master_port);
-    int rc = ckpt_wire_listen(opt->coord, &c->lfd, bound, sizeof(bound), why, sizeof(why));
+    int rc = ckpt_wire_listen(opt->coord, &c->lfd, c->bound, sizeof(c->bound), why, sizeof(why));
     if (rc < 0) {
         ckpt_log(CKPT_ERROR, "cannot listen for the other nodes: %s (CKPT_COORD)", why);
         return rc;
@@ -606,11 +623,26 @@ int coord_start(struct coord **out, const struct options *opt, const char *maste
     if (pipe2(c->stop, O_CLOEXEC) < 0)
         return -errno;
     ckpt_log(CKPT_INFO, "coordinating %u nodes x %d rank%s on %s", c->n, opt->nproc, opt->nproc == 1 ? "" : "s",
-             bound);
+             c->bound);
     c->gather_since = now_s();
-    if ((rc = pthread_create(&c->thread, NULL, run, c)) != 0)
+    return 0;
+}
+
+/* The address the coordinator listens on, as "HOST:PORT". */
+const char *coord_address(const struct coord *c)
+{
+    return c->bound;
+}
+
+/* Opens the coordinator and starts its thread.  The caller calls coord_stop() whatever this returns. */
+int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port)
+{
+    int rc = coord_open(out, opt, master_addr, master_port);
+    if (rc < 0)
+        return rc;
+    if ((rc = pthread_create(&(*out)->thread, NULL, run, *out)) != 0)
         return -rc;
-    c->started = true;
+    (*out)->started = true;
     return 0;
 }
 
@@ -634,5 +666,6 @@ void coord_stop(struct coord *c)
         free(c->nodes[j].held);
     }
     free(c->nodes);
+    free(c->pfd);
     free(c);
 }

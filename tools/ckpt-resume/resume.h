@@ -200,9 +200,13 @@ void member_events(struct job *job, const struct pollfd *pfd);
 void member_tick(struct job *job);
 void member_failed(struct job *job);
 
-/* coord.c: node 0's coordinator thread */
+/* coord.c: node 0's coordinator thread (coord_open and coord_turn: the same
+ * without the thread, for a caller that turns its loop itself) */
 struct coord;
 int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
+int coord_open(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
+bool coord_turn(struct coord *c, int timeout_ms);
+const char *coord_address(const struct coord *c);
 void coord_stop(struct coord *c);
 
 /* replicate.c */
