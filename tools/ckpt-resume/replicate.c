@@ -520,8 +520,8 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, int wa
         return 0;
     }
     r->rx_started = true;
-    ckpt_log(CKPT_DEBUG, "taking replicas on %s (provider %s) into %s", r->addr, ckpt_fab_provider(r->rx_fab),
-             r->peers);
+    ckpt_log(CKPT_DEBUG, "taking replicas on %s (provider %s, %s) into %s", r->addr, ckpt_fab_provider(r->rx_fab),
+             ckpt_fab_data(r->rx_fab) == CKPT_FAB_DATA_TAGGED ? "tagged messages" : "RMA writes", r->peers);
     return 0;
 }
 
