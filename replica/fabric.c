@@ -669,13 +669,13 @@ size_t ckpt_fab_arrivals(struct ckpt_fab *f, struct ckpt_fab_arrival *out, size_
 
 int ckpt_fab_cancel(struct ckpt_fab *f, int timeout_ms)
 {
-    unsigned char posted[WINDOW] = {0};
+    unsigned char unused[WINDOW] = {0};
     long long deadline = now_ms() + timeout_ms;
 
     for (unsigned i = 0; i < f->nrfree; i++)
-        posted[f->rfree[i]] = 1; /* free, in fact */
+        unused[f->rfree[i]] = 1;
     for (unsigned i = 0; i < f->rwindow; i++)
-        if (!posted[i])
+        if (!unused[i])
             fi_cancel(&f->ep->fid, &f->rctx[i]); /* -FI_ENOENT: it completed, and says so */
     while (f->nrfree < f->rwindow) {
         int rc = reap(f, 0);
