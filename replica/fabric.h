@@ -71,9 +71,10 @@ void ckpt_fab_region_key(const struct ckpt_fab_region *r, uint8_t key[CKPT_FAB_K
 /* Queues an RMA write of len bytes at src + off to offset roff of the
  * peer's region named by key, split into pieces the provider accepts; it
  * blocks only while the window of writes in flight is full.  src must stay
- * unchanged until ckpt_fab_drain.  Returns 0, -ERANGE when the write does
- * not fit either region, or the first error of a write that failed (then
- * the endpoint refuses further writes). */
+ * unchanged until ckpt_fab_drain.  Returns 0, -EOPNOTSUPP on an endpoint
+ * for tagged messages, -ERANGE when the write does not fit either region,
+ * or the first error of a write that failed (then the endpoint refuses
+ * further writes). */
 int ckpt_fab_write(struct ckpt_fab *f, uint64_t peer, struct ckpt_fab_region *src, size_t off, size_t len,
                    const uint8_t key[CKPT_FAB_KEY_BYTES], uint64_t roff);
 

@@ -181,8 +181,9 @@ static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src,
         }
         for (uint64_t n; off < end && !status; off += n) {
             n = end - off < CKPT_REPLICA_PIECE ? end - off : CKPT_REPLICA_PIECE;
-            status = r->tagged ? ckpt_fab_send(r->f, peer, src, h->data_offset + off, n, r->tag | r->written)
-                               : ckpt_fab_write(r->f, peer, src, h->data_offset + off, n, acc->key, acc->data_roff + off);
+            uint64_t from = h->data_offset + off;
+            status = r->tagged ? ckpt_fab_send(r->f, peer, src, from, n, r->tag | r->written)
+                               : ckpt_fab_write(r->f, peer, src, from, n, acc->key, acc->data_roff + off);
             if (status < 0) {
                 st->fabric_failed = 1;
                 snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
