@@ -12,7 +12,8 @@
 # the sender's DONE (a scripted sender speaks the control protocol for
 # that).  The five cases before it run again with the bytes sent as tagged
 # messages (CKPT_FABRIC_DATA=tagged), and two ends that send otherwise are
-# refused naming that variable.  Skipped where no libfabric provider with
+# refused naming that variable; with tagged messages, a piece that never
+# came fails the round after DONE, naming it, and PROGRESS is refused.  Skipped where no libfabric provider with
 # RMA is found on 127.0.0.1.
 
 setup() {
@@ -90,7 +91,9 @@ replica_of() { # DIR JOB GENERATION [RANK]
 # number of chunks asked for, or "result STATUS REASON"), "progress UPTO"
 # (data bytes),
 # "done", "result" (prints "result STATUS REASON" for a message that
-# arrives within 3 s, else "silent").
+# arrives within 3 s, else "silent"), "verdict" (the same, within 30 s).
+# It hands the receiver its own HELLO back, so it takes the receiver's
+# data path, whichever.
 fake_sender() {
     python3 - "$PORT" "$@" <<'PY'
 import socket, struct, sys
@@ -135,8 +138,8 @@ for step in sys.argv[2:]:
         send(PROGRESS, struct.pack("<Q", int(arg)))
     elif verb == "done":
         send(DONE, struct.pack("<iIQ", 0, 0, 0))
-    elif verb == "result":
-        t, p = recv(3)
+    elif verb in ("result", "verdict"):
+        t, p = recv(3 if verb == "result" else 30)
         result(p) if t == RESULT else print("silent")
     sys.stdout.flush()
 PY
@@ -335,6 +338,40 @@ sender_killed() {
     [ "$(replica_of "$D/rep" big "$(u64 "$old" 88)" | wc -l)" -eq 2 ]
     for r in $(replica_of "$D/rep" big "$(u64 "$old" 88)"); do same "$old" "$r"; done
     grep -q "generation $(u64 "$new" 88) not kept: chunk 0 (bytes 0..) checksum mismatch" "$D/serve.err"
+}
+
+@test "tagged messages: a piece that never came fails the round after DONE, naming it; PROGRESS is refused" {
+    tagged
+    CKPT_ARENA_DIR=$D/arena CKPT_JOB=big CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
+        "$BUILD/tests/progs/statewriter" --iters 3 --mib 24 >/dev/null 2>&1
+    old=$(slot big 0) new=$(slot big 1)
+    [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=$(slot big 1) new=$(slot big 0); }
+    nchunks=$(u64 "$new" 144) chunk=$(u64 "$new" 136)
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$old"
+    [ "$status" -eq 0 ]
+    # A sender that says DONE having sent nothing: the receiver's own
+    # receives say what is missing.  A PROGRESS (which this data path does
+    # not use) is refused before DONE.  The connection carries each next
+    # round.
+    run fake_sender "offer $new" "done" "verdict" \
+        "offer $old" "progress $chunk" "result" "done" \
+        "offer $old" "done" "result"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [ "${lines[0]}" = "accept $nchunks" ]
+    [ "${lines[1]}" = "result -71 the sender said it was done, but the piece at data bytes 0..1048576 never arrived" ]
+    [ "${lines[2]}" = "accept 0" ]
+    [ "${lines[3]}" = "result -71 the sender reported progress, which the tagged-message data path does not use" ]
+    [ "${lines[4]}" = "accept 0" ]
+    [ "${lines[5]}" = "result 0 " ]
+    [ -z "$(replica_of "$D/rep" big "$(u64 "$new" 88)")" ]
+    for r in $(replica_of "$D/rep" big "$(u64 "$old" 88)"); do same "$old" "$r"; done
+    # and a real sender's transfer is taken after all that
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$new"
+    [ "$status" -eq 0 ] || { echo "$output"; cat "$D/serve.err"; false; }
+    r=$(replica_of "$D/rep" big "$(u64 "$new" 88)")
+    [ -n "$r" ] && same "$new" "$r"
 }
 
 @test "refusals name the reason: an uncommitted image, another provider" {
