@@ -172,8 +172,21 @@ int ckpt_fab_open(struct ckpt_fab **out, const char *node, const char *provider,
     }
     uint64_t caps = FI_MSG | (data == CKPT_FAB_DATA_TAGGED ? FI_TAGGED : FI_RMA);
     int rc = lookup(node, provider, caps, &list);
-    if (rc == -FI_ENODATA && data == CKPT_FAB_DATA_AUTO) /* RMA where offered, else tagged messages */
-        rc = lookup(node, provider, caps = FI_MSG | FI_TAGGED, &list);
+    struct fi_info *tagged = NULL;
+    /* auto: the provider that would be taken either way, with RMA where it
+     * offers it; one without RMA is not passed over for a lesser one with. */
+    if (data == CKPT_FAB_DATA_AUTO && (rc == 0 || rc == -FI_ENODATA) &&
+        lookup(node, provider, FI_MSG | FI_TAGGED, &tagged) == 0) {
+        struct fi_info *r = rc ? NULL : choose(list, named), *t = choose(tagged, named);
+        if (t && (!r || (!named && preference(t) < preference(r)))) {
+            fi_freeinfo(list);
+            list = tagged;
+            tagged = NULL;
+            caps = FI_MSG | FI_TAGGED;
+            rc = 0;
+        }
+        fi_freeinfo(tagged);
+    }
     if (rc == -FI_ENODATA)
         return unfit(node, provider, data, why, whylen);
     if (rc) {
