@@ -5,7 +5,8 @@
  * (fabric.h) for the bytes.  Agent code, never linked into libckpt.so.
  *
  *   sender                                   receiver
- *   HELLO {provider, endpoint name}   <-->   HELLO {provider, endpoint name}
+ *   HELLO {provider, data path,       <-->   HELLO {provider, data path,
+ *          endpoint name}                           endpoint name}
  *   OFFER {the image's header region} --->   checks it, picks a slot, looks
  *                                            up every chunk sum it holds
  *                                     <---   ACCEPT {region key, data offset,
@@ -24,6 +25,14 @@
  * every round has one DONE and one RESULT.  After HELLO, a connection
  * carries any number of OFFER..RESULT rounds, one at a time.  All payloads
  * are little-endian, laid out as the structs below.
+ *
+ * With tagged messages instead of RMA writes (a provider without FI_RMA,
+ * or CKPT_FABRIC_DATA=tagged on both ends), the receiver posts a receive
+ * per piece before it sends ACCEPT, whose key then carries the round's tag
+ * (inbound.h), the sender sends each piece (CKPT_REPLICA_PIECE bytes of a
+ * chunk asked for, in order) tagged tag | its index in the round, and
+ * sends no PROGRESS: a piece is in place when its receive completes, which
+ * the receiver sees itself.  DONE, RESULT and refusals are the same.
  *
  * What the receiver relies on: PROGRESS {upto} and DONE mean that the
  * writes of those bytes completed with FI_DELIVERY_COMPLETE (they are in
@@ -51,16 +60,24 @@ enum ckpt_replica_msg {
     CKPT_MSG_PROGRESS,  /* ckpt_msg_progress (wire version 2) */
 };
 
+/* The pieces the bytes of a chunk travel in (and are reported and
+ * verified by): still in the receiver's caches when it verifies them. */
+#define CKPT_REPLICA_PIECE (1u << 20)
+
+/* HELLO's data: how the bytes travel.  0 is what a peer that knows RMA
+ * writes only sends (the field was reserved, 0). */
+enum ckpt_hello_data { CKPT_HELLO_RMA = 0, CKPT_HELLO_TAGGED = 1 };
+
 struct ckpt_msg_hello {
     char provider[CKPT_FAB_PROVIDER_MAX]; /* NUL-terminated; both ends must agree */
     uint32_t name_len;
-    uint32_t reserved;
+    uint32_t data;                        /* enum ckpt_hello_data; both ends must agree */
 };
 
 struct ckpt_msg_accept {
     uint64_t data_roff;                   /* the data area's offset in the region */
     uint64_t need;                        /* chunks to send (bits set) */
-    uint8_t key[CKPT_FAB_KEY_BYTES];      /* the target region */
+    uint8_t key[CKPT_FAB_KEY_BYTES];      /* the target region; tagged: le64 tag, then 0 */
 };
 
 struct ckpt_msg_done {
@@ -104,9 +121,10 @@ struct ckpt_replica_stats {
                                              (the endpoint may keep a broken connection) */
 };
 
-/* Both ends, first: exchanges provider and endpoint names over ctl and
- * makes the peer addressable.  Returns 0 with *peer set, or -errno with
- * why (-EPROTONOSUPPORT when the two ends use different providers). */
+/* Both ends, first: exchanges provider, data path and endpoint names over
+ * ctl and makes the peer addressable.  Returns 0 with *peer set, or -errno
+ * with why (-EPROTONOSUPPORT when the two ends use different providers or
+ * data paths: why names CKPT_FABRIC_PROVIDER or CKPT_FABRIC_DATA). */
 int ckpt_replica_hello(struct ckpt_fab *f, int ctl, uint64_t *peer, char *why, size_t whylen);
 
 /* Called before each chunk that must travel, with the bytes written so

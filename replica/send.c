@@ -1,8 +1,10 @@
 /*
  * The sending end of replica.h, and the HELLO both ends start with.  The
  * sender trusts the receiver for nothing but the bitmap of chunks to send
- * and the region to write them to, which the fabric bounds; it reads the
- * image only, never writes it.
+ * and the region to write them to (or the tag to send them with), which
+ * the fabric bounds; it reads the image only, never writes it.  RMA writes
+ * and tagged sends go piece for piece the same way: same order, window
+ * and completion counting; only PROGRESS is left out with tagged sends.
  */
 #include <errno.h>
 #include <poll.h>
@@ -17,8 +19,12 @@
 
 #define REPLY_MS (300 * 1000) /* a slow receiver may still verify a whole image after DONE */
 #define DRAIN_MS 30000        /* the most a write in flight may take to complete */
-#define REPORT_BYTES (1u << 20) /* delivery is reported by such pieces: still in the
-                                   receiver's cache when it verifies them */
+
+static const char *data_name(uint32_t data)
+{
+    return data == CKPT_HELLO_RMA ? "RMA writes (rma)" : data == CKPT_HELLO_TAGGED ? "tagged messages (tagged)"
+                                                                                   : "an unknown data path";
+}
 
 int ckpt_replica_hello(struct ckpt_fab *f, int ctl, uint64_t *peer, char *why, size_t whylen)
 {
@@ -29,6 +35,7 @@ int ckpt_replica_hello(struct ckpt_fab *f, int ctl, uint64_t *peer, char *why, s
     void *msg;
 
     snprintf(me.provider, sizeof(me.provider), "%s", ckpt_fab_provider(f));
+    me.data = ckpt_fab_data(f) == CKPT_FAB_DATA_TAGGED ? CKPT_HELLO_TAGGED : CKPT_HELLO_RMA;
     int rc = ckpt_fab_name(f, name, &name_len);
     if (rc < 0) {
         snprintf(why, whylen, "%s", ckpt_fab_error(f));
@@ -49,6 +56,11 @@ int ckpt_replica_hello(struct ckpt_fab *f, int ctl, uint64_t *peer, char *why, s
         snprintf(why, whylen,
                  "the peer uses libfabric provider %s, this end %s: set CKPT_FABRIC_PROVIDER alike on both",
                  peer_hello->provider, me.provider);
+        rc = -EPROTONOSUPPORT;
+    } else if (peer_hello->data != me.data) {
+        snprintf(why, whylen,
+                 "the peer sends replicas as %s, this end as %s: set CKPT_FABRIC_DATA alike on both (rma or tagged)",
+                 data_name(peer_hello->data), data_name(me.data));
         rc = -EPROTONOSUPPORT;
     } else if ((rc = ckpt_fab_peer(f, peer_hello + 1, peer_hello->name_len, peer)) < 0) {
         snprintf(why, whylen, "%s", ckpt_fab_error(f));
@@ -86,6 +98,8 @@ struct round {
     int ctl;
     const struct ckpt_header *h;
     const uint8_t *need;
+    uint64_t tag;                         /* tagged sends: the round's (ACCEPT); else RMA writes */
+    int tagged;
     struct piece {
         uint64_t end;                     /* where it ends in the data area */
         uint64_t ticket;                  /* ckpt_fab_queued() after its write: it is
@@ -105,6 +119,8 @@ static int needed(const uint8_t *need, uint64_t c)
  * in its caches).  Returns 0 or -errno. */
 static int report(struct round *r)
 {
+    if (r->tagged) /* the receiver sees its receives complete */
+        return 0;
     uint64_t done = ckpt_fab_completed(r->f);
     while (r->reported < r->written && r->pieces[r->reported].ticket <= done)
         r->reported++;
@@ -164,8 +180,10 @@ static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src,
             break;
         }
         for (uint64_t n; off < end && !status; off += n) {
-            n = end - off < REPORT_BYTES ? end - off : REPORT_BYTES;
-            status = ckpt_fab_write(r->f, peer, src, h->data_offset + off, n, acc->key, acc->data_roff + off);
+            n = end - off < CKPT_REPLICA_PIECE ? end - off : CKPT_REPLICA_PIECE;
+            uint64_t from = h->data_offset + off;
+            status = r->tagged ? ckpt_fab_send(r->f, peer, src, from, n, r->tag | r->written)
+                               : ckpt_fab_write(r->f, peer, src, from, n, acc->key, acc->data_roff + off);
             if (status < 0) {
                 st->fabric_failed = 1;
                 snprintf(st->why, sizeof(st->why), "%s", ckpt_fab_error(r->f));
@@ -232,9 +250,17 @@ int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *im
         goto out;
     }
     memcpy(&acc, msg, sizeof(acc));
-    uint64_t per_chunk = (h.chunk_bytes + REPORT_BYTES - 1) / REPORT_BYTES;
+    uint64_t per_chunk = (h.chunk_bytes + CKPT_REPLICA_PIECE - 1) / CKPT_REPLICA_PIECE;
     struct round r = {.f = f, .ctl = ctl, .h = &h, .need = (const uint8_t *)msg + sizeof(acc),
+                      .tagged = ckpt_fab_data(f) == CKPT_FAB_DATA_TAGGED,
                       .pieces = calloc(h.nchunks * per_chunk + 1, sizeof(struct piece))};
+    memcpy(&r.tag, acc.key, sizeof(r.tag));
+    if (r.tagged && (r.tag & 0xffffffffu || h.nchunks * per_chunk >= 1ull << 32)) {
+        free(r.pieces);
+        snprintf(st->why, sizeof(st->why), "the receiver's accept is malformed (its tag)");
+        rc = -EPROTO;
+        goto out;
+    }
     if (!r.pieces) {
         rc = -ENOMEM;
         goto out;

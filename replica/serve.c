@@ -3,12 +3,13 @@
  * the sender writes (tcp's progress is manual: bytes land only while the
  * target drives its endpoint), copies the chunks it already held in the
  * meantime, and has a verifier thread check each chunk as soon as it is in
- * place (the sender's PROGRESS), so that little is left to check after
- * DONE; the first bad chunk refuses the replica at once.  It commits only
- * what verified.  Whatever the sender says or
- * does, a replica is committed only when every chunk matches the sums of
- * the header it offered, and the rank's newest replica is never the slot
- * written to.
+ * place (the sender's PROGRESS with RMA writes, its own receives'
+ * completions with tagged messages: inbound.c), so that little is left to
+ * check after DONE; the first bad chunk refuses the replica at once.
+ * Whatever the sender says or does, a replica is committed only when every
+ * chunk matches the sums of the header it offered, the rank's newest
+ * replica is never the slot written to, and no receive stays posted into a
+ * slot after its round.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,9 +17,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "inbound.h"
 #include "replica.h"
 #include "verifier.h"
 #include "wire.h"
+
+#define SETTLE_S 10      /* after DONE, the most the last receives' completions may take to be read */
+#define CANCEL_MS 10000  /* the most the provider may take to give back cancelled receives */
 
 static double now_s(void)
 {
@@ -39,10 +44,12 @@ struct round {
     int ctl;
     struct ckpt_store_tx *tx;
     struct ckpt_verifier *v;              /* NULL: commit verifies every chunk */
+    struct ckpt_inbound *in;              /* tagged messages: the receives; NULL: RMA writes */
     struct ckpt_replica_stats *st;
     uint64_t upto;                        /* the sender's last PROGRESS (data bytes) */
     int done;                             /* DONE came, into msg */
     int refused;                          /* RESULT went before DONE */
+    int lost;                             /* tagged: -errno when pieces are missing after DONE */
     struct ckpt_msg_done msg;
 };
 
@@ -65,6 +72,11 @@ static int progress(struct round *r, uint64_t upto)
 {
     if (r->refused)
         return 0;
+    if (r->in) {
+        snprintf(r->st->why, sizeof(r->st->why),
+                 "the sender reported progress, which the tagged-message data path does not use");
+        return refuse(r, -EPROTO);
+    }
     if (upto < r->upto || upto > r->tx->h.data_bytes) {
         snprintf(r->st->why, sizeof(r->st->why),
                  "the sender's progress is inconsistent: byte %llu after %llu, of %llu bytes",
@@ -74,6 +86,31 @@ static int progress(struct round *r, uint64_t upto)
     if (r->v)
         ckpt_verifier_landed(r->v, upto);
     r->upto = upto;
+    return 0;
+}
+
+/* Tagged messages: takes the receives that completed, tells the verifier
+ * how far the bytes are in place, and refuses at the first bad piece.
+ * Returns 0 or -errno (the connection is lost). */
+static int arrived(struct round *r)
+{
+    uint64_t upto;
+    char why[sizeof(r->st->why)];
+    int rc = ckpt_inbound_poll(r->in, &upto, why, sizeof(why));
+
+    if (r->refused || r->lost)
+        return 0;
+    if (rc < 0 && r->done) { /* answered by finish */
+        snprintf(r->st->why, sizeof(r->st->why), "%s", why);
+        r->lost = rc;
+        return 0;
+    }
+    if (rc < 0) {
+        snprintf(r->st->why, sizeof(r->st->why), "%s", why);
+        return refuse(r, rc);
+    }
+    if (r->v)
+        ckpt_verifier_landed(r->v, upto);
     return 0;
 }
 
@@ -97,8 +134,30 @@ static int step(struct round *r, int ms)
             rc = -EPROTO;
         free(msg);
     }
+    if (rc == 0 && r->in)
+        rc = arrived(r);
     if (rc == 0 && !r->refused && r->v && ckpt_verifier_failed(r->v, r->st->why, sizeof(r->st->why)) < 0)
         rc = refuse(r, -EBADMSG);
+    return rc;
+}
+
+/* Tagged messages, after DONE: the sender's sends all completed, so every
+ * piece's receive completed too; those not read yet are read now.  A
+ * missing piece fails the round (r->lost).  Returns 0 or -errno. */
+static int settle(struct round *r)
+{
+    double until = now_s() + SETTLE_S;
+    int rc = 0;
+    if (!r->in || r->refused || r->msg.status < 0)
+        return 0;
+    while (!rc && !r->lost && !ckpt_inbound_complete(r->in, r->st->why, sizeof(r->st->why))) {
+        if (now_s() > until) {
+            r->lost = -EPROTO;
+            return 0;
+        }
+        if ((rc = ckpt_fab_wait(r->f, -1, 100)) == 0)
+            rc = arrived(r);
+    }
     return rc;
 }
 
@@ -112,14 +171,19 @@ static int finish(struct ckpt_store *store, struct round *r)
 
     st->bytes_sent = r->msg.bytes;
     if (r->v) {
-        ckpt_verifier_landed(r->v, r->tx->h.data_bytes);
-        rc = ckpt_verifier_end(r->v, !r->refused && r->msg.status == 0, &st->verify_seconds, why, sizeof(why));
+        if (!r->lost)
+            ckpt_verifier_landed(r->v, r->tx->h.data_bytes);
+        rc = ckpt_verifier_end(r->v, !r->refused && !r->lost && r->msg.status == 0, &st->verify_seconds, why,
+                               sizeof(why));
     }
     if (r->refused) { /* answered already */
         ckpt_store_abort(r->tx);
         return 0;
     }
-    if (r->msg.status < 0) {
+    if (r->lost && r->msg.status == 0) { /* st->why says which piece */
+        ckpt_store_abort(r->tx);
+        st->status = r->lost;
+    } else if (r->msg.status < 0) {
         ckpt_store_abort(r->tx);
         st->status = -ECANCELED;
         snprintf(st->why, sizeof(st->why), "the sender stopped: %s", strerror(-r->msg.status));
@@ -161,10 +225,21 @@ static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const 
     st->data_bytes = tx.h.data_bytes;
 
     struct round r = {.f = f, .ctl = ctl, .tx = &tx, .st = st};
-    if (ckpt_verifier_start(&r.v, store, &tx) < 0)
-        r.v = NULL;
     struct ckpt_msg_accept acc = {.data_roff = tx.data_roff, .need = tx.nneed};
     memcpy(acc.key, tx.key, sizeof(acc.key));
+    if (ckpt_fab_data(f) == CKPT_FAB_DATA_TAGGED) {
+        /* The receives are posted before the sender hears it may send. */
+        uint64_t tag = ckpt_fab_round_tag(f);
+        if ((rc = ckpt_inbound_start(&r.in, f, &tx, CKPT_REPLICA_PIECE, tag, st->why, sizeof(st->why))) < 0) {
+            ckpt_store_abort(&tx);
+            st->status = rc;
+            return send_result(ctl, st);
+        }
+        memset(acc.key, 0, sizeof(acc.key));
+        memcpy(acc.key, &tag, sizeof(tag));
+    }
+    if (ckpt_verifier_start(&r.v, store, &tx) < 0)
+        r.v = NULL;
     if ((rc = ckpt_wire_send(ctl, CKPT_MSG_ACCEPT, &acc, sizeof(acc), tx.need, (tx.h.nchunks + 7) / 8)) < 0)
         goto cut;
     /* The held chunks are copied (and verified) while the others travel;
@@ -183,12 +258,23 @@ static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const 
         if ((rc = step(&r, 100)) < 0)
             goto cut;
     double t0 = now_s();
+    if ((rc = settle(&r)) < 0)
+        goto cut;
+    /* No receive may stay posted into the slot: commit or not, it is
+     * trusted only as it is now, and it may be remapped. */
+    if (r.in && (rc = ckpt_inbound_end(r.in, CANCEL_MS)) < 0) {
+        r.in = NULL;
+        goto cut;
+    }
+    r.in = NULL;
     rc = finish(store, &r);
     st->tail_seconds = now_s() - t0;
     return rc;
 cut:
     if (r.v)
         ckpt_verifier_end(r.v, 0, NULL, st->why, sizeof(st->why));
+    if (r.in && ckpt_inbound_end(r.in, CANCEL_MS) < 0)
+        rc = -ETIMEDOUT; /* the connection ends; the slot stays mapped */
     ckpt_store_abort(&tx);
     st->status = rc;
     snprintf(st->why, sizeof(st->why), "the transfer was cut short: %s", strerror(-rc));

@@ -363,7 +363,7 @@ int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struc
             tx->nneed++;
         }
     }
-    if (sl->reg)
+    if ((tx->reg = sl->reg))
         ckpt_fab_region_key(sl->reg, tx->key);
     return 0;
 }

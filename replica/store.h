@@ -30,6 +30,7 @@ struct ckpt_store_tx {
     uint64_t nneed;
     uint64_t data_roff;        /* the data area's offset in the slot's region */
     uint8_t key[CKPT_FAB_KEY_BYTES];
+    struct ckpt_fab_region *reg; /* the slot's region (NULL without a fabric) */
     uint8_t *verified;         /* byte c: chunk c verified (ckpt_store_verify); owned */
 };
 

@@ -102,6 +102,16 @@ recover_from_peers() { # N P LOST
     recover_from_peers 2 2 1
 }
 
+@test "tagged messages (CKPT_FABRIC_DATA=tagged on every node), 2 nodes x 2 ranks: node 1 lost and replaced, recovered from a peer's memory, as uninterrupted" {
+    CKPT_FABRIC_DATA=tagged "$BUILD/bin/ckpt-replica" probe --node 127.0.0.1 >/dev/null 2>&1 ||
+        skip "no libfabric provider with tagged messages on 127.0.0.1"
+    export CKPT_FABRIC_DATA=tagged CKPT_LOG=debug
+    recover_from_peers 2 2 1
+    for f in "$D/err.0" "$D/err.1.new"; do
+        grep -q "^ckpt-resume: debug: taking replicas on .* (provider .*, tagged messages)" "$f" || { show; return 1; }
+    done
+}
+
 @test "node 0 (the coordinator's) lost and replaced: the others wait for it, and the job comes back from their memory, as uninterrupted" {
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     start 0 2 1

@@ -10,15 +10,18 @@
 # transfer goes on, so a chunk that does not match what the sender says
 # was delivered, or progress that contradicts itself, is refused before
 # the sender's DONE (a scripted sender speaks the control protocol for
-# that).  Skipped where no libfabric provider with RMA is found on
-# 127.0.0.1.
+# that).  The five cases before it run again with the bytes sent as tagged
+# messages (CKPT_FABRIC_DATA=tagged), and two ends that send otherwise are
+# refused naming that variable; with tagged messages, a piece that never
+# came fails the round after DONE, naming it, and PROGRESS is refused.  Skipped where no libfabric provider with
+# RMA is found on 127.0.0.1.
 
 setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
     REP=$BUILD/bin/ckpt-replica
     LIB=$BUILD/lib/libckpt.so
     [ -x "$REP" ] || { echo "missing $REP: build first" >&2; return 1; }
-    unset CKPT_FABRIC_PROVIDER LD_PRELOAD RANK WORLD_SIZE
+    unset CKPT_FABRIC_PROVIDER CKPT_FABRIC_DATA LD_PRELOAD RANK WORLD_SIZE
     D=$(mktemp -d /tmp/ckpt-replica-bats-XXXXXX)
     PIDS=()
     if ! why=$("$REP" probe --node 127.0.0.1 2>&1); then
@@ -88,7 +91,9 @@ replica_of() { # DIR JOB GENERATION [RANK]
 # number of chunks asked for, or "result STATUS REASON"), "progress UPTO"
 # (data bytes),
 # "done", "result" (prints "result STATUS REASON" for a message that
-# arrives within 3 s, else "silent").
+# arrives within 3 s, else "silent"), "verdict" (the same, within 30 s).
+# It hands the receiver its own HELLO back, so it takes the receiver's
+# data path, whichever.
 fake_sender() {
     python3 - "$PORT" "$@" <<'PY'
 import socket, struct, sys
@@ -133,18 +138,31 @@ for step in sys.argv[2:]:
         send(PROGRESS, struct.pack("<Q", int(arg)))
     elif verb == "done":
         send(DONE, struct.pack("<iIQ", 0, 0, 0))
-    elif verb == "result":
-        t, p = recv(3)
+    elif verb in ("result", "verdict"):
+        t, p = recv(3 if verb == "result" else 30)
         result(p) if t == RESULT else print("silent")
     sys.stdout.flush()
 PY
+}
+
+# tagged: this test's receivers and senders send the bytes as tagged
+# messages instead of RMA writes (CKPT_FABRIC_DATA); skipped where no
+# provider offers FI_TAGGED.
+tagged() {
+    export CKPT_FABRIC_DATA=tagged
+    local why
+    why=$("$REP" probe --node 127.0.0.1 2>&1) || skip "no libfabric provider with tagged messages on 127.0.0.1: $why"
+    [[ $why == *", data tagged" ]]
 }
 
 sent_bytes() { # the bytes a send line says went over the fabric
     sed -n 's/.* chunks, \([0-9]*\) bytes sent,.*/\1/p' <<<"$1"
 }
 
-@test "a committed slot image arrives bit-exact and verifies with image.c" {
+@test "a committed slot image arrives bit-exact and verifies with image.c" { arrives_bit_exact; }
+@test "tagged messages: a committed slot image arrives bit-exact and verifies with image.c" { tagged; arrives_bit_exact; }
+
+arrives_bit_exact() {
     image j --iters 8 --hidden 64 --layers 3
     serve "$D/rep"
     for s in 0 1; do
@@ -161,7 +179,10 @@ sent_bytes() { # the bytes a send line says went over the fabric
     [ "$("$REP" verify "$D/rep/$(id -u)-j/rank0"/slot[01] | grep -c ': ok$')" -eq 2 ]
 }
 
-@test "chunks the receiver holds do not travel again: the same image, an identical data-parallel rank" {
+@test "chunks the receiver holds do not travel again: the same image, an identical data-parallel rank" { held_chunks_stay; }
+@test "tagged messages: chunks the receiver holds do not travel again: the same image, an identical data-parallel rank" { tagged; held_chunks_stay; }
+
+held_chunks_stay() {
     image j --iters 8 --hidden 64 --layers 3
     serve "$D/rep"
     run "$REP" send --to "127.0.0.1:$PORT" --image "$(slot j 1)"
@@ -191,7 +212,10 @@ sent_bytes() { # the bytes a send line says went over the fabric
     [ "$(od -A n -t u4 -j 80 -N 4 "$r" | tr -d ' ')" -eq 1 ] # the header says rank 1
 }
 
-@test "a chunk damaged in transit is refused and the receiver keeps its previous replica" {
+@test "a chunk damaged in transit is refused and the receiver keeps its previous replica" { damaged_chunk_refused; }
+@test "tagged messages: a chunk damaged in transit is refused and the receiver keeps its previous replica" { tagged; damaged_chunk_refused; }
+
+damaged_chunk_refused() {
     image j --iters 8 --hidden 64 --layers 3
     old=$(slot j 0) new=$(slot j 1)
     [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=$(slot j 1) new=$(slot j 0); }
@@ -216,7 +240,10 @@ sent_bytes() { # the bytes a send line says went over the fabric
     [ -n "$r" ] && same "$new" "$r"
 }
 
-@test "a receiver killed in the middle of a transfer keeps its previous replica and serves again" {
+@test "a receiver killed in the middle of a transfer keeps its previous replica and serves again" { receiver_killed; }
+@test "tagged messages: a receiver killed in the middle of a transfer keeps its previous replica and serves again" { tagged; receiver_killed; }
+
+receiver_killed() {
     CKPT_ARENA_DIR=$D/arena CKPT_JOB=big CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
         "$BUILD/tests/progs/statewriter" --iters 3 --mib 48 >/dev/null 2>&1
     old=$(slot big 0) new=$(slot big 1)
@@ -244,7 +271,10 @@ sent_bytes() { # the bytes a send line says went over the fabric
     [ "$(replica_of "$D/rep" big "$(u64 "$old" 88)")" = "$r" ]
 }
 
-@test "a sender killed in the middle of a transfer leaves the previous replica, and the receiver serves on" {
+@test "a sender killed in the middle of a transfer leaves the previous replica, and the receiver serves on" { sender_killed; }
+@test "tagged messages: a sender killed in the middle of a transfer leaves the previous replica, and the receiver serves on" { tagged; sender_killed; }
+
+sender_killed() {
     CKPT_ARENA_DIR=$D/arena CKPT_JOB=big CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
         "$BUILD/tests/progs/statewriter" --iters 3 --mib 48 >/dev/null 2>&1
     old=$(slot big 0) new=$(slot big 1)
@@ -310,6 +340,40 @@ sent_bytes() { # the bytes a send line says went over the fabric
     grep -q "generation $(u64 "$new" 88) not kept: chunk 0 (bytes 0..) checksum mismatch" "$D/serve.err"
 }
 
+@test "tagged messages: a piece that never came fails the round after DONE, naming it; PROGRESS is refused" {
+    tagged
+    CKPT_ARENA_DIR=$D/arena CKPT_JOB=big CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
+        "$BUILD/tests/progs/statewriter" --iters 3 --mib 24 >/dev/null 2>&1
+    old=$(slot big 0) new=$(slot big 1)
+    [ "$(u64 "$old" 88)" -lt "$(u64 "$new" 88)" ] || { old=$(slot big 1) new=$(slot big 0); }
+    nchunks=$(u64 "$new" 144) chunk=$(u64 "$new" 136)
+    serve "$D/rep"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$old"
+    [ "$status" -eq 0 ]
+    # A sender that says DONE having sent nothing: the receiver's own
+    # receives say what is missing.  A PROGRESS (which this data path does
+    # not use) is refused before DONE.  The connection carries each next
+    # round.
+    run fake_sender "offer $new" "done" "verdict" \
+        "offer $old" "progress $chunk" "result" "done" \
+        "offer $old" "done" "result"
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [ "${lines[0]}" = "accept $nchunks" ]
+    [ "${lines[1]}" = "result -71 the sender said it was done, but the piece at data bytes 0..1048576 never arrived" ]
+    [ "${lines[2]}" = "accept 0" ]
+    [ "${lines[3]}" = "result -71 the sender reported progress, which the tagged-message data path does not use" ]
+    [ "${lines[4]}" = "accept 0" ]
+    [ "${lines[5]}" = "result 0 " ]
+    [ -z "$(replica_of "$D/rep" big "$(u64 "$new" 88)")" ]
+    for r in $(replica_of "$D/rep" big "$(u64 "$old" 88)"); do same "$old" "$r"; done
+    # and a real sender's transfer is taken after all that
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$new"
+    [ "$status" -eq 0 ] || { echo "$output"; cat "$D/serve.err"; false; }
+    r=$(replica_of "$D/rep" big "$(u64 "$new" 88)")
+    [ -n "$r" ] && same "$new" "$r"
+}
+
 @test "refusals name the reason: an uncommitted image, another provider" {
     head -c 65536 /dev/zero >"$D/blank"
     serve "$D/rep"
@@ -321,6 +385,29 @@ sent_bytes() { # the bytes a send line says went over the fabric
         [ "$status" -eq 1 ]
         [[ $output == *"the peer uses libfabric provider tcp;ofi_rxm, this end shm"* ]] || { echo "$output"; false; }
     fi
+}
+
+@test "two ends that send the bytes otherwise (CKPT_FABRIC_DATA) are refused, naming the variable" {
+    tagged
+    image j --iters 4 --hidden 64 --layers 3
+    serve "$D/rep" # tagged
+    run env CKPT_FABRIC_DATA=rma "$REP" send --to "127.0.0.1:$PORT" --image "$(slot j 0)"
+    [ "$status" -eq 1 ]
+    [[ $output == *"the peer sends replicas as tagged messages (tagged), this end as RMA writes (rma): set CKPT_FABRIC_DATA alike on both"* ]] ||
+        { echo "$output"; false; }
+    for _ in $(seq 100); do grep -q "CKPT_FABRIC_DATA" "$D/serve.err" && break; sleep 0.05; done
+    grep -q "the peer sends replicas as RMA writes (rma), this end as tagged messages (tagged): set CKPT_FABRIC_DATA alike" \
+        "$D/serve.err" || { cat "$D/serve.err"; false; }
+    [ -z "$(replica_of "$D/rep" j "$(u64 "$(slot j 0)" 88)")" ]
+    # The other way round, and the receiver serves on: the same image, sent
+    # alike, is taken.
+    CKPT_FABRIC_DATA=rma serve "$D/rep2"
+    run "$REP" send --to "127.0.0.1:$PORT" --image "$(slot j 0)"
+    [ "$status" -eq 1 ] && [[ $output == *"set CKPT_FABRIC_DATA alike on both"* ]] || { echo "$output"; false; }
+    run env CKPT_FABRIC_DATA=rma "$REP" send --to "127.0.0.1:$PORT" --image "$(slot j 0)"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    r=$(replica_of "$D/rep2" j "$(u64 "$(slot j 0)" 88)")
+    [ -n "$r" ] && same "$(slot j 0)" "$r"
 }
 
 @test "placement: GEMINI's numbers from the command line" {

@@ -15,7 +15,8 @@
  *   ckpt-replica verify SLOT...
  *   ckpt-replica probe [--node IP]
  *   ckpt-replica placement [--nodes N] [--replicas M] [--placement P]
- * serve, send, probe: [--provider P] (default CKPT_FABRIC_PROVIDER).
+ * serve, send, probe: [--provider P] (default CKPT_FABRIC_PROVIDER); the data
+ * path (RMA writes or tagged messages) is CKPT_FABRIC_DATA's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -57,7 +58,7 @@ static void usage(FILE *f)
                "       ckpt-replica verify SLOT...\n"
                "       ckpt-replica probe [--node IP] [--provider P]\n"
                "       ckpt-replica placement [--nodes N] [--replicas M] [--placement auto|group|ring|mixed]\n"
-               "defaults: CKPT_FABRIC_PROVIDER, CKPT_NNODES, CKPT_REPLICAS, CKPT_PLACEMENT\n");
+               "defaults: CKPT_FABRIC_PROVIDER, CKPT_FABRIC_DATA, CKPT_NNODES, CKPT_REPLICAS, CKPT_PLACEMENT\n");
 }
 
 static int number(const char *opt, const char *s, unsigned long long max, unsigned long long *out)
@@ -75,7 +76,7 @@ static int number(const char *opt, const char *s, unsigned long long max, unsign
 static int open_fabric(const char *node, const char *provider, struct ckpt_fab **f)
 {
     char why[512];
-    int rc = ckpt_fab_open(f, node, provider, why, sizeof(why));
+    int rc = ckpt_fab_open(f, node, provider, (int)ckpt_cfg_int(CFG_FABRIC_DATA), why, sizeof(why));
     if (rc < 0)
         ckpt_log(CKPT_ERROR, "%s", why);
     return rc;
@@ -119,7 +120,8 @@ static int serve(const struct args *a)
         ckpt_fab_close(f);
         return 1;
     }
-    printf("listening on %s, provider %s, replicas in %s\n", bound, ckpt_fab_provider(f), a->dir);
+    printf("listening on %s, provider %s, data %s, replicas in %s\n", bound, ckpt_fab_provider(f),
+           ckpt_fab_data(f) == CKPT_FAB_DATA_TAGGED ? "tagged" : "rma", a->dir);
     fflush(stdout);
     do {
         int ctl;
@@ -324,7 +326,7 @@ static int probe(const struct args *a)
     struct ckpt_fab *f;
     if (open_fabric(a->node, a->provider, &f) < 0)
         return 1;
-    printf("provider %s\n", ckpt_fab_provider(f));
+    printf("provider %s, data %s\n", ckpt_fab_provider(f), ckpt_fab_data(f) == CKPT_FAB_DATA_TAGGED ? "tagged" : "rma");
     ckpt_fab_close(f);
     return 0;
 }

@@ -389,7 +389,8 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
             src = NULL;
         }
         if (!r->tx_fab &&
-            (rc = ckpt_fab_open(&r->tx_fab, r->ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER), why, whylen)) < 0) {
+            (rc = ckpt_fab_open(&r->tx_fab, r->ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER),
+                                                (int)ckpt_cfg_int(CFG_FABRIC_DATA), why, whylen)) < 0) {
             r->tx_fab = NULL;
             goto out;
         }
@@ -494,7 +495,8 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, int wa
     snprintf(r->peers, sizeof(r->peers), "%s/%s", opt->arena_root, CKPT_PEERS_SUBDIR);
     snprintf(hostport, sizeof(hostport), strchr(ip, ':') ? "[%s]:0" : "%s:0", ip);
     int rc = ckpt_wire_listen(hostport, &r->lfd, r->addr, sizeof(r->addr), why, sizeof(why));
-    if (rc == 0 && (rc = ckpt_fab_open(&r->rx_fab, ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER), why, sizeof(why))) < 0)
+    if (rc == 0 && (rc = ckpt_fab_open(&r->rx_fab, ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER),
+                                                (int)ckpt_cfg_int(CFG_FABRIC_DATA), why, sizeof(why))) < 0)
         r->rx_fab = NULL;
     if (rc == 0 && mkdir(opt->arena_root, 0700) < 0 && errno != EEXIST)
         rc = -errno, snprintf(why, sizeof(why), "cannot create %s: %s", opt->arena_root, strerror(errno));
@@ -518,8 +520,8 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, int wa
         return 0;
     }
     r->rx_started = true;
-    ckpt_log(CKPT_DEBUG, "taking replicas on %s (provider %s) into %s", r->addr, ckpt_fab_provider(r->rx_fab),
-             r->peers);
+    ckpt_log(CKPT_DEBUG, "taking replicas on %s (provider %s, %s) into %s", r->addr, ckpt_fab_provider(r->rx_fab),
+             ckpt_fab_data(r->rx_fab) == CKPT_FAB_DATA_TAGGED ? "tagged messages" : "RMA writes", r->peers);
     return 0;
 }
 
