@@ -27,6 +27,7 @@
 
 #define HEARTBEAT_S 1.0
 #define MAX_PENDING 64
+#define HELD_MAX 1024 /* copies a JOIN may list per rank of the job: 2 slots, 2 replicas, CKPT_PERSIST_KEEP (<= 1000) generations */
 
 enum phase {
     GATHER,                 /* waiting for every node to join */
@@ -361,6 +362,9 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
 
     if (len < sizeof(*jn) || len != sizeof(*jn) + (size_t)jn->nheld * sizeof(struct ckpt_held))
         snprintf(why, sizeof(why), "a malformed JOIN");
+    else if (jn->nheld > HELD_MAX * c->n * c->nproc) /* a node holds a few copies of each rank */
+        snprintf(why, sizeof(why), "node %u lists %u copies held, more than %u per rank of the job", jn->node,
+                 jn->nheld, HELD_MAX);
     else if (jn->nnodes != c->n || jn->nproc != c->nproc || jn->replicas != c->replicas)
         snprintf(why, sizeof(why), "node %u runs %u node(s) x %u rank(s) with %u replicas, the job %u x %u with %u",
                  jn->node, jn->nnodes, jn->nproc, jn->replicas, c->n, c->nproc, c->replicas);
