@@ -7,14 +7,16 @@
  * straight between the arena's mapping and the disk; any other (a short
  * tail, a log not cut on pages, a restore target that could not be
  * mapped) goes through the ring's registered buffers, as does every block
- * of a ring whose kernel refused such an I/O once.  Writes hash each block
- * where it is written from (the buffer's copy, or the slot itself, which
- * the ranks leave alone while it is persisted), so what reaches the disk
- * is exactly what was checked against the sums the ranks committed; reads
- * retire in submission order so each extent is hashed as a stream, and a
- * block read into a buffer is copied out only as it is hashed.  A block
- * read straight into the arena lands in a file that only becomes the
- * slot once everything verified (persist_restore.c).  It must never leave
+ * of a ring whose kernel refused such an I/O once.  I/Os retire in
+ * submission order, so each extent is hashed as a stream, every block once
+ * its I/O completed and where it went from or to.  A write is hashed in
+ * the buffer it was copied to, or in the slot itself (which the ranks
+ * leave alone while it is persisted: a change that reached the disk was
+ * made before the hash and fails it), so what reaches the disk is exactly
+ * what was checked against the sums the ranks committed.  A block read
+ * into a buffer is copied out only as it is hashed; one read straight into
+ * the arena lands in a file that only becomes the slot once everything
+ * verified (persist_restore.c).  It must never leave
  * an I/O in flight when it returns (the buffers and mappings are reused or
  * unmapped), and it checks for cancellation only between extents.
  */
@@ -154,39 +156,31 @@ static void prep(struct mover *m, uint64_t pos)
     io_uring_sqe_set_data64(sqe, pos);
 }
 
-/* Queues the next block of task t at offset at into FIFO place pos; a
- * write's block is hashed where the disk will take it from. */
+/* Queues the next block of task t at offset at into FIFO place pos. */
 static void issue(struct mover *m, uint64_t pos, size_t t, uint64_t at)
 {
     const struct pio_task *k = &m->j->tasks[t];
     unsigned i = (unsigned)(pos % m->p->depth);
     uint64_t left = k->bytes - at;
     uint32_t len = (uint32_t)(left < m->p->block ? left : m->p->block);
-    struct slot *s = &m->slots[i];
 
-    *s = (struct slot){.task = t, .at = at, .len = len, .padded = (uint32_t)ckpt_align_up(len, CKPT_PM_ALIGN),
-                       .direct = direct_at(m, k, at, len)};
+    m->slots[i] = (struct slot){.task = t, .at = at, .len = len,
+                                .padded = (uint32_t)ckpt_align_up(len, CKPT_PM_ALIGN),
+                                .direct = direct_at(m, k, at, len)};
     prep(m, pos);
-    if (m->j->write) {
-        if (!at)
-            XXH3_64bits_reset(&m->hash);
-        XXH3_64bits_update(&m->hash, s->direct ? s->direct : m->r->buf + (size_t)i * m->p->block, len);
-    }
 }
 
 /* A block moving in place failed as O_DIRECT does where the kernel or the
  * filesystem will not take the arena's shared memory (EINVAL, EFAULT):
  * this ring goes through its buffers from now on, and the block is queued
- * again that way (a write's block was hashed already: the slot's bytes do
- * not change).  Returns whether it was. */
+ * again that way.  Returns whether it was. */
 static bool retry(struct mover *m, struct slot *s, uint64_t pos)
 {
     if (!s->direct || m->j->fault || (s->res != -EINVAL && s->res != -EFAULT) ||
         __atomic_load_n(&m->j->err, __ATOMIC_ACQUIRE))
         return false;
-    if (!m->r->no_direct)
-        ckpt_log_once(CKPT_DEBUG, "persist: I/O straight from or into the arena's memory failed (%s): copying "
-                                  "through the I/O buffers instead", strerror(-s->res));
+    ckpt_log_once(CKPT_DEBUG, "persist: I/O straight from or into the arena's memory failed (%s): copying "
+                              "through the I/O buffers instead", strerror(-s->res));
     m->r->no_direct = true;
     s->direct = NULL;
     prep(m, pos);
@@ -208,8 +202,9 @@ static int put(const struct pio_dst *d, const char *buf, size_t len, uint64_t at
     return 0;
 }
 
-/* The oldest I/O has completed: check it and, for reads, hash the block
- * and copy it out (to the places it did not go to in place). */
+/* The oldest I/O has completed: check it, hash the block and, for reads,
+ * copy it out (to the places it did not go to in place); after an
+ * extent's last block, check its sum. */
 static void retire(struct mover *m, const struct slot *s, uint64_t pos)
 {
     struct pio_job *j = m->j;
@@ -235,10 +230,10 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
     }
     if (s->direct)
         __atomic_fetch_add(&j->direct, s->len, __ATOMIC_RELAXED);
+    if (!s->at)
+        XXH3_64bits_reset(&m->hash);
+    XXH3_64bits_update(&m->hash, buf, s->len);
     if (!j->write) {
-        if (!s->at)
-            XXH3_64bits_reset(&m->hash);
-        XXH3_64bits_update(&m->hash, buf, s->len);
         for (uint32_t d = s->direct ? 1 : 0; d < k->ndst; d++) {
             int rc = put(&k->dst[d], buf, s->len, s->at);
             if (rc < 0) {
@@ -249,6 +244,13 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
     }
     if (s->at + s->len < k->bytes)
         return;
+    if (j->write && XXH3_64bits_digest(&m->hash) != k->sum) {
+        fail(j, -ESTALE,
+             "rank %d %s chunk %llu changed while it was being persisted (the rank wrote over the slot, or the "
+             "slot is damaged)",
+             k->rank, k->log ? "replay log" : "image", (unsigned long long)k->chunk);
+        return;
+    }
     if (!j->write && XXH3_64bits_digest(&m->hash) != k->sum) {
         fail(j, -EBADMSG, "%s: bytes %llu..%llu do not match their checksum", path, (unsigned long long)k->off,
              (unsigned long long)(k->off + k->bytes));
@@ -321,19 +323,11 @@ static unsigned fill(struct mover *m)
             m->stop = true;
             break;
         }
-        const struct pio_task *k = &m->j->tasks[m->task];
         issue(m, m->tail, m->task, m->at);
         m->at += m->slots[m->tail++ % m->p->depth].len;
         queued++;
-        if (m->at < k->bytes)
+        if (m->at < m->j->tasks[m->task].bytes)
             continue;
-        if (m->j->write && XXH3_64bits_digest(&m->hash) != k->sum) {
-            fail(m->j, -ESTALE,
-                 "rank %d %s chunk %llu changed while it was being persisted (the rank wrote over the slot, "
-                 "or the slot is damaged)",
-                 k->rank, k->log ? "replay log" : "image", (unsigned long long)k->chunk);
-            m->stop = true;
-        }
         m->task = next_task(m, m->task + 1);
         m->at = 0;
     }
