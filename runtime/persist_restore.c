@@ -129,9 +129,6 @@ static int make_file(const char *dir, const char *name, uint64_t len, int *fd, c
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
     if (m == MAP_FAILED)
         return 0;
-    /* The page tables filled now, not a fault at a time under the reads
-     * (best effort: MADV_POPULATE_WRITE needs Linux 5.14). */
-    madvise(m, len, MADV_POPULATE_WRITE);
     *map = m;
     return 0;
 }
