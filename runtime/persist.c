@@ -328,7 +328,7 @@ static void examine(struct ckpt_persist *p, const char *job, const char *jobdir,
     g->time_ns = m->time_ns;
     g->status = pm_check_stripes(p, job, m, g->why, sizeof(g->why));
     if (!g->status && (flags & CKPT_PERSIST_VERIFY))
-        g->status = pm_read(p, job, m, NULL, NULL, NULL, NULL, g->why, sizeof(g->why));
+        g->status = pm_read(p, job, m, NULL, NULL, NULL, NULL, NULL, g->why, sizeof(g->why));
     free(m);
 }
 

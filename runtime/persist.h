@@ -85,6 +85,8 @@ struct ckpt_persist_stats {
     uint64_t moved_bytes;      /* written or read: deduplicated, padded to the I/O alignment */
     double seconds;            /* moving and committing */
     bool registered;           /* the buffers were registered with the rings */
+    uint64_t direct_bytes;     /* of the true bytes moved, those that went straight between the
+                                * arena's memory and the disk, copied through no buffer */
 };
 
 /* Writes the snapshot of req->iteration (committed in a slot of every

@@ -22,6 +22,7 @@ struct pio_ring {
     char *buf;                 /* depth x block bytes, page aligned */
     bool fixed;                /* buf is registered: READ_FIXED / WRITE_FIXED */
     bool broken;               /* failed with I/O perhaps in flight: never used again */
+    bool no_direct;            /* I/O from or into the arena's mappings failed: buffers only */
 };
 
 struct ckpt_persist {
@@ -34,11 +35,15 @@ struct ckpt_persist {
     unsigned long long passes[2]; /* pio_run calls so far: writes, reads */
 };
 
-/* A place read bytes go to: a file of the arena being rebuilt. */
+/* A place read bytes go to: a file of the arena being rebuilt, and where
+ * it can be, that file mapped (the first place of an extent then takes
+ * whole aligned blocks straight from the disk). */
 struct pio_dst {
     int fd;
     uint64_t off;
     const char *path;          /* for messages */
+    char *map;                 /* the file mapped writable from byte 0, or NULL */
+    uint64_t map_len;
 };
 
 /* One extent to move between memory and a stripe file. */
@@ -47,7 +52,8 @@ struct pio_task {
     uint64_t off;              /* in the stripe file, aligned */
     uint64_t bytes;            /* true length */
     uint64_t sum;              /* XXH3-64 the bytes must have */
-    const char *src;           /* write: the bytes */
+    const char *src;           /* write: the bytes (mapped from the arena: blocks that are
+                                * aligned go to the disk from there, through no buffer) */
     struct pio_dst *dst;       /* read: ndst places the bytes go to (none: only verify) */
     uint32_t ndst;
     int rank;                  /* write: whose chunk it is, for messages */
@@ -69,6 +75,7 @@ struct pio_job {
     pthread_cond_t all_moved;  /* moving reached 0 */
     unsigned moving;           /* rings still moving their share */
     uint64_t done;
+    uint64_t direct;           /* of done: moved straight between the arena's mappings and the disk */
     int fault;                 /* CKPT_FAULT: every completion fails with this errno */
     int err;                   /* the first failure */
     char why[512];
@@ -127,17 +134,22 @@ void pm_seal(struct ckpt_pm_header *m);
 int pm_check_stripes(const struct ckpt_persist *p, const char *job, const struct ckpt_pm_header *m, char *why,
                      size_t whylen);
 
-/* A rank's files being rebuilt by a restore: its image, its replay log. */
+/* A rank's files being rebuilt by a restore: its image, its replay log,
+ * each mapped where it could be (map NULL: written with pwrite). */
 struct pm_dest {
     int fd[2];
     char path[2][PATH_MAX + 32];
+    char *map[2];
+    uint64_t len[2];
 };
 
 /* Reads every extent of generation m with its checksum verified, each
  * shared extent once; when dest is given, writes rank i's image data into
  * dest[i].fd[0] (at its data_offset) and its log into dest[i].fd[1].
- * *moved (when given) gets the bytes read. */
+ * *moved (when given) gets the bytes read, *direct (when given) those
+ * read straight into dest's mappings. */
 int pm_read(struct ckpt_persist *p, const char *job, const struct ckpt_pm_header *m, const struct pm_dest *dest,
-            ckpt_persist_progress_fn progress, void *arg, uint64_t *moved, char *why, size_t whylen);
+            ckpt_persist_progress_fn progress, void *arg, uint64_t *moved, uint64_t *direct, char *why,
+            size_t whylen);
 
 #endif

@@ -2,20 +2,33 @@
  * The mover of the persistence engine: one thread per io_uring ring, each
  * moving its share of the extents (those of its directories, or with more
  * rings than directories every k-th extent of one) between memory and
- * their stripe files in block-sized I/Os, up to depth in flight, through
- * the ring's registered buffers.  Writes copy a block into a buffer and hash that
- * copy, so what reaches the disk is exactly what was checked against the
- * sums the ranks committed; reads retire in submission order so each
- * extent is hashed as a stream and copied out only as it verifies.  It
- * must never leave an I/O in flight when it returns (the buffers are
- * reused), and it checks for cancellation only between extents.
+ * their stripe files in block-sized I/Os, up to depth in flight.  A block
+ * whose bytes in the arena are page aligned and whole pages long moves
+ * straight between the arena's mapping and the disk; any other (a short
+ * tail, a log not cut on pages, a restore target that could not be
+ * mapped) goes through the ring's registered buffers, as does every block
+ * of a ring whose kernel refused such an I/O once.  I/Os retire in
+ * submission order, so each extent is hashed as a stream, every block once
+ * its I/O completed and where it went from or to.  A write is hashed in
+ * the buffer it was copied to, or in the slot itself (which the ranks
+ * leave alone while it is persisted: a change that reached the disk was
+ * made before the hash and fails it), so what reaches the disk is exactly
+ * what was checked against the sums the ranks committed.  A block read
+ * into a buffer is copied out only as it is hashed; one read straight into
+ * the arena lands in a file that only becomes the slot once everything
+ * verified (persist_restore.c).  It must never leave
+ * an I/O in flight when it returns (the buffers and mappings are reused or
+ * unmapped), and it checks for cancellation only between extents.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include "log.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -23,11 +36,12 @@
 #include "persist_int.h"
 
 /* One I/O in flight; they live in a FIFO of depth places, place i using
- * buffer i of the ring. */
+ * buffer i of the ring unless it moves in place. */
 struct slot {
     size_t task;
     uint64_t at;               /* offset in the extent */
     uint32_t len, padded;      /* true and submitted length */
+    char *direct;              /* the arena's bytes it moves in place, or NULL: buffer i */
     int res;
     bool done;
 };
@@ -94,36 +108,92 @@ static void progress(struct mover *m, const struct pio_task *k)
     pthread_mutex_unlock(&j->lock);
 }
 
+/* Where block [at, at + len) of task k can move without a copy: its bytes
+ * in the arena when they start on a page and are whole pages (O_DIRECT
+ * needs the one, and a read padded past them would spill into what
+ * follows without the other); else NULL.  A read goes straight only into
+ * the first place of its extent: the others are copied from it once the
+ * block is in.  A write's bytes are never written through the pointer. */
+static char *direct_at(const struct mover *m, const struct pio_task *k, uint64_t at, uint32_t len)
+{
+    const struct pio_dst *d = k->ndst ? &k->dst[0] : NULL;
+    char *p = NULL;
+
+    if (m->r->no_direct || len % CKPT_PM_ALIGN)
+        return NULL;
+    if (m->j->write)
+        p = (char *)k->src + at;
+    else if (d && d->map && d->off + at + len <= d->map_len)
+        p = d->map + d->off + at;
+    return (uintptr_t)p % CKPT_PM_ALIGN ? NULL : p;
+}
+
+/* Prepares the I/O of FIFO place pos as its slot says; a write through
+ * the buffer copies its block in first, zero-padded. */
+static void prep(struct mover *m, uint64_t pos)
+{
+    unsigned i = (unsigned)(pos % m->p->depth);
+    const struct slot *s = &m->slots[i];
+    const struct pio_task *k = &m->j->tasks[s->task];
+    char *buf = s->direct ? s->direct : m->r->buf + (size_t)i * m->p->block;
+    bool fixed = m->r->fixed && !s->direct;
+    uint64_t off = k->off + s->at;
+    int fd = m->j->fd[k->dir];
+    /* Never NULL: at most depth I/Os are queued and the ring has depth entries. */
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&m->r->ring);
+
+    if (m->j->write && !s->direct) {
+        memcpy(buf, k->src + s->at, s->len);
+        memset(buf + s->len, 0, s->padded - s->len);
+    }
+    if (m->j->write && fixed)
+        io_uring_prep_write_fixed(sqe, fd, buf, s->padded, off, (int)i);
+    else if (m->j->write)
+        io_uring_prep_write(sqe, fd, buf, s->padded, off);
+    else if (fixed)
+        io_uring_prep_read_fixed(sqe, fd, buf, s->padded, off, (int)i);
+    else
+        io_uring_prep_read(sqe, fd, buf, s->padded, off);
+    io_uring_sqe_set_data64(sqe, pos);
+}
+
 /* Queues the next block of task t at offset at into FIFO place pos. */
 static void issue(struct mover *m, uint64_t pos, size_t t, uint64_t at)
 {
     const struct pio_task *k = &m->j->tasks[t];
     unsigned i = (unsigned)(pos % m->p->depth);
-    char *buf = m->r->buf + (size_t)i * m->p->block;
     uint64_t left = k->bytes - at;
     uint32_t len = (uint32_t)(left < m->p->block ? left : m->p->block);
-    uint32_t padded = (uint32_t)ckpt_align_up(len, CKPT_PM_ALIGN);
-    /* Never NULL: at most depth I/Os are queued and the ring has depth entries. */
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&m->r->ring);
-    int fd = m->j->fd[k->dir];
 
-    if (m->j->write) {
-        memcpy(buf, k->src + at, len);
-        memset(buf + len, 0, padded - len);
-        if (!at)
-            XXH3_64bits_reset(&m->hash);
-        XXH3_64bits_update(&m->hash, buf, len);
-        if (m->r->fixed)
-            io_uring_prep_write_fixed(sqe, fd, buf, padded, k->off + at, (int)i);
-        else
-            io_uring_prep_write(sqe, fd, buf, padded, k->off + at);
-    } else if (m->r->fixed) {
-        io_uring_prep_read_fixed(sqe, fd, buf, padded, k->off + at, (int)i);
-    } else {
-        io_uring_prep_read(sqe, fd, buf, padded, k->off + at);
-    }
-    io_uring_sqe_set_data64(sqe, pos);
-    m->slots[i] = (struct slot){.task = t, .at = at, .len = len, .padded = padded};
+    m->slots[i] = (struct slot){.task = t, .at = at, .len = len,
+                                .padded = (uint32_t)ckpt_align_up(len, CKPT_PM_ALIGN),
+                                .direct = direct_at(m, k, at, len)};
+    /* A read into the arena faults its pages in here, while the I/Os
+     * queued before it keep the disk busy: else the kernel's pinning of
+     * them fails its fast path and hands the I/O to a worker thread, and
+     * faulting all of them before the first read leaves the disk idle
+     * meanwhile.  Best effort (MADV_POPULATE_WRITE: Linux 5.14). */
+    if (!m->j->write && m->slots[i].direct)
+        madvise(m->slots[i].direct, len, MADV_POPULATE_WRITE);
+    prep(m, pos);
+}
+
+/* A block moving in place failed as O_DIRECT does where the kernel or the
+ * filesystem will not take the arena's shared memory (EINVAL, EFAULT):
+ * this ring goes through its buffers from now on, and the block is queued
+ * again that way.  Returns whether it was. */
+static bool retry(struct mover *m, struct slot *s, uint64_t pos)
+{
+    if (!s->direct || m->j->fault || (s->res != -EINVAL && s->res != -EFAULT) ||
+        __atomic_load_n(&m->j->err, __ATOMIC_ACQUIRE))
+        return false;
+    ckpt_log_once(CKPT_DEBUG, "persist: I/O straight from or into the arena's memory failed (%s): copying "
+                              "through the I/O buffers instead", strerror(-s->res));
+    m->r->no_direct = true;
+    s->direct = NULL;
+    prep(m, pos);
+    io_uring_submit(&m->r->ring);
+    return true;
 }
 
 /* Writes len bytes of buf at offset at of the place d; 0 or -errno. */
@@ -140,13 +210,14 @@ static int put(const struct pio_dst *d, const char *buf, size_t len, uint64_t at
     return 0;
 }
 
-/* The oldest I/O has completed: check it and, for reads, hash the block
- * and copy it out. */
+/* The oldest I/O has completed: check it, hash the block and, for reads,
+ * copy it out (to the places it did not go to in place); after an
+ * extent's last block, check its sum. */
 static void retire(struct mover *m, const struct slot *s, uint64_t pos)
 {
     struct pio_job *j = m->j;
     const struct pio_task *k = &j->tasks[s->task];
-    const char *buf = m->r->buf + (size_t)(pos % m->p->depth) * m->p->block;
+    const char *buf = s->direct ? s->direct : m->r->buf + (size_t)(pos % m->p->depth) * m->p->block;
     const char *path = j->path[k->dir];
 
     if (__atomic_load_n(&j->err, __ATOMIC_ACQUIRE))
@@ -165,11 +236,13 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
                  (unsigned long long)(k->off + s->at + s->padded));
         return;
     }
+    if (s->direct)
+        __atomic_fetch_add(&j->direct, s->len, __ATOMIC_RELAXED);
+    if (!s->at)
+        XXH3_64bits_reset(&m->hash);
+    XXH3_64bits_update(&m->hash, buf, s->len);
     if (!j->write) {
-        if (!s->at)
-            XXH3_64bits_reset(&m->hash);
-        XXH3_64bits_update(&m->hash, buf, s->len);
-        for (uint32_t d = 0; d < k->ndst; d++) {
+        for (uint32_t d = s->direct ? 1 : 0; d < k->ndst; d++) {
             int rc = put(&k->dst[d], buf, s->len, s->at);
             if (rc < 0) {
                 fail(j, rc, "cannot write %s: %s", k->dst[d].path, strerror(-rc));
@@ -179,6 +252,13 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
     }
     if (s->at + s->len < k->bytes)
         return;
+    if (j->write && XXH3_64bits_digest(&m->hash) != k->sum) {
+        fail(j, -ESTALE,
+             "rank %d %s chunk %llu changed while it was being persisted (the rank wrote over the slot, or the "
+             "slot is damaged)",
+             k->rank, k->log ? "replay log" : "image", (unsigned long long)k->chunk);
+        return;
+    }
     if (!j->write && XXH3_64bits_digest(&m->hash) != k->sum) {
         fail(j, -EBADMSG, "%s: bytes %llu..%llu do not match their checksum", path, (unsigned long long)k->off,
              (unsigned long long)(k->off + k->bytes));
@@ -251,19 +331,11 @@ static unsigned fill(struct mover *m)
             m->stop = true;
             break;
         }
-        const struct pio_task *k = &m->j->tasks[m->task];
         issue(m, m->tail, m->task, m->at);
         m->at += m->slots[m->tail++ % m->p->depth].len;
         queued++;
-        if (m->at < k->bytes)
+        if (m->at < m->j->tasks[m->task].bytes)
             continue;
-        if (m->j->write && XXH3_64bits_digest(&m->hash) != k->sum) {
-            fail(m->j, -ESTALE,
-                 "rank %d %s chunk %llu changed while it was being persisted (the rank wrote over the slot, "
-                 "or the slot is damaged)",
-                 k->rank, k->log ? "replay log" : "image", (unsigned long long)k->chunk);
-            m->stop = true;
-        }
         m->task = next_task(m, m->task + 1);
         m->at = 0;
     }
@@ -303,6 +375,8 @@ static void *move(void *arg)
         while (m->head != m->tail && m->slots[m->head % depth].done) {
             struct slot *s = &m->slots[m->head % depth];
             s->done = false;
+            if (retry(m, s, m->head))
+                break;
             retire(m, s, m->head++);
             if (fill(m))
                 io_uring_submit(ring);
@@ -330,6 +404,7 @@ int pio_run(struct ckpt_persist *p, struct pio_job *j)
     pthread_cond_init(&j->all_moved, NULL);
     j->moving = p->nrings;
     j->done = 0;
+    j->direct = 0;
     j->err = 0;
     j->fault = 0;
     if (p->fault.kind == CKPT_FAULT_IO && (!p->fault.op || p->fault.op == (j->write ? 1 : 2))) {

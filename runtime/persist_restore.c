@@ -2,16 +2,21 @@
  * Reading a generation back (persist.h: ckpt_persist_restore, and the deep
  * check of ckpt_persist_list): every extent is read once with io_uring,
  * hashed as it arrives and copied to each rank that shares it.  The arena
- * gets the images and logs in files beside the slots, renamed over them
- * only when every byte verified, with the image header written last: a
- * failed or interrupted restore leaves the arena as it found it.
+ * gets the images and logs in files beside the slots (mapped, where the
+ * arena is shared memory, so that aligned blocks are read straight into
+ * them), renamed over them only when every byte verified, with the image
+ * header written last: a failed or interrupted restore leaves the arena as
+ * it found it, and never a file with an image header over unverified data.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,13 +51,15 @@ static void place(const struct ckpt_pm_header *m, struct pio_task *tasks, struct
             bool log = c >= r->data_chunks;
             struct pio_task *t = &tasks[refs[log ? r->log_ref + c - r->data_chunks : r->data_ref + c]];
             t->dst[t->ndst++] = (struct pio_dst){.fd = dest[i].fd[log], .path = dest[i].path[log],
-                                                 .off = (log ? c - r->data_chunks : c) * r->chunk_bytes + (log ? 0 : data)};
+                                                 .off = (log ? c - r->data_chunks : c) * r->chunk_bytes + (log ? 0 : data),
+                                                 .map = dest[i].map[log], .map_len = dest[i].len[log]};
         }
     }
 }
 
 int pm_read(struct ckpt_persist *p, const char *job, const struct ckpt_pm_header *m, const struct pm_dest *dest,
-            ckpt_persist_progress_fn progress, void *arg, uint64_t *moved, char *why, size_t whylen)
+            ckpt_persist_progress_fn progress, void *arg, uint64_t *moved, uint64_t *direct, char *why,
+            size_t whylen)
 {
     char jobdir[PATH_MAX + 16], (*paths)[PATH_MAX + 64] = calloc(m->ndirs, sizeof(*paths));
     struct pio_task *tasks = calloc(m->nextents ? m->nextents : 1, sizeof(*tasks));
@@ -84,11 +91,14 @@ int pm_read(struct ckpt_persist *p, const char *job, const struct ckpt_pm_header
     }
     if (dest)
         place(m, tasks, places, dest);
-    if ((rc = pio_run(p, &j)) < 0)
+    if ((rc = pio_run(p, &j)) < 0) {
         snprintf(why, whylen, "%s", j.why);
-    else if (moved)
-        for (uint64_t e = 0; e < m->nextents; e++)
-            *moved += ckpt_align_up(tasks[e].bytes, CKPT_PM_ALIGN);
+        goto out;
+    }
+    for (uint64_t e = 0; moved && e < m->nextents; e++)
+        *moved += ckpt_align_up(tasks[e].bytes, CKPT_PM_ALIGN);
+    if (direct)
+        *direct += j.direct;
 out:
     for (unsigned d = 0; d < opened; d++)
         close(j.fd[d]);
@@ -99,17 +109,27 @@ out:
 }
 
 /* A new file of len bytes beside the arena's, its space taken now so that
- * a full /dev/shm fails here, before any reading. */
-static int make_file(const char *dir, const char *name, uint64_t len, int *fd, char *path, size_t pathlen,
-                     char *why, size_t whylen)
+ * a full /dev/shm fails here, before any reading.  Where the arena is
+ * shared memory the file is mapped (*map, else NULL) for the reads to land
+ * in: only there, as a disk filesystem's page cache must not take DMA
+ * into pages it may be writing back. */
+static int make_file(const char *dir, const char *name, uint64_t len, int *fd, char **map, char *path,
+                     size_t pathlen, char *why, size_t whylen)
 {
+    struct statfs fs;
     snprintf(path, pathlen, "%s/%s", dir, name);
-    *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    *fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     int e = *fd < 0 ? errno : posix_fallocate(*fd, 0, (off_t)len);
     if (e) {
         snprintf(why, whylen, "cannot make %s (%llu bytes): %s", path, (unsigned long long)len, strerror(e));
         return -e;
     }
+    if (!len || fstatfs(*fd, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
+        return 0;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (m == MAP_FAILED)
+        return 0;
+    *map = m;
     return 0;
 }
 
@@ -177,11 +197,13 @@ static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq
             goto out;
         snprintf(dirs[made], sizeof(dirs[made]), "%s", a.dir);
         ckpt_arena_close(&a);
-        rc = make_file(dirs[made], "slot0.from-disk", r->image_bytes, &t[made].fd[0], t[made].path[0],
-                       sizeof(t[made].path[0]), why, whylen);
+        t[made].len[0] = r->image_bytes;
+        t[made].len[1] = r->log_bytes;
+        rc = make_file(dirs[made], "slot0.from-disk", r->image_bytes, &t[made].fd[0], &t[made].map[0],
+                       t[made].path[0], sizeof(t[made].path[0]), why, whylen);
         if (!rc)
-            rc = make_file(dirs[made], "replay.log.from-disk", r->log_bytes, &t[made].fd[1], t[made].path[1],
-                           sizeof(t[made].path[1]), why, whylen);
+            rc = make_file(dirs[made], "replay.log.from-disk", r->log_bytes, &t[made].fd[1], &t[made].map[1],
+                           t[made].path[1], sizeof(t[made].path[1]), why, whylen);
         if (rc < 0) {
             made++;
             goto out;
@@ -189,7 +211,8 @@ static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq
     }
     *st = (struct ckpt_persist_stats){.iteration = it, .nranks = m->nranks, .logical_bytes = m->logical_bytes,
                                       .registered = p->rings[0].fixed};
-    if ((rc = pm_read(p, rq->job, m, t, rq->progress, rq->arg, &st->moved_bytes, why, whylen)) < 0)
+    if ((rc = pm_read(p, rq->job, m, t, rq->progress, rq->arg, &st->moved_bytes, &st->direct_bytes, why,
+                      whylen)) < 0)
         goto out;
     for (uint32_t i = 0; i < m->nranks && !rc; i++)
         rc = install(dirs[i], &t[i], m, &pm_ranks(m)[i], why, whylen);
@@ -198,6 +221,8 @@ static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq
 out:
     for (uint32_t i = 0; t && i < made; i++) {
         for (int k = 0; k < 2; k++) {
+            if (t[i].map[k])
+                munmap(t[i].map[k], t[i].len[k]);
             if (t[i].fd[k] >= 0)
                 close(t[i].fd[k]);
             if (rc < 0 && t[i].path[k][0])

@@ -486,7 +486,7 @@ int ckpt_persist_generation(struct ckpt_persist *p, const struct ckpt_persist_re
     if ((rc = commit(sv, why, whylen)) < 0)
         goto out;
     *st = (struct ckpt_persist_stats){.iteration = sv->iteration, .nranks = rq->nranks, .seconds = now_s() - t0,
-                                      .registered = p->rings[0].fixed};
+                                      .registered = p->rings[0].fixed, .direct_bytes = j.direct};
     for (unsigned d = 0; d < p->ndirs; d++)
         st->moved_bytes += sv->stripe[d];
     for (unsigned i = 0; i < rq->nranks; i++)
