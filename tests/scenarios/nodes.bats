@@ -25,16 +25,20 @@ setup() {
 
 teardown() {
     for f in "$D"/sid.*; do [ -f "$f" ] && pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
+    for ns in ${NETNS:-}; do ip netns del "$ns" 2>/dev/null; done
     rm -rf "$D"
 }
 
 # start I N P [TAG]: starts node I of N (P ranks each) in a session of its own, in the background;
-# its output goes to $D/out.I[TAG], $D/err.I[TAG], its exit status to $D/rc.I[TAG].
+# its output goes to $D/out.I[TAG], $D/err.I[TAG], its exit status to $D/rc.I[TAG].  With
+# NODE_NS set (an array, one network namespace per node), node I runs in ${NODE_NS[I]} and
+# meets the others at COORD_HOST.
 start() {
-    local i=$1 n=$2 p=$3 tag=${4:-}
-    CKPT_ARENA_DIR=$D/arena.$i setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 120 "$@"; echo $? >"$rc"' \
-        _ "$D/sid.$i$tag" "$D/rc.$i$tag" "$CKPT" --coord 127.0.0.1:$PORT --nnodes "$n" --node-rank "$i" --nproc "$p" \
-        -- "$TRAIN" $ARGS >"$D/out.$i$tag" 2>"$D/err.$i$tag" </dev/null &
+    local i=$1 n=$2 p=$3 tag=${4:-} in=()
+    [ -n "${NODE_NS[$i]:-}" ] && in=(ip netns exec "${NODE_NS[$i]}")
+    CKPT_ARENA_DIR=$D/arena.$i "${in[@]}" setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 120 "$@"; echo $? >"$rc"' \
+        _ "$D/sid.$i$tag" "$D/rc.$i$tag" "$CKPT" --coord "${COORD_HOST:-127.0.0.1}:$PORT" --nnodes "$n" --node-rank "$i" \
+        --nproc "$p" -- "$TRAIN" $ARGS >"$D/out.$i$tag" 2>"$D/err.$i$tag" </dev/null &
     for _ in $(seq 100); do [ -s "$D/sid.$i$tag" ] && return 0; sleep 0.01; done
 }
 
@@ -125,6 +129,37 @@ recover_from_peers() { # N P LOST
     grep -q "^ckpt-resume: rank 0: from the peer arena of node 1" "$D/err.0.new" || { show; return 1; }
     grep -q "^ckpt-resume: rank 0 restores iteration [0-9]* from a peer's copy" "$D/err.0.new" || { show; return 1; }
     diff <(last_launch "$D/out.0.new") "$D/plain"
+}
+
+@test "nodes in network namespaces of their own, joined by veth pairs: node 1 lost and replaced comes back from node 0's memory, as uninterrupted" {
+    # Two namespaces, one per node, and a veth pair between them: nothing
+    # travels over loopback, as between two machines.
+    local a=ckpt$$a b=ckpt$$b
+    ip netns add "$a" 2>/dev/null || skip "cannot make network namespaces here (needs root or CAP_NET_ADMIN)"
+    NETNS="$a"
+    ip netns add "$b" || return 1
+    NETNS="$a $b"
+    ip link add "v$$a" type veth peer name "v$$b" || skip "cannot make a veth pair here"
+    ip link set "v$$a" netns "$a" && ip link set "v$$b" netns "$b" &&
+        ip -n "$a" addr add 10.77.0.1/24 dev "v$$a" && ip -n "$b" addr add 10.77.0.2/24 dev "v$$b" &&
+        ip -n "$a" link set "v$$a" up && ip -n "$b" link set "v$$b" up &&
+        ip -n "$a" link set lo up && ip -n "$b" link set lo up || return 1
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    NODE_NS=("$a" "$b") COORD_HOST=10.77.0.1
+    CKPT_LOG=debug start 0 2 1
+    start 1 2 1
+    wait_iter 60
+    lose 1
+    start 1 2 1 .new
+    wait_rc "$D/rc.0" "$D/rc.1.new" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.new")" = 0 ] || { show; return 1; }
+    grep -q "node 1 is lost" "$D/err.0" || { show; return 1; }
+    grep -q "^ckpt-resume: rank 1: from the peer arena of node 0" "$D/err.0" || { show; return 1; }
+    grep -q "^ckpt-resume: rank 1 restores iteration [0-9]* from a peer's copy" "$D/err.1.new" || { show; return 1; }
+    grep -q "master 10.77.0.1:" "$D/err.1.new" || { show; return 1; }
+    # node 0's snapshots went to node 1 over the veth pair
+    grep -q "^ckpt-resume: debug: rank 0 iteration [0-9]* to 10.77.0.2:[0-9]*: [0-9]* bytes" "$D/err.0" || { show; return 1; }
+    diff <(last_launch "$D/out.0") "$D/plain"
 }
 
 @test "both holders of a node's snapshots lost, no disk: the job stops, naming the ranks lost" {
