@@ -11,16 +11,7 @@
 #include <unistd.h>
 
 #include "arena.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 int main(void)
 {

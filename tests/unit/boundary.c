@@ -9,18 +9,9 @@
 #include <string.h>
 
 #include "boundary.h"
+#include "check.h"
 
 enum { C1 = 11, C2 = 12, C3 = 13, B = 14, S1 = 21, S2 = 22 };
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
 
 static enum ckpt_bd_event feed(int t)
 {

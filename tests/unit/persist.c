@@ -26,16 +26,7 @@
 #include "image.h"
 #include "persist.h"
 #include "persist_int.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 static char root[] = "/tmp/ckpt-persist-XXXXXX";
 

@@ -23,16 +23,7 @@
 #include "image.h"
 #include "persist.h"
 #include "persist_int.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 #define CHUNK 65536u
 #define BLOCK_KB 16u

@@ -18,16 +18,7 @@
 #include "arena.h"
 #include "image.h"
 #include "persist.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 static char root[] = "/tmp/ckpt-persist-faults-XXXXXX", arena[PATH_MAX], back[PATH_MAX];
 static const int rank0[] = {0};

@@ -10,16 +10,7 @@
 #include <string.h>
 
 #include "placement.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 /* Published values, to the precision they were published with (percent,
  * one decimal), and the exact fractions behind the small ones. */

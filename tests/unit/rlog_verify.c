@@ -14,16 +14,7 @@
 #include <unistd.h>
 
 #include "replay.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 static char dir[] = "/tmp/ckpt-rlogv-XXXXXX", path[64];
 

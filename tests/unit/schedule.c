@@ -15,16 +15,7 @@
 #include <unistd.h>
 
 #include "schedule.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 #define MS 1000000ULL
 

@@ -15,16 +15,7 @@
 #include <unistd.h>
 
 #include "timeline.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-            failures++;                                                        \
-        }                                                                      \
-    } while (0)
+#include "check.h"
 
 static const struct {
     const char *field;

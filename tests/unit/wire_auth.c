@@ -15,16 +15,7 @@
 
 #include "auth.h"
 #include "wire.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            printf("FAIL: " __VA_ARGS__);                                                                              \
-            printf("\n");                                                                                              \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
+#include "check.h"
 
 static int lfd;
 static char bound[128];
