@@ -137,6 +137,7 @@ recover_from_peers() { # N P LOST
     local a=ckpt$$a b=ckpt$$b
     ip netns add "$a" 2>/dev/null || skip "cannot make network namespaces here (needs root or CAP_NET_ADMIN)"
     NETNS="$a"
+    ip netns exec "$a" true 2>/dev/null || skip "cannot run a program in a network namespace here"
     ip netns add "$b" || return 1
     NETNS="$a $b"
     ip link add "v$$a" type veth peer name "v$$b" || skip "cannot make a veth pair here"
