@@ -58,22 +58,6 @@ static void pattern(void *p, size_t n, uint32_t seed)
     memset((char *)p + n / 4 * 4, (int)seed, n % 4);
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    *len = 0;
-    if (f && fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        rewind(f);
-        buf = malloc(n > 0 ? (size_t)n : 1);
-        *len = buf && n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
-    }
-    if (f)
-        fclose(f);
-    return buf;
-}
-
 /* Commits an image of iteration it (about 2.2 MB in 64 KiB chunks, the
  * last one short) into a slot of rank's arena, and gives the rank a replay
  * log of loglen bytes; both from seed. */

@@ -81,22 +81,6 @@ static uint64_t direct_bytes(uint64_t data_bytes)
     return n;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    *len = 0;
-    if (f && fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        rewind(f);
-        buf = malloc(n > 0 ? (size_t)n : 1);
-        *len = buf && n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
-    }
-    if (f)
-        fclose(f);
-    return buf;
-}
-
 static void rank_file(char *out, size_t n, const char *arena, const char *file)
 {
     char dir[PATH_MAX];
