@@ -56,21 +56,24 @@ last_launch() {
     awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$1"
 }
 
-# Crash injection: rank $1 is SIGKILLed at the end of iteration 23, once per file $2.
-crash() { export FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_ONCE=$2; }
+# Crash injection: rank $1 is SIGKILLed at the end of iteration ${3:-24} - 1, once per file $2.
+crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_ONCE=$2; }
 
 @test "a rank killed mid-run: one restart from the newest common snapshot, output as uninterrupted (1, 2, 4 ranks)" {
     # Another job's arena beside this one's must outlive it.
     mkdir -p "$CKPT_ARENA_DIR/$(id -u)-other/rank0" && echo keep >"$CKPT_ARENA_DIR/$(id -u)-other/rank0/slot0"
+    # Snapshots of iterations 10 and 20, the crash at the end of iteration
+    # 28: eight iterations for the newest to commit, on a loaded machine too.
+    export CKPT_EVERY=10
     for n in 1 2 4; do
         ckpt --nproc $n -- "$TRAIN" $ARGS >"$D/plain.$n" 2>"$D/plain.$n.err" || { cat "$D/plain.$n.err"; return 1; }
         grep -q '^digest ' "$D/plain.$n"
         victim=$((n - 1))
-        (crash $victim "$D/crashed.$n" && ckpt --nproc $n -- "$TRAIN" $ARGS >"$D/out.$n" 2>"$D/err.$n") ||
+        (crash $victim "$D/crashed.$n" 29 && ckpt --nproc $n -- "$TRAIN" $ARGS >"$D/out.$n" 2>"$D/err.$n") ||
             { echo "ranks $n: exit $?"; cat "$D/err.$n"; return 1; }
         [ -e "$D/crashed.$n" ]
         grep -q "rank $victim (pid [0-9]*) was killed by SIGKILL" "$D/err.$n"
-        grep -q "^ckpt-resume: restarting from generation 4 (iteration 20)$" "$D/err.$n" || { cat "$D/err.$n"; return 1; }
+        grep -q "^ckpt-resume: restarting from generation 2 (iteration 20)$" "$D/err.$n" || { cat "$D/err.$n"; return 1; }
         [ "$(grep -c '^libckpt\[rank [0-9]*\]: restored iteration 20 ' "$D/err.$n")" -eq $n ]
         [ "$(tail -n 1 "$D/err.$n")" = "ckpt-resume: done exit=0 restarts=1" ]
         # The restarted run's iteration lines and digest are the uninterrupted run's.
@@ -224,20 +227,22 @@ crash() { export FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_ONCE=$2
     [ $(((t1 - t0) / 1000000)) -ge 1200 ]
 }
 
-@test "ranks get libckpt.so first in LD_PRELOAD, the agent socket, and one CKPT_JOB for all launches" {
+@test "ranks get libckpt.so first in LD_PRELOAD, the agent socket, one CKPT_JOB for all launches, and never the job key" {
     lib=$(realpath "$BUILD/lib/libckpt.so")
-    rank='echo "$LD_PRELOAD|$CKPT_JOB|${CKPT_RESTORE-unset}|$(test -S "$CKPT_AGENT_SOCKET" && echo "$CKPT_AGENT_SOCKET")" >>"$0/env"
+    rank='echo "$LD_PRELOAD|$CKPT_JOB|${CKPT_RESTORE-unset}|$(test -S "$CKPT_AGENT_SOCKET" && echo "$CKPT_AGENT_SOCKET")|${CKPT_JOB_KEY-unset}" >>"$0/env"
           [ -e "$0/failed" ] || { touch "$0/failed"; exit 3; }'
-    LD_PRELOAD=libm.so.6 run --separate-stderr ckpt --max-restarts 1 -- sh -c "$rank" "$D"
+    CKPT_JOB_KEY=0123456789abcdef-agents-only LD_PRELOAD=libm.so.6 run --separate-stderr ckpt --max-restarts 1 -- \
+        sh -c "$rank" "$D"
     [ "$status" -eq 0 ]
     [[ $stderr == *"restarting from the beginning: no rank took a snapshot"* ]]
     [ "$(wc -l <"$D/env")" -eq 2 ]
     [ "$(sort -u "$D/env" | wc -l)" -eq 1 ]
-    IFS='|' read -r preload job restore socket <"$D/env"
+    IFS='|' read -r preload job restore socket key <"$D/env"
     [ "$preload" = "$lib:libm.so.6" ]
     [[ $job =~ ^j[0-9]+-[0-9]+$ ]]
     [ "$restore" = unset ]
     [ -n "$socket" ] && [ ! -e "$(dirname "$socket")" ]
+    [ "$key" = unset ]
     # The user's job name is kept; a libckpt.so the user preloads is not loaded twice.
     rm "$D/env"
     CKPT_JOB=mine LD_PRELOAD=$BUILD/lib/libckpt.so run ckpt -- sh -c "$rank" "$D"
