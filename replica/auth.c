@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -108,11 +109,12 @@ static void derive(uint8_t out[SHA256_DIGEST_SIZE], const char *dir, const uint8
     hmac_sha256_digest(&h, SHA256_DIGEST_SIZE, out);
 }
 
-int ckpt_auth_nonce(uint8_t nonce[CKPT_AUTH_NONCE])
+/* Fills buf with len bytes from the kernel's random source.  Returns 0 or -errno. */
+static int random_bytes(uint8_t *buf, size_t len)
 {
     size_t got = 0;
-    while (got < CKPT_AUTH_NONCE) {
-        ssize_t n = getrandom(nonce + got, CKPT_AUTH_NONCE - got, 0);
+    while (got < len) {
+        ssize_t n = getrandom(buf + got, len - got, 0);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -120,6 +122,23 @@ int ckpt_auth_nonce(uint8_t nonce[CKPT_AUTH_NONCE])
         }
         got += (size_t)n;
     }
+    return 0;
+}
+
+int ckpt_auth_nonce(uint8_t nonce[CKPT_AUTH_NONCE])
+{
+    return random_bytes(nonce, CKPT_AUTH_NONCE);
+}
+
+int ckpt_auth_new_key(char out[CKPT_AUTH_NEW_KEY + 1])
+{
+    uint8_t raw[CKPT_AUTH_NEW_KEY / 2];
+    int rc = random_bytes(raw, sizeof(raw));
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    explicit_bzero(raw, sizeof(raw));
     return 0;
 }
 

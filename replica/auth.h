@@ -19,6 +19,11 @@
 int ckpt_auth_set_key(const char *key);
 bool ckpt_auth_enabled(void);
 
+#define CKPT_AUTH_NEW_KEY 64  /* hex characters of a key made by ckpt_auth_new_key: 256 bits */
+
+/* A new job key: 256 random bits in hex, NUL-terminated.  Returns 0 or -errno. */
+int ckpt_auth_new_key(char out[CKPT_AUTH_NEW_KEY + 1]);
+
 /* Fresh random bytes for a handshake.  Returns 0 or -errno. */
 int ckpt_auth_nonce(uint8_t nonce[CKPT_AUTH_NONCE]);
 

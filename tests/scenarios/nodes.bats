@@ -247,6 +247,69 @@ recover_from_peers() { # N P LOST
     diff "$D/out.0" "$D/plain"
 }
 
+# machine: what CKPT_NODE_LAUNCHER starts node I through in these tests,
+# as srun would on another machine: its session in $D/sid.I, its arena
+# $D/arena.I, its output in $D/out.I and $D/err.I (.new when started again),
+# the key it was handed in $D/key.I.
+machine() {
+    cat >"$D/machine" <<EOF
+#!/bin/sh
+i=\$CKPT_NODE_RANK; tag=; [ -e "$D/sid.\$i" ] && tag=.new
+printenv CKPT_JOB_KEY >"$D/key.\$i\$tag"
+cut -d ' ' -f 6 /proc/\$\$/stat >"$D/sid.\$i\$tag" # the session node 0 gave the command
+CKPT_ARENA_DIR=$D/arena.\$i exec "\$@" >"$D/out.\$i\$tag" 2>"$D/err.\$i\$tag"
+EOF
+    chmod +x "$D/machine"
+}
+
+@test "CKPT_NODE_LAUNCHER: node 0 starts the others with a key it made, starts a lost one again, and the job ends as uninterrupted" {
+    plain 4 1 || { cat "$D/plain.err"; return 1; }
+    machine
+    unset CKPT_JOB_KEY
+    CKPT_NODE_LAUNCHER=$D/machine start 0 4 1
+    wait_iter 60 || { show; return 1; }
+    # A stranger that speaks the protocol but holds no key.
+    exec 7<>"/dev/tcp/127.0.0.1/$PORT" && printf 'CKRP\001\000\100\000\000\000\000\000\000\000\000\000' >&7
+    exec 7>&-
+    lose 2
+    wait_rc "$D/rc.0" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] || { show; return 1; }
+    [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
+    grep -q "CKPT_JOB_KEY is not set: made one for this job" "$D/err.0" || { show; return 1; }
+    grep -q "node 2's command ended (killed by signal 9) before the job did; starting it again" "$D/err.0" ||
+        { show; return 1; }
+    grep -q "^ckpt-resume: rank 2 restores iteration [0-9]* from a peer's copy" "$D/err.2.new" || { show; return 1; }
+    grep -q "refused a connection that did not authenticate with this job's key" "$D/err.0" || { show; return 1; }
+    ! grep -q "not authenticated" "$D"/err.*
+    # Every node was handed the same new key, which no output shows.
+    key=$(cat "$D/key.1")
+    [[ $key =~ ^[0-9a-f]{64}$ ]] || { echo "key: '$key'"; false; }
+    [ "$(cat "$D/key.2")" = "$key" ] && [ "$(cat "$D/key.2.new")" = "$key" ]
+    ! grep -rqF "$key" "$D"/err.* "$D"/out.*
+    # The nodes started by node 0 have ended with it.
+    for f in "$D"/sid.[123]*; do ! pgrep -s "$(cat "$f")" >/dev/null || { echo "$f: still running"; false; }; done
+    diff <(last_launch "$D/out.0") "$D/plain"
+}
+
+@test "CKPT_NODE_LAUNCHER: a node whose command keeps failing stops the job, named, with the command's status" {
+    export CKPT_MAX_RESTARTS=1
+    CKPT_NODE_LAUNCHER='exit 3;' start 0 2 1
+    wait_rc "$D/rc.0" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" != 0 ] || { show; return 1; }
+    grep -q "node 1's command ended (exit status 3) before the job did; starting it again" "$D/err.0" ||
+        { show; return 1; }
+    grep -q "node 1 cannot be kept running: its command (CKPT_NODE_LAUNCHER) ended 2 times, the last with exit status 3" \
+        "$D/err.0" || { show; return 1; }
+}
+
+@test "ckpt-resume --new-key prints a new 256-bit key each time" {
+    run "$CKPT" --new-key
+    [ "$status" = 0 ] && [[ $output =~ ^[0-9a-f]{64}$ ]]
+    first=$output
+    run "$CKPT" --new-key
+    [ "$status" = 0 ] && [[ $output =~ ^[0-9a-f]{64}$ ]] && [ "$output" != "$first" ]
+}
+
 # u64 FILE OFFSET [VALUE]: reads, or writes, a little-endian 64-bit field.
 u64() {
     [ $# -eq 2 ] && { od -A n -t u8 -j "$2" -N 8 "$1" | tr -d ' '; return; }

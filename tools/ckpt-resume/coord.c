@@ -66,6 +66,7 @@ struct coord {
     char master_addr[COORD_ADDR_MAX], master_port[16];
     char bound[128];                    /* the address listened on */
     struct pollfd *pfd;                 /* one turn's: the stop pipe, the listener, pending, nodes */
+    struct spawn *spawn;                /* the nodes started with CKPT_NODE_LAUNCHER; NULL: none */
 };
 
 static void send_to(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b,
@@ -519,6 +520,12 @@ static void take_pending(struct coord *c, int i)
     free(msg);
 }
 
+static bool connected(void *ctx, unsigned j)
+{
+    const struct coord *c = ctx;
+    return c->nodes[j].fd >= 0;
+}
+
 /*
  * One turn of the coordinator's loop: waits up to @timeout_ms for a
  * connection or a message, takes what came, and keeps the heartbeats, the
@@ -582,6 +589,10 @@ bool coord_turn(struct coord *c, int timeout_ms)
     }
     if (c->phase == GATHER)
         gathered(c);
+    char why[256];
+    if (spawn_turn(c->spawn, c->phase == OVER, connected, c, why, sizeof(why)) < 0) {
+        finish(c, 1, why);
+    }
     return true;
 }
 
@@ -590,6 +601,10 @@ static void *run(void *arg)
     struct coord *c = arg;
     while (coord_turn(c, 250))
         ;
+    /* The nodes started from here end once they have heard the end: the
+     * last persist of each may take a while. */
+    spawn_close(c->spawn, c->timeout_s);
+    c->spawn = NULL;
     return NULL;
 }
 
@@ -626,6 +641,10 @@ int coord_open(struct coord **out, const struct options *opt, const char *master
     }
     if (pipe2(c->stop, O_CLOEXEC) < 0)
         return -errno;
+    if ((rc = spawn_open(&c->spawn, opt)) < 0) {
+        ckpt_log(CKPT_ERROR, "cannot prepare CKPT_NODE_LAUNCHER: %s", strerror(-rc));
+        return rc;
+    }
     ckpt_log(CKPT_INFO, "coordinating %u nodes x %d rank%s on %s", c->n, opt->nproc, opt->nproc == 1 ? "" : "s",
              c->bound);
     c->gather_since = now_s();
@@ -660,6 +679,7 @@ void coord_stop(struct coord *c)
         close(c->stop[1]);
         close(c->stop[0]);
     }
+    spawn_close(c->spawn, 0);
     if (c->lfd >= 0)
         close(c->lfd);
     for (int i = 0; i < c->npending; i++)

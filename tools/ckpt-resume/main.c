@@ -24,6 +24,8 @@
 
 #define USAGE_ERROR 2
 
+_Static_assert(sizeof(((struct options *)0)->job_key) > CKPT_AUTH_NEW_KEY, "a made key fits the options");
+
 static const char usage_text[] =
     "usage: ckpt-resume [--nproc N] [--max-restarts R] -- CMD [ARGS...]\n"
     "       ckpt-resume --coord HOST:PORT --nnodes N --node-rank I --nproc P -- CMD [ARGS...]\n"
@@ -42,6 +44,8 @@ static const char usage_text[] =
     "memory of CKPT_REPLICAS - 1 other nodes, and a job that lost a node waits\n"
     "for a replacement started with the same --node-rank, then resumes from the\n"
     "fastest copy of every rank: its own arena, a peer's, or its node's disk.\n"
+    "With CKPT_NODE_LAUNCHER (e.g. 'srun -N1 -n1 -r $CKPT_NODE_RANK'), node 0\n"
+    "starts the other nodes itself, and starts a lost one again.\n"
     "\n"
     "options:\n"
     "  --nproc N          local ranks to start, 1 to 4096 (default: CMD is one\n"
@@ -53,6 +57,7 @@ static const char usage_text[] =
     "                     (default CKPT_MAX_RESTARTS, 3)\n"
     "  -h, --help         this text\n"
     "  --help-env         every CKPT_* variable, its default and what it accepts\n"
+    "  --new-key          print a new CKPT_JOB_KEY (256 random bits) and exit\n"
     "\n"
     "environment (see --help-env):\n"
     "  CKPT_KILL_GRACE    seconds between SIGTERM and SIGKILL when the job is\n"
@@ -170,6 +175,17 @@ static int parse_options(int argc, char **argv, struct options *opt, bool *resta
             ckpt_config_describe(stdout);
             return 1;
         }
+        if (strcmp(arg, "--new-key") == 0) {
+            char key[CKPT_AUTH_NEW_KEY + 1];
+            int rc = ckpt_auth_new_key(key);
+            if (rc < 0) {
+                ckpt_log(CKPT_ERROR, "cannot make a key: %s", strerror(-rc));
+                return -EIO;
+            }
+            puts(key);
+            explicit_bzero(key, sizeof(key));
+            return 1;
+        }
         if (strncmp(arg, "--coord", 7) == 0 && (arg[7] == '=' || arg[7] == '\0')) {
             if (arg[7] == '=')
                 opt->coord = arg + 8;
@@ -186,7 +202,7 @@ static int parse_options(int argc, char **argv, struct options *opt, bool *resta
             continue;
         if (arg[0] == '-')
             return usage_error("unknown option '%s'; accepted: --nproc N, --max-restarts R, --coord HOST:PORT, "
-                               "--nnodes N, --node-rank I, --help, --help-env, then -- CMD", arg);
+                               "--nnodes N, --node-rank I, --help, --help-env, --new-key, then -- CMD", arg);
         return usage_error("expected '--' before the command, got '%s'", arg);
     }
     return usage_error("missing '-- CMD': the command to run comes after '--'");
@@ -249,9 +265,21 @@ static int configure_nodes(struct options *opt, const bool given[4])
     opt->first_rank = opt->node_rank * opt->nproc;
     if (ckpt_auth_set_key(ckpt_cfg_str(CFG_JOB_KEY)) < 0)
         return usage_error("CKPT_JOB_KEY is too short: it must have at least %d characters", CKPT_AUTH_KEY_MIN);
+    const char *launcher = ckpt_cfg_str(CFG_NODE_LAUNCHER);
+    if (opt->node_rank == 0 && launcher && *launcher)
+        opt->launcher = launcher;
+    if (!ckpt_auth_enabled() && opt->launcher) {
+        int rc = ckpt_auth_new_key(opt->job_key);
+        if (rc < 0 || ckpt_auth_set_key(opt->job_key) < 0) {
+            ckpt_log(CKPT_ERROR, "cannot make a key for the job: %s", strerror(rc < 0 ? -rc : EINVAL));
+            return -EIO;
+        }
+        ckpt_log(CKPT_INFO, "CKPT_JOB_KEY is not set: made one for this job, which the nodes CKPT_NODE_LAUNCHER "
+                 "starts get in their environment");
+    }
     if (!ckpt_auth_enabled())
         ckpt_log(CKPT_WARN, "CKPT_JOB_KEY is not set: the agents' connections are not authenticated, and any "
-                 "process that reaches them could join or send replicas");
+                 "process that reaches them could join or send replicas (ckpt-resume --new-key makes a key)");
     if (!getenv("CKPT_JOB")) {
         int k = snprintf(opt->job_name, sizeof(opt->job_name), "job-");
         for (const char *c = opt->coord; *c && k < (int)sizeof(opt->job_name) - 1; c++)

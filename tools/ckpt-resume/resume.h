@@ -45,6 +45,8 @@ struct options {
     char job_name[CKPT_JOB_MAX]; /* CKPT_JOB, the user's or generated */
     char *preload;          /* LD_PRELOAD of the ranks: libckpt.so first */
     char **cmd;             /* the command and its arguments, NULL-terminated */
+    const char *launcher;   /* CKPT_NODE_LAUNCHER on node 0 of several; NULL: the nodes are started elsewhere */
+    char job_key[128];      /* the key node 0 made (ckpt_auth_new_key) when CKPT_JOB_KEY is unset; "": none */
 };
 
 /* What one rank has told us on the agent channel during this launch. */
@@ -203,6 +205,18 @@ void member_failed(struct job *job);
 /* coord.c: node 0's coordinator thread (coord_open and coord_turn: the same
  * without the thread, for a caller that turns its loop itself) */
 struct coord;
+/* spawn.c: node 0 starting the other nodes (CKPT_NODE_LAUNCHER), from the coordinator's thread. */
+struct spawn;
+/* Prepares; *out stays NULL without a launcher.  Nothing starts before spawn_turn(). */
+int spawn_open(struct spawn **out, const struct options *opt);
+/* Reaps, and starts what is due unless the job is @over, for each node
+ * that is not @present(ctx, node) in the job.  Returns 0, or -1 with the
+ * reason in why when a node's command ended too often. */
+int spawn_turn(struct spawn *s, bool over, bool (*present)(void *ctx, unsigned j), void *ctx, char *why,
+               size_t whylen);
+/* Waits up to @wait_s for the commands to end, then ends them; frees s. */
+void spawn_close(struct spawn *s, double wait_s);
+
 int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
 int coord_open(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
 bool coord_turn(struct coord *c, int timeout_ms);

@@ -9,7 +9,6 @@
  * the job running when job_watch() returns, short of one that SIGKILL
  * cannot end, which it names.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -50,31 +49,24 @@ const char *sig_name(int sig)
 /*
  * Calls @fn for each child of ours outside the job's process group: orphans
  * that had moved to a group or session of their own before their parent
- * died and they came back to us.  Any thread may have become their parent,
- * so every thread's list is read.
+ * died and they came back to us.  An orphan goes to the main thread (the
+ * thread group's leader, alive as long as we run), which started the
+ * ranks too; the coordinator's thread has children of its own, the nodes
+ * it started (spawn.c), which are never the job's strays.
  */
 static void for_each_stray(struct job *job, void (*fn)(pid_t pid, int sig), int sig)
 {
-    DIR *tasks = opendir("/proc/self/task");
-    struct dirent *t;
     char path[64];
 
-    if (!tasks)
+    snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+    FILE *f = fopen(path, "re");
+    if (!f)
         return;
-    while ((t = readdir(tasks))) {
-        if (t->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%.20s/children", t->d_name);
-        FILE *f = fopen(path, "re");
-        if (!f)
-            continue;
-        int pid;
-        while (fscanf(f, "%d", &pid) == 1)
-            if (getpgid(pid) != job->pgid)
-                fn(pid, sig);
-        fclose(f);
-    }
-    closedir(tasks);
+    int pid;
+    while (fscanf(f, "%d", &pid) == 1)
+        if (getpgid(pid) != job->pgid)
+            fn(pid, sig);
+    fclose(f);
 }
 
 static void kill_one(pid_t pid, int sig)
@@ -161,7 +153,7 @@ static bool reap(struct job *job)
 {
     for (;;) {
         int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
+        pid_t pid = waitpid(-1, &status, WNOHANG | __WNOTHREAD); /* not the coordinator's (spawn.c) */
         if (pid == 0)
             return true;
         if (pid < 0)
@@ -246,7 +238,7 @@ int job_wait_signal(struct job *job, int timeout_ms)
     while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
         if (si.ssi_signo != SIGCHLD)
             return (int)si.ssi_signo;
-        while (waitpid(-1, NULL, WNOHANG) > 0)
+        while (waitpid(-1, NULL, WNOHANG | __WNOTHREAD) > 0)
             ; /* leftovers of a stopped job: reaped, nothing else */
     }
     return 0;
