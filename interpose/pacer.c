@@ -160,9 +160,12 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     P.was_paced = paced;
     CUresult r;
     if (paced) {
-        P.nslots = ckpt_sched_place(&P.prof, P.total, (uint64_t)(P.rate_bps * RATE_SAFETY), P.slot,
+        /* The first gap shortened before placing, so that what it cannot
+         * carry goes to the later gaps, not to the update. */
+        struct ckpt_sched_profile prof = P.prof;
+        prof.gap_ns[0] = (uint64_t)(prof.gap_ns[0] * FIRST_GAP_SHARE);
+        P.nslots = ckpt_sched_place(&prof, P.total, (uint64_t)(P.rate_bps * RATE_SAFETY), P.slot,
                                     CKPT_SCHED_SPANS, NULL);
-        P.slot[0].bytes = (uint64_t)(P.slot[0].bytes * FIRST_GAP_SHARE);
         P.next = 0;
         __atomic_store_n(&P.paced, true, __ATOMIC_RELEASE);
         r = next_gap(); /* the GPU is idle at the boundary: the first gap starts now */

@@ -84,6 +84,15 @@ gated() {
     grep -q '"paced":true,.*"spill_bytes":[1-9]' "$D/stats" || { echo "nothing spilled"; cat "$D/stats"; false; }
 }
 
+@test "a snapshot the gaps can carry is copied in them whole, the first gap's share too: nothing waits for the update" {
+    # 6 MiB at 0.5 GB/s: more than half the first 20 ms gap carries, far
+    # less than both gaps; what the first gap cannot take goes to the second.
+    CKPT_STATS_FILE=$D/stats LD_PRELOAD=$LIB timeout 120 "$SW" --iters 16 --mib 6 --nccl 20 >/dev/null 2>"$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -q '"paced":true,"boundary_bytes":0,"gap_bytes":[1-9][0-9]*,"spill_bytes":0,' "$D/stats" ||
+        { echo "every paced snapshot spilled"; cat "$D/stats"; false; }
+}
+
 @test "CKPT_SCHED=eager and off queue every copy at the boundary; a bad value is a usage error" {
     for m in eager off; do
         rm -rf "$D/arena" "$D/stats"
