@@ -128,6 +128,7 @@ static void start(struct spawn *s, unsigned j)
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent)
             _exit(127);
+        close_range(3, ~0U, 0); /* a library's descriptor without O_CLOEXEC is no node's business */
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
