@@ -28,7 +28,7 @@
 #define MIN_PIECE (1ULL << 20) /* a gap that carries less is left idle: per-copy overhead */
 #define BATCHES 64             /* timed batches per snapshot; later ones go untimed */
 #define RATE_SAFETY 0.8        /* place at this share of the measured rate */
-#define FIRST_GAP_SHARE 0.5    /* the gap before the first collective is timed by the host from the
+#define FIRST_GAP_SHARE 0.8    /* the gap before the first collective is timed by the host from the
                                   boundary, not gated on the GPU: only this share of it is used */
 
 _Static_assert(CKPT_SCHED_SPANS < BATCHES, "a batch per gap, and the spill");
