@@ -40,7 +40,7 @@ extern char **environ;
 
 struct launched {
     pid_t pid;          /* 0: not running */
-    int starts;         /* times started */
+    int starts;         /* times its command was started */
     double due;         /* when to start it (again); 0: not due */
 };
 
@@ -114,7 +114,6 @@ static void start(struct spawn *s, unsigned j)
     pid_t parent = getpid();
 
     l->due = 0;
-    l->starts++;
     if (!env) {
         ckpt_log(CKPT_WARN, "cannot start node %u: %s", j, strerror(ENOMEM));
         l->due = now_s() + 1;
@@ -135,13 +134,15 @@ static void start(struct spawn *s, unsigned j)
         execve("/bin/sh", s->argv, env);
         _exit(127);
     }
+    int err = errno;
     node_env_free(env);
     if (pid < 0) {
-        ckpt_log(CKPT_WARN, "cannot start node %u: %s", j, strerror(errno));
+        ckpt_log(CKPT_WARN, "cannot start node %u: %s", j, strerror(err));
         l->due = now_s() + 1;
         return;
     }
     l->pid = pid;
+    l->starts++;
     ckpt_log(CKPT_INFO, "started node %u (pid %d) with CKPT_NODE_LAUNCHER%s", j, (int)pid,
              l->starts > 1 ? ", again" : "");
 }
