@@ -291,7 +291,7 @@ EOF
     diff <(last_launch "$D/out.0") "$D/plain"
 }
 
-@test "CKPT_NODE_LAUNCHER: a node whose command keeps failing stops the job, named, with the command's status" {
+@test "CKPT_NODE_LAUNCHER: a node whose command keeps failing stops the job, named, with the command's status; unused on one node" {
     export CKPT_MAX_RESTARTS=1
     CKPT_NODE_LAUNCHER='exit 3;' start 0 2 1
     wait_rc "$D/rc.0" || { show; return 1; }
@@ -300,6 +300,9 @@ EOF
         { show; return 1; }
     grep -q "node 1 cannot be kept running: its command (CKPT_NODE_LAUNCHER) ended 2 times, the last with exit status 3" \
         "$D/err.0" || { show; return 1; }
+    # On one node it has nothing to start, and says so.
+    run env CKPT_NODE_LAUNCHER=false "$CKPT" --nproc 1 -- true
+    [ "$status" = 0 ] && [[ $output == *"CKPT_NODE_LAUNCHER is not used: the job has one node"* ]]
 }
 
 @test "ckpt-resume --new-key prints a new 256-bit key each time" {

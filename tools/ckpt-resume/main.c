@@ -240,6 +240,10 @@ static int configure_nodes(struct options *opt, const bool given[4])
         opt->nnodes = (int)ckpt_cfg_int(CFG_NNODES);
     if (!given[3])
         opt->node_rank = (int)ckpt_cfg_int(CFG_NODE_RANK);
+    const char *launcher = ckpt_cfg_str(CFG_NODE_LAUNCHER);
+    if (launcher && *launcher && (!opt->coord || opt->nnodes == 1))
+        ckpt_log(CKPT_WARN, "CKPT_NODE_LAUNCHER is not used: the job has one node (it starts nodes on a job of "
+                 "several, with --coord and --nnodes)");
     if (!opt->coord) {
         if (opt->nnodes > 1 || given[3])
             return usage_error("--nnodes and --node-rank need --coord HOST:PORT (or CKPT_COORD): where the nodes meet");
@@ -265,7 +269,6 @@ static int configure_nodes(struct options *opt, const bool given[4])
     opt->first_rank = opt->node_rank * opt->nproc;
     if (ckpt_auth_set_key(ckpt_cfg_str(CFG_JOB_KEY)) < 0)
         return usage_error("CKPT_JOB_KEY is too short: it must have at least %d characters", CKPT_AUTH_KEY_MIN);
-    const char *launcher = ckpt_cfg_str(CFG_NODE_LAUNCHER);
     if (opt->node_rank == 0 && launcher && *launcher)
         opt->launcher = launcher;
     if (!ckpt_auth_enabled() && opt->launcher) {
