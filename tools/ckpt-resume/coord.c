@@ -590,9 +590,8 @@ bool coord_turn(struct coord *c, int timeout_ms)
     if (c->phase == GATHER)
         gathered(c);
     char why[256];
-    if (spawn_turn(c->spawn, c->phase == OVER, connected, c, why, sizeof(why)) < 0) {
+    if (spawn_turn(c->spawn, c->phase == OVER, connected, c, why, sizeof(why)) < 0)
         finish(c, 1, why);
-    }
     return true;
 }
 
