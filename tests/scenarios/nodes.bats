@@ -293,7 +293,7 @@ EOF
 
 @test "CKPT_NODE_LAUNCHER: a node whose command keeps failing stops the job, named, with the command's status; unused on one node" {
     export CKPT_MAX_RESTARTS=1
-    CKPT_NODE_LAUNCHER='exit 3;' start 0 2 1
+    CKPT_NODE_LAUNCHER='sh -c "exit 3"' start 0 2 1
     wait_rc "$D/rc.0" || { show; return 1; }
     [ "$(cat "$D/rc.0")" != 0 ] || { show; return 1; }
     grep -q "node 1's command ended (exit status 3) before the job did; starting it again" "$D/err.0" ||
@@ -303,6 +303,16 @@ EOF
     # On one node it has nothing to start, and says so.
     run env CKPT_NODE_LAUNCHER=false "$CKPT" --nproc 1 -- true
     [ "$status" = 0 ] && [[ $output == *"CKPT_NODE_LAUNCHER is not used: the job has one node"* ]]
+}
+
+@test "CKPT_NODE_LAUNCHER: when node 0 dies, the nodes it started get SIGTERM and end" {
+    machine
+    CKPT_NODE_LAUNCHER=$D/machine start 0 2 1
+    wait_iter 20 || { show; return 1; }
+    kill -KILL "$(pgrep -s "$(cat "$D/sid.0")" -x ckpt-resume)"
+    for _ in $(seq 100); do pgrep -s "$(cat "$D/sid.1")" >/dev/null || break; sleep 0.1; done
+    ! pgrep -s "$(cat "$D/sid.1")" >/dev/null || { echo "node 1 still runs"; show; false; }
+    grep -q "got SIGTERM" "$D/err.1" || { show; return 1; }
 }
 
 @test "ckpt-resume --new-key prints a new 256-bit key each time" {

@@ -684,6 +684,8 @@ int member_run(struct job *job, int *restarts)
         refused = run_launch(job, m, restore, target);
         if (m->finished)
             break;
+        if (m->fd < 0 && job->out.stop_signal)
+            break; /* told to stop, with no coordinator to tell: this node ends */
         if (m->fd < 0)
             continue;
         if (job->out.stop_signal && !m->stopped) {

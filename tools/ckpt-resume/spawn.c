@@ -2,7 +2,7 @@
  * Node 0 starting the job's other nodes (CKPT_NODE_LAUNCHER).  Node j's
  * ckpt-resume runs as
  *
- *     sh -c 'PREFIX "$@"' sh SELF --nproc P -- CMD [ARGS...]
+ *     sh -c 'exec PREFIX "$@"' sh SELF --nproc P -- CMD [ARGS...]
  *
  * in a session of its own, with CKPT_COORD, CKPT_NNODES, CKPT_NODE_RANK=j,
  * CKPT_JOB and CKPT_JOB_KEY in its environment: the prefix (srun, or
@@ -17,7 +17,7 @@
  * that thread's children: ckpt-resume's reaping of its ranks waits for the
  * main thread's children only (__WNOTHREAD) and never takes them, and
  * each command gets SIGTERM if the coordinator's thread dies
- * (PR_SET_PDEATHSIG) before it has ended them itself.
+ * (PR_SET_PDEATHSIG, which the exec keeps) before it has ended them itself.
  */
 #include <errno.h>
 #include <limits.h>
@@ -46,7 +46,7 @@ struct launched {
 
 struct spawn {
     const struct options *opt;
-    char *script;       /* PREFIX "$@" */
+    char *script;       /* exec PREFIX "$@" */
     char self[PATH_MAX];
     char nproc[16];
     const char *key;    /* the job's key: the user's, or the one node 0 made */
@@ -173,7 +173,7 @@ int spawn_open(struct spawn **out, const struct options *opt)
         ncmd++;
     s->node = calloc(s->n, sizeof(*s->node));
     s->argv = calloc(8 + ncmd + 1, sizeof(*s->argv));
-    if (len <= 0 || !s->node || !s->argv || asprintf(&s->script, "%s \"$@\"", opt->launcher) < 0) {
+    if (len <= 0 || !s->node || !s->argv || asprintf(&s->script, "exec %s \"$@\"", opt->launcher) < 0) {
         int rc = len <= 0 ? -errno : -ENOMEM;
         spawn_close(s, 0);
         return rc;
