@@ -646,6 +646,8 @@ int member_run(struct job *job, int *restarts)
     for (;;) {
         void *msg = NULL;
         size_t len;
+        if (m->fd < 0 && job->out.stop_signal)
+            break; /* told to stop, with no coordinator to tell: this node ends */
         if (m->fd < 0 && connect_coord(job, m) < 0)
             break;
         if (join(job, m, refused) < 0)
@@ -684,8 +686,6 @@ int member_run(struct job *job, int *restarts)
         refused = run_launch(job, m, restore, target);
         if (m->finished)
             break;
-        if (m->fd < 0 && job->out.stop_signal)
-            break; /* told to stop, with no coordinator to tell: this node ends */
         if (m->fd < 0)
             continue;
         if (job->out.stop_signal && !m->stopped) {
