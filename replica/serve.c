@@ -177,18 +177,18 @@ static int finish(struct ckpt_store *store, struct round *r)
                                sizeof(why));
     }
     if (r->refused) { /* answered already */
-        ckpt_store_abort(r->tx);
+        ckpt_store_abort(store, r->tx);
         return 0;
     }
     if (r->lost && r->msg.status == 0) { /* st->why says which piece */
-        ckpt_store_abort(r->tx);
+        ckpt_store_abort(store, r->tx);
         st->status = r->lost;
     } else if (r->msg.status < 0) {
-        ckpt_store_abort(r->tx);
+        ckpt_store_abort(store, r->tx);
         st->status = -ECANCELED;
         snprintf(st->why, sizeof(st->why), "the sender stopped: %s", strerror(-r->msg.status));
     } else if (rc < 0) {
-        ckpt_store_abort(r->tx);
+        ckpt_store_abort(store, r->tx);
         st->status = rc;
         snprintf(st->why, sizeof(st->why), "%s", why);
     } else {
@@ -231,7 +231,7 @@ static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const 
         /* The receives are posted before the sender hears it may send. */
         uint64_t tag = ckpt_fab_round_tag(f);
         if ((rc = ckpt_inbound_start(&r.in, f, &tx, CKPT_REPLICA_PIECE, tag, st->why, sizeof(st->why))) < 0) {
-            ckpt_store_abort(&tx);
+            ckpt_store_abort(store, &tx);
             st->status = rc;
             return send_result(ctl, st);
         }
@@ -275,7 +275,7 @@ cut:
         ckpt_verifier_end(r.v, 0, NULL, st->why, sizeof(st->why));
     if (r.in && ckpt_inbound_end(r.in, CANCEL_MS) < 0)
         rc = -ETIMEDOUT; /* the connection ends; the slot stays mapped */
-    ckpt_store_abort(&tx);
+    ckpt_store_abort(store, &tx);
     st->status = rc;
     snprintf(st->why, sizeof(st->why), "the transfer was cut short: %s", strerror(-rc));
     return rc;

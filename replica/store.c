@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,10 @@ struct ckpt_store {
     struct entry *index;
     size_t nindex;
     uint64_t clock;
+    /* The transfer's thread against ckpt_store_forget's: the holders,
+     * the index, and which holder a transfer writes to (+1; 0 for none). */
+    pthread_mutex_t lock;
+    unsigned active;
 };
 
 static uint64_t chunk_len(const struct ckpt_header *h, uint64_t c)
@@ -202,6 +207,7 @@ int ckpt_store_open(struct ckpt_store **out, const char *dir, struct ckpt_fab *f
 
     if (!st)
         return -ENOMEM;
+    pthread_mutex_init(&st->lock, NULL);
     snprintf(st->dir, sizeof(st->dir), "%s", dir);
     st->fab = fab;
     if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
@@ -250,6 +256,7 @@ void ckpt_store_close(struct ckpt_store *st)
     }
     free(st->holders);
     free(st->index);
+    pthread_mutex_destroy(&st->lock);
     free(st);
 }
 
@@ -299,8 +306,8 @@ static int drop_shrunk(struct ckpt_store *st)
     return dropped;
 }
 
-int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struct ckpt_store_tx *tx, char *why,
-                     size_t whylen)
+static int begin(struct ckpt_store *st, const void *offer, size_t len, struct ckpt_store_tx *tx, char *why,
+                 size_t whylen)
 {
     struct ckpt_header h;
     unsigned hi;
@@ -365,19 +372,34 @@ int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struc
     }
     if ((tx->reg = sl->reg))
         ckpt_fab_region_key(sl->reg, tx->key);
+    st->active = hi + 1;
     return 0;
+}
+
+int ckpt_store_begin(struct ckpt_store *st, const void *offer, size_t len, struct ckpt_store_tx *tx, char *why,
+                     size_t whylen)
+{
+    pthread_mutex_lock(&st->lock);
+    int rc = begin(st, offer, len, tx, why, whylen);
+    pthread_mutex_unlock(&st->lock);
+    return rc;
 }
 
 int ckpt_store_fill(struct ckpt_store *st, struct ckpt_store_tx *tx, uint64_t c)
 {
     uint64_t len = chunk_len(&tx->h, c);
+    int rc = -ENOENT;
+
+    pthread_mutex_lock(&st->lock);
     const struct entry *e = lookup(st, sums_of(tx->header, &tx->h)[c], len);
-    if (!e)
-        return -ENOENT;
-    const struct slot *from = &st->holders[e->holder].slot[e->slot];
-    char *to = (char *)st->holders[tx->holder].slot[tx->slot].base + tx->h.data_offset + c * tx->h.chunk_bytes;
-    memcpy(to, (const char *)from->base + from->h.data_offset + e->chunk * from->h.chunk_bytes, len);
-    return 0;
+    if (e) {
+        const struct slot *from = &st->holders[e->holder].slot[e->slot];
+        char *to = (char *)st->holders[tx->holder].slot[tx->slot].base + tx->h.data_offset + c * tx->h.chunk_bytes;
+        memcpy(to, (const char *)from->base + from->h.data_offset + e->chunk * from->h.chunk_bytes, len);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
 }
 
 const void *ckpt_store_chunk(const struct ckpt_store *st, const struct ckpt_store_tx *tx, uint64_t c, size_t *len,
@@ -418,6 +440,7 @@ int ckpt_store_commit(struct ckpt_store *st, struct ckpt_store_tx *tx, char *why
             rc = ckpt_store_verify(st, tx, c, why, whylen);
     /* Everything but the magic, the padding up to the data zeroed as a
      * fresh slot's; the magic after, once every chunk verified. */
+    pthread_mutex_lock(&st->lock);
     if (rc == 0) {
         memcpy(base + sizeof(magic), (char *)tx->header + sizeof(magic), tx->h.header_bytes - sizeof(magic));
         memset(base + tx->h.header_bytes, 0, tx->h.data_offset - tx->h.header_bytes);
@@ -430,13 +453,48 @@ int ckpt_store_commit(struct ckpt_store *st, struct ckpt_store_tx *tx, char *why
          * are only not offered for deduplication. */
         (void)reindex(st);
     }
+    st->active = 0;
+    pthread_mutex_unlock(&st->lock);
     release(tx);
     return rc;
 }
 
-void ckpt_store_abort(struct ckpt_store_tx *tx)
+void ckpt_store_abort(struct ckpt_store *st, struct ckpt_store_tx *tx)
 {
+    pthread_mutex_lock(&st->lock);
+    st->active = 0;
+    pthread_mutex_unlock(&st->lock);
     release(tx);
+}
+
+/*
+ * The holder is renamed out of reach (an empty job matches none) rather
+ * than removed, so that a transfer's holder index stays good.  Its
+ * mappings stay until the store closes: a fabric receive cut short may
+ * still land in them (serve.c), and they share the files' pages, so they
+ * cost no memory.
+ */
+int ckpt_store_forget(struct ckpt_store *st, const char *job, uint32_t rank)
+{
+    int rc = -ENOENT;
+
+    pthread_mutex_lock(&st->lock);
+    for (unsigned i = 0; i < st->nholders && rc == -ENOENT; i++) {
+        struct holder *h = &st->holders[i];
+        if (h->rank != rank || strcmp(h->job, job) != 0)
+            continue;
+        if (st->active == i + 1) {
+            rc = -EBUSY;
+            break;
+        }
+        h->job[0] = '\0';
+        h->slot[0].valid = h->slot[1].valid = 0;
+        if (reindex(st) < 0)
+            st->nindex = 0; /* nothing is offered for deduplication, rather than the forgotten slots */
+        rc = 0;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
 }
 
 const char *ckpt_store_dir(const struct ckpt_store *st, const struct ckpt_store_tx *tx)

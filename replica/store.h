@@ -8,7 +8,8 @@
  * already held (identical data-parallel ranks, an unchanged chunk of the
  * previous generation) be copied locally instead of sent.  A replica is
  * committed only after every chunk verified, header last, magic last of
- * all, as runtime/image.c commits a snapshot.  One transfer at a time.
+ * all, as runtime/image.c commits a snapshot.  One transfer at a time,
+ * driven by one thread (and verified by one more, ckpt_store_verify).
  */
 #ifndef CKPT_REPLICA_STORE_H
 #define CKPT_REPLICA_STORE_H
@@ -74,7 +75,15 @@ const void *ckpt_store_chunk(const struct ckpt_store *st, const struct ckpt_stor
 int ckpt_store_commit(struct ckpt_store *st, struct ckpt_store_tx *tx, char *why, size_t whylen);
 
 /* Gives up on tx: the slot stays invalid.  Releases tx. */
-void ckpt_store_abort(struct ckpt_store_tx *tx);
+void ckpt_store_abort(struct ckpt_store *st, struct ckpt_store_tx *tx);
+
+/* Lets go of the replicas of (job, rank): the store no longer holds,
+ * indexes or writes to them, and their files are the caller's to move
+ * (a replica promoted into the rank's own arena).  A later transfer for
+ * the rank starts afresh.  May be called while another thread drives a
+ * transfer.  Returns 0, -ENOENT when none are held, -EBUSY while a
+ * transfer writes to them. */
+int ckpt_store_forget(struct ckpt_store *st, const char *job, uint32_t rank);
 
 /* The directory of the slot tx goes to (for messages). */
 const char *ckpt_store_dir(const struct ckpt_store *st, const struct ckpt_store_tx *tx);

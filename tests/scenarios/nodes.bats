@@ -91,7 +91,7 @@ recover_from_peers() { # N P LOST
     grep -q "node $lost is lost" "$D/err.0" || { show; return 1; }
     for r in $(seq $((lost * p)) $((lost * p + p - 1))); do
         grep -q "^ckpt-resume: rank $r: from the peer arena of node " "$D/err.0" || { show; return 1; }
-        grep -q "^ckpt-resume: rank $r restores iteration [0-9]* from a peer's copy" "$D/err.$lost.new" ||
+        grep -q "^ckpt-resume: rank $r restores iteration [0-9]* from a peer's copy (moved into its arena)$" "$D/err.$lost.new" ||
             { show; return 1; }
     done
     [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }

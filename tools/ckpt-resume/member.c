@@ -543,8 +543,10 @@ static void prepare_arena(struct job *job, struct member *m, uint64_t it)
                      (unsigned long long)it);
             continue;
         }
-        if (rep_promote(m->rep, rank, it, why, sizeof(why)) == 0) {
-            ckpt_log(CKPT_INFO, "rank %d restores iteration %llu from a peer's copy", rank, (unsigned long long)it);
+        bool moved;
+        if (rep_promote(m->rep, rank, it, &moved, why, sizeof(why)) == 0) {
+            ckpt_log(CKPT_INFO, "rank %d restores iteration %llu from a peer's copy (%s into its arena)", rank,
+                     (unsigned long long)it, moved ? "moved" : "copied");
             continue;
         }
         need_disk = true;

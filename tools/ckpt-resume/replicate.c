@@ -638,9 +638,10 @@ static int copy_file(const char *from, const char *to)
 /*
  * Puts the replica of @rank's iteration @it that the store keeps into the
  * rank's arena directory (slot0, an empty slot1, replay.log), for a restore
- * on this node.  The ranks must not run.  Returns 0 or -errno with why.
+ * on this node: the slot file is moved there (*@moved), or copied where it
+ * cannot be.  The ranks must not run.  Returns 0 or -errno with why.
  */
-int rep_promote(struct rep *r, int rank, uint64_t it, char *why, size_t whylen)
+int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, size_t whylen)
 {
     const struct options *opt = r->opt;
     char from[PATH_MAX], to[PATH_MAX], a[PATH_MAX + 32], b[PATH_MAX + 32];
@@ -664,7 +665,13 @@ int rep_promote(struct rep *r, int rank, uint64_t it, char *why, size_t whylen)
         return rc;
     snprintf(a, sizeof(a), "%s/slot%d", from, slot);
     snprintf(b, sizeof(b), "%s/slot0", to);
-    if ((rc = copy_file(a, b)) == 0) {
+    /* Moved, once the store has let go of it: no copy to wait for, and no
+     * second copy of the rank's state left in the store. */
+    int held = r->store ? ckpt_store_forget(r->store, opt->job_name, (uint32_t)rank) : -ENOENT;
+    *moved = held != -EBUSY && rename(a, b) == 0;
+    if (!*moved)
+        rc = copy_file(a, b);
+    if (rc == 0) {
         snprintf(b, sizeof(b), "%s/slot1", to);
         int fd = open(b, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
         rc = fd < 0 ? -errno : 0;

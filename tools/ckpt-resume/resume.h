@@ -235,7 +235,7 @@ bool rep_reap(struct rep *r, int *status);
 void rep_wait(struct rep *r);
 int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const struct coord_addr *addrs,
               unsigned nnodes);
-int rep_promote(struct rep *r, int rank, uint64_t it, char *why, size_t whylen);
+int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, size_t whylen);
 int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen);
 int rep_remove(const struct options *opt);
 
