@@ -29,7 +29,7 @@ teardown() {
 free_port() {
     local p
     for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 40000))
+        p=$((10000 + RANDOM % 22000)) # below the ephemeral ports
         [ -z "$(ss -Htan "sport = :$p")" ] && { echo "$p"; return 0; }
     done
     return 1
@@ -248,7 +248,7 @@ EOF
     CKPT_JOB=dead LD_PRELOAD=$LIB "$BUILD/tests/progs/frozen" --iters 5 >/dev/null 2>&1
     CKPT_JOB=live LD_PRELOAD=$LIB "$TRAIN" --iters 100000000 --hidden 16 --layers 1 >/dev/null 2>&1 &
     echo $! >>"$D/pids"
-    for _ in $(seq 100); do
+    for _ in $(seq 300); do
         [ -s "$(slot live 0 0)" ] && break
         sleep 0.1
     done

@@ -55,7 +55,7 @@ flip() { # file offset: flips the low bit of the byte there
 replicate() {
     "$REP" serve --listen 127.0.0.1:0 --dir "$CKPT_ARENA_DIR/peers" --once >"$D/serve.out" 2>"$D/serve.err" &
     local server=$! port=
-    for _ in $(seq 100); do
+    for _ in $(seq 400); do
         port=$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9]*\),.*/\1/p' "$D/serve.out")
         [ -n "$port" ] && break
         sleep 0.05

@@ -20,10 +20,10 @@ setup() {
     export CKPT_MAX_RESTARTS=0 CKPT_ARENA_DIR=$D/arena
 }
 
-# Waits up to 5 s until $1 files match the glob $2.
+# Waits up to 20 s until $1 files match the glob $2.
 wait_files() {
     local want=$1 glob=$2 i n
-    for i in $(seq 50); do
+    for i in $(seq 200); do
         n=$(compgen -G "$glob" | wc -l)
         [ "$n" -ge "$want" ] && return 0
         sleep 0.1

@@ -29,7 +29,7 @@ teardown() {
 free_port() {
     local p
     for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 40000))
+        p=$((10000 + RANDOM % 22000)) # below the ephemeral ports
         [ -z "$(ss -Htan "sport = :$p")" ] && { echo "$p"; return 0; }
     done
     return 1
@@ -154,7 +154,7 @@ EOF
         done
         echo "${pids[@]}" >"$D/pids"
         # Let training start (rank 0 has printed a few iterations), then kill.
-        for _ in $(seq 200); do
+        for _ in $(seq 600); do
             grep -q '^iter 3 ' "$D/out.$victim.0" && break
             sleep 0.05
         done

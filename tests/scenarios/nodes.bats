@@ -215,7 +215,7 @@ recover_from_peers() { # N P LOST
     wait_iter 60
     agent=$(pgrep -s "$(cat "$D/sid.1")" -x ckpt-resume)
     kill -STOP "$agent"
-    for _ in $(seq 200); do grep -q "node 1 is lost (not heard from in time)" "$D/err.0" && break; sleep 0.1; done
+    for _ in $(seq 400); do grep -q "node 1 is lost (not heard from in time)" "$D/err.0" && break; sleep 0.1; done
     kill -CONT "$agent"
     wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
@@ -310,7 +310,7 @@ EOF
     CKPT_NODE_LAUNCHER=$D/machine start 0 2 1
     wait_iter 20 || { show; return 1; }
     kill -KILL "$(pgrep -s "$(cat "$D/sid.0")" -x ckpt-resume)"
-    for _ in $(seq 100); do pgrep -s "$(cat "$D/sid.1")" >/dev/null || break; sleep 0.1; done
+    for _ in $(seq 300); do pgrep -s "$(cat "$D/sid.1")" >/dev/null || break; sleep 0.1; done
     ! pgrep -s "$(cat "$D/sid.1")" >/dev/null || { echo "node 1 still runs"; show; false; }
     grep -q "got SIGTERM" "$D/err.1" || { show; return 1; }
 }

@@ -288,7 +288,7 @@ sender_killed() {
     for _ in $(seq 200); do grep -q "paused after" "$D/send.err" && break; sleep 0.05; done
     grep -q "paused after [1-9][0-9]* bytes (delivered)" "$D/send.err" || { cat "$D/send.err"; false; }
     kill -9 "$sender"
-    for _ in $(seq 100); do grep -q "not kept" "$D/serve.err" && break; sleep 0.05; done
+    for _ in $(seq 400); do grep -q "not kept" "$D/serve.err" && break; sleep 0.05; done
     grep -q "generation $(u64 "$new" 88) not kept: the transfer was cut short" "$D/serve.err" ||
         { cat "$D/serve.err"; false; }
     r=$(replica_of "$D/rep" big "$(u64 "$old" 88)")
@@ -395,7 +395,7 @@ sender_killed() {
     [ "$status" -eq 1 ]
     [[ $output == *"the peer sends replicas as tagged messages (tagged), this end as RMA writes (rma): set CKPT_FABRIC_DATA alike on both"* ]] ||
         { echo "$output"; false; }
-    for _ in $(seq 100); do grep -q "CKPT_FABRIC_DATA" "$D/serve.err" && break; sleep 0.05; done
+    for _ in $(seq 400); do grep -q "CKPT_FABRIC_DATA" "$D/serve.err" && break; sleep 0.05; done
     grep -q "the peer sends replicas as RMA writes (rma), this end as tagged messages (tagged): set CKPT_FABRIC_DATA alike" \
         "$D/serve.err" || { cat "$D/serve.err"; false; }
     [ -z "$(replica_of "$D/rep" j "$(u64 "$(slot j 0)" 88)")" ]

@@ -115,7 +115,7 @@ gated() {
     mkdir -p "$D/rep"
     "$REP" serve --listen 127.0.0.1:0 --dir "$D/rep" >"$D/serve.out" 2>"$D/serve.err" 3>&- &
     PIDS+=($!)
-    for _ in $(seq 100); do
+    for _ in $(seq 400); do
         PORT=$(sed -n 's/^listening on 127\.0\.0\.1:\([0-9]*\),.*/\1/p' "$D/serve.out")
         [ -n "$PORT" ] && break
         sleep 0.05
