@@ -6,8 +6,11 @@
  * with one message naming the variable; unknown CKPT_* names are only
  * warned about.  At the first successful cuInit: wake.  In a child forked
  * after that: stay a pass-through forever, since the child shares nothing
- * of the parent's device state that libckpt could checkpoint.
+ * of the parent's device state that libckpt could checkpoint.  So does a
+ * process that wakes while another owns the rank's arena directory: one
+ * the rank started (it inherits RANK and LD_PRELOAD) that uses CUDA.
  */
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -84,8 +87,13 @@ static void wake(void)
     char dir[PATH_MAX + 64];
     uint64_t restore = (uint64_t)ckpt_cfg_int(CFG_RESTORE);
     const char *rank = getenv("RANK");
+    int arena = ckpt_snapshot_open(restore == 0, dir, sizeof(dir));
+    if (arena == -EBUSY) { /* another process is this rank: not a word to its agent, no restore */
+        disabled = true;
+        return;
+    }
     int agent = ckpt_agent_connect(ckpt_cfg_str(CFG_AGENT_SOCKET), rank ? (uint32_t)atoi(rank) : 0);
-    if (ckpt_snapshot_open(restore == 0, dir, sizeof(dir)) == 0) {
+    if (arena == 0) {
         ckpt_fault_init(dir);
         ckpt_history_init(dir, restore);
     } else if (restore) {

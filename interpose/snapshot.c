@@ -267,13 +267,45 @@ static int prepare(void)
     return 0;
 }
 
+/* Whether @pid started this process, or started one of its ancestors. */
+static bool started_by(pid_t pid)
+{
+    pid_t p = getppid();
+    for (int depth = 0; p > 1 && depth < 64; depth++) {
+        if (p == pid)
+            return true;
+        char path[32], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)p);
+        FILE *f = fopen(path, "re");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        const char *end = strrchr(buf, ')'); /* the command name may hold anything */
+        int parent;
+        if (!end || sscanf(end + 1, " %*c %d", &parent) != 1)
+            return false;
+        p = parent;
+    }
+    return false;
+}
+
 int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen)
 {
     char why[PATH_MAX + 128];
     const char *rank = getenv("RANK");
 
     int rc = ckpt_arena_open(&S.arena, ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB), rank ? atoi(rank) : 0,
-                             fresh, why, sizeof(why));
+                             CKPT_ARENA_OWN | (fresh ? CKPT_ARENA_FRESH : 0), why, sizeof(why));
+    if (rc == -EBUSY && started_by(S.arena.holder)) {
+        ckpt_log(CKPT_INFO, "%s, which started this process: this one does not checkpoint", why);
+        return rc;
+    }
+    if (rc == -EBUSY) {
+        ckpt_log(CKPT_WARN, "%s: does another process run as rank %s of job %s? This one does not checkpoint",
+                 why, rank ? rank : "0", ckpt_cfg_str(CFG_JOB));
+        return rc;
+    }
     if (rc < 0) {
         ckpt_log(CKPT_ERROR, "no arena (%s): checkpointing is off for this run", why);
         return rc;

@@ -87,14 +87,45 @@ static int open_dir(int at, const char *name, const char *shown, mode_t mode, bo
     return fd;
 }
 
-int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, int fresh, char *why,
+/*
+ * Makes this process the one owner of the rank directory @dirfd: a POSIX
+ * record lock on its owner file.  Such a lock belongs to the process and
+ * not to the file descriptor's copies: a child forked or exec'd by the
+ * rank does not hold it, and it goes with the process however that ends.
+ * Returns the locked file's fd, or -EBUSY with the holder in a->holder.
+ */
+static int claim(struct ckpt_arena *a, int dirfd, char *why, size_t whylen)
+{
+    int fd = openat(dirfd, CKPT_ARENA_OWNER, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(why, whylen, "cannot open %s/%s: %s", a->dir, CKPT_ARENA_OWNER, strerror(e));
+        return -e;
+    }
+    struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &l) == 0)
+        return fd;
+    int e = errno;
+    if (e == EACCES || e == EAGAIN) {
+        struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        a->holder = fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK ? q.l_pid : 0;
+        snprintf(why, whylen, "%s is in use by process %d", a->dir, (int)a->holder);
+        e = EBUSY;
+    } else {
+        snprintf(why, whylen, "cannot lock %s/%s: %s", a->dir, CKPT_ARENA_OWNER, strerror(e));
+    }
+    close(fd);
+    return -e;
+}
+
+int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, unsigned flags, char *why,
                     size_t whylen)
 {
     char name[CKPT_JOB_MAX + 32], shown[PATH_MAX + 16];
     int rc, rootfd, jobfd, dirfd;
 
     memset(a, 0, sizeof(*a));
-    a->fd[0] = a->fd[1] = -1;
+    a->fd[0] = a->fd[1] = a->owner = -1;
     if (!job[0] || strchr(job, '/') || strcmp(job, ".") == 0 || strcmp(job, "..") == 0) {
         snprintf(why, whylen, "job name '%s' cannot name a directory", job);
         return -EINVAL;
@@ -120,10 +151,14 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
         return dirfd;
 
     rc = 0;
+    if ((flags & CKPT_ARENA_OWN) && (a->owner = claim(a, dirfd, why, whylen)) < 0) {
+        rc = a->owner;
+        a->owner = -1;
+    }
     for (int s = 0; s < 2 && rc == 0; s++) {
         struct stat st;
         snprintf(name, sizeof(name), "slot%d", s);
-        a->fd[s] = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600);
+        a->fd[s] = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (flags & CKPT_ARENA_FRESH ? O_TRUNC : 0), 0600);
         if (a->fd[s] < 0 || fstat(a->fd[s], &st) < 0) {
             rc = -errno;
             snprintf(why, whylen, "cannot open %s/%s: %s", a->dir, name, strerror(errno));
@@ -169,4 +204,7 @@ void ckpt_arena_close(struct ckpt_arena *a)
         a->len[s] = 0;
         a->fd[s] = -1;
     }
+    if (a->owner >= 0)
+        close(a->owner);
+    a->owner = -1;
 }

@@ -11,6 +11,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The directory under CKPT_ARENA_DIR where a node's agent keeps the
  * replicas it holds for its peers, laid out as arenas of their own
@@ -23,13 +24,25 @@ struct ckpt_arena {
     int fd[2];
     void *base[2];
     size_t len[2];
+    int owner;    /* CKPT_ARENA_OWN: the locked owner file's fd, else -1 */
+    pid_t holder; /* after -EBUSY: the process that owns the directory (0: not known) */
 };
 
-/* Creates (or opens) the rank's directory and both slot files; fresh
- * empties the slots (a new run must never be taken for an old one's
- * restart).  Returns 0, or -errno with a one-line reason in why (naming
- * the path). */
-int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, int fresh, char *why,
+/* The file in a rank's directory that its one live process holds a lock on. */
+#define CKPT_ARENA_OWNER "owner"
+
+enum {
+    CKPT_ARENA_FRESH = 1, /* empty the slots: a new run must never be taken for an old one's restart */
+    CKPT_ARENA_OWN = 2,   /* the rank's own process: lock the directory first, or -EBUSY */
+};
+
+/* Creates (or opens) the rank's directory and both slot files, as @flags
+ * say.  With CKPT_ARENA_OWN the directory is this process's until it
+ * closes the arena or ends: a process that the rank started and that
+ * initialises CUDA itself (it inherits RANK and LD_PRELOAD) gets -EBUSY,
+ * a->holder, and never touches the files the rank has mapped.  Returns 0,
+ * or -errno with a one-line reason in why (naming the path). */
+int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, unsigned flags, char *why,
                     size_t whylen);
 
 /* Makes slot at least bytes long and mapped.  *moved is set when the
@@ -37,7 +50,7 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
  * 0 or -errno (-ENOSPC when /dev/shm is full: the slot is left as it was). */
 int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved);
 
-/* Unmaps and closes; the files stay for ckpt-resume. */
+/* Unmaps and closes, and lets the directory go; the files stay for ckpt-resume. */
 void ckpt_arena_close(struct ckpt_arena *a);
 
 /* May @dir (its lstat/fstat in @st) hold other users' private

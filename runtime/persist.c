@@ -218,19 +218,20 @@ int pdir_job(const char *dir, const char *job, bool create, char *out, size_t ou
 
 int pdir_open(const char *path, int flags, char *why, size_t whylen)
 {
-    int fd = open(path, flags | O_DIRECT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EINVAL) {
-        /* A filesystem without direct I/O (tmpfs before Linux 6.6): the
-         * page cache and the fsync at the end still make it durable. */
-        fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd >= 0)
-            ckpt_log_once(CKPT_WARN, "%s does not support O_DIRECT: going through the page cache", path);
-    }
+    /* O_DIRECT is asked for after the open: a filesystem without direct
+     * I/O (ramfs; tmpfs before Linux 6.6) refuses it only after it has
+     * created the file, so an open with it and O_EXCL could not be tried
+     * again without.  There the page cache and the fsync at the end still
+     * make the data durable. */
+    int fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         int e = errno;
         snprintf(why, whylen, "cannot open %s: %s", path, strerror(e));
         return -e;
     }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_DIRECT) < 0)
+        ckpt_log_once(CKPT_WARN, "%s does not support O_DIRECT: going through the page cache", path);
     return fd;
 }
 

@@ -41,9 +41,12 @@ static struct ckpt_alloc *probe(uint64_t addr, bool for_insert)
     }
 }
 
+/* Makes room: a table whose live entries fill at most half of it is
+ * rebuilt at its size, without its tombstones, else at twice the size.  So
+ * the table follows the live count, not how many addresses were ever freed. */
 static int grow(void)
 {
-    size_t ncap = cap ? cap * 2 : 1024;
+    size_t ncap = !cap ? 1024 : (used + 1) * 2 <= cap ? cap : cap * 2;
     struct ckpt_alloc *old = slots, *n = calloc(ncap, sizeof(*n));
     if (!n)
         return -ENOMEM;
@@ -176,6 +179,14 @@ void ckpt_reg_stats(size_t *count, uint64_t *bytes, size_t *internal_count, uint
         }
     }
     pthread_mutex_unlock(&lock);
+}
+
+size_t ckpt_reg_capacity(void)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = cap;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 void ckpt_reg_set_iteration(uint64_t iter)

@@ -53,6 +53,9 @@ size_t ckpt_reg_snapshot(struct ckpt_alloc *out, size_t max);
 /* Live counts and bytes: program allocations and internal ones. */
 void ckpt_reg_stats(size_t *count, uint64_t *bytes, size_t *internal_count, uint64_t *internal_bytes);
 
+/* How many entries the table has room for: it follows the live count. */
+size_t ckpt_reg_capacity(void);
+
 /* The iteration new allocations are born in. */
 void ckpt_reg_set_iteration(uint64_t iter);
 

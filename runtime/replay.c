@@ -65,7 +65,7 @@ static uint64_t rec_sum(const struct rec *r, const void *payload)
 
 static size_t padded(uint32_t len)
 {
-    return (len + 7u) & ~(size_t)7u;
+    return ((size_t)len + 7) & ~(size_t)7; /* in 64 bits: a length near 4 GiB must not wrap to 0 */
 }
 
 static void path_of(char *out, size_t n, const char *dir)

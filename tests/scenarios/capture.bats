@@ -117,6 +117,37 @@ CASES
     [ "$(echo "$output" | grep -c 'snapshots [0-9]')" -eq 1 ]
 }
 
+@test "a CUDA helper the rank execs leaves the rank's arena alone and is a pass-through" {
+    # The helper inherits RANK, CKPT_JOB and LD_PRELOAD.  Were it to take the
+    # arena too, it would empty the slots and the replay log under the rank.
+    run env CKPT_BOUNDARY=every:1 CKPT_STATS_FILE=$ARENA/stats LD_PRELOAD=$LIB "$BUILD/tests/progs/forker" 6 exec
+    [ "$status" -eq 0 ]
+    echo "$output" | grep -q '^helper done 0$'
+    echo "$output" | grep -q '^child exit 0$'
+    echo "$output" | grep -q 'rank0 is in use by process [0-9]*, which started this process: this one does not checkpoint'
+    [ "$(wc -l <"$ARENA/stats")" -eq 6 ]
+    [ "$(echo "$output" | grep -c 'snapshots [0-9]')" -eq 1 ]
+    run "$BUILD/bin/ckpt-inspect" --arena "$ARENA" --job bats verify
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    ! echo "$output" | grep -q 'damaged'
+}
+
+@test "a second process as the same rank of the same job is warned about and does not checkpoint" {
+    dir=$ARENA/$(id -u)-bats/rank0
+    mkdir -p -m 0700 "$ARENA/$(id -u)-bats" "$dir"
+    python3 -c 'import fcntl, sys, time
+f = open(sys.argv[1], "w"); fcntl.lockf(f, fcntl.LOCK_EX); open(sys.argv[2], "w").close(); time.sleep(60)' \
+        "$dir/owner" "$ARENA/locked" &
+    holder=$!
+    for _ in $(seq 200); do [ -e "$ARENA/locked" ] && break; sleep 0.1; done
+    run env CKPT_BOUNDARY=every:1 CKPT_STATS_FILE=$ARENA/stats LD_PRELOAD=$LIB "$BUILD/tests/progs/forker" 4
+    kill "$holder"
+    [ "$status" -eq 0 ]
+    echo "$output" | grep -q "warning: .*rank0 is in use by process $holder: does another process run as rank 0 of job bats? This one does not checkpoint"
+    [ ! -e "$ARENA/stats" ]
+    [ ! -e "$dir/slot0" ]
+}
+
 @test "every loading shape reaches libckpt: linked runtime, static-runtime dlopen, PyTorch-style, late NCCL" {
     readelf -d "$BUILD/tests/progs/shapes" | grep NEEDED
     for shape in linked static pytorch nccl; do

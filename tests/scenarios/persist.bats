@@ -244,6 +244,22 @@ mid_persist() {
     [[ ${lines[0]} == "iteration 5: complete, ranks 2,"* ]] || { echo "$output"; false; }
 }
 
+@test "a directory without O_DIRECT (ramfs): persisted through the page cache, said once, restored bit-exact" {
+    mkdir "$D/full"
+    mount -t ramfs -o mode=0700 ramfs "$D/full" 2>/dev/null || skip "cannot mount a ramfs here"
+    export CKPT_PERSIST_DIRS=$D/full,$D/ssd1
+    crashed 2
+    run "$PERSIST" save
+    [ "$status" -eq 0 ] && [[ $output == *"persisted iteration 20 of job p: ranks 2,"* ]] || { echo "$output"; false; }
+    [ "$(grep -c "$D/full/.* does not support O_DIRECT: going through the page cache" <<<"$output")" -eq 1 ] ||
+        { echo "$output"; false; }
+    [ -s "$(gen "$D/full" 20)/stripe-0" ]
+    rm -rf "$CKPT_ARENA_DIR"
+    run "$PERSIST" restore
+    [ "$status" -eq 0 ] && [[ $output == *"restored iteration 20 of job p: ranks 2,"* ]] || { echo "$output"; false; }
+    resumes 2 20
+}
+
 @test "ckpt-resume with EIO while persisting: one warning naming the directory and the errno, training finishes bit-exact, the previous generation intact" {
     export CKPT_PERSIST_EVERY=1 CKPT_PERSIST_KEEP=3
     CKPT_PERSIST_EVERY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -39,6 +40,29 @@ int main(void)
     CHECK(rc == 0 && moved && ((unsigned char *)a.base[1])[12345] == 0xab, "grow lost the data");
     ckpt_arena_close(&a);
     CHECK(stat(path, &st) == 0 && st.st_size >= (4 << 20), "slot file gone or short after close");
+
+    /* The rank's own process holds the directory: another process (here a
+     * child, which inherits no POSIX lock) is refused it and told who holds
+     * it, and gets it once the owner lets go. */
+    rc = ckpt_arena_open(&a, root, "job1", 2, CKPT_ARENA_OWN, why, sizeof(why));
+    CHECK(rc == 0 && a.owner >= 0, "own: %d %s", rc, why);
+    pid_t child = fork();
+    if (child == 0) {
+        struct ckpt_arena b;
+        rc = ckpt_arena_open(&b, root, "job1", 2, CKPT_ARENA_OWN | CKPT_ARENA_FRESH, why, sizeof(why));
+        _exit(rc == -EBUSY && b.holder == getppid() && strstr(why, "in use by process") ? 0 : 1);
+    }
+    int status;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "a second owner was not refused");
+    CHECK(stat(path, &st) == 0 && st.st_size >= (4 << 20), "the refused open emptied a slot");
+    ckpt_arena_close(&a);
+    if ((child = fork()) == 0) {
+        struct ckpt_arena b;
+        _exit(ckpt_arena_open(&b, root, "job1", 2, CKPT_ARENA_OWN, why, sizeof(why)) == 0 ? 0 : 1);
+    }
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the directory stayed held after its owner closed it");
 
     /* A job directory opened to others is refused, not used. */
     snprintf(path, sizeof(path), "%s/%u-job1", root, (unsigned)geteuid());

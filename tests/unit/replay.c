@@ -104,6 +104,16 @@ int main(void)
     rc = ckpt_rlog_open_replay(dir, 3, 1 << 20, why, sizeof(why));
     CHECK(rc == -ERANGE && strstr(why, "CKPT_REPLAY_LOG_MAX"), "overflow: %d '%s'", rc, why);
 
+    /* A copy of nearly 4 GiB is too large for a 1 GiB log: it overflows
+     * the log, its bytes never read (the payload here is 8 bytes long). */
+    CHECK(ckpt_rlog_create(dir, 1 << 30, why, sizeof(why)) == 0, "create: %s", why);
+    uint64_t small = 0;
+    ckpt_rlog_append(CKPT_RL_D2H, UINT32_MAX - 5, 0, &small, UINT32_MAX - 5);
+    ckpt_rlog_append(CKPT_RL_ITER, 1, 0, NULL, 0);
+    ckpt_rlog_close();
+    rc = ckpt_rlog_open_replay(dir, 1, 1 << 30, why, sizeof(why));
+    CHECK(rc == -ERANGE && strstr(why, "CKPT_REPLAY_LOG_MAX"), "a 4 GiB copy: %d '%s'", rc, why);
+
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)
