@@ -39,7 +39,7 @@ static void warn_unknown(const char *name, const char *suggestion)
 
 __attribute__((constructor)) static void ckpt_load(void)
 {
-    char err[256], prefix[48];
+    char err[512], prefix[48];
     const char *rank = getenv("RANK");
 
     snprintf(prefix, sizeof(prefix), "libckpt[rank %s]", rank ? rank : "0");

@@ -106,6 +106,10 @@ void ckpt_on_collective(uint64_t token, CUstream s);
  * still read that memory.  With a stream the free is ordered on it (a
  * GPU-side wait); without, the host waits for the copies. */
 void ckpt_before_free(CUstream stream, bool on_stream);
+/* The program destroys stream s: it leaves the list snapshots order after. */
+void ckpt_stream_gone(CUstream s);
+/* Before a stream capture begins: finishes the snapshot in flight, if any. */
+void ckpt_before_capture(void);
 
 /* ---- the pacer (pacer.c): when a snapshot's copies are issued (CKPT_SCHED). */
 

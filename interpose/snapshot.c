@@ -30,7 +30,7 @@
 #include "schedule.h"
 #include "timeline.h"
 
-#define MAX_STREAMS 64
+#define MAX_STREAMS 1024
 
 static struct {
     pthread_mutex_t lock;
@@ -38,7 +38,7 @@ static struct {
     bool ready, broken;
     CUcontext ctx;
     CUstream stream;
-    CUevent start, done, marks[MAX_STREAMS];
+    CUevent start, done, mark;
 
     struct ckpt_arena arena;
     bool arena_ok;
@@ -65,10 +65,14 @@ static struct {
     double copy_ms_sum, copy_ms_max, held_ms;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .last_slot = -1};
 
-/* Streams the program queued work on.  Read without the lock: entries are
- * only ever appended, and the count is published after the entry. */
+/* Streams the program queued work on and has not destroyed.  Changed
+ * under streams_lock (appended; a destroyed one swapped with the last);
+ * ckpt_stream_seen's fast path reads without it, and a stale read only
+ * sends it to the locked path.  gen counts removals, for the per-thread
+ * cache: a destroyed stream's handle may come back for a new one. */
 static CUstream streams[MAX_STREAMS];
 static int nstreams;
+static unsigned streams_gen;
 static bool streams_full;
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -79,28 +83,65 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* A stream first seen while a snapshot's copies run, after the program's
+ * streams were made to wait for them: it waits too, or the next update
+ * could run on it beside the copies. */
+static void late_stream(CUstream s)
+{
+    pthread_mutex_lock(&S.lock);
+    if (S.in_flight && !S.wait_pending) {
+        ckpt_self_depth++;
+        real_cuStreamWaitEvent(s, S.done, 0);
+        ckpt_self_depth--;
+    }
+    pthread_mutex_unlock(&S.lock);
+}
+
 void ckpt_stream_seen(CUstream s)
 {
     static __thread CUstream last = (CUstream)-1;
-    if (s == last)
+    static __thread unsigned last_gen;
+    unsigned gen = __atomic_load_n(&streams_gen, __ATOMIC_ACQUIRE);
+    if (s == last && gen == last_gen)
         return;
-    last = s;
     int n = __atomic_load_n(&nstreams, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < n; i++)
-        if (streams[i] == s)
-            return;
-    pthread_mutex_lock(&streams_lock);
-    n = nstreams;
     bool known = false;
     for (int i = 0; i < n && !known; i++)
-        known = streams[i] == s;
-    if (!known && n < MAX_STREAMS) {
-        streams[n] = s;
-        __atomic_store_n(&nstreams, n + 1, __ATOMIC_RELEASE);
-    } else if (!known && !streams_full) {
-        streams_full = true;
-        ckpt_log(CKPT_WARN, "more than %d streams: snapshots order after the legacy stream only for the rest",
-                 MAX_STREAMS);
+        known = __atomic_load_n(&streams[i], __ATOMIC_RELAXED) == s;
+    bool added = false;
+    if (!known) {
+        pthread_mutex_lock(&streams_lock);
+        gen = streams_gen;
+        n = nstreams;
+        for (int i = 0; i < n && !known; i++)
+            known = streams[i] == s;
+        if (!known && n < MAX_STREAMS) {
+            __atomic_store_n(&streams[n], s, __ATOMIC_RELAXED);
+            __atomic_store_n(&nstreams, n + 1, __ATOMIC_RELEASE);
+            added = true;
+        } else if (!known && !streams_full) {
+            streams_full = true;
+            ckpt_log(CKPT_WARN, "more than %d streams: snapshots order after the legacy stream only for the rest",
+                     MAX_STREAMS);
+        }
+        pthread_mutex_unlock(&streams_lock);
+    }
+    last = s;
+    last_gen = gen;
+    if (added)
+        late_stream(s);
+}
+
+void ckpt_stream_gone(CUstream s)
+{
+    pthread_mutex_lock(&streams_lock);
+    for (int i = 0; i < nstreams; i++) {
+        if (streams[i] == s) {
+            __atomic_store_n(&streams[i], streams[nstreams - 1], __ATOMIC_RELAXED);
+            __atomic_store_n(&nstreams, nstreams - 1, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&streams_gen, 1, __ATOMIC_RELEASE);
+            break;
+        }
     }
     pthread_mutex_unlock(&streams_lock);
 }
@@ -108,9 +149,10 @@ void ckpt_stream_seen(CUstream s)
 /* Makes the program's streams wait (on the GPU) for the copies in flight. */
 static void streams_wait_done(void)
 {
-    int n = __atomic_load_n(&nstreams, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < n; i++)
+    pthread_mutex_lock(&streams_lock);
+    for (int i = 0; i < nstreams; i++)
         real_cuStreamWaitEvent(streams[i], S.done, 0);
+    pthread_mutex_unlock(&streams_lock);
 }
 
 /* One JSON line per committed snapshot; sched holds the pacer's members
@@ -159,6 +201,17 @@ static void timeline_write(void)
         ckpt_log_once(CKPT_WARN, "cannot write the timeline into %s: %s", S.arena.dir, strerror(-rc));
 }
 
+/* Makes this thread's CUDA calls harmless to the program's graph captures:
+ * in the default global mode, a thread's event query or synchronisation
+ * while another thread captures in global mode invalidates that capture. */
+static void relaxed(void)
+{
+    static __thread bool done;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (!done && real_cuThreadExchangeStreamCaptureMode)
+        done = real_cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+}
+
 /* Waits for each snapshot's copies, then checksums and commits it. */
 static void *committer(void *arg)
 {
@@ -173,6 +226,7 @@ static void *committer(void *arg)
 
         ckpt_self_depth = 1; /* this thread is libckpt's own */
         real_cuCtxSetCurrent(S.ctx);
+        relaxed();
         CUresult r = ckpt_pace_wait_issued();
         if (r == CUDA_SUCCESS)
             r = real_cuEventSynchronize(S.done);
@@ -247,11 +301,9 @@ static int prepare(void)
         ckpt_log(CKPT_ERROR, "cannot create libckpt's stream and events: checkpointing is off for this run");
         return -EIO;
     }
-    for (int i = 0; i < MAX_STREAMS; i++) {
-        if (real_cuEventCreate(&S.marks[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-            ckpt_log(CKPT_ERROR, "cannot create libckpt's events: checkpointing is off for this run");
-            return -EIO;
-        }
+    if (real_cuEventCreate(&S.mark, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        ckpt_log(CKPT_ERROR, "cannot create libckpt's events: checkpointing is off for this run");
+        return -EIO;
     }
     if (!S.arena_ok) {
         ckpt_log(CKPT_ERROR, "no arena: checkpointing is off for this run");
@@ -462,6 +514,60 @@ static bool repair(int older, const struct pins *pins)
     return false;
 }
 
+/*
+ * The slot the snapshot of @iter goes to: the older one, keeping the
+ * newest, once every peer on the node holds the newest too.  Returns -1
+ * when the snapshot is skipped (said, counted).
+ */
+static int choose_slot(uint64_t iter)
+{
+    int older = S.last_slot == 0 ? 1 : 0;
+    struct pins pins;
+
+    if (!S.slot_used[older])
+        return older;
+    read_pins(&pins);
+    if (pinned(&pins, S.slot_iter[older]) && pinned(&pins, S.last_iter)) {
+        S.skipped++;
+        ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent keeps iterations %llu and %llu; snapshot skipped",
+                 (unsigned long long)iter, (unsigned long long)S.slot_iter[older], (unsigned long long)S.last_iter);
+        return -1;
+    }
+    if (pinned(&pins, S.slot_iter[older])) {
+        /* The agent keeps the older iteration (the job's newest replicated
+         * or persisted one) until the ranks of every node hold a newer one
+         * in common.  Our newest is not what it waits for: nodes that
+         * skipped different iterations would wait for each other for ever.
+         * It is overwritten, and the older one kept. */
+        ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent keeps iteration %llu; this one replaces iteration %llu",
+                 (unsigned long long)iter, (unsigned long long)S.slot_iter[older], (unsigned long long)S.last_iter);
+        return S.last_slot;
+    }
+    /* Peers commit a checksum pass after their copies: give a lagging one
+     * a moment (the program waits, and the stats say so) before skipping. */
+    double wait_from = now_s();
+    while (!peers_hold(S.last_iter) && now_s() - wait_from < 0.2)
+        usleep(500);
+    S.held_ms += (now_s() - wait_from) * 1e3;
+    if (peers_hold(S.last_iter))
+        return older;
+    /* A peer that skipped our newest iteration (its older slot was being
+     * persisted) never gets it: waiting for it would skip every snapshot
+     * from now on, on every rank.  Then our newest is overwritten instead,
+     * keeping the older one, which every peer holds, and the ranks meet
+     * again at this iteration (repair()). */
+    if (repair(older, &pins)) {
+        ckpt_log(CKPT_DEBUG, "iteration %llu: a peer skipped iteration %llu; it replaces that one, iteration %llu "
+                 "is kept", (unsigned long long)iter, (unsigned long long)S.last_iter,
+                 (unsigned long long)S.slot_iter[older]);
+        return S.last_slot;
+    }
+    S.skipped++;
+    ckpt_log(CKPT_DEBUG, "iteration %llu: a peer has not committed iteration %llu yet; snapshot skipped so "
+             "every rank keeps an iteration in common", (unsigned long long)iter, (unsigned long long)S.last_iter);
+    return -1;
+}
+
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
  * program's thread, right after one of its host syncs returned. */
 static void take(uint64_t iter, bool has_collectives)
@@ -501,38 +607,9 @@ static void take(uint64_t iter, bool has_collectives)
     h.time_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
     size_t total = ckpt_image_layout(&h, S.recs, (size_t)n);
 
-    int slot = S.last_slot == 0 ? 1 : 0, moved = 0;
-    struct pins pins;
-    read_pins(&pins);
-    if (S.slot_used[slot] && pinned(&pins, S.slot_iter[slot])) {
-        S.skipped++;
-        ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent keeps iteration %llu; snapshot skipped",
-                 (unsigned long long)iter, (unsigned long long)S.slot_iter[slot]);
+    int moved = 0, slot = choose_slot(iter);
+    if (slot < 0)
         return;
-    }
-    /* Peers commit a checksum pass after their copies: give a lagging one
-     * a moment (the program waits, and the stats say so) before skipping. */
-    double wait_from = now_s();
-    while (S.slot_used[slot] && !peers_hold(S.last_iter) && now_s() - wait_from < 0.2)
-        usleep(500);
-    S.held_ms += (now_s() - wait_from) * 1e3;
-    /* A peer that skipped our newest iteration (its older slot was being
-     * persisted) never gets it: waiting for it would skip every snapshot
-     * from now on, on every rank.  Then our newest is overwritten instead,
-     * keeping the older one, which every peer holds, and the ranks meet
-     * again at this iteration (repair()). */
-    if (S.slot_used[slot] && !peers_hold(S.last_iter) && repair(slot, &pins)) {
-        ckpt_log(CKPT_DEBUG, "iteration %llu: a peer skipped iteration %llu; it replaces that one, iteration %llu "
-                 "is kept", (unsigned long long)iter, (unsigned long long)S.last_iter,
-                 (unsigned long long)S.slot_iter[slot]);
-        slot = S.last_slot;
-    } else if (S.slot_used[slot] && !peers_hold(S.last_iter)) {
-        S.skipped++;
-        ckpt_log(CKPT_DEBUG, "iteration %llu: a peer has not committed iteration %llu yet; snapshot skipped so "
-                 "every rank keeps an iteration in common", (unsigned long long)iter,
-                 (unsigned long long)S.last_iter);
-        return;
-    }
     void *old = S.arena.base[slot];
     int rc = ckpt_arena_reserve(&S.arena, slot, total, &moved);
     if (rc < 0) {
@@ -558,14 +635,16 @@ static void take(uint64_t iter, bool has_collectives)
     char *base = S.arena.base[slot];
     ckpt_image_invalidate(base);
 
-    /* Order the copies after everything the program queued so far. */
-    real_cuEventRecord(S.marks[0], CU_STREAM_LEGACY);
-    real_cuStreamWaitEvent(S.stream, S.marks[0], 0);
-    int ns = __atomic_load_n(&nstreams, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < ns && i + 1 < MAX_STREAMS; i++) {
-        real_cuEventRecord(S.marks[i + 1], streams[i]);
-        real_cuStreamWaitEvent(S.stream, S.marks[i + 1], 0);
+    /* Order the copies after everything the program queued so far.  One
+     * event serves every stream: a wait takes the record before it. */
+    real_cuEventRecord(S.mark, CU_STREAM_LEGACY);
+    real_cuStreamWaitEvent(S.stream, S.mark, 0);
+    pthread_mutex_lock(&streams_lock);
+    for (int i = 0; i < nstreams; i++) {
+        real_cuEventRecord(S.mark, streams[i]);
+        real_cuStreamWaitEvent(S.stream, S.mark, 0);
     }
+    pthread_mutex_unlock(&streams_lock);
     real_cuEventRecord(S.start, S.stream);
     /* The pacer queues the copies (in 64 MiB pieces: a large tensor does
      * not hold the copy engine in one piece), now or in the gaps of the
@@ -627,15 +706,32 @@ static void boundary(void)
         return; /* replaying, or the log can no longer restore this */
     if (iter % (uint64_t)ckpt_cfg_int(CFG_EVERY) != 0)
         return;
-    if (__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) > 0) {
-        ckpt_log(CKPT_DEBUG, "iteration %llu: a stream is being captured; no snapshot", (unsigned long long)iter);
-        return;
-    }
     bool colls = false;
     ckpt_bd_period(&colls);
     pthread_mutex_lock(&S.lock);
+    /* Under the lock, against ckpt_before_capture: either it sees this
+     * snapshot in flight, or this sees its capture. */
+    if (__atomic_load_n(&ckpt_capturing, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_unlock(&S.lock);
+        ckpt_log(CKPT_DEBUG, "iteration %llu: a stream is being captured; no snapshot", (unsigned long long)iter);
+        return;
+    }
     ckpt_self_depth++;
     take(iter, colls);
+    ckpt_self_depth--;
+    pthread_mutex_unlock(&S.lock);
+}
+
+void ckpt_before_capture(void)
+{
+    if (!__atomic_load_n(&S.in_flight, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&S.lock);
+    ckpt_self_depth++;
+    if (S.in_flight)
+        ckpt_pace_flush();
+    while (S.in_flight)
+        pthread_cond_wait(&S.cond, &S.lock);
     ckpt_self_depth--;
     pthread_mutex_unlock(&S.lock);
 }

@@ -233,13 +233,28 @@ static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_mean
 PT_PAIR(cuMemcpyAsync, _ptsz, memcpy_async, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
         (dst, src, ByteCount, hStream))
 
+EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    NEED_REAL(cuStreamDestroy_v2, CUDA_ERROR_NOT_INITIALIZED);
+    if (ckpt_active)
+        ckpt_stream_gone(hStream);
+    return real_cuStreamDestroy_v2(hStream);
+}
+
 int ckpt_capturing;
 
+/* No snapshot is in flight while a stream captures: its copies, the
+ * committer's waits and the pacer's events would reach into the capture or
+ * invalidate it.  One that is in flight is finished first (the host waits
+ * for its copies, once per capture), and none starts until the capture
+ * ends. */
 static CUresult begin_capture(__typeof__(&cuStreamBeginCapture_v2) real, CUstream hStream, CUstreamCaptureMode mode)
 {
+    __atomic_add_fetch(&ckpt_capturing, 1, __ATOMIC_SEQ_CST);
+    ckpt_before_capture();
     CUresult r = real(hStream, mode);
-    if (r == CUDA_SUCCESS)
-        __atomic_add_fetch(&ckpt_capturing, 1, __ATOMIC_RELAXED);
+    if (r != CUDA_SUCCESS)
+        __atomic_sub_fetch(&ckpt_capturing, 1, __ATOMIC_SEQ_CST);
     return r;
 }
 PT_SAME(cuStreamBeginCapture_v2, _ptsz, begin_capture, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))

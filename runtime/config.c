@@ -106,7 +106,7 @@ static long long field(const char **p, const char *prefix)
     return (long long)x;
 }
 
-/* io:errno=E[:op=write|read][:after=N][:times=K], in that order. */
+/* io:errno=E or io:delay=MS, then [:op=write|read][:after=N][:times=K], in that order. */
 static int io_fault_parse(const char *p, struct ckpt_fault *f)
 {
     static const struct {
@@ -117,16 +117,24 @@ static int io_fault_parse(const char *p, struct ckpt_fault *f)
     size_t n;
 
     *f = (struct ckpt_fault){.kind = CKPT_FAULT_IO};
-    if (strncmp(p, "io:errno=", 9) != 0)
+    if (strncmp(p, "io:delay=", 9) == 0) {
+        p += 2;
+        long long ms = field(&p, ":delay=");
+        if (ms < 1 || ms > 60000)
+            return -EINVAL;
+        f->delay_ms = (unsigned)ms;
+    } else if (strncmp(p, "io:errno=", 9) == 0) {
+        p += 9;
+        n = strcspn(p, ":");
+        for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+            if (strlen(errs[i].name) == n && strncmp(p, errs[i].name, n) == 0)
+                f->err = errs[i].err;
+        if (!f->err)
+            return -EINVAL;
+        p += n;
+    } else {
         return -EINVAL;
-    p += 9;
-    n = strcspn(p, ":");
-    for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
-        if (strlen(errs[i].name) == n && strncmp(p, errs[i].name, n) == 0)
-            f->err = errs[i].err;
-    if (!f->err)
-        return -EINVAL;
-    p += n;
+    }
     if (strncmp(p, ":op=", 4) == 0) {
         p += 4;
         n = strcspn(p, ":");
@@ -199,6 +207,13 @@ static bool str_ok(const char *accepted, const char *text, char *want, size_t wa
             return false;
         }
     }
+    if (strcmp(accepted, "dirs") == 0 && *text) {
+        size_t n = strlen(text);
+        if (text[0] == ',' || text[n - 1] == ',' || strstr(text, ",,")) {
+            snprintf(want, wantlen, "directories separated by commas, none empty");
+            return false;
+        }
+    }
     if (strcmp(accepted, "fault") == 0 && *text && ckpt_fault_parse(text, NULL) < 0) {
         snprintf(want, wantlen, CKPT_FAULT_SYNTAX);
         return false;
@@ -262,8 +277,8 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
         range(v->accepted, &lo, &hi);
         errno = 0;
         double x = strtod(text, &end);
-        bool digit_first = (text[0] >= '0' && text[0] <= '9') || text[0] == '.';
-        if (errno || end == text || *end || !(x >= lo && x <= hi) || !digit_first) {
+        bool decimal = strspn(text, "0123456789.") == strlen(text); /* strtod also reads 0x10 and 1e3 */
+        if (errno || end == text || *end || !(x >= lo && x <= hi) || !decimal) {
             snprintf(want, wantlen, "a number of seconds in %s", v->accepted);
             return -EINVAL;
         }
@@ -296,9 +311,27 @@ static int parse(const struct var *v, const char *text, int id, char *want, size
     return -EINVAL;
 }
 
+/* What no one variable's range says: the I/O sizes, which go together. */
+static int check_together(char *err, size_t errlen)
+{
+    long long depth = values[CFG_IO_DEPTH].i, kb = values[CFG_IO_BLOCK_KB].i;
+
+    if (kb % 4) {
+        snprintf(err, errlen, "CKPT_IO_BLOCK_KB='%lld' is not valid: expected a multiple of 4 (direct I/O moves "
+                 "whole 4 KiB blocks)", kb);
+        return -EINVAL;
+    }
+    if (depth * kb > 1024 * 1024) {
+        snprintf(err, errlen, "CKPT_IO_DEPTH=%lld with CKPT_IO_BLOCK_KB=%lld is %lld MiB of I/O buffers per ring: "
+                 "expected at most 1024 MiB", depth, kb, depth * kb / 1024);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int ckpt_config_load(char *err, size_t errlen)
 {
-    char want[160], envname[64];
+    char want[320], envname[64];
 
     for (int id = 0; id < CFG_COUNT; id++) {
         const struct var *v = &vars[id];
@@ -316,7 +349,7 @@ int ckpt_config_load(char *err, size_t errlen)
             return -EINVAL;
         }
     }
-    return 0;
+    return check_together(err, errlen);
 }
 
 long long ckpt_cfg_int(enum ckpt_cfg_id id) { return values[id].i; }
@@ -404,6 +437,7 @@ static void md_accepted(FILE *f, const struct var *v)
         {"name", "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)"},
         {"boundary", "auto, every:N (N in 1..1000000) or nvtx:NAME"},
         {"fault", CKPT_FAULT_SYNTAX},
+        {"dirs", "directories separated by commas, none empty"},
     };
 
     switch (v->kind) {

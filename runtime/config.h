@@ -35,9 +35,10 @@ void ckpt_config_unknown(void (*warn)(const char *name, const char *suggestion))
 
 /* CKPT_FAULT, parsed: either kill rank at iteration in phase (enum
  * ckpt_fault_phase), or fail the disk I/O of the persistence engine with
- * err: of op (0 both, 1 writes, 2 reads), the passes (a generation written,
- * or read back) after the first `after` of them, `times` of them (0: all),
- * every completion of those.  Returns 0 or -EINVAL; out may be NULL. */
+ * err (or, with delay_ms, make it that much late): of op (0 both, 1
+ * writes, 2 reads), the passes (a generation written, or read back) after
+ * the first `after` of them, `times` of them (0: all), every completion of
+ * those.  Returns 0 or -EINVAL; out may be NULL. */
 enum ckpt_fault_kind { CKPT_FAULT_KILL, CKPT_FAULT_IO };
 enum ckpt_fault_phase {
     CKPT_FAULT_BOUNDARY, /* at the iteration boundary */
@@ -50,12 +51,13 @@ enum ckpt_fault_phase {
 };
 #define CKPT_FAULT_SYNTAX                                                                                              \
     "kill:rank=R:iter=I[:phase=boundary|snapshot|restore|commit|replay|persist] or "                                   \
-    "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV[:op=write|read][:after=N][:times=K]"
+    "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV or io:delay=MS (1..60000), then [:op=write|read][:after=N][:times=K]"
 struct ckpt_fault {
     enum ckpt_fault_kind kind;
     unsigned long long rank, iteration;
     int phase;
     int err, op;
+    unsigned delay_ms;
     unsigned long long after, times;
 };
 int ckpt_fault_parse(const char *text, struct ckpt_fault *out);

@@ -109,7 +109,10 @@ int ckpt_persist_open(struct ckpt_persist **out, const struct ckpt_persist_opts 
         snprintf(why, whylen, "CKPT_FAULT='%s' does not parse", o->fault);
         goto fail;
     }
-    if (p->fault.kind == CKPT_FAULT_IO)
+    if (p->fault.kind == CKPT_FAULT_IO && p->fault.delay_ms)
+        ckpt_log(CKPT_WARN, "CKPT_FAULT: disk %s will each take %u ms longer (%s)",
+                 p->fault.op == 1 ? "writes" : p->fault.op == 2 ? "reads" : "I/Os", p->fault.delay_ms, o->fault);
+    else if (p->fault.kind == CKPT_FAULT_IO)
         ckpt_log(CKPT_WARN, "CKPT_FAULT: disk %s will fail with %s (%s)",
                  p->fault.op == 1 ? "writes" : p->fault.op == 2 ? "reads" : "I/O", strerror(p->fault.err), o->fault);
     p->depth = o->depth;

@@ -77,6 +77,7 @@ struct pio_job {
     uint64_t done;
     uint64_t direct;           /* of done: moved straight between the arena's mappings and the disk */
     int fault;                 /* CKPT_FAULT: every completion fails with this errno */
+    unsigned delay_ms;         /* CKPT_FAULT: every completion comes this late */
     int err;                   /* the first failure */
     char why[512];
 };

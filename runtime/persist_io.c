@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -222,7 +223,11 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
 
     if (__atomic_load_n(&j->err, __ATOMIC_ACQUIRE))
         return;
-    /* CKPT_FAULT: the completion reports the error a failing disk would. */
+    /* CKPT_FAULT: the completion reports the error a failing disk would,
+     * or comes as late as a slow one's. */
+    if (j->delay_ms)
+        nanosleep(&(struct timespec){.tv_sec = j->delay_ms / 1000, .tv_nsec = (long)(j->delay_ms % 1000) * 1000000L},
+                  NULL);
     int res = j->fault ? -j->fault : s->res;
     if (res < 0) {
         fail(j, res, "cannot %s %s: %s", j->write ? "write" : "read", path, strerror(-res));
@@ -407,10 +412,13 @@ int pio_run(struct ckpt_persist *p, struct pio_job *j)
     j->direct = 0;
     j->err = 0;
     j->fault = 0;
+    j->delay_ms = 0;
     if (p->fault.kind == CKPT_FAULT_IO && (!p->fault.op || p->fault.op == (j->write ? 1 : 2))) {
         unsigned long long pass = p->passes[!j->write]++;
-        if (pass >= p->fault.after && (!p->fault.times || pass - p->fault.after < p->fault.times))
+        if (pass >= p->fault.after && (!p->fault.times || pass - p->fault.after < p->fault.times)) {
             j->fault = p->fault.err;
+            j->delay_ms = p->fault.delay_ms;
+        }
     }
     j->why[0] = '\0';
     for (unsigned i = 0; i < p->nrings; i++) {

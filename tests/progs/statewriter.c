@@ -11,7 +11,10 @@
  * makes the iteration training-shaped for the scheduler: before the writes
  * (the "update"), MS ms of compute, an AllReduce of a scratch buffer, MS ms
  * more, another AllReduce; compute is a sleep, so the pattern stays put on
- * a loaded machine.
+ * a loaded machine.  --streams makes each iteration's writes on a stream
+ * of their own, created for it, as programs that make a side stream per
+ * step do; they are destroyed at the end (the double's cuStreamDestroy
+ * waits for the stream's work, CUDA's does not).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,7 +123,7 @@ static void drop(struct buf *b)
 
 int main(int argc, char **argv)
 {
-    int iters = 10, churn = 0, mib = 0, nccl_ms = -1;
+    int iters = 10, churn = 0, mib = 0, nccl_ms = -1, fresh_streams = 0;
     ncclComm_t comm = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
@@ -131,8 +134,10 @@ int main(int argc, char **argv)
             mib = atoi(argv[++i]);
         else if (strcmp(argv[i], "--nccl") == 0 && i + 1 < argc)
             nccl_ms = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--streams") == 0)
+            fresh_streams = 1;
         else {
-            fprintf(stderr, "usage: statewriter [--iters N] [--churn] [--mib M] [--nccl MS]\n");
+            fprintf(stderr, "usage: statewriter [--iters N] [--churn] [--mib M] [--nccl MS] [--streams]\n");
             return 2;
         }
     }
@@ -158,12 +163,20 @@ int main(int argc, char **argv)
               "ncclCommInitRank");
     }
 
+    cudaStream_t *made = calloc((size_t)iters, sizeof(*made));
+    check(made != NULL, "calloc");
     for (int it = 0; it < iters; it++) {
         for (int s = 0; s < 2; s++)
             check(scribble_launch(DIM3(64), DIM3(256), side, scratch[s], scratch_words, (uint32_t)it) == cudaSuccess,
                   "scribble");
         check(cudaEventRecord(scribbled, side) == cudaSuccess, "cudaEventRecord");
-        check(cudaStreamWaitEvent(stream, scribbled, 0) == cudaSuccess, "cudaStreamWaitEvent");
+        cudaStream_t update = stream;
+        if (fresh_streams)
+            check(cudaStreamCreateWithFlags(&update, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
+        /* (A fresh stream's writes depend on nothing of the program's: only
+         * libckpt may order them after a snapshot's copies.) */
+        if (!fresh_streams)
+            check(cudaStreamWaitEvent(update, scribbled, 0) == cudaSuccess, "cudaStreamWaitEvent");
         if (churn) {
             int victim = 0;
             for (int i = 0; i < nbufs; i++) /* free every third live buffer, rotating */
@@ -179,11 +192,16 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < nbufs; i++)
             if (bufs[i].live)
-                check(fill_launch(DIM3(64), DIM3(256), stream, bufs[i].p, bufs[i].bytes / 4, (uint64_t)it,
+                check(fill_launch(DIM3(64), DIM3(256), update, bufs[i].p, bufs[i].bytes / 4, (uint64_t)it,
                                   bufs[i].ordinal) == cudaSuccess,
                       "fill");
-        check(cudaStreamSynchronize(stream) == cudaSuccess, "cudaStreamSynchronize");
+        check(cudaStreamSynchronize(update) == cudaSuccess, "cudaStreamSynchronize");
+        if (fresh_streams)
+            made[it] = update;
     }
+    for (int it = 0; fresh_streams && it < iters; it++)
+        check(cudaStreamDestroy(made[it]) == cudaSuccess, "cudaStreamDestroy");
+    free(made);
     for (int i = 0; i < nbufs; i++)
         if (bufs[i].live)
             printf("live %llu %zu %d\n", (unsigned long long)bufs[i].ordinal, bufs[i].bytes, iters - 1);

@@ -16,6 +16,11 @@
 #   100,000 small allocations                      snapshot and restore bit-exact             here (tests/progs/manyallocs)
 #   allocation inside graph capture                same results as without libckpt;           here (tests/progs/capalloc)
 #                                                    a restart ends bit-exact
+#   a global-mode capture begun while a snapshot   the capture stands; same results           here (capture_after_sync)
+#     is in flight
+#   a CUDA helper process the rank starts; a       a pass-through: the rank's arena is left   capture.bats: "a CUDA helper
+#     second process as the same rank                alone, said                                the rank execs", "a second
+#                                                                                                process as the same rank"
 #   a program that forks children after CUDA init  children never checkpoint                  capture.bats: "a child forked
 #                                                                                                after CUDA init never checkpoints"
 #   a program that never reaches a boundary        no snapshot; a failure restarts from the   here
@@ -221,6 +226,20 @@ restarts_exact() {
     diff "$D/out" "$D/plain"
     CKPT_FAULT=kill:rank=0:iter=6 timeout -k 5 60 "$RESUME" -- "$P" --iters 10 >"$D/out" 2>"$D/err"
     restarts_exact "$D/out" "$D/err" 1 "$D/plain"
+}
+
+@test "a global-mode graph captured while a snapshot is in flight: the capture stands, results as without libckpt" {
+    local P=$BUILD/tests/progs/capture_after_sync
+    "$P" --iters 6 >"$D/plain" 2>/dev/null
+    grep -q '^digest ' "$D/plain"
+    # Each capture begins right after the sync that ends an iteration.  The
+    # snapshot it starts must be finished first: its committer's event waits
+    # would invalidate the capture (CUDA's global mode), its copies join it.
+    CKPT_BOUNDARY=every:1 CKPT_STATS_FILE=$D/stats LD_PRELOAD=$LIB "$P" --iters 6 >"$D/out" 2>"$D/err" ||
+        { cat "$D/out" "$D/err"; return 1; }
+    diff "$D/out" "$D/plain"
+    [ "$(wc -l <"$D/stats")" -ge 6 ] || { cat "$D/err"; return 1; }
+    ! grep -q "warning" "$D/err" || { cat "$D/err"; return 1; }
 }
 
 @test "a program that never reaches a boundary: no snapshot, and a failure restarts from the beginning, said" {

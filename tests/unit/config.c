@@ -55,7 +55,12 @@ static const struct {
     {"CKPT_FAULT", "io:errno=EIO", 1, NULL},
     {"CKPT_FAULT", "io:errno=ENOSPC:op=write:after=2:times=1", 1, NULL},
     {"CKPT_FAULT", "io:errno=EIO:op=read:times=3", 1, NULL},
-    {"CKPT_FAULT", "io:errno=EBADF", 0, "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV[:op=write|read]"},
+    {"CKPT_FAULT", "io:errno=EBADF", 0, "io:errno=EIO|ENOSPC|EROFS|EDQUOT|ENODEV or io:delay=MS"},
+    {"CKPT_FAULT", "io:delay=250", 1, NULL},
+    {"CKPT_FAULT", "io:delay=2000:op=read:after=1:times=2", 1, NULL},
+    {"CKPT_FAULT", "io:delay=0", 0, "CKPT_FAULT='io:delay=0'"},
+    {"CKPT_FAULT", "io:delay=60001", 0, "CKPT_FAULT='io:delay=60001'"},
+    {"CKPT_FAULT", "io:delay=5:errno=EIO", 0, "CKPT_FAULT="},
     {"CKPT_FAULT", "io:errno=EIO:op=trim", 0, "CKPT_FAULT='io:errno=EIO:op=trim'"},
     {"CKPT_FAULT", "io:errno=EIO:times=0", 0, "CKPT_FAULT='io:errno=EIO:times=0'"},
     {"CKPT_FAULT", "io:errno=EIO:times=1:after=1", 0, "CKPT_FAULT="},
@@ -86,6 +91,18 @@ static const struct {
     {"CKPT_KILL_GRACE", "+5", 0, "CKPT_KILL_GRACE='+5'"},
     {"CKPT_KILL_GRACE", ".5", 1, NULL},
     {"CKPT_REPLAY_LOG_MAX", " 64M", 0, "CKPT_REPLAY_LOG_MAX=' 64M'"},
+    {"CKPT_KILL_GRACE", "0x10", 0, "CKPT_KILL_GRACE='0x10'"},
+    {"CKPT_KILL_GRACE", "1e3", 0, "CKPT_KILL_GRACE='1e3'"},
+    {"CKPT_IO_BLOCK_KB", "64", 1, NULL},
+    {"CKPT_IO_BLOCK_KB", "6", 0, "CKPT_IO_BLOCK_KB='6' is not valid: expected a multiple of 4"},
+    {"CKPT_IO_BLOCK_KB", "65536", 1, NULL},
+    {"CKPT_IO_DEPTH", "1024", 1, NULL},
+    {"CKPT_IO_DEPTH", "1025", 0, "CKPT_IO_DEPTH=1025 with CKPT_IO_BLOCK_KB=1024 is 1025 MiB of I/O buffers per ring: "
+                                 "expected at most 1024 MiB"},
+    {"CKPT_PERSIST_DIRS", "/a,/b", 1, NULL},
+    {"CKPT_PERSIST_DIRS", ",", 0, "CKPT_PERSIST_DIRS=',' is not valid: expected directories separated by commas, none empty"},
+    {"CKPT_PERSIST_DIRS", "/a,,/b", 0, "CKPT_PERSIST_DIRS='/a,,/b'"},
+    {"CKPT_PERSIST_DIRS", "/a,", 0, "CKPT_PERSIST_DIRS='/a,'"},
 };
 
 static int unknown_calls;
@@ -100,7 +117,7 @@ static void on_unknown(const char *name, const char *suggestion)
 
 int main(void)
 {
-    char err[256];
+    char err[512];
     int failures = 0;
 
     if (ckpt_config_load(err, sizeof(err)) != 0 || ckpt_cfg_int(CFG_LOG) != 2 ||

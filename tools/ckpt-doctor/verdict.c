@@ -218,7 +218,7 @@ static void unknown_var(const char *name, const char *suggestion)
 /* The job's CKPT_* variables as libckpt would read them. */
 static void check_config(struct diagnosis *d)
 {
-    char err[256];
+    char err[512];
 
     if (ckpt_config_load(err, sizeof(err)) < 0) {
         diag_add(d, SEV_PROBLEM, "correct the variable", "libckpt would stop the job before training: %s", err);

@@ -375,7 +375,8 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
         snprintf(why, sizeof(why), "node %d joins again as node %u", self, jn->node);
     else if (strncmp(jn->job, c->opt->job_name, sizeof(jn->job)) != 0)
         snprintf(why, sizeof(why), "node %u belongs to job '%.64s', not '%s'", jn->node, jn->job, c->opt->job_name);
-    else if (c->nodes[jn->node].fd >= 0 && c->nodes[jn->node].fd != fd)
+    else if (c->nodes[jn->node].fd >= 0 && c->nodes[jn->node].fd != fd &&
+             now_s() - c->nodes[jn->node].heard < 2 * HEARTBEAT_S)
         snprintf(why, sizeof(why), "node %u is already in the job", jn->node);
     else if (memchr(jn->replica.hostport, '\0', sizeof(jn->replica.hostport)) == NULL)
         snprintf(why, sizeof(why), "a malformed replica address");
@@ -389,6 +390,14 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     struct ckpt_held *h = malloc(jn->nheld ? jn->nheld * sizeof(*h) : 1);
     if (!h)
         return -1;
+    /* Its old connection has gone quiet (the node's agent gave up on it
+     * first, across a partition that kept the close from coming here):
+     * the new one is the node, and the job stops as for a lost node,
+     * before the new one is counted in. */
+    if (nd->fd >= 0 && nd->fd != fd) {
+        drop(c, jn->node, "it joined again on a new connection");
+        stop_all(c, "a node's ranks stopped");
+    }
     memcpy(h, jn + 1, jn->nheld * sizeof(*h));
     free(nd->held);
     nd->held = h;

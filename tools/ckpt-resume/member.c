@@ -13,11 +13,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -45,6 +47,13 @@ struct member {
     struct coord_addr *addrs;
     unsigned naddrs;
     char ip[64];
+    struct {                        /* the heartbeats of busy_begin..busy_end */
+        pthread_t thread;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool on, running;
+        int error;
+    } beat;
 };
 
 /* ------------------------------------------------------------- the connection */
@@ -62,6 +71,61 @@ static int send_msg(struct member *m, uint16_t type, const void *a, size_t alen,
     }
     m->sent = now_s();
     return 0;
+}
+
+/*
+ * Work on the main thread that can outlast CKPT_NODE_TIMEOUT (verifying
+ * every copy this node holds, fetching replicas for a peer, reading a
+ * generation from disk) runs between busy_begin() and busy_end(): a thread
+ * sends the heartbeats meanwhile, so that the coordinator does not take a
+ * node that works for one that is lost.  Only that thread uses the
+ * connection in between; what the coordinator sends waits in the socket.
+ */
+static void *beat_loop(void *arg)
+{
+    struct member *m = arg;
+    pthread_mutex_lock(&m->beat.lock);
+    while (m->beat.on && !m->beat.error) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250 * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&m->beat.cond, &m->beat.lock, &ts);
+        if (m->beat.on && now_s() - m->sent >= HEARTBEAT_S) {
+            int rc = ckpt_wire_send(m->fd, COORD_HEARTBEAT, NULL, 0, NULL, 0);
+            if (rc < 0)
+                m->beat.error = rc;
+            else
+                m->sent = now_s();
+        }
+    }
+    pthread_mutex_unlock(&m->beat.lock);
+    return NULL;
+}
+
+static void busy_begin(struct member *m)
+{
+    m->beat.on = m->fd >= 0;
+    m->beat.error = 0;
+    m->beat.running = m->beat.on && pthread_create(&m->beat.thread, NULL, beat_loop, m) == 0;
+}
+
+static void busy_end(struct member *m)
+{
+    if (!m->beat.running)
+        return;
+    pthread_mutex_lock(&m->beat.lock);
+    m->beat.on = false;
+    pthread_cond_signal(&m->beat.cond);
+    pthread_mutex_unlock(&m->beat.lock);
+    pthread_join(m->beat.thread, NULL);
+    m->beat.running = false;
+    if (m->beat.error) { /* as send_msg does */
+        close(m->fd);
+        m->fd = -1;
+        m->lost = true;
+    }
 }
 
 /* Connects to the coordinator, trying again until CKPT_NODE_TIMEOUT x 10 has passed. */
@@ -193,7 +257,9 @@ static int join(struct job *job, struct member *m, uint64_t refused)
                              .nproc = (uint32_t)opt->nproc, .replicas = (uint32_t)ckpt_cfg_int(CFG_REPLICAS),
                              .refused = refused };
 
+    busy_begin(m);
     inventory(job, m, &hs);
+    busy_end(m);
     snprintf(jn.job, sizeof(jn.job), "%s", opt->job_name);
     snprintf(jn.replica.hostport, sizeof(jn.replica.hostport), "%s", rep_address(m->rep));
     jn.nheld = hs.n;
@@ -520,7 +586,9 @@ static int take_plan(struct job *job, struct member *m, const void *msg, size_t 
     /* The first launch of a fresh job: what an earlier run left here is not ours. */
     if (p->launch == 1 && !p->restore && arena_remove(job->opt) > 0)
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", job->opt->job_name);
+    busy_begin(m);
     int rc = rep_fetch(m->rep, sends, p->nsend, m->addrs, m->naddrs);
+    busy_end(m);
     struct coord_status st = { .status = rc };
     return send_msg(m, COORD_FETCHED, &st, sizeof(st), NULL, 0);
 }
@@ -591,7 +659,9 @@ static void settle(struct job *job, struct member *m)
 /* One launch, from LAUNCH to the end of its ranks.  Returns the restore it refused, else 0. */
 static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, uint64_t target)
 {
+    busy_begin(m);
     prepare_arena(job, m, restore);
+    busy_end(m);
     m->durable = restore;
     m->target = target;
     m->replicating = m->persisting = 0;
@@ -621,6 +691,8 @@ int member_run(struct job *job, int *restarts)
         return 1;
     m->fd = m->wake[0] = m->wake[1] = -1;
     m->timeout_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
+    pthread_mutex_init(&m->beat.lock, NULL);
+    pthread_cond_init(&m->beat.cond, NULL);
     job->member = m;
     if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) < 0)
         goto out;
@@ -725,6 +797,8 @@ out:
     if (m->wake[0] >= 0)
         close(m->wake[0]), close(m->wake[1]);
     free(m->addrs);
+    pthread_mutex_destroy(&m->beat.lock);
+    pthread_cond_destroy(&m->beat.cond);
     free(m);
     job->member = NULL;
     return code;

@@ -106,7 +106,11 @@ static int receive_log(struct rep *r, int ctl)
 
     if (rc < 0)
         return rc;
-    if (type != REP_LOG || len != sizeof(*lg) || !memchr(lg->job, '\0', sizeof(lg->job))) {
+    /* Only this job's ranks, and logs no longer than a rank may write: the
+     * job name becomes a path, and without CKPT_JOB_KEY anyone may ask. */
+    if (type != REP_LOG || len != sizeof(*lg) || !memchr(lg->job, '\0', sizeof(lg->job)) ||
+        strcmp(lg->job, r->opt->job_name) != 0 || lg->rank >= (uint32_t)(r->opt->nnodes * r->opt->nproc) ||
+        lg->size > (uint64_t)ckpt_cfg_int(CFG_REPLAY_LOG_MAX)) {
         free(msg);
         return -EPROTO;
     }

@@ -172,9 +172,13 @@ CUresult fg_capture_add(struct fg_capture *cap, struct fg_op *op);
 void fg_capture_invalidate(struct fg_capture *cap);
 /*
  * For calls CUDA forbids while capturing ("potentially unsafe": allocation,
- * device synchronisation): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, after
- * invalidating the captures that forbid it (every global-mode capture, and
- * thread-local ones of the calling thread), or CUDA_SUCCESS.  Lock held.
+ * device synchronisation, querying or waiting for an event):
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, after invalidating the captures
+ * that forbid it, or CUDA_SUCCESS.  Which do depends on the calling
+ * thread's interaction mode (cuThreadExchangeStreamCaptureMode): in global
+ * mode (the default) every global-mode capture and the thread's own
+ * non-relaxed ones, in thread-local mode only its own, in relaxed mode
+ * none.  Lock held.
  */
 CUresult fg_capture_forbid_unsafe(void);
 void fg_graph_free(struct fg_graph *g);

@@ -146,6 +146,8 @@ CUresult cuEventQuery(CUevent hEvent)
     rc = event_get(hEvent, &ev);
     if (!rc && ev->capture_id)
         rc = CUDA_ERROR_CAPTURED_EVENT;
+    if (!rc)
+        rc = fg_capture_forbid_unsafe();
     if (!rc && !event_complete(ev))
         rc = CUDA_ERROR_NOT_READY;
     fg_unlock();
@@ -163,6 +165,8 @@ CUresult cuEventSynchronize(CUevent hEvent)
         rc = CUDA_ERROR_NOT_PERMITTED;
     if (!rc && ev->capture_id)
         rc = CUDA_ERROR_CAPTURED_EVENT;
+    if (!rc)
+        rc = fg_capture_forbid_unsafe();
     if (!rc && ev->rec_stream) {
         fg_stream_wait_seq(ev->rec_stream, ev->rec_seq);
         fg_pool_trim_all();

@@ -7,6 +7,7 @@
  * them on the launch stream.  A capture must never let work run, and a
  * replay must never see arguments changed after capture.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "driver.h"
@@ -46,14 +47,32 @@ void fg_capture_invalidate(struct fg_capture *cap)
     cap->invalidated = 1;
 }
 
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode). */
+static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                  *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = thread_mode;
+    thread_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+/* A thread in global mode may not make unsafe calls while any thread
+ * captures in global mode, nor while it captures itself (but relaxed); in
+ * thread-local mode only the latter; in relaxed mode it always may. */
 CUresult fg_capture_forbid_unsafe(void)
 {
     struct fg_capture *cap;
     CUresult rc = CUDA_SUCCESS;
 
-    for (cap = drv.captures; cap; cap = cap->next) {
-        if (cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
-            (cap->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL && pthread_equal(cap->thread, pthread_self()))) {
+    for (cap = drv.captures; cap && thread_mode != CU_STREAM_CAPTURE_MODE_RELAXED; cap = cap->next) {
+        bool own = pthread_equal(cap->thread, pthread_self());
+        if ((own && cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+            (!own && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
             fg_capture_invalidate(cap);
             rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         }

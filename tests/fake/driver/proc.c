@@ -98,6 +98,7 @@ static const struct {
     PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
     PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
     P("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    P("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     P("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
     P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
     P("cuGraphLaunch", 10000, cuGraphLaunch),

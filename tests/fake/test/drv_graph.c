@@ -2,8 +2,11 @@
  * Stream capture and graphs: captured work does not run, a graph replays
  * it in order each launch with the arguments of capture time, streams
  * joined through events are captured into the same graph, and the calls
- * CUDA forbids during a global-mode capture fail and invalidate it.
+ * CUDA forbids during a global-mode capture fail and invalidate it, also
+ * from another thread, unless that thread's interaction mode is relaxed.
  */
+#include <pthread.h>
+
 #include "drv_test.h"
 
 #define N 64
@@ -30,6 +33,36 @@ static void read_back(CUstream s, int32_t *host, CUdeviceptr x)
 {
     CHECK(cuMemcpyDtoHAsync_v2(host, x, N * sizeof(int32_t), s));
     CHECK(cuStreamSynchronize(s));
+}
+
+/* Another thread of the program queries an event of its own while the
+ * main thread captures, in the interaction mode it sets. */
+struct query {
+    CUcontext ctx;
+    CUevent ev;
+    CUstreamCaptureMode mode;
+    CUresult r;
+};
+
+static void *query_body(void *arg)
+{
+    struct query *q = arg;
+    CUstreamCaptureMode m = q->mode;
+    cuCtxSetCurrent(q->ctx);
+    q->r = cuThreadExchangeStreamCaptureMode(&m);
+    if (q->r == CUDA_SUCCESS)
+        q->r = cuEventQuery(q->ev);
+    return NULL;
+}
+
+static CUresult query_from(CUcontext ctx, CUevent ev, CUstreamCaptureMode mode)
+{
+    struct query q = {ctx, ev, mode, CUDA_SUCCESS};
+    pthread_t t;
+    if (pthread_create(&t, NULL, query_body, &q) != 0)
+        return CUDA_ERROR_UNKNOWN;
+    pthread_join(t, NULL);
+    return q.r;
 }
 
 int main(void)
@@ -149,6 +182,24 @@ int main(void)
     CHECK(cuStreamEndCapture(s, &g));
     CHECK(cuGraphDestroy(g));
     CHECK(cuMemFree_v2(tmp));
+
+    /* Another thread's event query: it invalidates a global-mode capture
+     * when that thread is in global mode too, not when it is relaxed. */
+    CUcontext ctx;
+    CUevent other;
+    CHECK(cuCtxGetCurrent(&ctx));
+    CHECK(cuEventCreate(&other, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuEventRecord(other, reader));
+    CHECK(cuStreamSynchronize(reader));
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(query_from(ctx, other, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(query_from(ctx, other, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CHECK(cuStreamEndCapture(s, &g));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK_RES(query_from(ctx, other, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK_RES(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CHECK(cuEventDestroy_v2(other));
 
     /* State errors. */
     CHECK_RES(cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);
