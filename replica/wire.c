@@ -261,76 +261,128 @@ static long long now_ms(void)
     return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
-/* Reads exactly len bytes before the deadline (-1: none). */
-static int read_all(int fd, void *buf, size_t len, long long deadline)
+/* Reads what fd has ready, up to n bytes, without waiting: the count, 0
+ * when nothing is ready, or -errno (-ECONNRESET at the end).  Works on any
+ * fd (the tests put pipes in place of sockets). */
+static ssize_t ready(int fd, void *p, size_t n)
 {
-    char *p = buf;
-    while (len) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int ms = deadline < 0 ? -1 : (int)(deadline - now_ms());
-        if (deadline >= 0 && ms <= 0)
-            return -ETIMEDOUT;
-        int rc = poll(&pfd, 1, ms);
-        if (rc < 0 && errno == EINTR)
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    for (;;) {
+        int r = poll(&pfd, 1, 0);
+        if (r < 0 && errno == EINTR)
             continue;
-        if (rc < 0)
-            return -errno;
-        if (rc == 0)
-            return -ETIMEDOUT;
-        ssize_t n = read(fd, p, len);
-        if (n == 0)
+        if (r <= 0)
+            return r < 0 ? -errno : 0;
+        ssize_t k = read(fd, p, n);
+        if (k > 0)
+            return k;
+        if (k == 0)
             return -ECONNRESET;
-        if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN)
-                continue;
+        if (errno != EINTR && errno != EAGAIN)
             return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
     }
+}
+
+/* Whether a frame's header is ours and fits this connection; *sealed says
+ * whether a tag follows its payload. */
+static int check_frame(int fd, const struct ckpt_wire_frame *fr, bool *sealed)
+{
+    if (memcmp(fr->magic, CKPT_WIRE_MAGIC, sizeof(fr->magic)) != 0)
+        return -EPROTO;
+    if (fr->version != CKPT_WIRE_VERSION)
+        return -EPROTONOSUPPORT;
+    if (fr->length > CKPT_WIRE_MAX)
+        return -EMSGSIZE;
+    /* Sealed exactly when this connection's session says so; the handshake's own frames never are. */
+    *sealed = fr->type != CKPT_WIRE_AUTH && ckpt_auth_on(fd);
+    if ((fr->reserved == CKPT_WIRE_SEALED) != *sealed || (fr->type == CKPT_WIRE_AUTH && fr->reserved) ||
+        (fr->reserved & ~CKPT_WIRE_SEALED))
+        return -EACCES;
     return 0;
+}
+
+void ckpt_wire_rx_clear(struct ckpt_wire_rx *rx)
+{
+    free(rx->payload);
+    memset(rx, 0, sizeof(*rx));
+}
+
+int ckpt_wire_recv_some(int fd, struct ckpt_wire_rx *rx, uint16_t *type, void **payload, size_t *len)
+{
+    const size_t head = sizeof(rx->fr);
+    bool sealed = false;
+    int rc = 0;
+
+    *payload = NULL;
+    *len = 0;
+    for (;;) {
+        size_t total = head;
+        if (rx->have >= head) {
+            if ((rc = check_frame(fd, &rx->fr, &sealed)) < 0)
+                break;
+            if (rx->fr.length && !rx->payload && !(rx->payload = malloc(rx->fr.length))) {
+                rc = -ENOMEM;
+                break;
+            }
+            total = head + rx->fr.length + (sealed ? CKPT_AUTH_TAG : 0);
+            if (rx->have == total)
+                break;
+        }
+        char *at;
+        size_t want;
+        if (rx->have < head) {
+            at = (char *)&rx->fr + rx->have;
+            want = head - rx->have;
+        } else if (rx->have < head + rx->fr.length) {
+            at = (char *)rx->payload + (rx->have - head);
+            want = head + rx->fr.length - rx->have;
+        } else {
+            at = (char *)rx->tag + (rx->have - head - rx->fr.length);
+            want = total - rx->have;
+        }
+        ssize_t k = ready(fd, at, want);
+        if (k < 0) {
+            rc = (int)k;
+            break;
+        }
+        if (k == 0)
+            return 0;
+        rx->have += (size_t)k;
+    }
+    if (rc == 0 && sealed)
+        rc = ckpt_auth_check(fd, &rx->fr, sizeof(rx->fr), rx->payload, rx->fr.length, rx->tag);
+    if (rc < 0) {
+        ckpt_wire_rx_clear(rx);
+        return rc;
+    }
+    *type = rx->fr.type;
+    *len = rx->fr.length;
+    *payload = rx->payload;
+    rx->payload = NULL;
+    ckpt_wire_rx_clear(rx);
+    return 1;
 }
 
 int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_t *len)
 {
-    struct ckpt_wire_frame fr;
+    struct ckpt_wire_rx rx = {0};
     long long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-    int rc = read_all(fd, &fr, sizeof(fr), deadline);
 
-    *payload = NULL;
-    *len = 0;
-    if (rc < 0)
-        return rc;
-    if (memcmp(fr.magic, CKPT_WIRE_MAGIC, sizeof(fr.magic)) != 0)
-        return -EPROTO;
-    if (fr.version != CKPT_WIRE_VERSION)
-        return -EPROTONOSUPPORT;
-    if (fr.length > CKPT_WIRE_MAX)
-        return -EMSGSIZE;
-    /* Sealed exactly when this connection's session says so; the handshake's own frames never are. */
-    bool sealed = fr.type != CKPT_WIRE_AUTH && ckpt_auth_on(fd);
-    if ((fr.reserved == CKPT_WIRE_SEALED) != sealed || (fr.type == CKPT_WIRE_AUTH && fr.reserved) ||
-        (fr.reserved & ~CKPT_WIRE_SEALED))
-        return -EACCES;
-    if (fr.length) {
-        if (!(*payload = malloc(fr.length)))
-            return -ENOMEM;
-        if ((rc = read_all(fd, *payload, fr.length, deadline)) < 0) {
-            free(*payload);
-            *payload = NULL;
+    for (;;) {
+        int rc = ckpt_wire_recv_some(fd, &rx, type, payload, len);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int ms = deadline < 0 ? -1 : (int)(deadline - now_ms());
+        if (deadline >= 0 && ms <= 0)
+            rc = -ETIMEDOUT;
+        else if ((rc = poll(&pfd, 1, ms)) < 0 && errno == EINTR)
+            continue;
+        else
+            rc = rc < 0 ? -errno : rc == 0 ? -ETIMEDOUT : 0;
+        if (rc < 0) {
+            ckpt_wire_rx_clear(&rx);
             return rc;
         }
     }
-    if (sealed) {
-        uint8_t tag[CKPT_AUTH_TAG];
-        if ((rc = read_all(fd, tag, sizeof(tag), deadline)) < 0 ||
-            (rc = ckpt_auth_check(fd, &fr, sizeof(fr), *payload, fr.length, tag)) < 0) {
-            free(*payload);
-            *payload = NULL;
-            return rc;
-        }
-    }
-    *type = fr.type;
-    *len = fr.length;
-    return 0;
 }

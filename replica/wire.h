@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
+
 #define CKPT_WIRE_MAGIC "CKRP"
 #define CKPT_WIRE_VERSION 2u /* 2: PROGRESS, and RESULT before DONE (replica.h) */
 #define CKPT_WIRE_MAX (64u << 20)
@@ -68,5 +70,25 @@ int ckpt_wire_send(int fd, uint16_t type, const void *a, size_t alen, const void
  * -EPROTO for a frame that is not ours; -EPROTONOSUPPORT for another
  * version; -EMSGSIZE for a payload over CKPT_WIRE_MAX; or -errno. */
 int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_t *len);
+
+/* A message received a piece at a time, by a loop that waits on many
+ * connections and must not block on one whose frame is slow to come (a
+ * retransmitted segment, a stranger that stops mid-frame).  Zeroed is
+ * empty. */
+struct ckpt_wire_rx {
+    struct ckpt_wire_frame fr;
+    uint8_t tag[CKPT_AUTH_TAG];
+    void *payload;
+    size_t have; /* bytes of the frame read so far: header, payload, tag */
+};
+
+/* Reads what fd has ready of one message, without waiting.  Returns 1 with
+ * the message as ckpt_wire_recv gives it (rx is empty again), 0 when it is
+ * not whole yet (call again when fd is readable), or -errno as
+ * ckpt_wire_recv does (rx is emptied). */
+int ckpt_wire_recv_some(int fd, struct ckpt_wire_rx *rx, uint16_t *type, void **payload, size_t *len);
+
+/* Drops what rx holds of a message. */
+void ckpt_wire_rx_clear(struct ckpt_wire_rx *rx);
 
 #endif

@@ -276,14 +276,20 @@ static void retire(struct mover *m, const struct slot *s, uint64_t pos)
 static int reap_syncs(struct mover *m, unsigned n)
 {
     struct pio_job *j = m->j;
-    int rc = n ? io_uring_submit_and_wait(&m->r->ring, n) : 0;
+    int rc;
+    do
+        rc = n ? io_uring_submit_and_wait(&m->r->ring, n) : 0;
+    while (rc == -EINTR);
     if (rc < 0) {
         fail(j, rc, "cannot flush the stripe files: io_uring: %s", strerror(-rc));
         return rc;
     }
     for (unsigned seen = 0; seen < n; seen++) {
         struct io_uring_cqe *cqe;
-        if ((rc = io_uring_wait_cqe(&m->r->ring, &cqe)) < 0) {
+        do
+            rc = io_uring_wait_cqe(&m->r->ring, &cqe);
+        while (rc == -EINTR);
+        if (rc < 0) {
             fail(j, rc, "cannot flush the stripe files: io_uring: %s", strerror(-rc));
             return rc;
         }

@@ -118,6 +118,44 @@ static int check_rank(const struct ckpt_pm_header *m, const struct ckpt_pm_rank 
 }
 
 /* Everything but reading the file: m holds len bytes. */
+struct span {
+    uint64_t at, n;
+};
+
+static int by_start(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    return x->at != y->at ? (x->at > y->at) - (x->at < y->at) : (x->n > y->n) - (x->n < y->n);
+}
+
+/* The ranks' image and log chunks are ranges of the chunk map that cover it
+ * exactly once, as the writer lays them out: a restore places one chunk
+ * per entry, and a map that two ranges share would place chunks twice. */
+static int check_cover(const struct ckpt_pm_header *m, char *why, size_t whylen)
+{
+    struct span *s = malloc(2 * (size_t)m->nranks * sizeof(*s));
+    if (!s) {
+        snprintf(why, whylen, "out of memory checking the manifest");
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < m->nranks; i++) {
+        const struct ckpt_pm_rank *r = &pm_ranks(m)[i];
+        s[2 * i] = (struct span){r->data_ref, r->data_chunks};
+        s[2 * i + 1] = (struct span){r->log_ref, r->log_chunks};
+    }
+    qsort(s, 2 * (size_t)m->nranks, sizeof(*s), by_start);
+    uint64_t covered = 0;
+    for (size_t k = 0; k < 2 * (size_t)m->nranks && covered != UINT64_MAX; k++)
+        if (s[k].n)
+            covered = s[k].at == covered ? covered + s[k].n : UINT64_MAX;
+    free(s);
+    if (covered != m->nrefs) {
+        snprintf(why, whylen, "the manifest's ranks do not cover its chunk map exactly once");
+        return -EBADMSG;
+    }
+    return 0;
+}
+
 static int check(const struct ckpt_pm_header *m, uint64_t len, uint64_t iteration, const char *job, unsigned ndirs,
                  char *why, size_t whylen)
 {
@@ -173,7 +211,7 @@ static int check(const struct ckpt_pm_header *m, uint64_t len, uint64_t iteratio
         if (rc < 0)
             return rc;
     }
-    return 0;
+    return check_cover(m, why, whylen);
 }
 
 int pm_load(const char *jobdir, uint64_t iteration, const char *job, unsigned ndirs, struct ckpt_pm_header **out,

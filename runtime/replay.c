@@ -68,6 +68,20 @@ static size_t padded(uint32_t len)
     return ((size_t)len + 7) & ~(size_t)7; /* in 64 bits: a length near 4 GiB must not wrap to 0 */
 }
 
+/* All of n bytes at off: one pread returns at most about 2 GiB. */
+static int pread_all(int fd, void *buf, size_t n, off_t off)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t k = pread(fd, (char *)buf + done, n - done, off + (off_t)done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -ENODATA;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
 static void path_of(char *out, size_t n, const char *dir)
 {
     snprintf(out, n, "%s/replay.log", dir);
@@ -367,8 +381,7 @@ int ckpt_rlog_verify_fd(int f, const char *path, uint64_t *last_iteration, char 
             payload = n;
             cap = r.len;
         }
-        if (pread(f, payload, r.len, (off_t)(off + sizeof(r))) != (ssize_t)r.len ||
-            rec_sum(&r, payload) != r.sum) {
+        if (pread_all(f, payload, r.len, (off_t)(off + sizeof(r))) < 0 || rec_sum(&r, payload) != r.sum) {
             snprintf(why, whylen, "replay log record at byte %zu is damaged (after iteration %llu)", off,
                      (unsigned long long)*last_iteration);
             rc = -EBADMSG;

@@ -300,6 +300,31 @@ PY
     grep -q "a replay log from a peer was not kept" "$D/err.1" || { show; return 1; }
 }
 
+@test "strangers that stop mid-frame on the coordinator's port hold nothing up: no node is lost, the job ends as uninterrupted" {
+    # Each of them once held the coordinator for a second, and all of them
+    # for longer than CKPT_NODE_TIMEOUT (10 s): the nodes lost it.
+    ARGS="--iters 3000 --hidden 64 --layers 3"
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    start 0 2 1
+    start 1 2 1
+    wait_iter 20
+    python3 - "$PORT" <<'PY' &
+import socket, sys, time
+held = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(30)]
+time.sleep(2)  # all of them accepted, then all of them readable at once
+for s in held:
+    s.sendall(b"CKRP\x02\x00")  # the start of a frame, and nothing more
+time.sleep(30)
+PY
+    local strangers=$!
+    wait_rc "$D/rc.0" "$D/rc.1" || { kill "$strangers"; show; return 1; }
+    kill "$strangers" 2>/dev/null || true
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    ! grep -q "not heard from in time\|lost the coordinator" "$D/err.0" "$D/err.1" || { show; return 1; }
+    [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=0" ] || { show; return 1; }
+    diff "$D/out.0" "$D/plain"
+}
+
 @test "with CKPT_JOB_KEY: the nodes talk sealed; a node with another key, or a stranger, is refused and named" {
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     export CKPT_JOB_KEY=0123456789abcdef-the-right-one

@@ -80,8 +80,11 @@ gated() {
                 { echo "rank $r: no snapshot with copies in the gaps"; cat "$D/stats"; false; }
             gated "$r"
         done
+        # 24 MiB at 0.5 GB/s is more than the gaps of 10 ms compute carry,
+        # however slow the machine; the trainer's state may fit its gaps.
+        [ "$n" = 2 ] || grep -q '"paced":true,.*"spill_bytes":[1-9]' "$D/stats" ||
+            { echo "nothing spilled"; cat "$D/stats"; false; }
     done
-    grep -q '"paced":true,.*"spill_bytes":[1-9]' "$D/stats" || { echo "nothing spilled"; cat "$D/stats"; false; }
 }
 
 @test "a snapshot the gaps can carry is copied in them whole, the first gap's share too: nothing waits for the update" {

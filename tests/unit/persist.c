@@ -256,6 +256,24 @@ static void dedup(void)
     CHECK(rc == 0, "dedup: restore: %d %s", rc, why);
     same_rank(c.arena, 1, c.back, 0, "dedup");
     same_rank(c.arena, 1, c.back, 1, "dedup");
+
+    /* A forged manifest, its checksum right, in which rank 1 names rank 0's
+     * chunks (their sizes agree): refused, no chunk placed twice. */
+    char path[PATH_MAX + 64];
+    size_t len;
+    gen_path(path, sizeof(path), c.d[0], 4, "manifest");
+    struct ckpt_pm_header *m = (struct ckpt_pm_header *)slurp(path, &len);
+    CHECK(m && m->nranks == 2, "dedup: the manifest of two ranks");
+    if (m && m->nranks == 2) {
+        pm_ranks(m)[1].data_ref = pm_ranks(m)[0].data_ref;
+        pm_seal(m);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(m, 1, len, f) != len || fclose(f) != 0)
+            failures++;
+    }
+    free(m);
+    rc = restore(p, c.back, 4, &two, why);
+    CHECK(rc < 0 && strstr(why, "cover its chunk map"), "dedup: a forged manifest restored: %d %s", rc, why);
     ckpt_persist_close(p);
 }
 

@@ -4,7 +4,8 @@
  * refused at the handshake; and on a live sealed connection a frame that
  * is altered, replayed or dropped, or one injected without a tag, is
  * refused by the receiver.  Two ends over a loopback TCP connection, one
- * per thread; frames are tampered with by a relay in the middle.
+ * per thread; frames are tampered with by a relay in the middle.  A frame
+ * that comes in pieces is taken a piece at a time, never waited for.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -88,10 +89,11 @@ int main(void)
 
     /* Tampering: the client's next two frames are captured raw off the server's socket, then fed
      * back to ckpt_wire_recv through a pipe put in place of that socket (the session goes by the fd). */
-    char f1[4096], f2[4096];
-    CHECK(ckpt_wire_send(c, 9, "first", 5, NULL, 0) == 0 && ckpt_wire_send(c, 9, "second", 6, NULL, 0) == 0,
+    char f1[4096], f2[4096], f3[4096];
+    CHECK(ckpt_wire_send(c, 9, "first", 5, NULL, 0) == 0 && ckpt_wire_send(c, 9, "second", 6, NULL, 0) == 0 &&
+              ckpt_wire_send(c, 10, "in pieces", 9, NULL, 0) == 0,
           "send");
-    size_t n1 = raw_frame(s, f1), n2 = raw_frame(s, f2);
+    size_t n1 = raw_frame(s, f1), n2 = raw_frame(s, f2), n3 = raw_frame(s, f3);
     int relay[2], saved = dup(s);
     CHECK(pipe(relay) == 0, "pipe");
     dup2(relay[0], s);
@@ -112,6 +114,19 @@ int main(void)
     memcpy(fr.magic, CKPT_WIRE_MAGIC, sizeof(fr.magic));
     FEED(&fr, sizeof(fr), -EACCES, "a frame injected without a tag");
     FEED(f2, n2, 0, "the second frame as sent, after all that");
+    /* In pieces: part of the header, part of the payload, the rest with the tag. */
+    struct ckpt_wire_rx rx = { 0 };
+    size_t cuts[] = { 10, sizeof(struct ckpt_wire_frame) + 4, n3 }, at = 0;
+    for (int k = 0; k < 3; k++) {
+        CHECK(write(relay[1], f3 + at, cuts[k] - at) == (ssize_t)(cuts[k] - at), "write");
+        at = cuts[k];
+        rc = ckpt_wire_recv_some(s, &rx, &type, &msg, &len);
+        CHECK(rc == (k < 2 ? 0 : 1), "a frame in pieces, after piece %d: got %d", k, rc);
+        CHECK(rc < 1 || (type == 10 && len == 9 && !memcmp(msg, "in pieces", 9)), "the frame in pieces is whole");
+        if (rc == 1)
+            free(msg);
+    }
+    CHECK(ckpt_wire_recv_some(s, &rx, &type, &msg, &len) == 0, "nothing more has come");
     dup2(saved, s);
     close(saved), close(relay[0]), close(relay[1]), close(c), close(s);
 

@@ -221,6 +221,10 @@ int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 /* ---- safetensors.c ---- */
 
+/* Writes all of n bytes at fd's offset (a write returns at most about
+ * 2 GiB, and may return less).  Returns 0 or -errno. */
+int write_all(int fd, const void *p, size_t n);
+
 struct st_tensor {
     char name[64];
     const void *data;

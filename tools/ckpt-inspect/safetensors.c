@@ -73,7 +73,7 @@ static char *header(const struct st_tensor *t, size_t nt, const struct st_meta *
     return buf;
 }
 
-static int write_all(int fd, const void *p, size_t n)
+int write_all(int fd, const void *p, size_t n)
 {
     for (size_t done = 0; done < n;) {
         ssize_t w = write(fd, (const char *)p + done, n - done);

@@ -300,9 +300,9 @@ static int disk_rlog_verify(const struct tier *t, const struct image *img, uint6
         }
     }
     int fd = memfd_create("replay.log", MFD_CLOEXEC);
-    if (fd < 0 || (r->log_bytes && pwrite(fd, buf, r->log_bytes, 0) != (ssize_t)r->log_bytes)) {
-        rc = -errno;
-        snprintf(why, whylen, "cannot hold a replay log in memory: %s", strerror(errno));
+    rc = fd < 0 ? -errno : write_all(fd, buf, r->log_bytes);
+    if (rc < 0) {
+        snprintf(why, whylen, "cannot hold a replay log in memory: %s", strerror(-rc));
         if (fd >= 0)
             close(fd);
         goto out;

@@ -46,6 +46,15 @@ struct node {
     uint32_t nheld;
     struct coord_held h;
     double heard, sent;
+    struct ckpt_wire_rx rx;     /* a message on its way in */
+};
+
+/* A connection that has not joined yet: its JOIN must come whole within
+ * CKPT_NODE_TIMEOUT, else the connection is closed. */
+struct pending {
+    int fd;
+    double since;
+    struct ckpt_wire_rx rx;
 };
 
 struct coord {
@@ -55,7 +64,7 @@ struct coord {
     bool started;
     unsigned n, nproc, replicas;
     struct node *nodes;
-    int pending[MAX_PENDING];
+    struct pending pending[MAX_PENDING];
     int npending;
     enum phase phase;
     uint64_t restore, below, durable, target, replicating;
@@ -85,6 +94,7 @@ static void drop(struct coord *c, unsigned j, const char *why)
         return;
     close(nd->fd);
     nd->fd = -1;
+    ckpt_wire_rx_clear(&nd->rx);
     nd->joined = false;
     ckpt_log(CKPT_WARN, "node %u is lost (%s)", j, why);
 }
@@ -515,18 +525,54 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
     }
 }
 
-/* A new connection's first message: it must be a JOIN. */
+/* Closes pending connection @i (or hands it over with @keep) and forgets it. */
+static void unpend(struct coord *c, int i, bool keep)
+{
+    if (!keep)
+        close(c->pending[i].fd);
+    ckpt_wire_rx_clear(&c->pending[i].rx);
+    c->pending[i] = c->pending[--c->npending];
+    memset(&c->pending[c->npending], 0, sizeof(c->pending[0]));
+}
+
+/* What a new connection sent: its first message must be a JOIN. */
 static void take_pending(struct coord *c, int i)
 {
-    int fd = c->pending[i];
+    struct pending *pd = &c->pending[i];
     uint16_t type;
     void *msg = NULL;
     size_t len;
 
-    c->pending[i] = c->pending[--c->npending];
-    if (ckpt_wire_recv(fd, 1000, &type, &msg, &len) < 0 || type != COORD_JOIN || join(c, fd, -1, msg, len) < 0)
-        close(fd);
+    int rc = ckpt_wire_recv_some(pd->fd, &pd->rx, &type, &msg, &len);
+    if (rc == 0)
+        return;
+    int fd = pd->fd;
+    bool joined = rc > 0 && type == COORD_JOIN && join(c, fd, -1, msg, len) >= 0;
+    unpend(c, i, joined);
     free(msg);
+}
+
+/* Takes every whole message node @j has sent; a part of one waits for the
+ * next turn, so a node whose frame is slow to come holds up no other. */
+static void take_from(struct coord *c, unsigned j, double now)
+{
+    struct node *nd = &c->nodes[j];
+    int fd = nd->fd;
+    for (;;) {
+        uint16_t type;
+        void *msg = NULL;
+        size_t len;
+        int rc = ckpt_wire_recv_some(fd, &nd->rx, &type, &msg, &len);
+        if (rc < 0)
+            drop(c, j, rc == -ECONNRESET ? "its agent closed the connection" : strerror(-rc));
+        if (rc <= 0)
+            return;
+        nd->heard = now;
+        take(c, j, type, msg, len);
+        free(msg);
+        if (nd->fd != fd)
+            return; /* dropped, or joined again on another connection */
+    }
 }
 
 static bool connected(void *ctx, unsigned j)
@@ -549,7 +595,7 @@ bool coord_turn(struct coord *c, int timeout_ms)
     pfd[k++] = (struct pollfd){ .fd = c->stop[0], .events = POLLIN };
     pfd[k++] = (struct pollfd){ .fd = c->lfd, .events = POLLIN };
     for (int i = 0; i < c->npending; i++)
-        pfd[k++] = (struct pollfd){ .fd = c->pending[i], .events = POLLIN };
+        pfd[k++] = (struct pollfd){ .fd = c->pending[i].fd, .events = POLLIN };
     for (unsigned j = 0; j < n; j++)
         pfd[k++] = (struct pollfd){ .fd = c->nodes[j].fd, .events = POLLIN };
     if (poll(pfd, k, timeout_ms) < 0 && errno != EINTR)
@@ -557,33 +603,33 @@ bool coord_turn(struct coord *c, int timeout_ms)
     if (pfd[0].revents)
         return false;
     double now = now_s();
-    if (pfd[1].revents && c->npending < MAX_PENDING) {
+    /* From the last down: unpend() moves the last entry into the one it frees. */
+    for (int i = c->npending - 1; i >= 0; i--) {
+        if (pfd[2 + i].revents)
+            take_pending(c, i);
+        else if (i < c->npending && now - c->pending[i].since > c->timeout_s)
+            unpend(c, i, false); /* no JOIN in time: not a node of ours */
+    }
+    if (pfd[1].revents) {
         int fd, rc = ckpt_wire_accept(c->lfd, &fd);
+        if (rc == 0 && c->npending == MAX_PENDING) {
+            int oldest = 0; /* room for the newcomer: the oldest has had the longest to join */
+            for (int i = 1; i < c->npending; i++)
+                if (c->pending[i].since < c->pending[oldest].since)
+                    oldest = i;
+            unpend(c, oldest, false);
+        }
         if (rc == 0)
-            c->pending[c->npending++] = fd;
+            c->pending[c->npending++] = (struct pending){ .fd = fd, .since = now };
         else if (rc == -EACCES)
             ckpt_log(CKPT_WARN, "refused a connection that did not authenticate with this job's key "
                      "(CKPT_JOB_KEY)");
     }
-    for (int i = c->npending - 1; i >= 0; i--)
-        if (pfd[2 + i].revents)
-            take_pending(c, i);
     for (unsigned j = 0; j < n; j++) {
         struct node *nd = &c->nodes[j];
         struct pollfd *p = &pfd[k - n + j];
-        if (nd->fd >= 0 && p->fd == nd->fd && p->revents) {
-            uint16_t type;
-            void *msg = NULL;
-            size_t len;
-            int rc = ckpt_wire_recv(nd->fd, 1000, &type, &msg, &len);
-            if (rc < 0) {
-                drop(c, j, rc == -ECONNRESET ? "its agent closed the connection" : strerror(-rc));
-            } else {
-                nd->heard = now;
-                take(c, j, type, msg, len);
-            }
-            free(msg);
-        }
+        if (nd->fd >= 0 && p->fd == nd->fd && p->revents)
+            take_from(c, j, now);
         if (nd->fd >= 0 && now - nd->heard > c->timeout_s)
             drop(c, j, "not heard from in time");
         if (nd->fd >= 0 && now - nd->sent >= HEARTBEAT_S)
@@ -690,8 +736,8 @@ void coord_stop(struct coord *c)
     spawn_close(c->spawn, 0);
     if (c->lfd >= 0)
         close(c->lfd);
-    for (int i = 0; i < c->npending; i++)
-        close(c->pending[i]);
+    while (c->npending)
+        unpend(c, 0, false);
     for (unsigned j = 0; c->nodes && j < c->n; j++) {
         if (c->nodes[j].fd >= 0)
             close(c->nodes[j].fd);

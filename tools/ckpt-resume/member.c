@@ -42,11 +42,12 @@ struct member {
     uint64_t durable, target, replicating, persisting;
     unsigned rounds;                /* replication rounds started, for CKPT_PERSIST_EVERY */
     struct coord_held last_held;
-    bool stopped, lost, failed_sent, finished;
+    bool stopped, failed_sent, finished;
     int finish_code, restarts;
     struct coord_addr *addrs;
     unsigned naddrs;
     char ip[64];
+    struct ckpt_wire_rx rx;         /* a message from the coordinator on its way in */
     struct {                        /* the heartbeats of busy_begin..busy_end */
         pthread_t thread;
         pthread_mutex_t lock;
@@ -58,15 +59,27 @@ struct member {
 
 /* ------------------------------------------------------------- the connection */
 
+static void hang_up(struct member *m)
+{
+    if (m->fd >= 0)
+        close(m->fd);
+    m->fd = -1;
+    ckpt_wire_rx_clear(&m->rx);
+}
+
+/* The coordinator's next whole message, as ckpt_wire_recv_some gives it. */
+static int recv_msg(struct member *m, uint16_t *type, void **msg, size_t *len)
+{
+    return ckpt_wire_recv_some(m->fd, &m->rx, type, msg, len);
+}
+
 static int send_msg(struct member *m, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
 {
     if (m->fd < 0)
         return -ENOTCONN;
     int rc = ckpt_wire_send(m->fd, type, a, alen, b, blen);
     if (rc < 0) {
-        close(m->fd);
-        m->fd = -1;
-        m->lost = true;
+        hang_up(m);
         return rc;
     }
     m->sent = now_s();
@@ -121,11 +134,8 @@ static void busy_end(struct member *m)
     pthread_mutex_unlock(&m->beat.lock);
     pthread_join(m->beat.thread, NULL);
     m->beat.running = false;
-    if (m->beat.error) { /* as send_msg does */
-        close(m->fd);
-        m->fd = -1;
-        m->lost = true;
-    }
+    if (m->beat.error) /* as send_msg does */
+        hang_up(m);
 }
 
 /* Connects to the coordinator, trying again until CKPT_NODE_TIMEOUT x 10 has passed. */
@@ -162,7 +172,6 @@ static int connect_coord(struct job *job, struct member *m)
     if (ckpt_wire_local_ip(m->fd, m->ip, sizeof(m->ip)) < 0)
         snprintf(m->ip, sizeof(m->ip), "127.0.0.1");
     m->heard = m->sent = now_s();
-    m->lost = false;
     return 0;
 }
 
@@ -407,10 +416,7 @@ int member_prepare(struct job *job, struct pollfd *pfd)
 
 static void lose(struct job *job, struct member *m, const char *why)
 {
-    if (m->fd >= 0)
-        close(m->fd);
-    m->fd = -1;
-    m->lost = true;
+    hang_up(m);
     ckpt_log(CKPT_WARN, "lost the coordinator (%s): stopping this node's ranks", why);
     if (job->phase == JOB_RUNNING && job->running)
         job_stop(job, SIGTERM);
@@ -464,14 +470,14 @@ void member_events(struct job *job, const struct pollfd *pfd)
     struct member *m = job->member;
     double now = now_s();
 
-    if (m->fd >= 0 && pfd[0].fd == m->fd && pfd[0].revents) {
+    /* Every whole message; a part of one waits for the next wake-up. */
+    for (int rc = 1; rc > 0 && m->fd >= 0 && pfd[0].fd == m->fd && pfd[0].revents;) {
         uint16_t type;
         void *msg = NULL;
         size_t len;
-        int rc = ckpt_wire_recv(m->fd, 1000, &type, &msg, &len);
-        if (rc < 0) {
+        if ((rc = recv_msg(m, &type, &msg, &len)) < 0)
             lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
-        } else {
+        if (rc > 0) {
             m->heard = now;
             take(job, m, type, msg, len);
         }
@@ -529,16 +535,16 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
                 send_msg(m, COORD_FAILED, &st, sizeof(st), NULL, 0);
             }
         }
-        if (n > 0 && p[0].revents) {
+        for (int rc = 1; rc > 0 && n > 0 && p[0].revents;) {
             uint16_t type;
-            int rc = ckpt_wire_recv(m->fd, 1000, &type, msg, len);
-            if (rc < 0) {
-                close(m->fd);
-                m->fd = -1;
+            if ((rc = recv_msg(m, &type, msg, len)) < 0) {
+                hang_up(m);
                 ckpt_log(CKPT_WARN, "lost the coordinator: %s", rc == -ECONNRESET ? "it closed the connection"
                                                                                  : strerror(-rc));
                 return rc;
             }
+            if (rc == 0)
+                break; /* the rest of the message comes later */
             m->heard = now;
             if (type == want || type == COORD_FINISH || type == COORD_PLAN ||
                 (want == COORD_LAUNCH && type == COORD_STOP))
@@ -547,8 +553,7 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
             *msg = NULL;
         }
         if (now - m->heard > m->timeout_s) {
-            close(m->fd);
-            m->fd = -1;
+            hang_up(m);
             ckpt_log(CKPT_WARN, "lost the coordinator: not heard from in time");
             return -ETIMEDOUT;
         }
@@ -639,17 +644,18 @@ static void settle(struct job *job, struct member *m)
     int status;
     while (!rep_reap(m->rep, &status) || disk_busy(&job->disk)) {
         struct pollfd p = { .fd = m->fd, .events = POLLIN };
-        if (poll(&p, m->fd >= 0 ? 1 : 0, 100) > 0) {
+        for (int rc = poll(&p, m->fd >= 0 ? 1 : 0, 100); rc > 0 && m->fd >= 0;) {
             uint16_t type;
             void *msg = NULL;
             size_t len;
-            int rc = ckpt_wire_recv(m->fd, 1000, &type, &msg, &len);
-            if (rc < 0)
+            if ((rc = recv_msg(m, &type, &msg, &len)) < 0)
                 lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
-            else if (type != COORD_REPLICATE) /* no new round: the launch is over */
-                take(job, m, type, msg, len);  /* a STOP or FINISH is kept for after */
+            if (rc > 0) {
+                m->heard = now_s();
+                if (type != COORD_REPLICATE) /* no new round: the launch is over */
+                    take(job, m, type, msg, len); /* a STOP or FINISH is kept for after */
+            }
             free(msg);
-            m->heard = now_s();
         }
         if (m->fd >= 0 && now_s() - m->sent >= HEARTBEAT_S)
             send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
@@ -787,8 +793,7 @@ int member_run(struct job *job, int *restarts)
         code = 128 + job->out.stop_signal;
     }
 out:
-    if (m->fd >= 0)
-        close(m->fd);
+    hang_up(m);
     rep_close(m->rep);
     /* Node 0 keeps coordinating until the others have heard the end. */
     if (m->coord)
