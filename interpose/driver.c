@@ -18,23 +18,17 @@ __thread int ckpt_rt_depth;
 __thread int ckpt_nccl_depth;
 __thread int ckpt_self_depth;
 
-/* True when code inside libnccl made the call: NCCL's own threads (a
- * nonblocking init, the proxy) allocate outside any wrapped NCCL call. */
-static bool called_from_nccl(const void *caller)
-{
-    Dl_info info;
-    return dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, "libnccl");
-}
-
 void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_kind kind, CUstream stream)
 {
     if (!ckpt_active || ckpt_self_depth)
         return;
-    bool internal = ckpt_nccl_depth > 0 || called_from_nccl(caller);
+    /* NCCL's own threads (a nonblocking init, the proxy) allocate outside
+     * any wrapped NCCL call: by the thread, or by the code that called. */
+    bool internal = ckpt_nccl_depth > 0 || ckpt_thread_internal || ckpt_caller_is_library(caller);
     uint64_t ordinal;
     int rc = ckpt_reg_add(p, size, kind, (uint64_t)(uintptr_t)stream, internal, &ordinal);
     if (rc == 0 && !internal)
-        ckpt_history_alloc(ordinal, size);
+        ckpt_history_alloc(ordinal, size, p);
     if (rc == 0) {
         ckpt_hookstat(CKPT_HS_ALLOC, caller, internal);
         if (kind == CKPT_ALLOC_VMM)

@@ -77,6 +77,21 @@ extern __thread int ckpt_nccl_depth;
  * the program. */
 extern __thread int ckpt_self_depth;
 
+/* ---- threads (thread.c). */
+
+/* This thread's key: the same in every run of a program that starts its
+ * threads in the same order (1: the main thread). */
+extern __thread uint64_t ckpt_thread_key_;
+uint64_t ckpt_thread_key_slow(void);
+static inline uint64_t ckpt_thread_key(void)
+{
+    return ckpt_thread_key_ ? ckpt_thread_key_ : ckpt_thread_key_slow();
+}
+/* True on a thread a CUDA or NCCL library (or libckpt) started for itself. */
+extern __thread bool ckpt_thread_internal;
+/* True when caller (a return address) is in the driver, NCCL or libckpt. */
+bool ckpt_caller_is_library(const void *caller);
+
 /* True once the program's cuInit succeeded, CKPT_DISABLE is off and this is
  * not a child forked after CUDA initialised. */
 extern bool ckpt_active;
@@ -184,8 +199,9 @@ int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen);
  * never overwrites its slot before a newer one is committed. */
 void ckpt_snapshot_resumed(uint64_t generation, uint64_t iteration, int slot);
 
-/* ---- history (replay.c): what the host saw of the device, recorded in a
- * fresh run and served back while a restarted run replays. */
+/* ---- history (history.c, replay.c): what the host saw of the device,
+ * per thread, recorded in a fresh run and served back while a restarted
+ * run replays. */
 
 /* Non-zero while replaying: device work is suppressed. */
 extern int ckpt_replaying;
@@ -196,16 +212,65 @@ extern int ckpt_replaying;
 void ckpt_history_init(const char *dir, uint64_t restore);
 #define CKPT_EXIT_RESTORE 75
 
-void ckpt_history_alloc(uint64_t ordinal, uint64_t size);
+/* Ends the process with CKPT_EXIT_RESTORE, saying why to the user and to
+ * ckpt-resume.  Only while replaying. */
+__attribute__((noreturn, format(printf, 1, 2))) void ckpt_refuse(const char *fmt, ...);
+
+/* True when this run keeps a replay log (recording or replaying). */
+bool ckpt_history_recording(void);
+
+/* Replaying: thread's next record, of type; refuses on a divergence.
+ * Returns false when the thread has no record left before the snapshot:
+ * it has then waited for the restore, and goes on live. */
+struct ckpt_rl_rec;
+bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec);
+
+/* What the host observed (the answer's meaning, in the log). */
+enum ckpt_obs {
+    CKPT_OBS_STREAM_SYNC = 1,
+    CKPT_OBS_CTX_SYNC,
+    CKPT_OBS_EVENT_SYNC,
+    CKPT_OBS_EVENT_QUERY,
+    CKPT_OBS_STREAM_QUERY,
+    CKPT_OBS_DTOH,
+    CKPT_OBS_HTOD,
+    CKPT_OBS_MEMCPY,
+    CKPT_OBS_BOUNDARY,
+};
+const char *ckpt_obs_name(enum ckpt_obs what);
+
+/* Recording: the program's call what returned r.  Copies that completed
+ * become visible here (all of them at a boundary). */
+void ckpt_history_observed(enum ckpt_obs what, CUresult r);
+/* Replaying: the answer the recorded run got, in *r, with the copies that
+ * became visible there served; false when this thread has gone live (make
+ * the real call). */
+bool ckpt_history_answer(enum ckpt_obs what, CUresult *r);
+
+/* A program allocation: recorded, or checked against the recorded one
+ * (an address that differs is kept, see ckpt_replay_address). */
+void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr);
+/* Replaying: allocation ordinal is at addr, recorded at recorded; a
+ * restore with it live at a different address is refused. */
+void ckpt_replay_address(uint64_t ordinal, uint64_t addr, uint64_t recorded);
 /* A synchronous device-to-host copy into dst: recorded after the real copy,
  * or served from the log instead of it (then returns true). */
 bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy);
-/* An asynchronous one: its bytes are known at the next host sync. */
-void ckpt_history_d2h_async(void *dst, size_t size);
-/* A host sync returned: pending asynchronous copies are settled. */
-void ckpt_history_settle(void);
+/* An asynchronous one, queued on stream (pinned destination): its bytes
+ * are logged where the host can first see them. */
+void ckpt_history_d2h_async(void *dst, size_t size, CUstream stream);
 /* A value the host read (an elapsed time): recorded, or replaced. */
 void ckpt_history_value(uint64_t what, uint64_t *value);
+/* A host function queued on stream: *fn and *data are replaced by a
+ * wrapper that sees the copies before it (true), which the caller frees
+ * with ckpt_history_hostfn_failed when the real call fails. */
+bool ckpt_history_hostfn(CUstream stream, CUhostFn *fn, void **data);
+void ckpt_history_hostfn_failed(void *data);
+/* From the current iteration on, replay cannot be faithful: why goes in
+ * the log (restores past it are refused with it) and is said once. */
+void ckpt_history_taint(const char *why);
+/* The restore goes live: copies still pending in replay are dropped. */
+void ckpt_history_forget(void);
 /* An iteration ended.  Returns true when a snapshot may be taken. */
 bool ckpt_history_boundary(uint64_t iter);
 

@@ -43,13 +43,6 @@ static struct ckpt_header image_hdr;
 static int image_slot;
 static double replay_start;
 
-/* Asynchronous device-to-host copies waiting for the next host sync. */
-static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pending {
-    void *dst;
-    size_t size;
-} *pending;
-static size_t npending, pending_cap;
 
 static double now_s(void)
 {
@@ -58,7 +51,7 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-__attribute__((noreturn, format(printf, 1, 2))) static void refuse(const char *fmt, ...)
+void ckpt_refuse(const char *fmt, ...)
 {
     char why[512];
     va_list ap;
@@ -105,7 +98,7 @@ static void load_image(const char *dir)
         image_slot = s;
         return;
     }
-    refuse("no verified snapshot of it in %s (%s; %s)", dir, whys[0], whys[1]);
+    ckpt_refuse("no verified snapshot of it in %s (%s; %s)", dir, whys[0], whys[1]);
 }
 
 void ckpt_history_init(const char *dir, uint64_t restore)
@@ -123,7 +116,7 @@ void ckpt_history_init(const char *dir, uint64_t restore)
     }
     load_image(dir);
     if (ckpt_rlog_open_replay(dir, restore, max, why, sizeof(why)) < 0)
-        refuse("%s", why);
+        ckpt_refuse("%s", why);
     ckpt_replaying = 1;
     recording = true;
     replay_start = now_s();
@@ -131,111 +124,98 @@ void ckpt_history_init(const char *dir, uint64_t restore)
              (unsigned long long)image_hdr.generation);
 }
 
-/* Reads the next record of a kind, refusing the restore on a divergence. */
-static void next(enum ckpt_rl_type type, uint64_t *a, uint64_t *b, const void **payload, uint32_t *len)
+bool ckpt_history_recording(void)
+{
+    return recording;
+}
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
+
+bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
 {
     char why[256];
-    if (ckpt_rlog_next(type, a, b, payload, len, why, sizeof(why)) < 0)
-        refuse("the program diverged from its recorded run: %s", why);
-}
-
-void ckpt_history_alloc(uint64_t ordinal, uint64_t size)
-{
-    if (ckpt_replaying) {
-        uint64_t o, n;
-        next(CKPT_RL_ALLOC, &o, &n, NULL, NULL);
-        if (o != ordinal || n != size)
-            refuse("the program diverged from its recorded run: it made allocation %llu of %llu bytes where the "
-                   "recorded run made allocation %llu of %llu bytes",
-                   (unsigned long long)ordinal, (unsigned long long)size, (unsigned long long)o,
-                   (unsigned long long)n);
-    } else if (recording) {
-        ckpt_rlog_append(CKPT_RL_ALLOC, ordinal, size, NULL, 0);
-    }
-}
-
-static void serve(void *dst, size_t size)
-{
-    uint64_t n, unused;
-    const void *bytes;
-    uint32_t len;
-    next(CKPT_RL_D2H, &n, &unused, &bytes, &len);
-    if (n != size || len != size)
-        refuse("a device-to-host copy of %zu bytes, the recorded run copied %llu", size, (unsigned long long)n);
-    memcpy(dst, bytes, size);
-}
-
-/* Copies too large for one record are not logged (their bytes would not
- * fit a record length); a program that reads them back cannot be
- * restored, which the log says by overflowing. */
-static void keep(const void *dst, size_t size)
-{
-    if (size > UINT32_MAX)
-        ckpt_rlog_append(CKPT_RL_OVERFLOW, ckpt_bd_iteration(), 0, NULL, 0);
-    else
-        ckpt_rlog_append(CKPT_RL_D2H, size, 0, dst, (uint32_t)size);
-}
-
-bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy)
-{
-    if (ckpt_replaying) {
-        serve(dst, size);
+    int rc = ckpt_rlog_next(thread, type, rec, why, sizeof(why));
+    if (rc == 0)
         return true;
-    }
-    if (recording && after_real_copy)
-        keep(dst, size);
+    /* The thread ending the iterations never runs dry: its last record
+     * before the cut is the target's ITER. */
+    if (rc != -ENODATA)
+        ckpt_refuse("the program diverged from its recorded run: %s", why);
+    /* This thread did all it did before the snapshot in the recorded run:
+     * it waits for the restore, then goes on live. */
+    pthread_mutex_lock(&live_lock);
+    while (__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&live_cond, &live_lock);
+    pthread_mutex_unlock(&live_lock);
     return false;
 }
 
-void ckpt_history_d2h_async(void *dst, size_t size)
+/* Allocations whose address in replay is not the recorded one: the
+ * program may keep their addresses, in host or in device memory. */
+static struct moved {
+    uint64_t ordinal, addr, recorded;
+} *moved;
+static size_t nmoved, moved_cap;
+static pthread_mutex_t moved_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ckpt_replay_address(uint64_t ordinal, uint64_t addr, uint64_t recorded)
 {
-    if (!recording)
+    if (addr == recorded)
         return;
-    pthread_mutex_lock(&pending_lock);
-    if (npending == pending_cap) {
-        size_t cap = pending_cap ? pending_cap * 2 : 16;
-        struct pending *p = realloc(pending, cap * sizeof(*p));
-        if (!p) {
-            pthread_mutex_unlock(&pending_lock);
-            if (ckpt_replaying)
-                refuse("out of host memory");
-            ckpt_rlog_append(CKPT_RL_OVERFLOW, ckpt_bd_iteration(), 0, NULL, 0);
-            return;
+    pthread_mutex_lock(&moved_lock);
+    if (nmoved == moved_cap) {
+        size_t cap = moved_cap ? moved_cap * 2 : 16;
+        struct moved *m = realloc(moved, cap * sizeof(*m));
+        if (!m) {
+            pthread_mutex_unlock(&moved_lock);
+            ckpt_refuse("out of host memory");
         }
-        pending = p;
-        pending_cap = cap;
+        moved = m;
+        moved_cap = cap;
     }
-    pending[npending++] = (struct pending){dst, size};
-    pthread_mutex_unlock(&pending_lock);
+    moved[nmoved++] = (struct moved){ordinal, addr, recorded};
+    pthread_mutex_unlock(&moved_lock);
 }
 
-void ckpt_history_settle(void)
+const char *ckpt_obs_name(enum ckpt_obs what)
 {
-    if (!recording || !__atomic_load_n(&npending, __ATOMIC_RELAXED))
-        return;
-    pthread_mutex_lock(&pending_lock);
-    for (size_t i = 0; i < npending; i++) {
-        if (ckpt_replaying)
-            serve(pending[i].dst, pending[i].size);
-        else
-            keep(pending[i].dst, pending[i].size);
-    }
-    npending = 0;
-    pthread_mutex_unlock(&pending_lock);
+    static const char *const names[] = {
+        [CKPT_OBS_STREAM_SYNC] = "cuStreamSynchronize", [CKPT_OBS_CTX_SYNC] = "cuCtxSynchronize",
+        [CKPT_OBS_EVENT_SYNC] = "cuEventSynchronize",   [CKPT_OBS_EVENT_QUERY] = "cuEventQuery",
+        [CKPT_OBS_STREAM_QUERY] = "cuStreamQuery",      [CKPT_OBS_DTOH] = "a device-to-host copy",
+        [CKPT_OBS_HTOD] = "a host-to-device copy",      [CKPT_OBS_MEMCPY] = "cuMemcpy",
+        [CKPT_OBS_BOUNDARY] = "the end of an iteration",
+    };
+    return what < sizeof(names) / sizeof(names[0]) && names[what] ? names[what] : "an unknown observation";
 }
 
-void ckpt_history_value(uint64_t what, uint64_t *value)
+/* Every thread has had what it saw before the snapshot (a thread that
+ * lags behind gets 60 s to catch up), and nothing the program keeps
+ * points where the recorded run's allocations were not. */
+static void check_cut(const struct ckpt_alloc *live, size_t n)
 {
-    if (ckpt_replaying) {
-        uint64_t w, v;
-        next(CKPT_RL_VALUE, &w, &v, NULL, NULL);
-        if (w != what)
-            refuse("the program read value %llu where the recorded run read value %llu", (unsigned long long)what,
-                   (unsigned long long)w);
-        *value = v;
-    } else if (recording) {
-        ckpt_rlog_append(CKPT_RL_VALUE, what, *value, NULL, 0);
+    uint64_t thread = 0;
+    size_t left = 0;
+    for (int i = 0; i < 6000 && (left = ckpt_rlog_left(&thread)); i++)
+        usleep(10000);
+    if (left)
+        ckpt_refuse("a thread of the program (key %016llx) did not come back to where it was at the snapshot "
+                    "(%zu observations short)", (unsigned long long)thread, left);
+    pthread_mutex_lock(&moved_lock);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < nmoved; k++) {
+            if (moved[k].ordinal != live[i].ordinal)
+                continue;
+            pthread_mutex_unlock(&moved_lock);
+            ckpt_refuse("allocation %llu (%llu bytes) is at 0x%llx in the replaying run and was at 0x%llx in "
+                        "the recorded run: pointers the program keeps to it would dangle (run the job under "
+                        "ckpt-resume, which keeps address-space randomisation off)",
+                        (unsigned long long)live[i].ordinal, (unsigned long long)live[i].size,
+                        (unsigned long long)moved[k].addr, (unsigned long long)moved[k].recorded);
+        }
     }
+    pthread_mutex_unlock(&moved_lock);
 }
 
 /* Copies the snapshot into the live allocations that match it by ordinal
@@ -247,19 +227,20 @@ static void restore_now(void)
     size_t n = image_hdr.nallocs;
     struct ckpt_alloc *live = malloc((n + 1) * sizeof(*live));
     if (!live)
-        refuse("out of host memory");
+        ckpt_refuse("out of host memory");
     size_t nlive = ckpt_reg_snapshot(live, n + 1);
     if (nlive != n)
-        refuse("the program has %zu allocations at iteration %llu, the snapshot %zu", nlive,
+        ckpt_refuse("the program has %zu allocations at iteration %llu, the snapshot %zu", nlive,
                (unsigned long long)target, n);
+    check_cut(live, n);
     for (size_t i = 0; i < n; i++) {
         if (live[i].ordinal != recs[i].ordinal || live[i].size != recs[i].size)
-            refuse("allocation %llu (%llu bytes) does not match the snapshot's allocation %llu (%llu bytes)",
+            ckpt_refuse("allocation %llu (%llu bytes) does not match the snapshot's allocation %llu (%llu bytes)",
                    (unsigned long long)live[i].ordinal, (unsigned long long)live[i].size,
                    (unsigned long long)recs[i].ordinal, (unsigned long long)recs[i].size);
     }
     if (ckpt_resolve("cuMemcpyHtoD_v2") < 0 || ckpt_resolve("cuCtxSynchronize") < 0)
-        refuse("the driver lacks cuMemcpyHtoD_v2 or cuCtxSynchronize");
+        ckpt_refuse("the driver lacks cuMemcpyHtoD_v2 or cuCtxSynchronize");
     ckpt_self_depth++;
     double copy_start = now_s();
     for (size_t i = 0; i < n; i++) {
@@ -268,11 +249,11 @@ static void restore_now(void)
         CUresult r = real_cuMemcpyHtoD_v2(live[i].addr, image + image_hdr.data_offset + recs[i].offset,
                                           recs[i].size);
         if (r != CUDA_SUCCESS)
-            refuse("copying allocation %llu back to the device failed (CUDA error %d)",
+            ckpt_refuse("copying allocation %llu back to the device failed (CUDA error %d)",
                    (unsigned long long)recs[i].ordinal, (int)r);
     }
     if (real_cuCtxSynchronize() != CUDA_SUCCESS)
-        refuse("the device failed while the snapshot was copied back");
+        ckpt_refuse("the device failed while the snapshot was copied back");
     ckpt_self_depth--;
     double copy_s = now_s() - copy_start;
     free(live);
@@ -287,17 +268,24 @@ static void restore_now(void)
     ckpt_agent_send(CKPT_MSG_RESTORED, target, image_hdr.generation);
     munmap((void *)image, image_len);
     image = NULL;
+    ckpt_history_forget();
+    pthread_mutex_lock(&live_lock);
     __atomic_store_n(&ckpt_replaying, 0, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&live_cond);
+    pthread_mutex_unlock(&live_lock);
 }
 
 bool ckpt_history_boundary(uint64_t iter)
 {
+    uint64_t t = ckpt_thread_key();
     if (ckpt_replaying) {
-        uint64_t it, unused;
-        next(CKPT_RL_ITER, &it, &unused, NULL, NULL);
-        if (it != iter)
-            refuse("iteration %llu ended where the recorded run ended iteration %llu", (unsigned long long)iter,
-                   (unsigned long long)it);
+        struct ckpt_rl_rec rec;
+        CUresult unused;
+        ckpt_history_answer(CKPT_OBS_BOUNDARY, &unused);
+        ckpt_history_next(t, CKPT_RL_ITER, &rec);
+        if (rec.a != iter)
+            ckpt_refuse("iteration %llu ended where the recorded run ended iteration %llu", (unsigned long long)iter,
+                        (unsigned long long)rec.a);
         ckpt_fault_point(CKPT_FAULT_REPLAY, iter == target ? UINT64_MAX : iter);
         if (iter == target)
             restore_now();
@@ -305,7 +293,9 @@ bool ckpt_history_boundary(uint64_t iter)
     }
     if (!recording)
         return true; /* no log: snapshots are still worth having */
-    ckpt_rlog_append(CKPT_RL_ITER, iter, 0, NULL, 0);
+    /* Copies the host has not seen yet become visible here at the latest. */
+    ckpt_history_observed(CKPT_OBS_BOUNDARY, CUDA_SUCCESS);
+    ckpt_rlog_append(CKPT_RL_ITER, t, iter, 0, 0, NULL, 0);
     ckpt_rlog_flush();
     return ckpt_rlog_complete();
 }

@@ -33,28 +33,85 @@ static inline bool suppressed(void)
     return __builtin_expect(ckpt_replaying, 0) && observed();
 }
 
-/* After a host sync of the program: settle copies, feed the token. */
-static void synced(uint64_t token)
+/* A host-visible call of the program returned r (the real call made):
+ * recorded, or answered from the log in replay (the real call still made:
+ * the device is idle then, and host functions queued before it have run
+ * when it returns).  A success feeds the boundary learner token. */
+static CUresult after(enum ckpt_obs what, uint64_t token, CUresult r)
 {
-    ckpt_history_settle();
-    ckpt_on_sync(token);
+    if (!observed())
+        return r;
+    CUresult a;
+    if (ckpt_replaying && ckpt_history_answer(what, &a))
+        r = a;
+    else
+        ckpt_history_observed(what, r);
+    if (r == CUDA_SUCCESS && token)
+        ckpt_on_sync(token);
+    return r;
 }
 
-#define SYNC_HOOK(name, token, params, args)                                   \
+/* Replaying a call that is not made: the recorded answer, true; false
+ * when this thread has gone live (make the call, then after()). */
+static bool answered(enum ckpt_obs what, uint64_t token, CUresult *r)
+{
+    if (!suppressed() || !ckpt_history_answer(what, r))
+        return false;
+    if (*r == CUDA_SUCCESS && token)
+        ckpt_on_sync(token);
+    return true;
+}
+
+/* True when s is being captured into a graph: work queued on it is
+ * recorded, not run, so replay lets it through. */
+static bool capturing(CUstream s)
+{
+    CUstreamCaptureStatus st;
+    return __atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) > 0 && real_cuStreamIsCapturing &&
+           real_cuStreamIsCapturing(s, &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+#define SYNC_HOOK(name, what, token, params, args)                             \
     EXPORT CUresult name params                                                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
-        CUresult r = real_##name args;                                         \
-        if (r == CUDA_SUCCESS && observed())                                   \
-            synced(token);                                                     \
-        return r;                                                              \
+        return after(what, token, real_##name args);                           \
     }
 
-SYNC_HOOK(cuStreamSynchronize, TOK_STREAM_SYNC, (CUstream hStream), (hStream))
-SYNC_HOOK(cuStreamSynchronize_ptsz, TOK_STREAM_SYNC, (CUstream hStream), (hStream))
-SYNC_HOOK(cuCtxSynchronize, TOK_CTX_SYNC, (void), ())
-SYNC_HOOK(cuCtxSynchronize_v2, TOK_CTX_SYNC, (CUcontext ctx), (ctx))
-SYNC_HOOK(cuEventSynchronize, TOK_EVENT_SYNC, (CUevent hEvent), (hEvent))
+SYNC_HOOK(cuStreamSynchronize, CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, (CUstream hStream), (hStream))
+SYNC_HOOK(cuStreamSynchronize_ptsz, CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, (CUstream hStream), (hStream))
+SYNC_HOOK(cuCtxSynchronize, CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, (void), ())
+SYNC_HOOK(cuCtxSynchronize_v2, CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, (CUcontext ctx), (ctx))
+SYNC_HOOK(cuEventSynchronize, CKPT_OBS_EVENT_SYNC, TOK_EVENT_SYNC, (CUevent hEvent), (hEvent))
+
+/* Queries: an allocator reuses a block, a poller reads a copy's bytes,
+ * when the answer is CUDA_SUCCESS.  In replay the recorded answer is
+ * given, and a success waits for the (idle) device, so that host
+ * functions queued before have run as they had.  Not tokens: how often a
+ * program polls is not part of its iteration's shape. */
+EXPORT CUresult cuEventQuery(CUevent hEvent)
+{
+    NEED_REAL(cuEventQuery, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    if (answered(CKPT_OBS_EVENT_QUERY, 0, &r)) {
+        if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED))
+            real_cuEventSynchronize(hEvent);
+        return r;
+    }
+    return after(CKPT_OBS_EVENT_QUERY, 0, real_cuEventQuery(hEvent));
+}
+
+EXPORT CUresult cuStreamQuery(CUstream hStream)
+{
+    NEED_REAL(cuStreamQuery, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    if (answered(CKPT_OBS_STREAM_QUERY, 0, &r)) {
+        if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED))
+            real_cuStreamSynchronize(hStream);
+        return r;
+    }
+    return after(CKPT_OBS_STREAM_QUERY, 0, real_cuStreamQuery(hStream));
+}
 
 /* A plain entry point and its per-thread variant sfx, both calling body
  * with their own real function and (PT_PAIR) the stream a NULL one means;
@@ -86,31 +143,23 @@ SYNC_HOOK(cuEventSynchronize, TOK_EVENT_SYNC, (CUevent hEvent), (hEvent))
  * per-thread), which the driver picks. */
 static CUresult dtoh(__typeof__(&cuMemcpyDtoH_v2) real, void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    if (suppressed()) {
-        ckpt_history_d2h(dstHost, ByteCount, false);
-        synced(TOK_DTOH);
-        return CUDA_SUCCESS;
-    }
-    CUresult r = real(dstHost, srcDevice, ByteCount);
-    if (r == CUDA_SUCCESS && observed()) {
+    CUresult r;
+    if (suppressed() && ckpt_history_d2h(dstHost, ByteCount, false) && answered(CKPT_OBS_DTOH, TOK_DTOH, &r))
+        return r;
+    r = real(dstHost, srcDevice, ByteCount);
+    if (r == CUDA_SUCCESS && observed())
         ckpt_history_d2h(dstHost, ByteCount, true);
-        synced(TOK_DTOH);
-    }
-    return r;
+    return after(CKPT_OBS_DTOH, TOK_DTOH, r);
 }
 PT_SAME(cuMemcpyDtoH_v2, _ptds, dtoh, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
         (dstHost, srcDevice, ByteCount))
 
 static CUresult htod(__typeof__(&cuMemcpyHtoD_v2) real, CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    if (suppressed()) {
-        synced(TOK_HTOD);
-        return CUDA_SUCCESS;
-    }
-    CUresult r = real(dstDevice, srcHost, ByteCount);
-    if (r == CUDA_SUCCESS && observed())
-        synced(TOK_HTOD);
-    return r;
+    CUresult r;
+    if (answered(CKPT_OBS_HTOD, TOK_HTOD, &r))
+        return r;
+    return after(CKPT_OBS_HTOD, TOK_HTOD, real(dstDevice, srcHost, ByteCount));
 }
 PT_SAME(cuMemcpyHtoD_v2, _ptds, htod, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
         (dstDevice, srcHost, ByteCount))
@@ -120,34 +169,44 @@ PT_SAME(cuMemcpyHtoD_v2, _ptds, htod, (CUdeviceptr dstDevice, const void *srcHos
 static CUresult memcpy_sync(__typeof__(&cuMemcpy) real, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     bool to_host = observed() && !ckpt_reg_contains(dst);
-    if (suppressed()) {
-        if (to_host)
-            ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, false);
-        synced(TOK_MEMCPY);
-        return CUDA_SUCCESS;
-    }
-    CUresult r = real(dst, src, ByteCount);
-    if (r == CUDA_SUCCESS && observed()) {
-        if (to_host)
-            ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, true);
-        synced(TOK_MEMCPY);
+    CUresult r;
+    if (suppressed() && (!to_host || ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, false)) &&
+        answered(CKPT_OBS_MEMCPY, TOK_MEMCPY, &r))
+        return r;
+    r = real(dst, src, ByteCount);
+    if (r == CUDA_SUCCESS && to_host && observed())
+        ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, true);
+    return after(CKPT_OBS_MEMCPY, TOK_MEMCPY, r);
+}
+PT_SAME(cuMemcpy, _ptds, memcpy_sync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
+
+/* Elapsed times, both versions (the runtime asks for v1 and v2): an
+ * autotuner picks a kernel by them. */
+static CUresult elapsed(__typeof__(&cuEventElapsedTime_v2) real, float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    CUresult r = real(pMilliseconds, hStart, hEnd);
+    if (observed() && pMilliseconds) { /* the answer and the time, in one value */
+        uint32_t f = 0;
+        memcpy(&f, pMilliseconds, sizeof(f));
+        uint64_t v = (uint64_t)r << 32 | f;
+        ckpt_history_value(VALUE_ELAPSED, &v);
+        f = (uint32_t)v;
+        memcpy(pMilliseconds, &f, sizeof(f));
+        r = (CUresult)(v >> 32);
     }
     return r;
 }
-PT_SAME(cuMemcpy, _ptds, memcpy_sync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
 
 EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
     NEED_REAL(cuEventElapsedTime_v2, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
-    if (observed() && (r == CUDA_SUCCESS || ckpt_replaying) && pMilliseconds) {
-        uint64_t bits = 0;
-        memcpy(&bits, pMilliseconds, sizeof(float));
-        ckpt_history_value(VALUE_ELAPSED, &bits);
-        memcpy(pMilliseconds, &bits, sizeof(float));
-        r = CUDA_SUCCESS;
-    }
-    return r;
+    return elapsed(real_cuEventElapsedTime_v2, pMilliseconds, hStart, hEnd);
+}
+
+EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    NEED_REAL(cuEventElapsedTime, CUDA_ERROR_NOT_INITIALIZED);
+    return elapsed(real_cuEventElapsedTime, pMilliseconds, hStart, hEnd);
 }
 
 /* Work that only changes the device: noted, or suppressed in replay.
@@ -160,9 +219,11 @@ EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUev
         if (IS_LAUNCH(#name))                                                  \
             ckpt_hookstat(CKPT_HS_LAUNCH, __builtin_return_address(0), false); \
         if (observed()) {                                                      \
-            if (ckpt_replaying)                                                \
+            CUstream s_ = ckpt_stream_or(stream, null_means);                  \
+            if (ckpt_replaying && !capturing(s_))                              \
                 return CUDA_SUCCESS;                                           \
-            ckpt_stream_seen(ckpt_stream_or(stream, null_means));              \
+            if (!ckpt_replaying)                                               \
+                ckpt_stream_seen(s_);                                          \
         }                                                                      \
         return real_##name args;                                               \
     }
@@ -189,22 +250,65 @@ QUEUE_HOOK(cuMemsetD8Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned cha
            (dstDevice, uc, N, hStream))
 QUEUE_HOOK(cuMemsetD32Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
            (dstDevice, ui, N, hStream))
+/* A graph launch is device work like a kernel's: suppressed in replay,
+ * and its stream ordered by snapshots like any other. */
+QUEUE_HOOK(cuGraphLaunch, _ptsz, hStream, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
+
+/* Host functions run program code on the stream's behalf: in replay too,
+ * in stream order, after the copies before them are served.  One queued
+ * into a graph would run at each launch, which replay suppresses. */
+static CUresult hostfn(__typeof__(&cuLaunchHostFunc) real, CUstream null_means, CUstream hStream, CUhostFn fn,
+                       void *userData)
+{
+    if (!observed())
+        return real(hStream, fn, userData);
+    CUstream s = ckpt_stream_or(hStream, null_means);
+    if (capturing(s)) {
+        ckpt_history_taint("a CUDA graph calls a host function, which replay cannot run at the graph's launches");
+        return real(hStream, fn, userData);
+    }
+    if (!ckpt_replaying)
+        ckpt_stream_seen(s);
+    bool wrapped = ckpt_history_hostfn(s, &fn, &userData);
+    CUresult r = real(hStream, fn, userData);
+    if (r != CUDA_SUCCESS && wrapped)
+        ckpt_history_hostfn_failed(userData);
+    return r;
+}
+PT_PAIR(cuLaunchHostFunc, _ptsz, hostfn, (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData))
 
 /* Copies the host reads after its next sync: their bytes go in the log
  * then (ckpt_history_settle), or come from it in replay. */
+/* An asynchronous copy into host memory on stream s: what to do before
+ * the real call.  Captured copies write host memory at every launch of
+ * their graph, which replay suppresses. */
+enum { ASYNC_CALL, ASYNC_DONE, ASYNC_PLAIN };
+static int to_host_before(CUstream s, void *dst, size_t n)
+{
+    if (capturing(s)) {
+        ckpt_history_taint("a CUDA graph copies device memory to the host, which replay cannot reproduce");
+        return ASYNC_PLAIN;
+    }
+    if (ckpt_replaying) {
+        ckpt_history_d2h_async(dst, n, s);
+        return ASYNC_DONE;
+    }
+    ckpt_stream_seen(s);
+    return ASYNC_CALL;
+}
+
 static CUresult dtoh_async(__typeof__(&cuMemcpyDtoHAsync_v2) real, CUstream null_means, void *dstHost,
                            CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     if (!observed())
         return real(dstHost, srcDevice, ByteCount, hStream);
-    if (ckpt_replaying) {
-        ckpt_history_d2h_async(dstHost, ByteCount);
+    CUstream s = ckpt_stream_or(hStream, null_means);
+    int what = to_host_before(s, dstHost, ByteCount);
+    if (what == ASYNC_DONE)
         return CUDA_SUCCESS;
-    }
-    ckpt_stream_seen(ckpt_stream_or(hStream, null_means));
     CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
-    if (r == CUDA_SUCCESS)
-        ckpt_history_d2h_async(dstHost, ByteCount);
+    if (r == CUDA_SUCCESS && what == ASYNC_CALL)
+        ckpt_history_d2h_async(dstHost, ByteCount, s);
     return r;
 }
 PT_PAIR(cuMemcpyDtoHAsync_v2, _ptsz, dtoh_async,
@@ -218,17 +322,21 @@ static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_mean
 {
     if (!observed())
         return real(dst, src, ByteCount, hStream);
-    bool to_host = !ckpt_reg_contains(dst);
-    if (ckpt_replaying) {
-        if (to_host)
-            ckpt_history_d2h_async((void *)(uintptr_t)dst, ByteCount);
-        return CUDA_SUCCESS;
+    CUstream s = ckpt_stream_or(hStream, null_means);
+    if (!ckpt_reg_contains(dst)) {
+        int what = to_host_before(s, (void *)(uintptr_t)dst, ByteCount);
+        if (what == ASYNC_DONE)
+            return CUDA_SUCCESS;
+        CUresult r = real(dst, src, ByteCount, hStream);
+        if (r == CUDA_SUCCESS && what == ASYNC_CALL)
+            ckpt_history_d2h_async((void *)(uintptr_t)dst, ByteCount, s);
+        return r;
     }
-    ckpt_stream_seen(ckpt_stream_or(hStream, null_means));
-    CUresult r = real(dst, src, ByteCount, hStream);
-    if (r == CUDA_SUCCESS && to_host)
-        ckpt_history_d2h_async((void *)(uintptr_t)dst, ByteCount);
-    return r;
+    if (ckpt_replaying && !capturing(s))
+        return CUDA_SUCCESS;
+    if (!ckpt_replaying)
+        ckpt_stream_seen(s);
+    return real(dst, src, ByteCount, hStream);
 }
 PT_PAIR(cuMemcpyAsync, _ptsz, memcpy_async, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
         (dst, src, ByteCount, hStream))

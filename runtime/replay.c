@@ -1,7 +1,9 @@
 /*
  * The replay log file of replay.h.  Layout: a 64-byte file header, then
- * records of a 32-byte header and a payload padded to 8 bytes, each with an
- * XXH3 checksum over its header fields and payload.  Appends are buffered
+ * records of a 48-byte header and a payload padded to 8 bytes, each with an
+ * XXH3 checksum over its header fields and payload.  Records are in the
+ * order they were appended; replay chains each thread's records so that a
+ * thread reads its own in O(1).  Appends are buffered
  * in memory and written at iteration boundaries, one write per flush, so a
  * rank that dies mid-iteration leaves a log that ends at a record boundary
  * or with a torn record that the reader refuses.  Replay reads through a
@@ -24,17 +26,18 @@
 #include "log.h"
 #include "replay.h"
 
-#define FILE_MAGIC "CKPTRLG1"
-#define FILE_VERSION 1u
+#define FILE_MAGIC "CKPTRLG2"
+#define FILE_VERSION 2u
 #define FILE_HEADER 64
 
 struct rec {
     uint32_t type;
     uint32_t len;
-    uint64_t a, b;
+    uint64_t thread;
+    uint64_t a, b, c;
     uint64_t sum;
 };
-_Static_assert(sizeof(struct rec) == 32, "replay record layout changed: bump FILE_VERSION");
+_Static_assert(sizeof(struct rec) == 48, "replay record layout changed: bump FILE_VERSION");
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int fd = -1;
@@ -43,10 +46,20 @@ static size_t buflen, bufcap;
 static uint64_t written, limit, last_iter;
 static bool overflowed;
 
-static const char *map; /* replay */
-static size_t maplen, cur, end;
+/* Replay: the mapped log, cut at end; each record's offset, the next
+ * record of the same thread, and each thread's next record. */
+static const char *map;
+static size_t maplen, end;
+static size_t *offs, *chain, nrecs;
+static struct cursor {
+    uint64_t thread;
+    size_t next; /* index into offs, or SIZE_MAX */
+} *cursors;
+static size_t ncursors, cursor_cap; /* cursor_cap: a power of two */
+#define NONE SIZE_MAX
 
-static const char *const names[] = {"?", "allocation", "device-to-host copy", "value", "iteration end", "overflow"};
+static const char *const names[] = {"?",     "allocation",      "device-to-host copy", "value", "iteration end",
+                                    "overflow", "host observation", "taint"};
 static const char *name(uint32_t t)
 {
     return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
@@ -116,12 +129,92 @@ int ckpt_rlog_create(const char *dir, uint64_t max_bytes, char *why, size_t whyl
     return 0;
 }
 
+static void drop_index(void)
+{
+    free(offs);
+    free(chain);
+    free(cursors);
+    offs = chain = NULL;
+    cursors = NULL;
+    nrecs = ncursors = cursor_cap = 0;
+}
+
+/* The cursor of thread, added (with no records) when create is set; NULL
+ * when there is none.  Open addressing over a power-of-two table. */
+static struct cursor *cursor_of(uint64_t thread, bool create)
+{
+    if (create && (ncursors + 1) * 2 > cursor_cap) {
+        size_t cap = cursor_cap ? cursor_cap * 2 : 64;
+        struct cursor *t = malloc(cap * sizeof(*t));
+        if (!t)
+            return NULL;
+        for (size_t i = 0; i < cap; i++)
+            t[i] = (struct cursor){0, NONE};
+        for (size_t i = 0; i < cursor_cap; i++) {
+            if (!cursors[i].thread)
+                continue;
+            size_t h = XXH3_64bits(&cursors[i].thread, sizeof(uint64_t)) & (cap - 1);
+            while (t[h].thread)
+                h = (h + 1) & (cap - 1);
+            t[h] = cursors[i];
+        }
+        free(cursors);
+        cursors = t;
+        cursor_cap = cap;
+    }
+    if (!cursor_cap)
+        return NULL;
+    size_t h = XXH3_64bits(&thread, sizeof(thread)) & (cursor_cap - 1);
+    while (cursors[h].thread && cursors[h].thread != thread)
+        h = (h + 1) & (cursor_cap - 1);
+    if (cursors[h].thread == thread)
+        return &cursors[h];
+    if (!create)
+        return NULL;
+    cursors[h] = (struct cursor){thread, NONE};
+    ncursors++;
+    return &cursors[h];
+}
+
+/* Chains the n records before cut by thread.  Returns 0 or -ENOMEM. */
+static int index_records(const char *m, size_t cut, size_t n)
+{
+    drop_index();
+    offs = malloc((n + 1) * sizeof(*offs));
+    chain = malloc((n + 1) * sizeof(*chain));
+    if (!offs || !chain)
+        goto fail;
+    /* Walk backwards so each record's chain points at its thread's next. */
+    size_t k = 0;
+    for (size_t off = FILE_HEADER; off < cut; k++) {
+        struct rec r;
+        memcpy(&r, m + off, sizeof(r));
+        offs[k] = off;
+        off += sizeof(r) + padded(r.len);
+    }
+    nrecs = k;
+    for (size_t i = nrecs; i-- > 0;) {
+        struct rec r;
+        memcpy(&r, m + offs[i], sizeof(r));
+        struct cursor *c = cursor_of(r.thread ? r.thread : 1, true);
+        if (!c)
+            goto fail;
+        chain[i] = c->next;
+        c->next = i;
+    }
+    return 0;
+fail:
+    drop_index();
+    return -ENOMEM;
+}
+
 int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_bytes, char *why, size_t whylen)
 {
     char path[PATH_MAX + 16];
     struct stat st;
 
     ckpt_rlog_close();
+    *why = '\0';
     path_of(path, sizeof(path), dir);
     int f = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (f < 0 || fstat(f, &st) < 0) {
@@ -141,7 +234,7 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
         return -EBADMSG;
     }
     /* Walk and check every record up to the target iteration's end. */
-    size_t off = FILE_HEADER;
+    size_t off = FILE_HEADER, n = 0;
     uint64_t seen = 0;
     int rc = -ERANGE;
     while (off + sizeof(struct rec) <= len) {
@@ -154,9 +247,16 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
             break;
         }
         off += sizeof(r) + padded(r.len);
+        n++;
         if (r.type == CKPT_RL_OVERFLOW) {
             snprintf(why, whylen, "the replay log stopped at iteration %llu (CKPT_REPLAY_LOG_MAX); it cannot "
                      "bring back iteration %llu", (unsigned long long)r.a, (unsigned long long)iteration);
+            break;
+        }
+        if (r.type == CKPT_RL_TAINT) {
+            snprintf(why, whylen, "replay cannot be faithful from iteration %llu on: %.*s", (unsigned long long)r.a,
+                     (int)(r.len < 300 ? r.len : 300), m + off - padded(r.len));
+            rc = -EPERM;
             break;
         }
         if (r.type == CKPT_RL_ITER) {
@@ -170,6 +270,10 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
     if (rc == -ERANGE && !strstr(why, "CKPT_REPLAY_LOG_MAX"))
         snprintf(why, whylen, "the replay log ends at iteration %llu, before iteration %llu",
                  (unsigned long long)seen, (unsigned long long)iteration);
+    if (rc == 0 && index_records(m, off, n) < 0) {
+        snprintf(why, whylen, "out of host memory indexing the replay log");
+        rc = -ENOMEM;
+    }
     if (rc < 0) {
         munmap((void *)m, len);
         close(f);
@@ -179,7 +283,6 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
     fd = f;
     map = m;
     maplen = len;
-    cur = FILE_HEADER;
     end = off;
     limit = max_bytes;
     overflowed = false;
@@ -188,7 +291,8 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
     return 0;
 }
 
-void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t a, uint64_t b, const void *payload, uint32_t len)
+void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t thread, uint64_t a, uint64_t b, uint64_t c,
+                      const void *payload, uint32_t len)
 {
     pthread_mutex_lock(&lock);
     if (fd < 0 || map || overflowed)
@@ -200,7 +304,7 @@ void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t a, uint64_t b, const void
         overflowed = true;
         type = CKPT_RL_OVERFLOW;
         a = last_iter;
-        b = 0;
+        b = c = 0;
         len = 0;
         need = sizeof(struct rec);
         ckpt_log(CKPT_WARN, "the replay log reached CKPT_REPLAY_LOG_MAX (%llu bytes) after iteration %llu: "
@@ -218,7 +322,7 @@ void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t a, uint64_t b, const void
         buf = n;
         bufcap = cap;
     }
-    struct rec r = {.type = type, .len = len, .a = a, .b = b};
+    struct rec r = {.type = type, .len = len, .thread = thread, .a = a, .b = b, .c = c};
     r.sum = rec_sum(&r, payload);
     memcpy(buf + buflen, &r, sizeof(r));
     if (len)
@@ -261,33 +365,62 @@ bool ckpt_rlog_complete(void)
     return ok;
 }
 
-int ckpt_rlog_next(enum ckpt_rl_type want, uint64_t *a, uint64_t *b, const void **payload, uint32_t *len,
-                   char *why, size_t whylen)
+int ckpt_rlog_next(uint64_t thread, enum ckpt_rl_type want, struct ckpt_rl_rec *out, char *why, size_t whylen)
 {
     int rc = 0;
     pthread_mutex_lock(&lock);
-    if (!map || cur >= end) {
+    struct cursor *c = map ? cursor_of(thread, false) : NULL;
+    if (!c || c->next == NONE) {
         snprintf(why, whylen, "the program made a %s past the end of the replay log", name(want));
         rc = -ENODATA;
         goto out;
     }
     struct rec r;
-    memcpy(&r, map + cur, sizeof(r));
+    memcpy(&r, map + offs[c->next], sizeof(r));
     if (r.type != (uint32_t)want) {
         snprintf(why, whylen, "the program made a %s where the log has a %s", name(want), name(r.type));
         rc = -EPROTO;
         goto out;
     }
-    *a = r.a;
-    *b = r.b;
-    if (payload)
-        *payload = map + cur + sizeof(r);
-    if (len)
-        *len = r.len;
-    cur += sizeof(r) + padded(r.len);
+    *out = (struct ckpt_rl_rec){.a = r.a, .b = r.b, .c = r.c, .payload = map + offs[c->next] + sizeof(r),
+                                .len = r.len};
+    c->next = chain[c->next];
 out:
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+int ckpt_rlog_peek(uint64_t thread, struct ckpt_rl_rec *out)
+{
+    int type = 0;
+    pthread_mutex_lock(&lock);
+    struct cursor *c = map ? cursor_of(thread, false) : NULL;
+    if (c && c->next != NONE) {
+        struct rec r;
+        memcpy(&r, map + offs[c->next], sizeof(r));
+        type = (int)r.type;
+        if (out)
+            *out = (struct ckpt_rl_rec){.a = r.a, .b = r.b, .c = r.c, .payload = map + offs[c->next] + sizeof(r),
+                                        .len = r.len};
+    }
+    pthread_mutex_unlock(&lock);
+    return type;
+}
+
+size_t ckpt_rlog_left(uint64_t *thread)
+{
+    size_t left = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; map && i < cursor_cap; i++) {
+        if (!cursors[i].thread || cursors[i].next == NONE)
+            continue;
+        if (!left)
+            *thread = cursors[i].thread;
+        for (size_t k = cursors[i].next; k != NONE; k = chain[k])
+            left++;
+    }
+    pthread_mutex_unlock(&lock);
+    return left;
 }
 
 int ckpt_rlog_go_live(void)
@@ -297,6 +430,7 @@ int ckpt_rlog_go_live(void)
     if (map) {
         munmap((void *)map, maplen);
         map = NULL;
+        drop_index();
         if (ftruncate(fd, (off_t)end) < 0 || lseek(fd, (off_t)end, SEEK_SET) < 0)
             rc = -errno;
         written = end;
@@ -311,6 +445,7 @@ void ckpt_rlog_close(void)
     if (map)
         munmap((void *)map, maplen);
     map = NULL;
+    drop_index();
     if (fd >= 0)
         close(fd);
     fd = -1;

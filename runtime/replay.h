@@ -5,6 +5,11 @@
  * beside its arena slots; records carry their own checksum; an ITER record
  * closes each iteration and is flushed before that iteration's snapshot is
  * taken, so every committed snapshot has its whole log behind it.
+ *
+ * Every record belongs to one thread of the program (a key that names the
+ * thread the same way in every run, interpose/thread.c): replay hands each
+ * thread its own records in order, so independent threads may interleave
+ * differently in the replaying run without a refusal or swapped payloads.
  */
 #ifndef CKPT_REPLAY_H
 #define CKPT_REPLAY_H
@@ -14,11 +19,24 @@
 #include <stdint.h>
 
 enum ckpt_rl_type {
-    CKPT_RL_ALLOC = 1,   /* a = ordinal, b = size */
-    CKPT_RL_D2H = 2,     /* a = size; payload = the bytes the host received */
-    CKPT_RL_VALUE = 3,   /* a = what (enum below), b = the result; e.g. elapsed time bits */
-    CKPT_RL_ITER = 4,    /* a = iteration completed */
-    CKPT_RL_OVERFLOW = 5 /* a = iteration: the log stops here (CKPT_REPLAY_LOG_MAX) */
+    CKPT_RL_ALLOC = 1,    /* a = ordinal, b = size, c = device address */
+    CKPT_RL_D2H = 2,      /* a = size, b = issuing thread, c = its copy number (0: a
+                           * synchronous copy); payload = the bytes the host received */
+    CKPT_RL_VALUE = 3,    /* a = what (interpose's enum), b = the result; e.g. elapsed time bits */
+    CKPT_RL_ITER = 4,     /* a = iteration completed */
+    CKPT_RL_OVERFLOW = 5, /* a = iteration: the log stops here (CKPT_REPLAY_LOG_MAX) */
+    CKPT_RL_OBSERVE = 6,  /* a = what the host asked (a sync, a query), b = the answer;
+                           * the D2H records that follow became visible there */
+    CKPT_RL_TAINT = 7,    /* a = iteration: from its boundary on, replay cannot be
+                           * faithful; payload = the reason */
+    CKPT_RL_NTYPES
+};
+
+/* One record as replay hands it out. */
+struct ckpt_rl_rec {
+    uint64_t a, b, c;
+    const void *payload; /* into the log, valid until close */
+    uint32_t len;
 };
 
 /* Starts a fresh log for recording in dir (any old one is replaced).
@@ -27,13 +45,16 @@ int ckpt_rlog_create(const char *dir, uint64_t max_bytes, char *why, size_t whyl
 
 /* Opens dir's log to replay up to the ITER record of iteration; everything
  * after it is cut off (the restarted run writes those iterations anew).
- * Returns 0, or -EBADMSG/-ENOENT/-ERANGE with why (a damaged record, no
- * log, no such iteration, or a log that overflowed before it). */
+ * Returns 0, or -EBADMSG/-ENOENT/-ERANGE/-EPERM with why (a damaged record,
+ * no log, no such iteration, a log that overflowed before it, or one that
+ * says replay stopped being faithful before it: the TAINT's reason). */
 int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_bytes, char *why, size_t whylen);
 
-/* Appends a record (buffered until ckpt_rlog_flush).  Over the size limit
- * it writes one OVERFLOW record, says so once, and drops the rest. */
-void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t a, uint64_t b, const void *payload, uint32_t len);
+/* Appends a record of thread (buffered until ckpt_rlog_flush).  Over the
+ * size limit it writes one OVERFLOW record, says so once, and drops the
+ * rest. */
+void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t thread, uint64_t a, uint64_t b, uint64_t c,
+                      const void *payload, uint32_t len);
 
 /* Writes what is buffered.  Returns 0 or -errno. */
 int ckpt_rlog_flush(void);
@@ -41,11 +62,18 @@ int ckpt_rlog_flush(void);
 /* True when the log can still restore the iterations being recorded. */
 bool ckpt_rlog_complete(void);
 
-/* Replay: the next record, which must be of type want.  Returns 0 and its
- * fields (payload points into the log, valid until close), -EPROTO with
- * why describing the divergence, or -ENODATA past the end. */
-int ckpt_rlog_next(enum ckpt_rl_type want, uint64_t *a, uint64_t *b, const void **payload, uint32_t *len,
-                   char *why, size_t whylen);
+/* Replay: thread's next record, which must be of type want.  Returns 0
+ * and its fields, -EPROTO with why describing the divergence, or -ENODATA
+ * when thread has no record left before the cut. */
+int ckpt_rlog_next(uint64_t thread, enum ckpt_rl_type want, struct ckpt_rl_rec *out, char *why, size_t whylen);
+
+/* The type of thread's next record (its fields in out, which may be
+ * NULL), or 0 when it has none left.  Consumes nothing. */
+int ckpt_rlog_peek(uint64_t thread, struct ckpt_rl_rec *out);
+
+/* Replay: 0 when every thread has had all its records before the cut;
+ * else how many records are left, with *thread one that has some. */
+size_t ckpt_rlog_left(uint64_t *thread);
 
 /* Replay is over (the target ITER record was consumed): switch to
  * appending after it. */

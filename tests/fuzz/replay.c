@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (fd < 0)
         return 0;
     /* A valid file header first, so the records are what gets fuzzed. */
-    char head[64] = "CKPTRLG1";
-    head[8] = 1;
+    char head[64] = "CKPTRLG2";
+    head[8] = 2;
     if (write(fd, head, sizeof(head)) != (ssize_t)sizeof(head) || write(fd, data, size) != (ssize_t)size) {
         close(fd);
         return 0;
@@ -40,16 +40,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (uint64_t it = 1; it <= 3; it++) {
         if (ckpt_rlog_open_replay(dir, it, 1 << 20, why, sizeof(why)) < 0)
             continue;
-        uint64_t a, b;
-        const void *p;
-        uint32_t len;
-        static const enum ckpt_rl_type order[] = {CKPT_RL_ALLOC, CKPT_RL_D2H, CKPT_RL_VALUE, CKPT_RL_ITER};
-        for (int k = 0; k < 64; k++) {
-            int rc = ckpt_rlog_next(order[k % 4], &a, &b, &p, &len, why, sizeof(why));
-            if (rc == 0 && len) {
-                volatile uint8_t sink = ((const uint8_t *)p)[len - 1];
+        struct ckpt_rl_rec r;
+        static const enum ckpt_rl_type order[] = {CKPT_RL_ALLOC, CKPT_RL_D2H,     CKPT_RL_VALUE,
+                                                  CKPT_RL_ITER,  CKPT_RL_OBSERVE, CKPT_RL_TAINT};
+        uint64_t who;
+        for (int k = 0; k < 96; k++) {
+            uint64_t thread = (uint64_t)(k % 3) + 1;
+            ckpt_rlog_peek(thread, &r);
+            int rc = ckpt_rlog_next(thread, order[k % 6], &r, why, sizeof(why));
+            if (rc == 0 && r.len) {
+                volatile uint8_t sink = ((const uint8_t *)r.payload)[r.len - 1];
                 (void)sink;
             }
+            ckpt_rlog_left(&who);
         }
         ckpt_rlog_close();
     }

@@ -140,11 +140,25 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     [ "$(echo "$output" | grep '^digest')" = "$(grep '^digest' "$D/plain")" ]
 }
 
-@test "a restore the ranks refuse falls back to an older snapshot, then to a clean start; the job still ends" {
+@test "a restore the ranks refuse falls back to an older snapshot, then stops: no clean start unless allowed" {
+    model='if [ -e "$0/launched.$RANK" ]; then h=32; else h=64; touch "$0/launched.$RANK"; fi
+           exec "$1" --iters 40 --hidden $h --layers 3'
+    crash 1 "$D/crashed"
+    run --separate-stderr ckpt --nproc 2 -- sh -c "$model" "$D" "$TRAIN"
+    [ "$status" -ne 0 ] || { echo "$stderr"; return 1; }
+    [[ $stderr == *"falling back to generation 3 (iteration 15)"* ]] || { echo "$stderr"; return 1; }
+    [[ $stderr == *"error: no snapshot of this job can be restored (no iteration older than 15 has a verified snapshot on every rank"*"the job stops here, with its snapshots kept; CKPT_FALLBACK=clean would start it again from the beginning, losing the training up to iteration 20"* ]] ||
+        { echo "$stderr"; return 1; }
+    [[ $stderr != *"clean start"* ]]
+    ! echo "$output" | grep -q '^digest'
+}
+
+@test "with CKPT_FALLBACK=clean a restore the ranks refuse falls back to an older snapshot, then to a clean start" {
     # After the first launch the ranks run a narrower model, whose replay diverges from the recorded run.
     model='if [ -e "$0/launched.$RANK" ]; then h=32; else h=64; touch "$0/launched.$RANK"; fi
            exec "$1" --iters 40 --hidden $h --layers 3'
     crash 1 "$D/crashed"
+    export CKPT_FALLBACK=clean
     run --separate-stderr ckpt --nproc 2 -- sh -c "$model" "$D" "$TRAIN"
     [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
     expect=(
@@ -152,7 +166,7 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
         "rank [01] refused the restore of iteration 20 (exit 75): not a failure of the program"
         "falling back to generation 3 (iteration 15), the next older iteration every rank holds"
         "rank [01] refused the restore of iteration 15 (exit 75): not a failure of the program"
-        "falling back to a clean start: no iteration older than 15 has a verified snapshot on every rank"
+        "falling back to a clean start (CKPT_FALLBACK=clean): no iteration older than 15 has a verified snapshot on every rank"
         "done exit=0 restarts=1"
     )
     said=$(echo "$stderr" | grep -e "restarting" -e "refused the restore" -e "falling back" -e "done")
@@ -175,6 +189,7 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     model='if [ -e "$0/launched.$RANK" ]; then h=32; else h=64; touch "$0/launched.$RANK"; fi
            exec "$1" --iters 40 --hidden $h --layers 3'
     crash 1 "$D/crashed"
+    export CKPT_FALLBACK=clean
     run --separate-stderr ckpt --max-restarts 1 -- sh -c "$launcher" "$D" "$model" "$TRAIN"
     [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
     [[ $stderr == *"rank "[01]" refused the restore of iteration 20 (exit 75): not a failure of the program"* ]] ||

@@ -18,20 +18,20 @@
 
 static char dir[] = "/tmp/ckpt-rlogv-XXXXXX", path[64];
 
-/* Header 64 bytes; records of 32 bytes + payload padded to 8.  Iteration
- * k is a 4-byte copy (40 bytes) then its end (32 bytes). */
-#define ITER_BYTES 72
-#define RECORD_AT(k) (64 + 32 + ((k) - 1) * ITER_BYTES) /* after one allocation record */
+/* Header 64 bytes; records of 48 bytes + payload padded to 8.  Iteration
+ * k is a 4-byte copy (56 bytes) then its end (48 bytes). */
+#define ITER_BYTES 104
+#define RECORD_AT(k) (64 + 48 + ((k) - 1) * ITER_BYTES) /* after one allocation record */
 
 static void record(void)
 {
     char why[256];
     CHECK(ckpt_rlog_create(dir, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
-    ckpt_rlog_append(CKPT_RL_ALLOC, 0, 4096, NULL, 0);
+    ckpt_rlog_append(CKPT_RL_ALLOC, 1, 0, 4096, 0, NULL, 0);
     for (uint64_t it = 1; it <= 4; it++) {
         uint32_t word = (uint32_t)it * 7u;
-        ckpt_rlog_append(CKPT_RL_D2H, sizeof(word), 0, &word, sizeof(word));
-        ckpt_rlog_append(CKPT_RL_ITER, it, 0, NULL, 0);
+        ckpt_rlog_append(CKPT_RL_D2H, 1, sizeof(word), 1, 0, &word, sizeof(word));
+        ckpt_rlog_append(CKPT_RL_ITER, 1, it, 0, 0, NULL, 0);
         ckpt_rlog_flush();
     }
     ckpt_rlog_close();
@@ -68,10 +68,10 @@ static const struct {
     const char *says;  /* in why */
 } cases[] = {
     {"intact", NULL, 0, 0, 4, ""},
-    {"payload bit of iteration 3", flip, RECORD_AT(3) + 32 + 1, -EBADMSG, 2, "record at byte 240 is damaged"},
+    {"payload bit of iteration 3", flip, RECORD_AT(3) + 48 + 1, -EBADMSG, 2, "record at byte 320 is damaged"},
     {"type bit of the first record", flip, 64, -EBADMSG, 0, "record at byte 64 is damaged"},
-    {"checksum bit of iteration 4's end", flip, RECORD_AT(4) + 40 + 24, -EBADMSG, 3, "record at byte 352 is damaged"},
-    {"cut inside iteration 2's copy", cut, RECORD_AT(2) + 34, -ENODATA, 1, "record at byte 168 is cut short"},
+    {"checksum bit of iteration 4's end", flip, RECORD_AT(4) + 56 + 40, -EBADMSG, 3, "record at byte 480 is damaged"},
+    {"cut inside iteration 2's copy", cut, RECORD_AT(2) + 34, -ENODATA, 1, "record at byte 216 is cut short"},
     {"cut after iteration 2", cut, RECORD_AT(3), 0, 2, ""},
     {"cut to the file header", cut, 64, 0, 0, ""},
     {"magic", flip, 0, -EBADMSG, 0, "is not a replay log"},

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -333,6 +334,15 @@ int main(int argc, char **argv)
     ckpt_config_unknown(warn_unknown);
     if (configure(&opt, restarts_given) < 0 || configure_nodes(&opt, given) < 0)
         return USAGE_ERROR;
+    /* Inherited by every process started from here on, launchers and
+     * their ranks included: restore by replay needs each device allocation
+     * back at its address. */
+    if (!ckpt_cfg_int(CFG_ADDR_RANDOMIZE)) {
+        int pers = personality(0xffffffff);
+        if (pers == -1 || personality((unsigned long)pers | ADDR_NO_RANDOMIZE) == -1)
+            ckpt_log(CKPT_WARN, "cannot turn address-space randomisation off (%s): restores of ranks whose "
+                     "allocations come back at other addresses will be refused", strerror(errno));
+    }
     /*
      * A fresh start makes whatever an earlier run of this job left in the
      * arena useless, and stale slots could be taken for this run's when a

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "log.h"
 #include "resume.h"
 
@@ -80,25 +81,38 @@ static uint64_t restart_point(struct job *job)
     return 0;
 }
 
-/* Where to go after the restore of @refused was refused: older (arena, then disk), else the beginning. */
-static uint64_t fall_back(struct job *job, uint64_t refused)
+/*
+ * Where to go after the restore of @refused was refused: older (arena,
+ * then disk) into *@it.  With none, a clean start (*@it = 0) only when
+ * CKPT_FALLBACK=clean allows it: it throws away all training and may
+ * overwrite the program's outputs.  Returns false when the job stops.
+ */
+static bool fall_back(struct job *job, uint64_t refused, uint64_t newest, uint64_t *it)
 {
     const struct options *opt = job->opt;
     struct restore_point pt;
     char why[512];
-    uint64_t it;
 
     if (arena_pick(opt, refused, &pt, why, sizeof(why))) {
         ckpt_log(CKPT_INFO, "falling back to generation %llu (iteration %llu), the next older iteration every "
                  "rank holds a verified snapshot of", (unsigned long long)pt.generation,
                  (unsigned long long)pt.iteration);
-        return pt.iteration;
+        *it = pt.iteration;
+        return true;
     }
     /* The disk's copy of an iteration whose arena copy was refused may still be good. */
-    if (job->disk.engine && (it = disk_restore(job, refused == job->disk.restored ? refused : refused + 1)))
-        return it;
-    ckpt_log(CKPT_INFO, "falling back to a clean start: %s", why);
-    return 0;
+    if (job->disk.engine && (*it = disk_restore(job, refused == job->disk.restored ? refused : refused + 1)))
+        return true;
+    *it = 0;
+    if (ckpt_cfg_int(CFG_FALLBACK) == 1) {
+        ckpt_log(CKPT_INFO, "falling back to a clean start (CKPT_FALLBACK=clean): %s; the training up to "
+                 "iteration %llu is lost", why, (unsigned long long)newest);
+        return true;
+    }
+    ckpt_log(CKPT_ERROR, "no snapshot of this job can be restored (%s): the job stops here, with its snapshots "
+             "kept; CKPT_FALLBACK=clean would start it again from the beginning, losing the training up to "
+             "iteration %llu", why, (unsigned long long)newest);
+    return false;
 }
 
 /*
@@ -130,7 +144,7 @@ int job_run(struct job *job, int *restarts)
 {
     const struct options *opt = job->opt;
     const struct outcome *out = &job->out;
-    uint64_t restore = opt->first_restore;
+    uint64_t restore = opt->first_restore, newest = restore;
 
     *restarts = 0;
     for (;;) {
@@ -144,7 +158,8 @@ int job_run(struct job *job, int *restarts)
         if (out->refused_rank >= 0) {
             ckpt_log(CKPT_INFO, "rank %d refused the restore of iteration %llu (exit %d): not a failure of the program",
                      out->refused_rank, (unsigned long long)restore, RESUME_EXIT_REFUSED);
-            restore = fall_back(job, restore);
+            if (!fall_back(job, restore, newest, &restore))
+                break;
             continue;
         }
         if (*restarts >= opt->max_restarts) {
@@ -156,6 +171,8 @@ int job_run(struct job *job, int *restarts)
         if (!backoff(job, *restarts))
             break;
         restore = restart_point(job);
+        if (restore > newest)
+            newest = restore;
     }
     disk_finish(job);
     job_settle(opt, out->exit_code);

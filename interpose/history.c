@@ -1,0 +1,412 @@
+/*
+ * What the host saw of the device, per thread and in order: recorded while
+ * the program runs, served back while a restarted run replays (replay.c).
+ * An observation is anything whose answer the host can act on: a sync
+ * returning, a query's answer (an allocator reuses a block when its event
+ * is done), an elapsed time, free memory, an allocation's address, and the
+ * bytes of device-to-host copies at the moment they became visible: a
+ * synchronous copy when it returns, an asynchronous one at the first
+ * observation after it completed (libckpt records an event of its own
+ * behind each), inside the host function that follows it on its stream,
+ * or at the next iteration boundary at the latest.  What cannot be
+ * replayed faithfully (the host reading memory a kernel wrote without a
+ * copy, a graph that writes host memory) taints the log from that
+ * iteration on, with the reason: a restore past it is refused, loudly.
+ * Calls libckpt makes for itself never enter the log.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "boundary.h"
+#include "interpose.h"
+#include "log.h"
+#include "replay.h"
+
+/* An asynchronous copy to the host whose bytes have not been seen yet. */
+struct pending {
+    uint64_t issuer, seq; /* the thread that queued it, and its copy number there */
+    void *dst;
+    size_t size;
+    CUstream stream;
+    CUevent done; /* recorded behind it (recording only) */
+    CUcontext ctx;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t changed = PTHREAD_COND_INITIALIZER; /* a copy was queued or served */
+static struct pending *pend;
+static size_t npend, pend_cap;
+static __thread uint64_t copies, hostfns;
+
+/* Spare events, by context: one per copy in flight. */
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct spare {
+    CUevent ev;
+    CUcontext ctx;
+} *spares;
+static size_t nspares, spare_cap;
+
+static bool tainted;
+
+void ckpt_history_taint(const char *why)
+{
+    if (!ckpt_history_recording() || __atomic_exchange_n(&tainted, true, __ATOMIC_ACQ_REL))
+        return;
+    uint64_t it = ckpt_bd_iteration() + 1;
+    ckpt_rlog_append(CKPT_RL_TAINT, ckpt_thread_key(), it, 0, 0, why, (uint32_t)strlen(why));
+    ckpt_log(CKPT_WARN, "snapshots from iteration %llu on cannot be restored by replay: %s",
+             (unsigned long long)it, why);
+}
+
+static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return true;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *p = realloc(*arr, c * elem);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = c;
+    return true;
+}
+
+/* A spare event of context ctx, or NULL. */
+static CUevent take_event(CUcontext ctx)
+{
+    pthread_mutex_lock(&spare_lock);
+    for (size_t i = nspares; i-- > 0;) {
+        if (spares[i].ctx == ctx) {
+            CUevent ev = spares[i].ev;
+            spares[i] = spares[--nspares];
+            pthread_mutex_unlock(&spare_lock);
+            return ev;
+        }
+    }
+    pthread_mutex_unlock(&spare_lock);
+    CUevent ev = NULL;
+    if (real_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        return NULL;
+    return ev;
+}
+
+static void give_event(CUevent ev, CUcontext ctx)
+{
+    pthread_mutex_lock(&spare_lock);
+    if (grow((void **)&spares, &spare_cap, nspares, sizeof(*spares)))
+        spares[nspares++] = (struct spare){ev, ctx};
+    pthread_mutex_unlock(&spare_lock);
+}
+
+static void log_copy(uint64_t thread, const struct pending *p)
+{
+    if (p->size > UINT32_MAX)
+        ckpt_history_taint("a device-to-host copy larger than 4 GiB (its bytes do not fit the replay log)");
+    else
+        ckpt_rlog_append(CKPT_RL_D2H, thread, p->size, p->issuer, p->seq, p->dst, (uint32_t)p->size);
+}
+
+/* Recording: logs, under thread, every pending copy (of stream only,
+ * unless it is ANY) that has completed.  Lock held: never waits, since a
+ * host function waited for may need the lock. */
+#define ANY ((CUstream)(uintptr_t)-1)
+static void settle(uint64_t thread, CUstream stream)
+{
+    if (!npend)
+        return;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    bool relax = __atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) > 0 && real_cuThreadExchangeStreamCaptureMode;
+    ckpt_self_depth++;
+    if (relax) /* our queries must not invalidate another thread's capture */
+        real_cuThreadExchangeStreamCaptureMode(&mode);
+    for (size_t i = 0; i < npend;) {
+        struct pending *p = &pend[i];
+        if (stream != ANY && p->stream != stream) {
+            i++;
+            continue;
+        }
+        CUresult r = real_cuEventQuery(p->done);
+        if (r == CUDA_ERROR_NOT_READY) {
+            i++;
+            continue;
+        }
+        if (r != CUDA_SUCCESS)
+            ckpt_history_taint("libckpt could not tell when a device-to-host copy completed");
+        log_copy(thread, p);
+        give_event(p->done, p->ctx);
+        *p = pend[--npend];
+    }
+    if (relax)
+        real_cuThreadExchangeStreamCaptureMode(&mode);
+    ckpt_self_depth--;
+}
+
+/* The pending copy (issuer, seq), waiting up to 10 s for another thread
+ * of the replaying run to queue it; npend when it never comes.  Lock held. */
+static size_t find_copy(uint64_t issuer, uint64_t seq)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    for (;;) {
+        for (size_t i = 0; i < npend; i++)
+            if (pend[i].issuer == issuer && pend[i].seq == seq)
+                return i;
+        if (pthread_cond_timedwait(&changed, &lock, &until) != 0)
+            return npend;
+    }
+}
+
+/* Replaying: the asynchronous copies' records that follow thread's
+ * position go into the copies they belong to. */
+static void serve_copies(uint64_t thread)
+{
+    struct ckpt_rl_rec rec;
+    while (ckpt_rlog_peek(thread, &rec) == CKPT_RL_D2H && rec.c) {
+        ckpt_history_next(thread, CKPT_RL_D2H, &rec);
+        pthread_mutex_lock(&lock);
+        size_t i = find_copy(rec.b, rec.c);
+        if (i == npend || pend[i].size != rec.a || rec.len != rec.a) {
+            pthread_mutex_unlock(&lock);
+            ckpt_refuse("the recorded run saw the bytes of an asynchronous copy of %llu bytes that the "
+                        "replaying program has not made", (unsigned long long)rec.a);
+        }
+        memcpy(pend[i].dst, rec.payload, rec.len);
+        pend[i] = pend[--npend];
+        pthread_cond_broadcast(&changed);
+        pthread_mutex_unlock(&lock);
+    }
+}
+
+/* Waits, without the lock, for the copies pending now. */
+static void wait_pending(void)
+{
+    CUevent evs[64];
+    for (;;) {
+        size_t n = 0;
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < npend && n < 64; i++)
+            if (real_cuEventQuery(pend[i].done) == CUDA_ERROR_NOT_READY)
+                evs[n++] = pend[i].done;
+        pthread_mutex_unlock(&lock);
+        if (!n)
+            return;
+        for (size_t i = 0; i < n; i++)
+            real_cuEventSynchronize(evs[i]);
+    }
+}
+
+void ckpt_history_observed(enum ckpt_obs what, CUresult r)
+{
+    if (!ckpt_history_recording())
+        return;
+    uint64_t t = ckpt_thread_key();
+    if (what == CKPT_OBS_BOUNDARY && __atomic_load_n(&npend, __ATOMIC_RELAXED)) {
+        ckpt_self_depth++;
+        wait_pending();
+        ckpt_self_depth--;
+    }
+    pthread_mutex_lock(&lock);
+    ckpt_rlog_append(CKPT_RL_OBSERVE, t, what, (uint64_t)r, 0, NULL, 0);
+    settle(t, ANY);
+    pthread_mutex_unlock(&lock);
+}
+
+bool ckpt_history_answer(enum ckpt_obs what, CUresult *r)
+{
+    uint64_t t = ckpt_thread_key();
+    struct ckpt_rl_rec rec;
+    if (!ckpt_history_next(t, CKPT_RL_OBSERVE, &rec))
+        return false; /* this thread has gone live */
+    if (rec.a != (uint64_t)what)
+        ckpt_refuse("the program made host observation %s where the recorded run made %s", ckpt_obs_name(what),
+                    ckpt_obs_name((enum ckpt_obs)rec.a));
+    *r = (CUresult)rec.b;
+    serve_copies(t);
+    return true;
+}
+
+bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy)
+{
+    uint64_t t = ckpt_thread_key();
+    if (ckpt_replaying) {
+        struct ckpt_rl_rec rec;
+        if (!ckpt_history_next(t, CKPT_RL_D2H, &rec))
+            return false;
+        if (rec.a != size || rec.len != size || rec.c)
+            ckpt_refuse("a device-to-host copy of %zu bytes, the recorded run copied %llu", size,
+                        (unsigned long long)rec.a);
+        memcpy(dst, rec.payload, size);
+        return true;
+    }
+    if (ckpt_history_recording() && after_real_copy) {
+        struct pending p = {.issuer = t, .seq = 0, .dst = dst, .size = size};
+        log_copy(t, &p);
+    }
+    return false;
+}
+
+/* A copy whose bytes the host saw as the call returned (pageable memory,
+ * where CUDA's asynchronous copy is synchronous, or a copy that was that
+ * fast) is logged at once, its number marked with AT_RETURN. */
+#define AT_RETURN (1ULL << 63)
+
+void ckpt_history_d2h_async(void *dst, size_t size, CUstream stream)
+{
+    if (!ckpt_history_recording())
+        return;
+    uint64_t t = ckpt_thread_key();
+    struct pending p = {.issuer = t, .seq = ++copies, .dst = dst, .size = size, .stream = stream};
+    if (ckpt_replaying) {
+        struct ckpt_rl_rec rec;
+        if (ckpt_rlog_peek(t, &rec) == CKPT_RL_D2H && rec.c == (p.seq | AT_RETURN)) {
+            ckpt_history_next(t, CKPT_RL_D2H, &rec);
+            if (rec.a != size || rec.len != size)
+                ckpt_refuse("a device-to-host copy of %zu bytes, the recorded run copied %llu", size,
+                            (unsigned long long)rec.a);
+            memcpy(dst, rec.payload, size);
+            return;
+        }
+    }
+    if (!ckpt_replaying) {
+        ckpt_self_depth++;
+        CUresult r = CUDA_ERROR_UNKNOWN;
+        if (real_cuCtxGetCurrent(&p.ctx) == CUDA_SUCCESS && (p.done = take_event(p.ctx)) &&
+            real_cuEventRecord(p.done, stream) == CUDA_SUCCESS)
+            r = real_cuEventQuery(p.done);
+        else if (real_cuStreamSynchronize(stream) == CUDA_SUCCESS)
+            r = CUDA_SUCCESS; /* no event to follow it by: its bytes are there once the stream is idle */
+        ckpt_self_depth--;
+        if (r != CUDA_ERROR_NOT_READY) {
+            if (r == CUDA_SUCCESS) {
+                p.seq |= AT_RETURN;
+                log_copy(t, &p);
+            } else {
+                ckpt_history_taint("libckpt could not follow a device-to-host copy");
+            }
+            if (p.done)
+                give_event(p.done, p.ctx);
+            return;
+        }
+    }
+    pthread_mutex_lock(&lock);
+    if (!grow((void **)&pend, &pend_cap, npend, sizeof(*pend))) {
+        pthread_mutex_unlock(&lock);
+        if (ckpt_replaying)
+            ckpt_refuse("out of host memory");
+        ckpt_history_taint("out of host memory for the copies the host has not seen yet");
+        give_event(p.done, p.ctx);
+        return;
+    }
+    pend[npend++] = p;
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+}
+
+void ckpt_history_value(uint64_t what, uint64_t *value)
+{
+    uint64_t t = ckpt_thread_key();
+    if (ckpt_replaying) {
+        struct ckpt_rl_rec rec;
+        if (!ckpt_history_next(t, CKPT_RL_VALUE, &rec))
+            return; /* live: the real value stands */
+        if (rec.a != what)
+            ckpt_refuse("the program read value %llu where the recorded run read value %llu",
+                        (unsigned long long)what, (unsigned long long)rec.a);
+        *value = rec.b;
+    } else if (ckpt_history_recording()) {
+        ckpt_rlog_append(CKPT_RL_VALUE, t, what, *value, 0, NULL, 0);
+    }
+}
+
+void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr)
+{
+    uint64_t t = ckpt_thread_key();
+    if (ckpt_replaying) {
+        struct ckpt_rl_rec rec;
+        if (!ckpt_history_next(t, CKPT_RL_ALLOC, &rec))
+            return;
+        if (rec.a != ordinal || rec.b != size)
+            ckpt_refuse("the program diverged from its recorded run: it made allocation %llu of %llu bytes where "
+                        "the recorded run made allocation %llu of %llu bytes",
+                        (unsigned long long)ordinal, (unsigned long long)size, (unsigned long long)rec.a,
+                        (unsigned long long)rec.b);
+        ckpt_replay_address(ordinal, addr, rec.c);
+    } else if (ckpt_history_recording()) {
+        ckpt_rlog_append(CKPT_RL_ALLOC, t, ordinal, size, addr, NULL, 0);
+    }
+}
+
+/* ---- host functions: each runs under a key of its own, derived from the
+ * thread that queued it, and sees the copies queued before it. */
+
+struct hostfn {
+    CUhostFn fn;
+    void *data;
+    uint64_t key;
+    CUstream stream;
+    uint64_t issuer, upto; /* replay: the copies of issuer on stream before it */
+};
+
+/* Replaying: true while a copy queued on h's stream before h is unseen. */
+static bool copies_before(const struct hostfn *h)
+{
+    for (size_t i = 0; i < npend; i++)
+        if (pend[i].stream == h->stream && pend[i].issuer == h->issuer && pend[i].seq <= h->upto)
+            return true;
+    return false;
+}
+
+static void run_hostfn(void *p)
+{
+    struct hostfn h = *(struct hostfn *)p;
+    free(p);
+    if (ckpt_replaying) {
+        serve_copies(h.key);
+        /* In stream order, after the bytes it may read: served at an
+         * observation of another thread, or at the boundary. */
+        pthread_mutex_lock(&lock);
+        while (ckpt_replaying && copies_before(&h))
+            pthread_cond_wait(&changed, &lock);
+        pthread_mutex_unlock(&lock);
+    } else if (ckpt_history_recording()) {
+        pthread_mutex_lock(&lock);
+        settle(h.key, h.stream);
+        pthread_mutex_unlock(&lock);
+    }
+    h.fn(h.data);
+}
+
+bool ckpt_history_hostfn(CUstream stream, CUhostFn *fn, void **data)
+{
+    if (!ckpt_history_recording())
+        return false;
+    struct hostfn *h = malloc(sizeof(*h));
+    if (!h) {
+        ckpt_history_taint("out of host memory for a host function");
+        return false;
+    }
+    uint64_t t = ckpt_thread_key();
+    *h = (struct hostfn){*fn, *data, t * 0x100000001b3ULL + ++hostfns, stream, t, copies};
+    *fn = run_hostfn;
+    *data = h;
+    return true;
+}
+
+void ckpt_history_hostfn_failed(void *data)
+{
+    free(data);
+}
+
+/* The restore is about to go live: copies that were pending in replay
+ * were settled at the boundary in the recorded run, and served there. */
+void ckpt_history_forget(void)
+{
+    pthread_mutex_lock(&lock);
+    npend = 0;
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+}

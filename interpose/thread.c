@@ -1,0 +1,110 @@
+/*
+ * Which thread a call comes from, named the same way in every run: the
+ * replay log keeps each thread's observations apart under that key, and
+ * threads a CUDA or NCCL library starts for itself (NCCL's proxy and
+ * service threads, a driver's worker threads) are told apart from the
+ * program's.  A thread's key is derived from its creator's key and how
+ * many program threads the creator had started before it, so a program
+ * that starts its threads in the same order gets the same keys whatever
+ * the scheduler does.  Threads a library starts are internal: their CUDA
+ * calls are library work (never boundary tokens, never replayed, never
+ * snapshotted), and so are the threads they start.  A library is known by
+ * the object its resolved entry points live in, never by a file name.
+ * This must never change what pthread_create does for the program.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "interpose.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+__thread uint64_t ckpt_thread_key_;
+__thread bool ckpt_thread_internal;
+static __thread uint64_t children;
+static uint64_t unnamed; /* threads that did not come through pthread_create below */
+
+static uint64_t mix(uint64_t parent, uint64_t n)
+{
+    uint64_t x = parent * 0x9e3779b97f4a7c15ULL ^ (n + 0x632be59bd9b4e019ULL);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 29;
+    return x | 2; /* never 0 (unknown) or 1 (the main thread) */
+}
+
+uint64_t ckpt_thread_key_slow(void)
+{
+    if (syscall(SYS_gettid) == getpid())
+        ckpt_thread_key_ = 1;
+    else /* started before libckpt could see it, or by a sanitizer's own pthread_create */
+        ckpt_thread_key_ = (1ULL << 63) | __atomic_add_fetch(&unnamed, 1, __ATOMIC_RELAXED);
+    return ckpt_thread_key_;
+}
+
+/* The load address of the object holding fn, or 0. */
+static uintptr_t object_of(const void *fn)
+{
+    Dl_info info;
+    return fn && dladdr(fn, &info) ? (uintptr_t)info.dli_fbase : 0;
+}
+
+bool ckpt_caller_is_library(const void *caller)
+{
+    uintptr_t base = object_of(caller);
+    if (!base)
+        return false;
+    /* The driver, NCCL (also when linked into another library: that
+     * library is where its entry points resolve), and libckpt itself. */
+    return base == object_of((const void *)real_cuInit) || base == object_of((const void *)real_ncclGroupStart) ||
+           base == object_of((const void *)ckpt_caller_is_library);
+}
+
+struct start {
+    void *(*fn)(void *);
+    void *arg;
+    uint64_t key;
+    bool internal;
+};
+
+static void *trampoline(void *p)
+{
+    struct start s = *(struct start *)p;
+    free(p);
+    ckpt_thread_key_ = s.key;
+    ckpt_thread_internal = s.internal;
+    return s.fn(s.arg);
+}
+
+EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    static __typeof__(&pthread_create) real;
+    if (!real) {
+        real = (__typeof__(real))dlvsym(RTLD_NEXT, "pthread_create", "GLIBC_2.34");
+        if (!real)
+            real = (__typeof__(real))dlvsym(RTLD_NEXT, "pthread_create", "GLIBC_2.2.5");
+        if (!real)
+            return EAGAIN;
+    }
+    struct start *s = malloc(sizeof(*s));
+    if (!s)
+        return real(thread, attr, fn, arg);
+    s->fn = fn;
+    s->arg = arg;
+    s->internal = ckpt_thread_internal || ckpt_caller_is_library(__builtin_return_address(0));
+    /* Library threads do not count: the program's threads keep their keys
+     * however many a library started (on a GPU, or not in replay). */
+    s->key = s->internal ? mix(ckpt_thread_key(), 1ULL << 40) : mix(ckpt_thread_key(), ++children);
+    int rc = real(thread, attr, trampoline, s);
+    if (rc != 0) {
+        if (!s->internal)
+            children--;
+        free(s);
+    }
+    return rc;
+}
