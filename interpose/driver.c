@@ -7,7 +7,6 @@
  * stream variant (_ptsz) does what its plain call does, its NULL stream
  * being the calling thread's CU_STREAM_PER_THREAD.
  */
-#include <dlfcn.h>
 #include <string.h>
 
 #include "interpose.h"
@@ -90,19 +89,29 @@ __attribute__((visibility("default"))) CUresult cuMemAllocManaged(CUdeviceptr *d
 {
     NEED_REAL(cuMemAllocManaged, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r = real_cuMemAllocManaged(dptr, bytesize, flags);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         track(*dptr, bytesize, CKPT_ALLOC_MANAGED, NULL);
+        struct ckpt_alloc a;
+        if (ckpt_active && ckpt_reg_find(*dptr, &a) == 0 && !a.internal)
+            __atomic_add_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
+    }
     return r;
 }
 
 __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     NEED_REAL(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
-    if (ckpt_active)
+    struct ckpt_alloc a = {0};
+    if (ckpt_active) {
         ckpt_before_free(NULL, false);
+        ckpt_reg_find(dptr, &a);
+    }
     CUresult r = real_cuMemFree_v2(dptr);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
+        if (a.addr && a.kind == CKPT_ALLOC_MANAGED && !a.internal)
+            __atomic_sub_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
         untrack(dptr);
+    }
     return r;
 }
 
@@ -172,7 +181,9 @@ __attribute__((visibility("default"))) CUresult cuMemUnmap(CUdeviceptr ptr, size
     if (ckpt_active)
         ckpt_before_free(NULL, false);
     CUresult r = real_cuMemUnmap(ptr, size);
-    if (r == CUDA_SUCCESS)
-        untrack(ptr);
+    /* The range covers whole mappings (CUDA refuses a part of one), one
+     * or several: all of them are gone. */
+    if (r == CUDA_SUCCESS && ckpt_active)
+        ckpt_reg_remove_range(ptr, size);
     return r;
 }

@@ -5,10 +5,12 @@
  * returning, a query's answer (an allocator reuses a block when its event
  * is done), an elapsed time, free memory, an allocation's address, and the
  * bytes of device-to-host copies at the moment they became visible: a
- * synchronous copy when it returns, an asynchronous one at the first
- * observation after it completed (libckpt records an event of its own
- * behind each), inside the host function that follows it on its stream,
- * or at the next iteration boundary at the latest.  What cannot be
+ * synchronous copy when it returns (an asynchronous one into pageable
+ * memory too), an asynchronous one at the first observation of its thread
+ * or of its stream after it completed (libckpt records an event of its
+ * own behind each), or inside the host function that follows it on its
+ * stream.  A copy whose bytes became visible only after the snapshot's
+ * boundary is made again, for real, when the restore goes live.  What cannot be
  * replayed faithfully (the host reading memory a kernel wrote without a
  * copy, a graph that writes host memory) taints the log from that
  * iteration on, with the reason: a restore past it is refused, loudly.
@@ -29,11 +31,17 @@
 struct pending {
     uint64_t issuer, seq; /* the thread that queued it, and its copy number there */
     void *dst;
+    CUdeviceptr src;
     size_t size;
     CUstream stream;
     CUevent done; /* recorded behind it (recording only) */
     CUcontext ctx;
 };
+
+/* A copy whose bytes the host saw as the call returned (pageable memory,
+ * where CUDA's asynchronous copy is synchronous, or a copy that was that
+ * fast) is logged at once, its number marked with AT_RETURN. */
+#define AT_RETURN (1ULL << 63)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER; /* a copy was queued or served */
@@ -51,9 +59,23 @@ static size_t nspares, spare_cap;
 
 static bool tainted;
 
+/* The driver calls libckpt makes here for itself, resolved once. */
+static pthread_once_t resolved = PTHREAD_ONCE_INIT;
+static const char *missing;
+static void resolve(void)
+{
+    static const char *const needed[] = {"cuCtxGetCurrent",    "cuEventCreate",      "cuEventRecord",
+                                         "cuEventQuery",       "cuEventSynchronize", "cuStreamSynchronize",
+                                         "cuStreamIsCapturing"};
+    for (size_t i = 0; i < sizeof(needed) / sizeof(needed[0]); i++)
+        if (ckpt_resolve(needed[i]) < 0)
+            missing = needed[i];
+    ckpt_resolve("cuThreadExchangeStreamCaptureMode"); /* optional: older drivers */
+}
+
 void ckpt_history_taint(const char *why)
 {
-    if (!ckpt_history_recording() || __atomic_exchange_n(&tainted, true, __ATOMIC_ACQ_REL))
+    if (!ckpt_history_recording() || ckpt_replaying || __atomic_exchange_n(&tainted, true, __ATOMIC_ACQ_REL))
         return;
     uint64_t it = ckpt_bd_iteration() + 1;
     ckpt_rlog_append(CKPT_RL_TAINT, ckpt_thread_key(), it, 0, 0, why, (uint32_t)strlen(why));
@@ -109,10 +131,11 @@ static void log_copy(uint64_t thread, const struct pending *p)
         ckpt_rlog_append(CKPT_RL_D2H, thread, p->size, p->issuer, p->seq, p->dst, (uint32_t)p->size);
 }
 
-/* Recording: logs, under thread, every pending copy (of stream only,
- * unless it is ANY) that has completed.  Lock held: never waits, since a
- * host function waited for may need the lock. */
-#define ANY ((CUstream)(uintptr_t)-1)
+/* Recording: logs, under thread, every pending copy that has completed
+ * and that this observation orders: the thread's own and those on stream.  Another thread's copy that merely happens to be done
+ * is left to that thread: in replay the bytes must reach the host before
+ * the thread that reads them looks.  Lock held: never waits, since a host
+ * function waited for may need the lock. */
 static void settle(uint64_t thread, CUstream stream)
 {
     if (!npend)
@@ -124,7 +147,7 @@ static void settle(uint64_t thread, CUstream stream)
         real_cuThreadExchangeStreamCaptureMode(&mode);
     for (size_t i = 0; i < npend;) {
         struct pending *p = &pend[i];
-        if (stream != ANY && p->stream != stream) {
+        if (p->issuer != thread && (!stream || p->stream != stream)) {
             i++;
             continue;
         }
@@ -165,7 +188,7 @@ static size_t find_copy(uint64_t issuer, uint64_t seq)
 static void serve_copies(uint64_t thread)
 {
     struct ckpt_rl_rec rec;
-    while (ckpt_rlog_peek(thread, &rec) == CKPT_RL_D2H && rec.c) {
+    while (ckpt_rlog_peek(thread, &rec) == CKPT_RL_D2H && rec.c && !(rec.c & AT_RETURN)) {
         ckpt_history_next(thread, CKPT_RL_D2H, &rec);
         pthread_mutex_lock(&lock);
         size_t i = find_copy(rec.b, rec.c);
@@ -181,37 +204,14 @@ static void serve_copies(uint64_t thread)
     }
 }
 
-/* Waits, without the lock, for the copies pending now. */
-static void wait_pending(void)
-{
-    CUevent evs[64];
-    for (;;) {
-        size_t n = 0;
-        pthread_mutex_lock(&lock);
-        for (size_t i = 0; i < npend && n < 64; i++)
-            if (real_cuEventQuery(pend[i].done) == CUDA_ERROR_NOT_READY)
-                evs[n++] = pend[i].done;
-        pthread_mutex_unlock(&lock);
-        if (!n)
-            return;
-        for (size_t i = 0; i < n; i++)
-            real_cuEventSynchronize(evs[i]);
-    }
-}
-
-void ckpt_history_observed(enum ckpt_obs what, CUresult r)
+void ckpt_history_observed(enum ckpt_obs what, CUresult r, CUstream stream)
 {
     if (!ckpt_history_recording())
         return;
     uint64_t t = ckpt_thread_key();
-    if (what == CKPT_OBS_BOUNDARY && __atomic_load_n(&npend, __ATOMIC_RELAXED)) {
-        ckpt_self_depth++;
-        wait_pending();
-        ckpt_self_depth--;
-    }
     pthread_mutex_lock(&lock);
     ckpt_rlog_append(CKPT_RL_OBSERVE, t, what, (uint64_t)r, 0, NULL, 0);
-    settle(t, ANY);
+    settle(t, stream);
     pthread_mutex_unlock(&lock);
 }
 
@@ -249,17 +249,13 @@ bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy)
     return false;
 }
 
-/* A copy whose bytes the host saw as the call returned (pageable memory,
- * where CUDA's asynchronous copy is synchronous, or a copy that was that
- * fast) is logged at once, its number marked with AT_RETURN. */
-#define AT_RETURN (1ULL << 63)
 
-void ckpt_history_d2h_async(void *dst, size_t size, CUstream stream)
+void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream stream)
 {
     if (!ckpt_history_recording())
         return;
     uint64_t t = ckpt_thread_key();
-    struct pending p = {.issuer = t, .seq = ++copies, .dst = dst, .size = size, .stream = stream};
+    struct pending p = {.issuer = t, .seq = ++copies, .dst = dst, .src = src, .size = size, .stream = stream};
     if (ckpt_replaying) {
         struct ckpt_rl_rec rec;
         if (ckpt_rlog_peek(t, &rec) == CKPT_RL_D2H && rec.c == (p.seq | AT_RETURN)) {
@@ -272,10 +268,17 @@ void ckpt_history_d2h_async(void *dst, size_t size, CUstream stream)
         }
     }
     if (!ckpt_replaying) {
+        pthread_once(&resolved, resolve);
+        if (missing) {
+            ckpt_history_taint("the driver lacks an entry point libckpt follows copies with");
+            return;
+        }
         ckpt_self_depth++;
         CUresult r = CUDA_ERROR_UNKNOWN;
-        if (real_cuCtxGetCurrent(&p.ctx) == CUDA_SUCCESS && (p.done = take_event(p.ctx)) &&
-            real_cuEventRecord(p.done, stream) == CUDA_SUCCESS)
+        if (!ckpt_host_pinned(dst, size))
+            r = CUDA_SUCCESS; /* pageable: CUDA has finished the copy when the call returns */
+        else if (real_cuCtxGetCurrent(&p.ctx) == CUDA_SUCCESS && (p.done = take_event(p.ctx)) &&
+                 real_cuEventRecord(p.done, stream) == CUDA_SUCCESS)
             r = real_cuEventQuery(p.done);
         else if (real_cuStreamSynchronize(stream) == CUDA_SUCCESS)
             r = CUDA_SUCCESS; /* no event to follow it by: its bytes are there once the stream is idle */
@@ -401,12 +404,26 @@ void ckpt_history_hostfn_failed(void *data)
     free(data);
 }
 
-/* The restore is about to go live: copies that were pending in replay
- * were settled at the boundary in the recorded run, and served there. */
+/* The restore goes live.  A copy still pending in replay was queued by a
+ * thread past its point at the snapshot (its bytes became visible after
+ * the cut): it is made now, for real, from the restored state, and
+ * followed as any copy of the live run. */
 void ckpt_history_forget(void)
 {
     pthread_mutex_lock(&lock);
-    npend = 0;
+    ckpt_self_depth++;
+    for (size_t i = 0; i < npend; i++) {
+        struct pending *p = &pend[i];
+        if (ckpt_resolve("cuMemcpyDtoHAsync_v2") < 0 ||
+            real_cuMemcpyDtoHAsync_v2(p->dst, p->src, p->size, p->stream) != CUDA_SUCCESS ||
+            real_cuCtxGetCurrent(&p->ctx) != CUDA_SUCCESS || !(p->done = take_event(p->ctx)) ||
+            real_cuEventRecord(p->done, p->stream) != CUDA_SUCCESS) {
+            ckpt_self_depth--;
+            pthread_mutex_unlock(&lock);
+            ckpt_refuse("a device-to-host copy queued before the snapshot could not be made again");
+        }
+    }
+    ckpt_self_depth--;
     pthread_cond_broadcast(&changed);
     pthread_mutex_unlock(&lock);
 }

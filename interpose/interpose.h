@@ -101,6 +101,12 @@ void ckpt_wake(void);
  * caller inside libnccl, or a thread inside an NCCL call). */
 void ckpt_track(const void *caller, uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, CUstream stream);
 
+/* Live managed or device-mapped host allocations of the program: while
+ * there are any, a kernel launch taints replay (hostmem.c, driver.c). */
+extern int ckpt_host_visible;
+/* True when [p, p + size) is in pinned host memory the program holds. */
+bool ckpt_host_pinned(const void *p, size_t size);
+
 /* ---- the snapshot engine (snapshot.c), driven by the hooks. */
 
 /* Records that the program queued work on s (cheap; called per launch). */
@@ -225,6 +231,10 @@ bool ckpt_history_recording(void);
 struct ckpt_rl_rec;
 bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec);
 
+/* Replaying: when this thread has had all its records, waits for the
+ * restore and returns true (the caller then makes its call for real). */
+bool ckpt_history_dry_wait(void);
+
 /* What the host observed (the answer's meaning, in the log). */
 enum ckpt_obs {
     CKPT_OBS_STREAM_SYNC = 1,
@@ -239,9 +249,10 @@ enum ckpt_obs {
 };
 const char *ckpt_obs_name(enum ckpt_obs what);
 
-/* Recording: the program's call what returned r.  Copies that completed
- * become visible here (all of them at a boundary). */
-void ckpt_history_observed(enum ckpt_obs what, CUresult r);
+/* Recording: the program's call what (on stream, or NULL) returned r.
+ * Copies it orders (the thread's own, the stream's) that completed become
+ * visible here. */
+void ckpt_history_observed(enum ckpt_obs what, CUresult r, CUstream stream);
 /* Replaying: the answer the recorded run got, in *r, with the copies that
  * became visible there served; false when this thread has gone live (make
  * the real call). */
@@ -258,7 +269,7 @@ void ckpt_replay_address(uint64_t ordinal, uint64_t addr, uint64_t recorded);
 bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy);
 /* An asynchronous one, queued on stream (pinned destination): its bytes
  * are logged where the host can first see them. */
-void ckpt_history_d2h_async(void *dst, size_t size, CUstream stream);
+void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream stream);
 /* A value the host read (an elapsed time): recorded, or replaced. */
 void ckpt_history_value(uint64_t what, uint64_t *value);
 /* A host function queued on stream: *fn and *data are replaced by a
@@ -269,7 +280,7 @@ void ckpt_history_hostfn_failed(void *data);
 /* From the current iteration on, replay cannot be faithful: why goes in
  * the log (restores past it are refused with it) and is said once. */
 void ckpt_history_taint(const char *why);
-/* The restore goes live: copies still pending in replay are dropped. */
+/* The restore goes live: copies still pending in replay are made now. */
 void ckpt_history_forget(void);
 /* An iteration ended.  Returns true when a snapshot may be taken. */
 bool ckpt_history_boundary(uint64_t iter);

@@ -132,6 +132,17 @@ bool ckpt_history_recording(void)
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
 
+/* This thread did all it did before the snapshot in the recorded run: it
+ * waits for the restore, then goes on live.  Work it queued past that point
+ * would otherwise be suppressed, and lost to the resumed run. */
+static void wait_live(void)
+{
+    pthread_mutex_lock(&live_lock);
+    while (__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&live_cond, &live_lock);
+    pthread_mutex_unlock(&live_lock);
+}
+
 bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
 {
     char why[256];
@@ -142,13 +153,16 @@ bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
      * before the cut is the target's ITER. */
     if (rc != -ENODATA)
         ckpt_refuse("the program diverged from its recorded run: %s", why);
-    /* This thread did all it did before the snapshot in the recorded run:
-     * it waits for the restore, then goes on live. */
-    pthread_mutex_lock(&live_lock);
-    while (__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE))
-        pthread_cond_wait(&live_cond, &live_lock);
-    pthread_mutex_unlock(&live_lock);
+    wait_live();
     return false;
+}
+
+bool ckpt_history_dry_wait(void)
+{
+    if (!ckpt_rlog_dry(ckpt_thread_key()))
+        return false;
+    wait_live();
+    return true;
 }
 
 /* Allocations whose address in replay is not the recorded one: the
@@ -294,7 +308,7 @@ bool ckpt_history_boundary(uint64_t iter)
     if (!recording)
         return true; /* no log: snapshots are still worth having */
     /* Copies the host has not seen yet become visible here at the latest. */
-    ckpt_history_observed(CKPT_OBS_BOUNDARY, CUDA_SUCCESS);
+    ckpt_history_observed(CKPT_OBS_BOUNDARY, CUDA_SUCCESS, NULL);
     ckpt_rlog_append(CKPT_RL_ITER, t, iter, 0, 0, NULL, 0);
     ckpt_rlog_flush();
     return ckpt_rlog_complete();

@@ -736,9 +736,23 @@ void ckpt_before_capture(void)
     pthread_mutex_unlock(&S.lock);
 }
 
+/* The thread whose calls the boundary learner reads: the first that
+ * made a token.  Another thread's syncs would interleave with its tokens
+ * differently in every run, and a replaying run must end its iterations
+ * at the same calls of the same thread as the recorded run. */
+static uint64_t token_thread;
+static bool tokens_mine(void)
+{
+    uint64_t me = ckpt_thread_key(), none = 0;
+    uint64_t owner = __atomic_load_n(&token_thread, __ATOMIC_RELAXED);
+    if (!owner && __atomic_compare_exchange_n(&token_thread, &none, me, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return true;
+    return (owner ? owner : none) == me;
+}
+
 void ckpt_on_sync(uint64_t token)
 {
-    if (ckpt_bd_feed(CKPT_TOK_SYNC, token) == CKPT_BD_BOUNDARY)
+    if (tokens_mine() && ckpt_bd_feed(CKPT_TOK_SYNC, token) == CKPT_BD_BOUNDARY)
         boundary();
 }
 
@@ -751,7 +765,7 @@ void ckpt_on_marker(void)
 void ckpt_on_collective(uint64_t token, CUstream s)
 {
     ckpt_stream_seen(s);
-    enum ckpt_bd_event what = ckpt_bd_feed(CKPT_TOK_COLL, token);
+    enum ckpt_bd_event what = tokens_mine() ? ckpt_bd_feed(CKPT_TOK_COLL, token) : CKPT_BD_NONE;
     ckpt_self_depth++;
     if (ckpt_pace_collective(s) != CUDA_SUCCESS)
         ckpt_log_once(CKPT_WARN, "a paced snapshot copy could not be queued; the rest goes before the update");

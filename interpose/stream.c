@@ -37,7 +37,7 @@ static inline bool suppressed(void)
  * recorded, or answered from the log in replay (the real call still made:
  * the device is idle then, and host functions queued before it have run
  * when it returns).  A success feeds the boundary learner token. */
-static CUresult after(enum ckpt_obs what, uint64_t token, CUresult r)
+static CUresult after_on(enum ckpt_obs what, uint64_t token, CUresult r, CUstream stream)
 {
     if (!observed())
         return r;
@@ -45,11 +45,13 @@ static CUresult after(enum ckpt_obs what, uint64_t token, CUresult r)
     if (ckpt_replaying && ckpt_history_answer(what, &a))
         r = a;
     else
-        ckpt_history_observed(what, r);
+        ckpt_history_observed(what, r, stream);
     if (r == CUDA_SUCCESS && token)
         ckpt_on_sync(token);
     return r;
 }
+
+#define after(what, token, r) after_on(what, token, r, NULL)
 
 /* Replaying a call that is not made: the recorded answer, true; false
  * when this thread has gone live (make the call, then after()). */
@@ -67,8 +69,11 @@ static bool answered(enum ckpt_obs what, uint64_t token, CUresult *r)
 static bool capturing(CUstream s)
 {
     CUstreamCaptureStatus st;
-    return __atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) > 0 && real_cuStreamIsCapturing &&
-           real_cuStreamIsCapturing(s, &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) <= 0)
+        return false;
+    if (!real_cuStreamIsCapturing && ckpt_resolve("cuStreamIsCapturing") < 0)
+        return true; /* unknown: never suppress what may be a capture */
+    return real_cuStreamIsCapturing(s, &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
 #define SYNC_HOOK(name, what, token, params, args)                             \
@@ -78,8 +83,18 @@ static bool capturing(CUstream s)
         return after(what, token, real_##name args);                           \
     }
 
-SYNC_HOOK(cuStreamSynchronize, CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, (CUstream hStream), (hStream))
-SYNC_HOOK(cuStreamSynchronize_ptsz, CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, (CUstream hStream), (hStream))
+EXPORT CUresult cuStreamSynchronize(CUstream hStream)
+{
+    NEED_REAL(cuStreamSynchronize, CUDA_ERROR_NOT_INITIALIZED);
+    return after_on(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, real_cuStreamSynchronize(hStream), hStream);
+}
+
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    NEED_REAL(cuStreamSynchronize_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+    return after_on(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, real_cuStreamSynchronize_ptsz(hStream),
+                    ckpt_stream_or(hStream, CU_STREAM_PER_THREAD));
+}
 SYNC_HOOK(cuCtxSynchronize, CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, (void), ())
 SYNC_HOOK(cuCtxSynchronize_v2, CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, (CUcontext ctx), (ctx))
 SYNC_HOOK(cuEventSynchronize, CKPT_OBS_EVENT_SYNC, TOK_EVENT_SYNC, (CUevent hEvent), (hEvent))
@@ -94,7 +109,8 @@ EXPORT CUresult cuEventQuery(CUevent hEvent)
     NEED_REAL(cuEventQuery, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r;
     if (answered(CKPT_OBS_EVENT_QUERY, 0, &r)) {
-        if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED))
+        if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) &&
+            (real_cuEventSynchronize || ckpt_resolve("cuEventSynchronize") == 0))
             real_cuEventSynchronize(hEvent);
         return r;
     }
@@ -106,11 +122,12 @@ EXPORT CUresult cuStreamQuery(CUstream hStream)
     NEED_REAL(cuStreamQuery, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r;
     if (answered(CKPT_OBS_STREAM_QUERY, 0, &r)) {
-        if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED))
+        if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) &&
+            (real_cuStreamSynchronize || ckpt_resolve("cuStreamSynchronize") == 0))
             real_cuStreamSynchronize(hStream);
         return r;
     }
-    return after(CKPT_OBS_STREAM_QUERY, 0, real_cuStreamQuery(hStream));
+    return after_on(CKPT_OBS_STREAM_QUERY, 0, real_cuStreamQuery(hStream), hStream);
 }
 
 /* A plain entry point and its per-thread variant sfx, both calling body
@@ -209,6 +226,12 @@ EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
     return elapsed(real_cuEventElapsedTime, pMilliseconds, hStart, hEnd);
 }
 
+static void host_visible_launch(void)
+{
+    ckpt_history_taint("a kernel ran while the program has managed or host-mapped (zero-copy) memory, which the "
+                       "host reads without a copy call that replay could serve");
+}
+
 /* Work that only changes the device: noted, or suppressed in replay.
  * Kernel launches, from whichever library, are also counted (hookstats.c). */
 #define IS_LAUNCH(name) (__builtin_strncmp(name, "cuLaunchKernel", 14) == 0)
@@ -216,11 +239,14 @@ EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
     EXPORT CUresult name params                                                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
-        if (IS_LAUNCH(#name))                                                  \
+        if (IS_LAUNCH(#name)) {                                                \
             ckpt_hookstat(CKPT_HS_LAUNCH, __builtin_return_address(0), false); \
+            if (__builtin_expect(ckpt_host_visible > 0, 0) && observed())      \
+                host_visible_launch();                                         \
+        }                                                                      \
         if (observed()) {                                                      \
             CUstream s_ = ckpt_stream_or(stream, null_means);                  \
-            if (ckpt_replaying && !capturing(s_))                              \
+            if (ckpt_replaying && !capturing(s_) && !ckpt_history_dry_wait())  \
                 return CUDA_SUCCESS;                                           \
             if (!ckpt_replaying)                                               \
                 ckpt_stream_seen(s_);                                          \
@@ -283,14 +309,14 @@ PT_PAIR(cuLaunchHostFunc, _ptsz, hostfn, (CUstream hStream, CUhostFn fn, void *u
  * the real call.  Captured copies write host memory at every launch of
  * their graph, which replay suppresses. */
 enum { ASYNC_CALL, ASYNC_DONE, ASYNC_PLAIN };
-static int to_host_before(CUstream s, void *dst, size_t n)
+static int to_host_before(CUstream s, void *dst, CUdeviceptr src, size_t n)
 {
     if (capturing(s)) {
         ckpt_history_taint("a CUDA graph copies device memory to the host, which replay cannot reproduce");
         return ASYNC_PLAIN;
     }
-    if (ckpt_replaying) {
-        ckpt_history_d2h_async(dst, n, s);
+    if (ckpt_replaying && !ckpt_history_dry_wait()) {
+        ckpt_history_d2h_async(dst, src, n, s);
         return ASYNC_DONE;
     }
     ckpt_stream_seen(s);
@@ -303,12 +329,12 @@ static CUresult dtoh_async(__typeof__(&cuMemcpyDtoHAsync_v2) real, CUstream null
     if (!observed())
         return real(dstHost, srcDevice, ByteCount, hStream);
     CUstream s = ckpt_stream_or(hStream, null_means);
-    int what = to_host_before(s, dstHost, ByteCount);
+    int what = to_host_before(s, dstHost, srcDevice, ByteCount);
     if (what == ASYNC_DONE)
         return CUDA_SUCCESS;
     CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
     if (r == CUDA_SUCCESS && what == ASYNC_CALL)
-        ckpt_history_d2h_async(dstHost, ByteCount, s);
+        ckpt_history_d2h_async(dstHost, srcDevice, ByteCount, s);
     return r;
 }
 PT_PAIR(cuMemcpyDtoHAsync_v2, _ptsz, dtoh_async,
@@ -324,15 +350,15 @@ static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_mean
         return real(dst, src, ByteCount, hStream);
     CUstream s = ckpt_stream_or(hStream, null_means);
     if (!ckpt_reg_contains(dst)) {
-        int what = to_host_before(s, (void *)(uintptr_t)dst, ByteCount);
+        int what = to_host_before(s, (void *)(uintptr_t)dst, src, ByteCount);
         if (what == ASYNC_DONE)
             return CUDA_SUCCESS;
         CUresult r = real(dst, src, ByteCount, hStream);
         if (r == CUDA_SUCCESS && what == ASYNC_CALL)
-            ckpt_history_d2h_async((void *)(uintptr_t)dst, ByteCount, s);
+            ckpt_history_d2h_async((void *)(uintptr_t)dst, src, ByteCount, s);
         return r;
     }
-    if (ckpt_replaying && !capturing(s))
+    if (ckpt_replaying && !capturing(s) && !ckpt_history_dry_wait())
         return CUDA_SUCCESS;
     if (!ckpt_replaying)
         ckpt_stream_seen(s);

@@ -124,6 +124,23 @@ int ckpt_reg_remove(uint64_t addr)
     return rc;
 }
 
+size_t ckpt_reg_remove_range(uint64_t addr, uint64_t size)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < cap; i++) {
+        struct ckpt_alloc *s = &slots[i];
+        if (s->addr && s->addr != TOMB && s->addr >= addr && s->addr - addr < size) {
+            s->addr = TOMB;
+            used--;
+            tombs++;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
 int ckpt_reg_find(uint64_t addr, struct ckpt_alloc *out)
 {
     int rc = -ENOENT;

@@ -42,6 +42,10 @@ bool ckpt_reg_contains(uint64_t addr);
 /* Removes the allocation starting at addr.  Returns 0 or -ENOENT. */
 int ckpt_reg_remove(uint64_t addr);
 
+/* Removes every allocation that starts inside [addr, addr + size): one
+ * cuMemUnmap may cover several whole mappings.  Returns how many.  A scan. */
+size_t ckpt_reg_remove_range(uint64_t addr, uint64_t size);
+
 /* Copies the allocation starting at addr into *out.  Returns 0 or -ENOENT. */
 int ckpt_reg_find(uint64_t addr, struct ckpt_alloc *out);
 

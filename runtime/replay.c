@@ -407,6 +407,15 @@ int ckpt_rlog_peek(uint64_t thread, struct ckpt_rl_rec *out)
     return type;
 }
 
+bool ckpt_rlog_dry(uint64_t thread)
+{
+    pthread_mutex_lock(&lock);
+    struct cursor *c = map ? cursor_of(thread, false) : NULL;
+    bool dry = c && c->next == NONE;
+    pthread_mutex_unlock(&lock);
+    return dry;
+}
+
 size_t ckpt_rlog_left(uint64_t *thread)
 {
     size_t left = 0;

@@ -71,6 +71,9 @@ int ckpt_rlog_next(uint64_t thread, enum ckpt_rl_type want, struct ckpt_rl_rec *
  * NULL), or 0 when it has none left.  Consumes nothing. */
 int ckpt_rlog_peek(uint64_t thread, struct ckpt_rl_rec *out);
 
+/* Replay: true when thread has records in the log and has had them all. */
+bool ckpt_rlog_dry(uint64_t thread);
+
 /* Replay: 0 when every thread has had all its records before the cut;
  * else how many records are left, with *thread one that has some. */
 size_t ckpt_rlog_left(uint64_t *thread);
