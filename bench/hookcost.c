@@ -1,9 +1,11 @@
 /*
- * The cost of a hooked call that is not a snapshot trigger: cuLaunchKernel,
- * the most frequent call a training step makes, timed in a tight loop.
- * The call is made invalid on purpose (no function), so the driver returns
- * at once and what is left is the call path itself; bench/run runs this
- * with and without LD_PRELOAD=libckpt.so and reports the difference.
+ * The cost of a hooked call that is not a snapshot trigger, timed in a
+ * tight loop: cuLaunchKernel, the most frequent call a training step
+ * makes, made invalid on purpose (no function) so that the driver returns
+ * at once and what is left is the call path itself; or, with "query",
+ * cuEventQuery of a completed event, as an allocator or a poller asks it
+ * (libckpt records each answer for replay).  bench/run runs this with and
+ * without LD_PRELOAD=libckpt.so and reports the difference.
  * Prints: "<ns per call>".
  */
 #include <stdio.h>
@@ -18,22 +20,31 @@ static double now_ns(void)
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     CUcontext ctx;
     CUstream s;
+    CUevent ev;
+    int query = argc > 1 && argv[1][0] == 'q';
     if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
         cuCtxSetCurrent(ctx) != CUDA_SUCCESS || cuStreamCreate(&s, 0) != CUDA_SUCCESS) {
         fprintf(stderr, "hookcost: cannot initialise the driver\n");
+        return 1;
+    }
+    if (query && (cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+                  cuEventRecord(ev, s) != CUDA_SUCCESS || cuEventSynchronize(ev) != CUDA_SUCCESS)) {
+        fprintf(stderr, "hookcost: cannot make an event\n");
         return 1;
     }
     const int n = 2000000;
     double best = 1e30;
     for (int rep = 0; rep < 7; rep++) {
         double t0 = now_ns();
-        for (int i = 0; i < n; i++)
-            if (cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL) == CUDA_SUCCESS)
-                return 1; /* a launch of nothing must fail */
+        for (int i = 0; i < n; i++) {
+            if (query ? cuEventQuery(ev) != CUDA_SUCCESS
+                      : cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL) == CUDA_SUCCESS)
+                return 1; /* a launch of nothing must fail; the event is done */
+        }
         double per = (now_ns() - t0) / n;
         if (per < best)
             best = per;

@@ -24,10 +24,16 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
     /* NCCL's own threads (a nonblocking init, the proxy) allocate outside
      * any wrapped NCCL call: by the thread, or by the code that called. */
     bool internal = ckpt_nccl_depth > 0 || ckpt_thread_internal || ckpt_caller_is_library(caller);
-    uint64_t ordinal;
-    int rc = ckpt_reg_add(p, size, kind, (uint64_t)(uintptr_t)stream, internal, &ordinal);
-    if (rc == 0 && !internal)
+    /* Replaying, a thread past its point at the snapshot allocates for the
+     * resumed run: counted once the restore went live, not in it. */
+    if (__builtin_expect(ckpt_replaying, 0) && !internal)
+        ckpt_history_dry_wait();
+    uint64_t ordinal = internal ? 0 : ckpt_thread_ordinal(false);
+    int rc = ckpt_reg_add(p, size, kind, (uint64_t)(uintptr_t)stream, internal, ordinal);
+    if (rc == 0 && !internal) {
+        ckpt_thread_ordinal(true);
         ckpt_history_alloc(ordinal, size, p);
+    }
     if (rc == 0) {
         ckpt_hookstat(CKPT_HS_ALLOC, caller, internal);
         if (kind == CKPT_ALLOC_VMM)
@@ -39,6 +45,15 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
 }
 
 #define track(...) ckpt_track(__builtin_return_address(0), __VA_ARGS__)
+
+/* Replaying: a thread that has done all it did before the snapshot frees
+ * nothing until the restore (the allocation was live at the snapshot). */
+static void before_untrack(void)
+{
+    if (__builtin_expect(ckpt_replaying, 0) && ckpt_active && !ckpt_self_depth && !ckpt_nccl_depth &&
+        !ckpt_thread_internal)
+        ckpt_history_dry_wait();
+}
 
 static void untrack(CUdeviceptr p)
 {
@@ -102,6 +117,7 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     NEED_REAL(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
     struct ckpt_alloc a = {0};
+    before_untrack();
     if (ckpt_active) {
         ckpt_before_free(NULL, false);
         ckpt_reg_find(dptr, &a);
@@ -143,6 +159,7 @@ ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync_ptsz, CU_STREAM_PER_THREAD,
  * The free is ordered after the snapshot's copies on its own stream. */
 static CUresult free_async(__typeof__(&cuMemFreeAsync) real, CUstream null_means, CUdeviceptr dptr, CUstream hStream)
 {
+    before_untrack();
     if (ckpt_active)
         ckpt_before_free(ckpt_stream_or(hStream, null_means), true);
     CUresult r = real(dptr, hStream);
@@ -178,6 +195,7 @@ __attribute__((visibility("default"))) CUresult cuMemMap(CUdeviceptr ptr, size_t
 __attribute__((visibility("default"))) CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     NEED_REAL(cuMemUnmap, CUDA_ERROR_NOT_INITIALIZED);
+    before_untrack();
     if (ckpt_active)
         ckpt_before_free(NULL, false);
     CUresult r = real_cuMemUnmap(ptr, size);

@@ -18,11 +18,14 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "agent.h"
 #include "boundary.h"
+#include "config.h"
 #include "interpose.h"
 #include "log.h"
 #include "replay.h"
@@ -59,6 +62,26 @@ static size_t nspares, spare_cap;
 
 static bool tainted;
 
+/* After the restore went live: the resumed run is checked against what
+ * the failed run logged after the same point, until that runs out. */
+static bool checking, deterministic;
+static uint64_t checked, restored_at;
+static void check(int type, uint64_t t, uint64_t a, uint64_t b, uint64_t c, const void *payload, uint32_t len);
+
+/* Every record this file appends goes through here. */
+static void put(enum ckpt_rl_type type, uint64_t t, uint64_t a, uint64_t b, uint64_t c, const void *payload,
+                uint32_t len)
+{
+    ckpt_rlog_append(type, t, a, b, c, payload, len);
+    if (__builtin_expect(checking, 0))
+        check(type, t, a, b, c, payload, len);
+}
+
+void ckpt_history_put(int type, uint64_t a)
+{
+    put((enum ckpt_rl_type)type, ckpt_thread_key(), a, 0, 0, NULL, 0);
+}
+
 /* The driver calls libckpt makes here for itself, resolved once. */
 static pthread_once_t resolved = PTHREAD_ONCE_INIT;
 static const char *missing;
@@ -78,7 +101,7 @@ void ckpt_history_taint(const char *why)
     if (!ckpt_history_recording() || ckpt_replaying || __atomic_exchange_n(&tainted, true, __ATOMIC_ACQ_REL))
         return;
     uint64_t it = ckpt_bd_iteration() + 1;
-    ckpt_rlog_append(CKPT_RL_TAINT, ckpt_thread_key(), it, 0, 0, why, (uint32_t)strlen(why));
+    put(CKPT_RL_TAINT, ckpt_thread_key(), it, 0, 0, why, (uint32_t)strlen(why));
     ckpt_log(CKPT_WARN, "snapshots from iteration %llu on cannot be restored by replay: %s",
              (unsigned long long)it, why);
 }
@@ -128,7 +151,7 @@ static void log_copy(uint64_t thread, const struct pending *p)
     if (p->size > UINT32_MAX)
         ckpt_history_taint("a device-to-host copy larger than 4 GiB (its bytes do not fit the replay log)");
     else
-        ckpt_rlog_append(CKPT_RL_D2H, thread, p->size, p->issuer, p->seq, p->dst, (uint32_t)p->size);
+        put(CKPT_RL_D2H, thread, p->size, p->issuer, p->seq, p->dst, (uint32_t)p->size);
 }
 
 /* Recording: logs, under thread, every pending copy that has completed
@@ -210,7 +233,7 @@ void ckpt_history_observed(enum ckpt_obs what, CUresult r, CUstream stream)
         return;
     uint64_t t = ckpt_thread_key();
     pthread_mutex_lock(&lock);
-    ckpt_rlog_append(CKPT_RL_OBSERVE, t, what, (uint64_t)r, 0, NULL, 0);
+    put(CKPT_RL_OBSERVE, t, what, (uint64_t)r, 0, NULL, 0);
     settle(t, stream);
     pthread_mutex_unlock(&lock);
 }
@@ -321,7 +344,7 @@ void ckpt_history_value(uint64_t what, uint64_t *value)
                         (unsigned long long)what, (unsigned long long)rec.a);
         *value = rec.b;
     } else if (ckpt_history_recording()) {
-        ckpt_rlog_append(CKPT_RL_VALUE, t, what, *value, 0, NULL, 0);
+        put(CKPT_RL_VALUE, t, what, *value, 0, NULL, 0);
     }
 }
 
@@ -339,7 +362,7 @@ void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr)
                         (unsigned long long)rec.b);
         ckpt_replay_address(ordinal, addr, rec.c);
     } else if (ckpt_history_recording()) {
-        ckpt_rlog_append(CKPT_RL_ALLOC, t, ordinal, size, addr, NULL, 0);
+        put(CKPT_RL_ALLOC, t, ordinal, size, addr, NULL, 0);
     }
 }
 
@@ -426,4 +449,113 @@ void ckpt_history_forget(void)
     ckpt_self_depth--;
     pthread_cond_broadcast(&changed);
     pthread_mutex_unlock(&lock);
+}
+
+/* ---- the resumed run proves itself.  From the moment the restore goes
+ * live, each record the resumed run appends is compared with the failed
+ * run's next one on the same thread: the shape always (which call, sizes,
+ * allocations, iterations), values only under CKPT_DETERMINISTIC (on a GPU
+ * atomics, algorithm choices and a rebuilt communicator change low bits
+ * legitimately).  Records whose place depends on timing are left out on
+ * both sides.  A difference stops the rank (exit 75, said to ckpt-resume,
+ * which falls back to an older snapshot): libckpt cannot vouch for it. */
+
+static bool unordered(int type, uint64_t a, uint64_t c)
+{
+    return (type == CKPT_RL_OBSERVE && (a == CKPT_OBS_EVENT_QUERY || a == CKPT_OBS_STREAM_QUERY)) ||
+           (type == CKPT_RL_D2H && c && !(c & AT_RETURN)) || type == CKPT_RL_TAINT || type == CKPT_RL_OVERFLOW;
+}
+
+/* The failed run's next ordered record of thread t (taken when take). */
+static int expected(uint64_t t, struct ckpt_rl_rec *r, bool take)
+{
+    int type;
+    while ((type = ckpt_rlog_failed_run(t, r, false)) && unordered(type, r->a, r->c))
+        ckpt_rlog_failed_run(t, NULL, true);
+    if (type && take)
+        ckpt_rlog_failed_run(t, NULL, true);
+    return type;
+}
+
+static const char *rl_name(int type)
+{
+    static const char *const names[CKPT_RL_NTYPES] = {
+        [CKPT_RL_ALLOC] = "an allocation",  [CKPT_RL_D2H] = "a device-to-host copy", [CKPT_RL_VALUE] = "a read value",
+        [CKPT_RL_ITER] = "an iteration end", [CKPT_RL_OBSERVE] = "a host observation",
+    };
+    return type > 0 && type < CKPT_RL_NTYPES && names[type] ? names[type] : "a record";
+}
+
+__attribute__((noreturn)) static void diverged(const char *what)
+{
+    checking = false;
+    ckpt_log(CKPT_ERROR, "the run restored from iteration %llu diverged from the failed run at its observation %llu "
+             "after the restore: %s; libckpt cannot vouch for this state", (unsigned long long)restored_at,
+             (unsigned long long)checked + 1, what);
+    ckpt_agent_send(CKPT_MSG_REFUSED, restored_at, 0);
+    _exit(CKPT_EXIT_RESTORE);
+}
+
+static void check(int type, uint64_t t, uint64_t a, uint64_t b, uint64_t c, const void *payload, uint32_t len)
+{
+    struct ckpt_rl_rec r;
+    char what[320] = "";
+    if (unordered(type, a, c))
+        return;
+    int want = expected(t, &r, true);
+    if (!want)
+        return; /* the failed run died before it got here on this thread */
+    if (want != type)
+        snprintf(what, sizeof(what), "it made %s where the failed run made %s", rl_name(type), rl_name(want));
+    else if (type == CKPT_RL_ALLOC && (a != r.a || b != r.b))
+        snprintf(what, sizeof(what), "it made allocation %llu of %llu bytes where the failed run made allocation "
+                 "%llu of %llu bytes", (unsigned long long)a, (unsigned long long)b, (unsigned long long)r.a,
+                 (unsigned long long)r.b);
+    else if ((type == CKPT_RL_ITER || type == CKPT_RL_VALUE) && a != r.a)
+        snprintf(what, sizeof(what), "%s %llu where the failed run had %llu", rl_name(type), (unsigned long long)a,
+                 (unsigned long long)r.a);
+    else if (type == CKPT_RL_OBSERVE && a != r.a)
+        snprintf(what, sizeof(what), "%s where the failed run made %s", ckpt_obs_name((enum ckpt_obs)a),
+                 ckpt_obs_name((enum ckpt_obs)r.a));
+    else if (type == CKPT_RL_OBSERVE && deterministic && b != r.b)
+        snprintf(what, sizeof(what), "%s answered %llu where the failed run's answered %llu",
+                 ckpt_obs_name((enum ckpt_obs)a), (unsigned long long)b, (unsigned long long)r.b);
+    else if (type == CKPT_RL_D2H && a != r.a)
+        snprintf(what, sizeof(what), "a device-to-host copy of %llu bytes where the failed run copied %llu",
+                 (unsigned long long)a, (unsigned long long)r.a);
+    else if (type == CKPT_RL_D2H && deterministic && (len != r.len || memcmp(payload, r.payload, len) != 0))
+        snprintf(what, sizeof(what), "the host received other bytes from a device-to-host copy of %llu bytes "
+                 "(CKPT_DETERMINISTIC=1)", (unsigned long long)a);
+    if (*what)
+        diverged(what);
+    checked++;
+}
+
+void ckpt_history_check_from(uint64_t iteration)
+{
+    restored_at = iteration;
+    deterministic = ckpt_cfg_int(CFG_DETERMINISTIC);
+    checking = ckpt_rlog_failed_left() > 0;
+}
+
+void ckpt_history_checked_boundary(void)
+{
+    struct ckpt_rl_rec r;
+    if (!checking || expected(ckpt_thread_key(), &r, false))
+        return;
+    /* The thread that ends the iterations has done all the failed run did. */
+    checking = false;
+    ckpt_log(CKPT_INFO, "the resume is verified: the run restored from iteration %llu matched the failed run over "
+             "the %llu observations it made after that point%s", (unsigned long long)restored_at,
+             (unsigned long long)checked, deterministic ? ", values included" : " (their shape; values too with "
+             "CKPT_DETERMINISTIC=1)");
+}
+
+bool ckpt_history_failed_value(uint64_t what, uint64_t *value)
+{
+    struct ckpt_rl_rec r;
+    if (expected(ckpt_thread_key(), &r, false) != CKPT_RL_VALUE || r.a != what)
+        return false;
+    *value = r.b;
+    return true;
 }

@@ -87,6 +87,9 @@ static inline uint64_t ckpt_thread_key(void)
 {
     return ckpt_thread_key_ ? ckpt_thread_key_ : ckpt_thread_key_slow();
 }
+/* The name of this thread's next program allocation (take: and use it
+ * up), the same in every run. */
+uint64_t ckpt_thread_ordinal(bool take);
 /* True on a thread a CUDA or NCCL library (or libckpt) started for itself. */
 extern __thread bool ckpt_thread_internal;
 /* True when caller (a return address) is in the driver, NCCL or libckpt. */
@@ -284,6 +287,16 @@ void ckpt_history_taint(const char *why);
 void ckpt_history_forget(void);
 /* An iteration ended.  Returns true when a snapshot may be taken. */
 bool ckpt_history_boundary(uint64_t iter);
+/* Appends a record of type with field a for this thread (replay.c's ITER). */
+void ckpt_history_put(int type, uint64_t a);
+/* The restore of iteration went live: from here on the run is checked
+ * against what the failed run logged after that point. */
+void ckpt_history_check_from(uint64_t iteration);
+/* A live boundary: says so once the failed run's records ran out. */
+void ckpt_history_checked_boundary(void);
+/* The value the failed run read at this thread's next read (what), for a
+ * read the resumed run cannot make faithfully itself; false when none. */
+bool ckpt_history_failed_value(uint64_t what, uint64_t *value);
 
 /* ---- what came through the hooks (hookstats.c), said at exit with
  * CKPT_LOG=debug; below that level these return at once. */

@@ -204,10 +204,9 @@ const char *ckpt_obs_name(enum ckpt_obs what)
     return what < sizeof(names) / sizeof(names[0]) && names[what] ? names[what] : "an unknown observation";
 }
 
-/* Every thread has had what it saw before the snapshot (a thread that
- * lags behind gets 60 s to catch up), and nothing the program keeps
- * points where the recorded run's allocations were not. */
-static void check_cut(const struct ckpt_alloc *live, size_t n)
+/* Every thread has had what it saw before the snapshot: a thread that
+ * lags behind gets 60 s to catch up. */
+static void wait_threads(void)
 {
     uint64_t thread = 0;
     size_t left = 0;
@@ -216,6 +215,12 @@ static void check_cut(const struct ckpt_alloc *live, size_t n)
     if (left)
         ckpt_refuse("a thread of the program (key %016llx) did not come back to where it was at the snapshot "
                     "(%zu observations short)", (unsigned long long)thread, left);
+}
+
+/* Nothing the program keeps points where the recorded run's allocations
+ * were not. */
+static void check_addresses(const struct ckpt_alloc *live, size_t n)
+{
     pthread_mutex_lock(&moved_lock);
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < nmoved; k++) {
@@ -237,6 +242,7 @@ static void check_cut(const struct ckpt_alloc *live, size_t n)
  * and every live one must be in it. */
 static void restore_now(void)
 {
+    wait_threads();
     const struct ckpt_rec *recs = ckpt_image_recs(image);
     size_t n = image_hdr.nallocs;
     struct ckpt_alloc *live = malloc((n + 1) * sizeof(*live));
@@ -246,7 +252,7 @@ static void restore_now(void)
     if (nlive != n)
         ckpt_refuse("the program has %zu allocations at iteration %llu, the snapshot %zu", nlive,
                (unsigned long long)target, n);
-    check_cut(live, n);
+    check_addresses(live, n);
     for (size_t i = 0; i < n; i++) {
         if (live[i].ordinal != recs[i].ordinal || live[i].size != recs[i].size)
             ckpt_refuse("allocation %llu (%llu bytes) does not match the snapshot's allocation %llu (%llu bytes)",
@@ -275,6 +281,7 @@ static void restore_now(void)
     ckpt_snapshot_resumed(image_hdr.generation, image_hdr.iteration, image_slot);
     if (ckpt_rlog_go_live() < 0)
         ckpt_log(CKPT_WARN, "cannot reopen the replay log for writing: snapshots of this run cannot be restored");
+    ckpt_history_check_from(target);
     ckpt_log(CKPT_INFO, "restored iteration %llu (generation %llu, %llu bytes): replay took %.2f s, "
              "copying back %.3f s (%.2f GB/s)", (unsigned long long)target, (unsigned long long)image_hdr.generation,
              (unsigned long long)image_hdr.data_bytes, copy_start - replay_start, copy_s,
@@ -307,9 +314,9 @@ bool ckpt_history_boundary(uint64_t iter)
     }
     if (!recording)
         return true; /* no log: snapshots are still worth having */
-    /* Copies the host has not seen yet become visible here at the latest. */
     ckpt_history_observed(CKPT_OBS_BOUNDARY, CUDA_SUCCESS, NULL);
-    ckpt_rlog_append(CKPT_RL_ITER, t, iter, 0, 0, NULL, 0);
+    ckpt_history_put(CKPT_RL_ITER, iter);
+    ckpt_history_checked_boundary();
     ckpt_rlog_flush();
     return ckpt_rlog_complete();
 }

@@ -11,6 +11,8 @@
  * two wrappers with one body: the variant's NULL stream is the calling
  * thread's CU_STREAM_PER_THREAD, never the legacy stream.
  */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "interpose.h"
@@ -197,11 +199,87 @@ static CUresult memcpy_sync(__typeof__(&cuMemcpy) real, CUdeviceptr dst, CUdevic
 }
 PT_SAME(cuMemcpy, _ptds, memcpy_sync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
 
+/* Events recorded while replaying stand at replay time, not at the
+ * recorded run's: a time measured from one after the restore went live
+ * is one no run measured.  Kept until recorded again. */
+static pthread_mutex_t replayed_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUevent *replayed;
+static size_t nreplayed, replayed_cap;
+
+static void event_recorded(CUevent e)
+{
+    bool replaying = ckpt_replaying;
+    if (!replaying && !__atomic_load_n(&nreplayed, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&replayed_lock);
+    size_t i = 0;
+    while (i < nreplayed && replayed[i] != e)
+        i++;
+    if (!replaying && i < nreplayed) {
+        replayed[i] = replayed[--nreplayed];
+    } else if (replaying && i == nreplayed) {
+        if (nreplayed == replayed_cap) {
+            size_t cap = replayed_cap ? replayed_cap * 2 : 16;
+            CUevent *n = realloc(replayed, cap * sizeof(*n));
+            if (!n) {
+                pthread_mutex_unlock(&replayed_lock);
+                ckpt_refuse("out of host memory");
+            }
+            replayed = n;
+            replayed_cap = cap;
+        }
+        replayed[nreplayed++] = e;
+    }
+    pthread_mutex_unlock(&replayed_lock);
+}
+
+static bool was_replayed(CUevent e)
+{
+    bool found = false;
+    pthread_mutex_lock(&replayed_lock);
+    for (size_t i = 0; i < nreplayed && !found; i++)
+        found = replayed[i] == e;
+    pthread_mutex_unlock(&replayed_lock);
+    return found;
+}
+
+EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    NEED_REAL(cuEventRecord, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r = real_cuEventRecord(hEvent, hStream);
+    if (r == CUDA_SUCCESS && observed())
+        event_recorded(hEvent);
+    return r;
+}
+
+EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    NEED_REAL(cuEventRecordWithFlags, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r = real_cuEventRecordWithFlags(hEvent, hStream, flags);
+    if (r == CUDA_SUCCESS && observed())
+        event_recorded(hEvent);
+    return r;
+}
+
 /* Elapsed times, both versions (the runtime asks for v1 and v2): an
  * autotuner picks a kernel by them. */
 static CUresult elapsed(__typeof__(&cuEventElapsedTime_v2) real, float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    CUresult r = real(pMilliseconds, hStart, hEnd);
+    CUresult r;
+    uint64_t v;
+    if (!ckpt_replaying && __atomic_load_n(&nreplayed, __ATOMIC_RELAXED) && observed() &&
+        (was_replayed(hStart) || was_replayed(hEnd))) {
+        /* A time measured across the restore: the failed run measured it. */
+        if (!ckpt_history_failed_value(VALUE_ELAPSED, &v))
+            ckpt_refuse("the program measured a time across the restore (from an event recorded before it went "
+                        "live) that the failed run never measured");
+        r = (CUresult)(v >> 32);
+        uint32_t f = (uint32_t)v;
+        if (pMilliseconds)
+            memcpy(pMilliseconds, &f, sizeof(f));
+    } else {
+        r = real(pMilliseconds, hStart, hEnd);
+    }
     if (observed() && pMilliseconds) { /* the answer and the time, in one value */
         uint32_t f = 0;
         memcpy(&f, pMilliseconds, sizeof(f));

@@ -26,7 +26,7 @@
 
 __thread uint64_t ckpt_thread_key_;
 __thread bool ckpt_thread_internal;
-static __thread uint64_t children;
+static __thread uint64_t children, allocations;
 static uint64_t unnamed; /* threads that did not come through pthread_create below */
 
 static uint64_t mix(uint64_t parent, uint64_t n)
@@ -45,6 +45,15 @@ uint64_t ckpt_thread_key_slow(void)
     else /* started before libckpt could see it, or by a sanitizer's own pthread_create */
         ckpt_thread_key_ = (1ULL << 63) | __atomic_add_fetch(&unnamed, 1, __ATOMIC_RELAXED);
     return ckpt_thread_key_;
+}
+
+uint64_t ckpt_thread_ordinal(bool take)
+{
+    uint64_t n = take ? allocations++ : allocations, key = ckpt_thread_key();
+    /* The main thread's are 0, 1, 2...; another thread's carry its key
+     * above 32 bits, so threads that allocate side by side never swap
+     * names, however they interleave. */
+    return key == 1 ? n : (mix(key, 0) & ~0xffffffffULL) | (n & 0xffffffffULL);
 }
 
 /* The load address of the object holding fn, or 0. */

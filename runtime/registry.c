@@ -15,7 +15,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ckpt_alloc *slots; /* addr == 0: empty; TOMB: deleted */
 static size_t cap, used, tombs;
-static uint64_t next_ordinal, iteration;
+static uint64_t iteration;
 #define TOMB UINT64_MAX
 
 static size_t hash(uint64_t a)
@@ -65,7 +65,7 @@ static int grow(void)
 }
 
 int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64_t stream, bool internal,
-                 uint64_t *ordinal)
+                 uint64_t ordinal)
 {
     int rc = 0;
     if (addr == 0 || addr == TOMB)
@@ -83,15 +83,13 @@ int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64
     *s = (struct ckpt_alloc){
         .addr = addr,
         .size = size,
-        .ordinal = internal ? 0 : next_ordinal++,
+        .ordinal = internal ? 0 : ordinal,
         .stream = stream,
         .birth = iteration,
         .kind = (uint8_t)kind,
         .internal = internal,
     };
     used++;
-    if (ordinal)
-        *ordinal = s->ordinal;
 out:
     pthread_mutex_unlock(&lock);
     return rc;
@@ -217,6 +215,6 @@ void ckpt_reg_reset(void)
     free(slots);
     slots = NULL;
     cap = used = tombs = 0;
-    next_ordinal = iteration = 0;
+    iteration = 0;
     pthread_mutex_unlock(&lock);
 }

@@ -22,18 +22,20 @@ enum ckpt_alloc_kind {
 struct ckpt_alloc {
     uint64_t addr;
     uint64_t size;
-    uint64_t ordinal; /* 0, 1, 2... in allocation order, program allocations only */
+    uint64_t ordinal; /* the caller's name for it, the same in every run of the program
+                       * (interpose: the thread's, then 0, 1, 2... in its allocation
+                       * order); program allocations only */
     uint64_t stream;  /* the stream of a stream-ordered allocation, else 0 */
     uint64_t birth;   /* the iteration it was made in */
     uint8_t kind;     /* enum ckpt_alloc_kind */
     bool internal;    /* made by a library (NCCL) for itself */
 };
 
-/* Adds a live allocation and gives its ordinal (ordinal may be NULL).
- * Returns 0, -EEXIST when addr is already live (a runtime wrapper seeing
- * what the driver hook underneath recorded), or -ENOMEM. */
+/* Adds a live allocation named ordinal.  Returns 0, -EEXIST when addr is
+ * already live (a runtime wrapper seeing what the driver hook underneath
+ * recorded), or -ENOMEM. */
 int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64_t stream, bool internal,
-                 uint64_t *ordinal);
+                 uint64_t ordinal);
 
 /* True when addr lies inside a live allocation (program or internal).
  * A scan: for the rare calls that do not say which side an address is on. */

@@ -46,17 +46,29 @@ static size_t buflen, bufcap;
 static uint64_t written, limit, last_iter;
 static bool overflowed;
 
-/* Replay: the mapped log, cut at end; each record's offset, the next
+/* Records chained by thread: each record's offset in base, the next
  * record of the same thread, and each thread's next record. */
+struct cursor {
+    uint64_t thread;
+    size_t next;   /* index into offs, or NONE */
+    uint64_t used; /* repeats of the next record already handed out */
+};
+struct index {
+    const char *base;
+    size_t *offs, *chain, n;
+    struct cursor *cursors;
+    size_t ncursors, cap; /* cap: a power of two */
+};
+#define NONE SIZE_MAX
+
+/* Replay: the mapped log, cut at end, and its records before the cut; the
+ * failed run's records after the cut (tail, a copy that outlives going
+ * live), which the resumed run is checked against. */
 static const char *map;
 static size_t maplen, end;
-static size_t *offs, *chain, nrecs;
-static struct cursor {
-    uint64_t thread;
-    size_t next; /* index into offs, or SIZE_MAX */
-} *cursors;
-static size_t ncursors, cursor_cap; /* cursor_cap: a power of two */
-#define NONE SIZE_MAX
+static struct index cut;
+static char *tail_copy;
+static struct index tail;
 
 static const char *const names[] = {"?",     "allocation",      "device-to-host copy", "value", "iteration end",
                                     "overflow", "host observation", "taint"};
@@ -129,83 +141,107 @@ int ckpt_rlog_create(const char *dir, uint64_t max_bytes, char *why, size_t whyl
     return 0;
 }
 
-static void drop_index(void)
+static void drop_index(struct index *ix)
 {
-    free(offs);
-    free(chain);
-    free(cursors);
-    offs = chain = NULL;
-    cursors = NULL;
-    nrecs = ncursors = cursor_cap = 0;
+    free(ix->offs);
+    free(ix->chain);
+    free(ix->cursors);
+    *ix = (struct index){0};
 }
 
-/* The cursor of thread, added (with no records) when create is set; NULL
- * when there is none.  Open addressing over a power-of-two table. */
-static struct cursor *cursor_of(uint64_t thread, bool create)
+/* The cursor of thread in ix, added (with no records) when create is set;
+ * NULL when there is none.  Open addressing over a power-of-two table. */
+static struct cursor *cursor_of(struct index *ix, uint64_t thread, bool create)
 {
-    if (create && (ncursors + 1) * 2 > cursor_cap) {
-        size_t cap = cursor_cap ? cursor_cap * 2 : 64;
+    if (create && (ix->ncursors + 1) * 2 > ix->cap) {
+        size_t cap = ix->cap ? ix->cap * 2 : 64;
         struct cursor *t = malloc(cap * sizeof(*t));
         if (!t)
             return NULL;
         for (size_t i = 0; i < cap; i++)
-            t[i] = (struct cursor){0, NONE};
-        for (size_t i = 0; i < cursor_cap; i++) {
-            if (!cursors[i].thread)
+            t[i] = (struct cursor){0, NONE, 0};
+        for (size_t i = 0; i < ix->cap; i++) {
+            if (!ix->cursors[i].thread)
                 continue;
-            size_t h = XXH3_64bits(&cursors[i].thread, sizeof(uint64_t)) & (cap - 1);
+            size_t h = XXH3_64bits(&ix->cursors[i].thread, sizeof(uint64_t)) & (cap - 1);
             while (t[h].thread)
                 h = (h + 1) & (cap - 1);
-            t[h] = cursors[i];
+            t[h] = ix->cursors[i];
         }
-        free(cursors);
-        cursors = t;
-        cursor_cap = cap;
+        free(ix->cursors);
+        ix->cursors = t;
+        ix->cap = cap;
     }
-    if (!cursor_cap)
+    if (!ix->cap)
         return NULL;
-    size_t h = XXH3_64bits(&thread, sizeof(thread)) & (cursor_cap - 1);
-    while (cursors[h].thread && cursors[h].thread != thread)
-        h = (h + 1) & (cursor_cap - 1);
-    if (cursors[h].thread == thread)
-        return &cursors[h];
+    size_t h = XXH3_64bits(&thread, sizeof(thread)) & (ix->cap - 1);
+    while (ix->cursors[h].thread && ix->cursors[h].thread != thread)
+        h = (h + 1) & (ix->cap - 1);
+    if (ix->cursors[h].thread == thread)
+        return &ix->cursors[h];
     if (!create)
         return NULL;
-    cursors[h] = (struct cursor){thread, NONE};
-    ncursors++;
-    return &cursors[h];
+    ix->cursors[h] = (struct cursor){thread, NONE, 0};
+    ix->ncursors++;
+    return &ix->cursors[h];
 }
 
-/* Chains the n records before cut by thread.  Returns 0 or -ENOMEM. */
-static int index_records(const char *m, size_t cut, size_t n)
+/* Chains the n records of base[from, to) by thread into ix.  Returns 0 or
+ * -ENOMEM. */
+static int index_records(struct index *ix, const char *base, size_t from, size_t to, size_t n)
 {
-    drop_index();
-    offs = malloc((n + 1) * sizeof(*offs));
-    chain = malloc((n + 1) * sizeof(*chain));
-    if (!offs || !chain)
+    drop_index(ix);
+    ix->base = base;
+    ix->offs = malloc((n + 1) * sizeof(size_t));
+    ix->chain = malloc((n + 1) * sizeof(size_t));
+    if (!ix->offs || !ix->chain)
         goto fail;
-    /* Walk backwards so each record's chain points at its thread's next. */
     size_t k = 0;
-    for (size_t off = FILE_HEADER; off < cut; k++) {
+    for (size_t off = from; off < to && k < n; k++) {
         struct rec r;
-        memcpy(&r, m + off, sizeof(r));
-        offs[k] = off;
+        memcpy(&r, base + off, sizeof(r));
+        ix->offs[k] = off;
         off += sizeof(r) + padded(r.len);
     }
-    nrecs = k;
-    for (size_t i = nrecs; i-- > 0;) {
+    ix->n = k;
+    /* Backwards, so that each record's chain points at its thread's next. */
+    for (size_t i = ix->n; i-- > 0;) {
         struct rec r;
-        memcpy(&r, m + offs[i], sizeof(r));
-        struct cursor *c = cursor_of(r.thread ? r.thread : 1, true);
+        memcpy(&r, base + ix->offs[i], sizeof(r));
+        struct cursor *c = cursor_of(ix, r.thread ? r.thread : 1, true);
         if (!c)
             goto fail;
-        chain[i] = c->next;
+        ix->chain[i] = c->next;
         c->next = i;
     }
     return 0;
 fail:
-    drop_index();
+    drop_index(ix);
     return -ENOMEM;
+}
+
+/* The failed run's whole records after the cut at off, up to the first
+ * damaged or torn one (where it died), copied and indexed into tail. */
+static void keep_tail(const char *m, size_t off, size_t len)
+{
+    size_t n = 0, to = off;
+    while (to + sizeof(struct rec) <= len) {
+        struct rec r;
+        memcpy(&r, m + to, sizeof(r));
+        if (r.len > len - to - sizeof(r) || rec_sum(&r, m + to + sizeof(r)) != r.sum)
+            break;
+        to += sizeof(r) + padded(r.len);
+        n++;
+    }
+    free(tail_copy);
+    drop_index(&tail);
+    tail_copy = n ? malloc(to - off) : NULL;
+    if (tail_copy)
+        memcpy(tail_copy, m + off, to - off);
+    if (!tail_copy || index_records(&tail, tail_copy, 0, to - off, n) < 0) {
+        free(tail_copy);
+        tail_copy = NULL; /* no check after going live: nothing to check against */
+    }
 }
 
 int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_bytes, char *why, size_t whylen)
@@ -270,7 +306,7 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
     if (rc == -ERANGE && !strstr(why, "CKPT_REPLAY_LOG_MAX"))
         snprintf(why, whylen, "the replay log ends at iteration %llu, before iteration %llu",
                  (unsigned long long)seen, (unsigned long long)iteration);
-    if (rc == 0 && index_records(m, off, n) < 0) {
+    if (rc == 0 && index_records(&cut, m, FILE_HEADER, off, n) < 0) {
         snprintf(why, whylen, "out of host memory indexing the replay log");
         rc = -ENOMEM;
     }
@@ -279,6 +315,7 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
         close(f);
         return rc;
     }
+    keep_tail(m, off, len);
     pthread_mutex_lock(&lock);
     fd = f;
     map = m;
@@ -291,12 +328,37 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
     return 0;
 }
 
+/* The calling thread's last record, while it is still in buf (gen counts
+ * the buffer's lives): an OBSERVE with the same answer as the one before it
+ * on the same thread only counts up (a poller asking a thousand times). */
+static uint64_t gen = 1;
+static __thread uint64_t last_gen;
+static __thread size_t last_off;
+
+static bool repeat(uint64_t thread, uint64_t a, uint64_t b)
+{
+    if (last_gen != gen || last_off + sizeof(struct rec) > buflen)
+        return false;
+    struct rec r;
+    memcpy(&r, buf + last_off, sizeof(r));
+    if (r.type != CKPT_RL_OBSERVE || r.thread != thread || r.a != a || r.b != b)
+        return false;
+    r.c++;
+    r.sum = rec_sum(&r, NULL);
+    memcpy(buf + last_off, &r, sizeof(r));
+    return true;
+}
+
 void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t thread, uint64_t a, uint64_t b, uint64_t c,
                       const void *payload, uint32_t len)
 {
     pthread_mutex_lock(&lock);
     if (fd < 0 || map || overflowed)
         goto out;
+    if (type == CKPT_RL_OBSERVE && repeat(thread, a, b))
+        goto out;
+    if (type == CKPT_RL_OBSERVE)
+        c = 0; /* the repeat count */
     if (type == CKPT_RL_ITER)
         last_iter = a;
     size_t need = sizeof(struct rec) + padded(len);
@@ -328,6 +390,8 @@ void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t thread, uint64_t a, uint6
     if (len)
         memcpy(buf + buflen + sizeof(r), payload, len);
     memset(buf + buflen + sizeof(r) + len, 0, padded(len) - len);
+    last_gen = gen;
+    last_off = buflen;
     buflen += need;
 out:
     pthread_mutex_unlock(&lock);
@@ -353,6 +417,7 @@ int ckpt_rlog_flush(void)
     }
     written += done;
     buflen = 0;
+    gen++;
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -365,52 +430,78 @@ bool ckpt_rlog_complete(void)
     return ok;
 }
 
+/* The type of thread's next record in ix (its fields in out, which may be
+ * NULL), consumed when take is set; 0 when there is none.  Lock held. */
+static int look(struct index *ix, uint64_t thread, struct ckpt_rl_rec *out, bool take)
+{
+    struct cursor *c = ix->base ? cursor_of(ix, thread, false) : NULL;
+    if (!c || c->next == NONE)
+        return 0;
+    struct rec r;
+    memcpy(&r, ix->base + ix->offs[c->next], sizeof(r));
+    /* An OBSERVE record stands for 1 + c equal answers in a row. */
+    uint64_t repeats = r.type == CKPT_RL_OBSERVE ? r.c : 0;
+    if (out)
+        *out = (struct ckpt_rl_rec){.a = r.a, .b = r.b, .c = r.type == CKPT_RL_OBSERVE ? 0 : r.c,
+                                    .payload = ix->base + ix->offs[c->next] + sizeof(r), .len = r.len};
+    if (take && c->used < repeats) {
+        c->used++;
+    } else if (take) {
+        c->next = ix->chain[c->next];
+        c->used = 0;
+    }
+    return (int)r.type;
+}
+
 int ckpt_rlog_next(uint64_t thread, enum ckpt_rl_type want, struct ckpt_rl_rec *out, char *why, size_t whylen)
 {
     int rc = 0;
     pthread_mutex_lock(&lock);
-    struct cursor *c = map ? cursor_of(thread, false) : NULL;
-    if (!c || c->next == NONE) {
+    int type = map ? look(&cut, thread, out, false) : 0;
+    if (!type) {
         snprintf(why, whylen, "the program made a %s past the end of the replay log", name(want));
         rc = -ENODATA;
-        goto out;
-    }
-    struct rec r;
-    memcpy(&r, map + offs[c->next], sizeof(r));
-    if (r.type != (uint32_t)want) {
-        snprintf(why, whylen, "the program made a %s where the log has a %s", name(want), name(r.type));
+    } else if (type != (int)want) {
+        snprintf(why, whylen, "the program made a %s where the log has a %s", name(want), name((uint32_t)type));
         rc = -EPROTO;
-        goto out;
+    } else {
+        look(&cut, thread, out, true);
     }
-    *out = (struct ckpt_rl_rec){.a = r.a, .b = r.b, .c = r.c, .payload = map + offs[c->next] + sizeof(r),
-                                .len = r.len};
-    c->next = chain[c->next];
-out:
     pthread_mutex_unlock(&lock);
     return rc;
 }
 
 int ckpt_rlog_peek(uint64_t thread, struct ckpt_rl_rec *out)
 {
-    int type = 0;
     pthread_mutex_lock(&lock);
-    struct cursor *c = map ? cursor_of(thread, false) : NULL;
-    if (c && c->next != NONE) {
-        struct rec r;
-        memcpy(&r, map + offs[c->next], sizeof(r));
-        type = (int)r.type;
-        if (out)
-            *out = (struct ckpt_rl_rec){.a = r.a, .b = r.b, .c = r.c, .payload = map + offs[c->next] + sizeof(r),
-                                        .len = r.len};
-    }
+    int type = map ? look(&cut, thread, out, false) : 0;
     pthread_mutex_unlock(&lock);
     return type;
+}
+
+int ckpt_rlog_failed_run(uint64_t thread, struct ckpt_rl_rec *out, bool take)
+{
+    pthread_mutex_lock(&lock);
+    int type = look(&tail, thread, out, take);
+    pthread_mutex_unlock(&lock);
+    return type;
+}
+
+size_t ckpt_rlog_failed_left(void)
+{
+    size_t left = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < tail.cap; i++)
+        for (size_t k = tail.cursors[i].thread ? tail.cursors[i].next : NONE; k != NONE; k = tail.chain[k])
+            left++;
+    pthread_mutex_unlock(&lock);
+    return left;
 }
 
 bool ckpt_rlog_dry(uint64_t thread)
 {
     pthread_mutex_lock(&lock);
-    struct cursor *c = map ? cursor_of(thread, false) : NULL;
+    struct cursor *c = map ? cursor_of(&cut, thread, false) : NULL;
     bool dry = c && c->next == NONE;
     pthread_mutex_unlock(&lock);
     return dry;
@@ -420,12 +511,12 @@ size_t ckpt_rlog_left(uint64_t *thread)
 {
     size_t left = 0;
     pthread_mutex_lock(&lock);
-    for (size_t i = 0; map && i < cursor_cap; i++) {
-        if (!cursors[i].thread || cursors[i].next == NONE)
+    for (size_t i = 0; map && i < cut.cap; i++) {
+        if (!cut.cursors[i].thread || cut.cursors[i].next == NONE)
             continue;
         if (!left)
-            *thread = cursors[i].thread;
-        for (size_t k = cursors[i].next; k != NONE; k = chain[k])
+            *thread = cut.cursors[i].thread;
+        for (size_t k = cut.cursors[i].next; k != NONE; k = cut.chain[k])
             left++;
     }
     pthread_mutex_unlock(&lock);
@@ -439,7 +530,7 @@ int ckpt_rlog_go_live(void)
     if (map) {
         munmap((void *)map, maplen);
         map = NULL;
-        drop_index();
+        drop_index(&cut);
         if (ftruncate(fd, (off_t)end) < 0 || lseek(fd, (off_t)end, SEEK_SET) < 0)
             rc = -errno;
         written = end;
@@ -454,11 +545,15 @@ void ckpt_rlog_close(void)
     if (map)
         munmap((void *)map, maplen);
     map = NULL;
-    drop_index();
+    drop_index(&cut);
+    drop_index(&tail);
+    free(tail_copy);
+    tail_copy = NULL;
     if (fd >= 0)
         close(fd);
     fd = -1;
     buflen = 0;
+    gen++;
     pthread_mutex_unlock(&lock);
 }
 

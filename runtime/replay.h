@@ -25,8 +25,10 @@ enum ckpt_rl_type {
     CKPT_RL_VALUE = 3,    /* a = what (interpose's enum), b = the result; e.g. elapsed time bits */
     CKPT_RL_ITER = 4,     /* a = iteration completed */
     CKPT_RL_OVERFLOW = 5, /* a = iteration: the log stops here (CKPT_REPLAY_LOG_MAX) */
-    CKPT_RL_OBSERVE = 6,  /* a = what the host asked (a sync, a query), b = the answer;
-                           * the D2H records that follow became visible there */
+    CKPT_RL_OBSERVE = 6,  /* a = what the host asked (a sync, a query), b = the answer,
+                           * c = how many more times in a row the thread asked and got it
+                           * (appends count up; replay hands it out 1 + c times); the D2H
+                           * records that follow became visible there */
     CKPT_RL_TAINT = 7,    /* a = iteration: from its boundary on, replay cannot be
                            * faithful; payload = the reason */
     CKPT_RL_NTYPES
@@ -70,6 +72,13 @@ int ckpt_rlog_next(uint64_t thread, enum ckpt_rl_type want, struct ckpt_rl_rec *
 /* The type of thread's next record (its fields in out, which may be
  * NULL), or 0 when it has none left.  Consumes nothing. */
 int ckpt_rlog_peek(uint64_t thread, struct ckpt_rl_rec *out);
+
+/* After the restore went live: thread's next record in what the failed
+ * run logged after the cut (out may be NULL), consumed when take is set;
+ * 0 when the failed run has none left (it died there).  Until close. */
+int ckpt_rlog_failed_run(uint64_t thread, struct ckpt_rl_rec *out, bool take);
+/* How many of the failed run's records after the cut are not yet taken. */
+size_t ckpt_rlog_failed_left(void);
 
 /* Replay: true when thread has records in the log and has had them all. */
 bool ckpt_rlog_dry(uint64_t thread);

@@ -309,8 +309,8 @@ wiping_with() {
     diff "$D/out.0.0" "$D/plain"
 }
 
-@test "ckpt-resume: ranks that refuse every restore from disk (the program changed) fall back to the older generation, then a clean start, each step said" {
-    export CKPT_PERSIST_EVERY=1
+@test "ckpt-resume: ranks that refuse every restore from disk (the program changed) fall back to the older generation, then a clean start (CKPT_FALLBACK=clean), each step said" {
+    export CKPT_PERSIST_EVERY=1 CKPT_FALLBACK=clean
     CKPT_PERSIST_EVERY=0 ckpt --nproc 1 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
     # The first launch crashes and its arena is wiped; every restore runs a
     # narrower model, whose allocations the snapshots do not match.
@@ -329,7 +329,7 @@ wiping_with() {
                  "restoring generation [0-9]* (iteration ${its[1]}) from disk"
                  "rank 0 refused the restore of iteration ${its[1]} (exit 75): not a failure of the program"
                  "no complete generation of job p on disk older than the one refused"
-                 "falling back to a clean start: ")
+                 "falling back to a clean start (CKPT_FALLBACK=clean): ")
     local at=0 n
     for step in "${steps[@]}"; do
         n=$(grep -n "^ckpt-resume: $step" "$D/err" | head -n 1 | cut -d: -f1)

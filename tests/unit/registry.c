@@ -20,19 +20,20 @@ static uint64_t addr_of(uint64_t i)
 
 int main(void)
 {
-    uint64_t ordinal = 0;
+    struct ckpt_alloc a;
 
     for (uint64_t i = 0; i < LIVE; i++)
-        CHECK(ckpt_reg_add(addr_of(i), 4096, CKPT_ALLOC_PLAIN, 0, false, &ordinal) == 0 && ordinal == i,
-              "add %llu: ordinal %llu", (unsigned long long)i, (unsigned long long)ordinal);
-    CHECK(ckpt_reg_add(addr_of(0), 4096, CKPT_ALLOC_PLAIN, 0, false, NULL) == -EEXIST, "a live address added twice");
+        CHECK(ckpt_reg_add(addr_of(i), 4096, CKPT_ALLOC_PLAIN, 0, false, i) == 0 &&
+                  ckpt_reg_find(addr_of(i), &a) == 0 && a.ordinal == i,
+              "add %llu: ordinal %llu", (unsigned long long)i, (unsigned long long)a.ordinal);
+    CHECK(ckpt_reg_add(addr_of(0), 4096, CKPT_ALLOC_PLAIN, 0, false, 0) == -EEXIST, "a live address added twice");
     CHECK(ckpt_reg_contains(addr_of(7) + 4095) && !ckpt_reg_contains(addr_of(7) + 4096),
           "interior address lookup");
 
     size_t first = ckpt_reg_capacity(), most = first;
     for (uint64_t i = LIVE; i < LIVE + PAIRS; i++) {
         if (ckpt_reg_remove(addr_of(i - LIVE)) != 0 ||
-            ckpt_reg_add(addr_of(i), 4096, CKPT_ALLOC_PLAIN, 0, false, NULL) != 0) {
+            ckpt_reg_add(addr_of(i), 4096, CKPT_ALLOC_PLAIN, 0, false, i) != 0) {
             CHECK(0, "churn failed at %llu", (unsigned long long)i);
             break;
         }

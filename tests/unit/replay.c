@@ -140,6 +140,28 @@ int main(void)
     CHECK(ckpt_rlog_left(&who) == 1 && who == T, "the main thread's ITER left");
     ckpt_rlog_close();
 
+    /* Equal answers in a row are one record, handed out as many times (a
+     * record made between them, here from the same OS thread, starts a
+     * new run). */
+    CHECK(ckpt_rlog_create(dir, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
+    for (int k = 0; k < 1000; k++) {
+        ckpt_rlog_append(CKPT_RL_OBSERVE, T, 4, 600, 0, NULL, 0);
+        if (k == 500)
+            ckpt_rlog_append(CKPT_RL_VALUE, 7, 1, 5, 0, NULL, 0);
+    }
+    ckpt_rlog_append(CKPT_RL_OBSERVE, T, 4, 0, 0, NULL, 0);
+    ckpt_rlog_append(CKPT_RL_ITER, T, 1, 0, 0, NULL, 0);
+    ckpt_rlog_flush();
+    ckpt_rlog_close();
+    CHECK(log_size() == 64 + 5 * 48, "1000 equal answers take two records: %lld bytes", (long long)log_size());
+    CHECK(ckpt_rlog_open_replay(dir, 1, 1 << 20, why, sizeof(why)) == 0, "open repeats: %s", why);
+    int served = 0;
+    while (ckpt_rlog_peek(T, &r) == CKPT_RL_OBSERVE && r.b == 600 && NEXT(CKPT_RL_OBSERVE) == 0)
+        served++;
+    CHECK(served == 1000, "1000 answers served, not %d", served);
+    CHECK(NEXT(CKPT_RL_OBSERVE) == 0 && r.b == 0 && NEXT(CKPT_RL_ITER) == 0, "then the other answer, then the end");
+    ckpt_rlog_close();
+
     /* A taint before the target refuses it, with the reason. */
     CHECK(ckpt_rlog_create(dir, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
     ckpt_rlog_append(CKPT_RL_ITER, T, 1, 0, 0, NULL, 0);

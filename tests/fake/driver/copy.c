@@ -1,8 +1,14 @@
 /*
  * Copies and memsets.  Each is an op on a stream; the synchronous forms go
  * on the legacy stream (the _ptds variants: the calling thread's
- * per-thread stream) and wait for it.  A copy between host and device
- * memory is throttled to FAKEGPU_COPY_GBPS on one link per direction, so
+ * per-thread stream).  When the call returns follows CUDA's "API
+ * synchronization behavior" (as documented up to 11.x): a synchronous copy
+ * waits for its stream; an asynchronous copy into pageable host memory
+ * (neither pinned nor registered), and any copy from host to host memory,
+ * returns only once the copy has completed; other asynchronous copies
+ * return at once.  A memset returns at once, except a synchronous one into
+ * pinned host or managed memory.  A copy between host and device memory
+ * is throttled to FAKEGPU_COPY_GBPS on one link per direction, so
  * checkpoint traffic competes with the program's own transfers as over
  * PCIe; copies within the device and memsets are not throttled.  The
  * device side of a copy must lie inside one known allocation: a copy that
@@ -27,12 +33,41 @@ static int on_device(uintptr_t p)
     return a && fg_mem_is_device(a->kind);
 }
 
+/* Whether p is host memory the driver has not pinned (pageable).  Lock held. */
+static int pageable(uintptr_t p)
+{
+    const struct fg_alloc *a = fg_alloc_find(p);
+
+    return !a || (a->kind != FG_MEM_HOST && a->kind != FG_MEM_REGISTERED && !fg_mem_is_device(a->kind));
+}
+
+/*
+ * Whether an asynchronous copy must complete before the call returns: a
+ * copy into pageable host memory from the device, or any copy between two
+ * host buffers.  Lock held.
+ */
+static int async_waits(uintptr_t dst, uintptr_t src)
+{
+    return !on_device(dst) && (pageable(dst) || !on_device(src));
+}
+
+/*
+ * Whether [p, p + n) may be the host side of a unified copy: inside one
+ * known allocation, or ordinary host memory, outside every allocation and
+ * the device's address range (where an address that is no live allocation
+ * is a freed or unmapped device pointer, which CUDA refuses).  Lock held.
+ */
+static int host_side_ok(uintptr_t p, size_t n)
+{
+    return fg_alloc_find(p) ? known_range(p, n) : !fg_alloc_overlap(p, n) && !fg_va_overlaps(p, n);
+}
+
 /*
  * Validates a copy of n bytes in direction dir.  Typed directions name the
  * device side, which must be known memory (device, or pinned host memory,
  * which is device-addressable under unified addressing); a unified copy
- * only requires that a side inside a known allocation stays inside it.
- * Lock held.
+ * requires that a side inside a known allocation stays inside it.  A host
+ * side that is no allocation must not be in the device's range.  Lock held.
  */
 static int copy_ok(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n)
 {
@@ -40,19 +75,20 @@ static int copy_ok(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n)
         return 0;
     switch (dir) {
     case DIR_HTOD:
-        return known_range(dst, n);
+        return known_range(dst, n) && host_side_ok(src, n);
     case DIR_DTOH:
-        return known_range(src, n);
+        return known_range(src, n) && host_side_ok(dst, n);
     case DIR_DTOD:
         return known_range(dst, n) && known_range(src, n);
     case DIR_UNIFIED:
-        return (!fg_alloc_find(dst) || known_range(dst, n)) && (!fg_alloc_find(src) || known_range(src, n));
+        return host_side_ok(dst, n) && host_side_ok(src, n);
     }
     return 0;
 }
 
 /* Copies on hStream, waiting for it when sync (the synchronous forms pass
- * their default stream: CU_STREAM_LEGACY, or CU_STREAM_PER_THREAD). */
+ * their default stream: CU_STREAM_LEGACY, or CU_STREAM_PER_THREAD) or when
+ * an asynchronous copy must complete before returning (async_waits). */
 static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, CUstream hStream, int sync)
 {
     struct fg_stream *s;
@@ -67,6 +103,9 @@ static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, 
         rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
+    /* A capture records the copy: there is nothing to wait for. */
+    if (!sync && !s->capture && async_waits(dst, src))
+        sync = 1;
     if (sync && fg_in_worker()) {
         rc = CUDA_ERROR_NOT_PERMITTED;
         goto out;
@@ -167,10 +206,15 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
     return copy(DIR_DTOD, (uintptr_t)dstDevice, (uintptr_t)srcDevice, ByteCount, hStream, 0);
 }
 
-/* Sets n elements of elem (1 or 4) bytes on hStream, waiting for it when
- * sync; the range must be known memory. */
+/*
+ * Sets n elements of elem (1 or 4) bytes on hStream; the range must be
+ * known memory.  A synchronous memset (sync) waits for its stream only
+ * when the target is pinned host or managed memory: into device memory it
+ * is asynchronous with respect to the host, as in CUDA.
+ */
 static CUresult memset_elems(uintptr_t dst, unsigned value, unsigned elem, size_t n, CUstream hStream, int sync)
 {
+    const struct fg_alloc *a;
     struct fg_stream *s;
     struct fg_op *op;
     CUresult rc;
@@ -183,6 +227,9 @@ static CUresult memset_elems(uintptr_t dst, unsigned value, unsigned elem, size_
         rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
+    a = fg_alloc_find(dst);
+    if (sync && a->kind != FG_MEM_HOST && a->kind != FG_MEM_REGISTERED && a->kind != FG_MEM_MANAGED)
+        sync = 0;
     if (sync && fg_in_worker()) {
         rc = CUDA_ERROR_NOT_PERMITTED;
         goto out;

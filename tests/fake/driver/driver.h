@@ -16,7 +16,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "ckpt_cuda.h"
+#include "../include/cuda.h" /* ckpt_cuda.h and what the double implements beyond it */
 #include "../common/fakegpu.h"
 
 #define FG_DRIVER_VERSION 13000
@@ -60,8 +60,10 @@ struct fg_op {
             unsigned nargs; /* the slots follow the op */
         } kernel;
         struct {
-            CUhostFn fn;
+            CUhostFn fn;           /* cuLaunchHostFunc: fn(data) */
             void *data;
+            CUstreamCallback cb;   /* cuStreamAddCallback: cb(stream, CUDA_SUCCESS, data) */
+            CUstream stream;       /* the handle cb is given */
         } host;
         struct {
             void *dst;
@@ -134,6 +136,7 @@ struct fg_ctx {
  * ran.  Waiting on an event is waiting on that stream position.
  */
 struct fg_event {
+    uint64_t ctx_id;             /* the context it was created in */
     unsigned flags;
     int refs;                    /* the handle, plus pending record ops */
     struct fg_stream *rec_stream; /* referenced; NULL: never recorded */
@@ -161,6 +164,7 @@ struct fg_capture {
     struct fg_stream *origin;
     int invalidated;
     struct fg_graph *graph;
+    CUgraphNode deps[1]; /* what cuStreamGetCaptureInfo last handed out */
     struct fg_capture *next;
 };
 
@@ -219,9 +223,34 @@ int fg_mem_is_device(enum fg_mem_kind kind);
 int fg_mem_reserve(size_t bytes);
 void fg_mem_unreserve(size_t bytes);
 
-/* Anonymous page-aligned memory standing in for device or pinned memory, or NULL. */
+/* Anonymous page-aligned memory standing in for pinned host memory, or NULL. */
 void *fg_pages_alloc(size_t bytes);
 void fg_pages_free(void *p, size_t bytes);
+
+/*
+ * The device's virtual address range (va.c), reserved once at cuInit.
+ * Every device address comes from it, first fit by address: the same
+ * sequence of calls gives the same addresses.  Lock held.
+ */
+/* Reserves the range for a device of device_bytes: 0 or -ENOMEM. */
+int fg_va_init(size_t device_bytes);
+/* Readable and writable memory of bytes at a new address: 0 or -ENOMEM. */
+int fg_va_alloc(size_t bytes, uintptr_t *addr);
+/* Gives back fg_va_alloc memory (bytes as allocated): its pages become inaccessible. */
+void fg_va_free(uintptr_t addr, size_t bytes);
+/*
+ * An inaccessible address range of bytes (a multiple of the page size),
+ * aligned to align (a power of two, at least the page size), at hint when
+ * that part of the range is free: 0, -EINVAL or -ENOMEM.
+ */
+int fg_va_reserve(size_t bytes, size_t align, uintptr_t hint, uintptr_t *addr);
+/* Gives back a reservation, which nothing may map any more: 0 or -ENOENT. */
+int fg_va_unreserve(uintptr_t addr, size_t bytes);
+/* Whether [addr, addr + bytes) lies inside, or overlaps, the device's range. */
+int fg_va_contains(uintptr_t addr, size_t bytes);
+int fg_va_overlaps(uintptr_t addr, size_t bytes);
+/* The host page size. */
+size_t fg_va_page(void);
 
 struct fg_pool;
 
@@ -248,6 +277,7 @@ struct fg_driver {
     int initialized;
     int forked; /* this process is a child forked after cuInit */
     size_t total_mem, used_mem;
+    size_t registered_bytes; /* pages pinned by cuMemHostRegister, against RLIMIT_MEMLOCK */
     struct fg_link h2d, d2h;
     struct fg_ctx *primary;
     int primary_refs;
@@ -305,10 +335,5 @@ void fg_drain_all(void);
 void fg_op_run(struct fg_op *op);
 /* Whether the caller is a stream worker (running a kernel or host function). */
 int fg_in_worker(void);
-
-/* ---- versions CUDA keeps exporting for older binaries -------------- */
-
-/* cuEventElapsedTime as resolved for cudaVersion < 12080 (same behaviour here). */
-CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 
 #endif /* FAKEGPU_DRIVER_H */

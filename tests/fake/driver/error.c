@@ -1,7 +1,8 @@
 /*
- * Names and descriptions of every CUresult the project declares, worded as
- * the real driver words them.  One table: a value added to ckpt_cuda.h
- * without a line here makes cuGetErrorString fail, which drv_errors tests.
+ * Names and descriptions of every CUresult the project declares (in
+ * ckpt_cuda.h, and the few more the double's cuda.h adds), worded as the
+ * real driver words them.  One table: a value added to ckpt_cuda.h without
+ * a line here makes cuGetErrorString fail, which drv_errors tests.
  */
 #include "driver.h"
 
@@ -27,6 +28,7 @@ static const struct {
     E(CUDA_ERROR_OPERATING_SYSTEM, "OS call failed or operation not supported on this OS"),
     E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
     E(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
+    E(CUDA_ERROR_LOSSY_QUERY, "attempted introspection would be semantically lossy"),
     E(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
     E(CUDA_ERROR_NOT_READY, "device not ready"),
     E(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
@@ -43,6 +45,9 @@ static const struct {
     E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "operation would make the legacy stream depend on a capturing blocking stream"),
     E(CUDA_ERROR_CAPTURED_EVENT, "operation not permitted on an event last recorded in a capturing stream"),
     E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread"),
+    E(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+      "the graph update was not performed because it included changes which violated constraints specific to "
+      "instantiated graph update"),
     E(CUDA_ERROR_INVALID_RESOURCE_TYPE, "the resource is not of the requested type"),
     E(CUDA_ERROR_UNKNOWN, "unknown error"),
 };

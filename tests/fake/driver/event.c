@@ -68,6 +68,7 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
             free(ev);
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
+            ev->ctx_id = ctx->id;
             ev->flags = Flags;
             ev->refs = 1;
             *phEvent = (CUevent)ev;
@@ -97,7 +98,9 @@ CUresult cuEventDestroy_v2(CUevent hEvent)
  * Captures the work enqueued on the stream so far.  On a capturing stream
  * nothing runs: the event marks a point of the capture that other streams
  * may join with cuStreamWaitEvent (an external record becomes a node of
- * the graph instead).
+ * the graph instead).  The stream must belong to the event's context
+ * (CUDA_ERROR_INVALID_HANDLE otherwise, as cuda.h says); a wait on an
+ * event may cross contexts.
  */
 CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -110,6 +113,8 @@ CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int f
     rc = event_get(hEvent, &ev);
     if (!rc)
         rc = fg_stream_get(hStream, &s);
+    if (!rc && s->ctx->id != ev->ctx_id)
+        rc = CUDA_ERROR_INVALID_HANDLE;
     if (!rc && (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc && !(op = fg_op_new(FG_OP_RECORD, 0)))
@@ -197,11 +202,6 @@ CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEn
         *pMilliseconds = (float)(((double)end->time_ns - (double)start->time_ns) / 1e6);
     fg_unlock();
     return rc;
-}
-
-CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
-{
-    return cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
 }
 
 /*

@@ -58,7 +58,8 @@ static void fork_child(void)
     fg_unlock();
 }
 
-/* Reads the knobs and creates the default memory pool; idempotent, as cuInit is. */
+/* Reads the knobs, reserves the device's address range and creates the
+ * default memory pool; idempotent, as cuInit is. */
 CUresult cuInit(unsigned int Flags)
 {
     CUresult rc = CUDA_SUCCESS;
@@ -74,7 +75,7 @@ CUresult cuInit(unsigned int Flags)
         drv.total_mem = (size_t)fg_env_u64("FAKEGPU_MEM_GB", 16) << 30;
         fg_link_init(&drv.h2d, gbps);
         fg_link_init(&drv.d2h, gbps);
-        if (fg_pool_init() || pthread_atfork(fork_prepare, fork_parent, fork_child))
+        if (fg_va_init(drv.total_mem) || fg_pool_init() || pthread_atfork(fork_prepare, fork_parent, fork_child))
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else
             __atomic_store_n(&drv.initialized, 1, __ATOMIC_RELEASE);

@@ -6,12 +6,100 @@
  * caller may reuse its storage at once; the kernel runs once, in stream
  * order, on the stream's worker.  The grid shape is checked but never
  * changes what runs: kernels are grid-stride loops over the whole range.
+ * A host function's parameter count is unknown to the driver unless the
+ * program declared it (fakegpu_func_set_param_count): then a launch with
+ * fewer arguments, and a query of a parameter past the count, are refused.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "driver.h"
 
 #define FG_MAX_SHARED_MEM 232448
+#define FG_ARG_SLOT_BYTES 16
+
+/* ---- the optional registry of parameter counts (lock held) --------- */
+
+static struct param_count {
+    CUfunction f;
+    unsigned count;
+} *counts;
+static size_t ncounts, counts_cap;
+
+/* The declared parameter count of f, or -1. */
+static int param_count(CUfunction f)
+{
+    for (size_t i = 0; i < ncounts; i++)
+        if (counts[i].f == f)
+            return (int)counts[i].count;
+    return -1;
+}
+
+/*
+ * Not CUDA: declares how many parameters the double's kernel f takes
+ * (a later declaration replaces an earlier one).  Works before cuInit, so
+ * that a program may declare its kernels at start-up.
+ */
+__attribute__((visibility("default"))) CUresult fakegpu_func_set_param_count(CUfunction f, unsigned int count)
+{
+    CUresult rc = CUDA_SUCCESS;
+    size_t i;
+
+    if (!f || count > FG_MAX_KERNEL_ARGS)
+        return CUDA_ERROR_INVALID_VALUE;
+    fg_lock();
+    for (i = 0; i < ncounts && counts[i].f != f; i++)
+        ;
+    if (i == ncounts && ncounts == counts_cap) {
+        size_t cap = counts_cap ? 2 * counts_cap : 16;
+        struct param_count *c = realloc(counts, cap * sizeof(*c));
+
+        if (c) {
+            counts = c;
+            counts_cap = cap;
+        } else {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (!rc) {
+        counts[i] = (struct param_count){f, count};
+        if (i == ncounts)
+            ncounts++;
+    }
+    fg_unlock();
+    return rc;
+}
+
+/*
+ * In the double's convention every parameter is one 16-byte slot, so
+ * parameter i lies at 16 * i.  Past a declared count, or past the 64
+ * parameters the double takes, the index is refused as CUDA refuses one
+ * past the function's parameters.
+ */
+CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    CUresult rc;
+    int n;
+
+    fg_lock();
+    rc = fg_check_init();
+    if (!rc && (!func || !paramOffset))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        n = param_count(func);
+        if (paramIndex >= (n < 0 ? FG_MAX_KERNEL_ARGS : (size_t)n))
+            rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!rc) {
+        *paramOffset = FG_ARG_SLOT_BYTES * paramIndex;
+        if (paramSize)
+            *paramSize = FG_ARG_SLOT_BYTES;
+    }
+    fg_unlock();
+    return rc;
+}
+
+/* ---- launches ------------------------------------------------------ */
 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                        unsigned bz, unsigned shared, CUstream hStream, void **params, void **extra)
@@ -43,6 +131,11 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
             rc = CUDA_ERROR_INVALID_VALUE;
             goto out;
         }
+    /* Fewer arguments than the kernel takes: CUDA would read past them. */
+    if ((int)n < param_count(f)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
     if (!(op = fg_op_new(FG_OP_KERNEL, n))) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;

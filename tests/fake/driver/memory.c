@@ -1,15 +1,18 @@
 /*
  * Device and pinned memory of the fake driver.  "Device memory" is host
  * memory (a device pointer is a host address), so a program is tested by
- * reading it only through copies, as on a GPU.  Every allocation goes into
- * one sorted table, which answers cuMemGetAddressRange and tells copies
- * whether an address is on the device.  Memory is never freed while
- * enqueued work may still touch it.
+ * reading it only through copies, as on a GPU.  Device, pitched and
+ * managed memory come from the device's address range (va.c), pinned host
+ * memory is ordinary host memory.  Every allocation goes into one sorted
+ * table, which answers cuMemGetAddressRange and tells copies whether an
+ * address is on the device.  Memory is never freed while enqueued work may
+ * still touch it.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "driver.h"
 
@@ -102,11 +105,11 @@ void fg_mem_unreserve(size_t bytes)
 }
 
 /*
- * Fresh pages for every allocation: freed memory is unmapped, so a use
- * after free faults instead of silently reading someone else's data.  The
- * pages are populated at once, as device memory and pinned host memory are
- * resident from allocation on a GPU: the first copy into them must not pay
- * for page faults a GPU would not take.
+ * Fresh pages for every pinned allocation: freed memory is unmapped, so a
+ * use after free faults instead of silently reading someone else's data.
+ * The pages are populated at once, as pinned host memory is resident from
+ * allocation: the first copy into them must not pay for page faults a GPU
+ * would not take.
  */
 void *fg_pages_alloc(size_t bytes)
 {
@@ -127,7 +130,7 @@ void fg_pages_free(void *p, size_t bytes)
 static CUresult device_alloc(CUdeviceptr *dptr, size_t bytes, enum fg_mem_kind kind)
 {
     struct fg_ctx *ctx;
-    void *p;
+    uintptr_t p;
     CUresult rc = fg_current_ctx(&ctx);
 
     if (rc)
@@ -139,15 +142,18 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t bytes, enum fg_mem_kind k
         return rc;
     if (kind == FG_MEM_DEVICE && fg_mem_reserve(bytes))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    p = fg_pages_alloc(bytes);
-    if (!p || fg_alloc_insert((uintptr_t)p, bytes, kind, NULL)) {
-        if (p)
-            fg_pages_free(p, bytes);
+    if (fg_va_alloc(bytes, &p)) {
         if (kind == FG_MEM_DEVICE)
             fg_mem_unreserve(bytes);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *dptr = (CUdeviceptr)(uintptr_t)p;
+    if (fg_alloc_insert(p, bytes, kind, NULL)) {
+        fg_va_free(p, bytes);
+        if (kind == FG_MEM_DEVICE)
+            fg_mem_unreserve(bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = (CUdeviceptr)p;
     return CUDA_SUCCESS;
 }
 
@@ -181,7 +187,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
     return rc;
 }
 
-/* Managed memory is host memory here too, and does not count against the device. */
+/* Managed memory is host memory here too, at an address of the device's
+ * range as under UVA; it does not count against the device. */
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     CUresult rc;
@@ -235,7 +242,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
         if (a->kind == FG_MEM_DEVICE)
             fg_mem_unreserve(size);
         fg_alloc_remove(a->base);
-        fg_pages_free((void *)(uintptr_t)dptr, size);
+        fg_va_free((uintptr_t)dptr, size);
     }
 out:
     fg_unlock();
@@ -347,7 +354,32 @@ CUresult cuMemFreeHost(void *p)
     return rc;
 }
 
-/* Registration only records the range: host memory is already "device-visible" here. */
+/* The pages a registration of [base, base + bytes) pins. */
+static size_t pinned_span(uintptr_t base, size_t bytes)
+{
+    size_t page = fg_va_page();
+    uintptr_t lo = base & ~(uintptr_t)(page - 1), hi = (base + bytes + page - 1) & ~(uintptr_t)(page - 1);
+
+    return hi - lo;
+}
+
+/* Whether pinning span more bytes stays within RLIMIT_MEMLOCK.  Lock held. */
+static int memlock_allows(size_t span)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) || rl.rlim_cur == RLIM_INFINITY)
+        return 1;
+    return drv.registered_bytes <= rl.rlim_cur && span <= rl.rlim_cur - drv.registered_bytes;
+}
+
+/*
+ * Registration records the range (host memory is already "device-visible"
+ * here) and counts its pages against RLIMIT_MEMLOCK, as the real driver
+ * pins them with mlock semantics (root is not exempt here): a program's
+ * fallback for a failed registration is then tested for real.  The
+ * device's own range cannot be registered.
+ */
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
     const unsigned known = 0x0f; /* PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY */
@@ -358,13 +390,17 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 
     fg_lock();
     rc = fg_current_ctx(&ctx);
-    if (!rc && (!p || bytesize == 0 || (Flags & ~known) || base + bytesize < base))
+    if (!rc && (!p || bytesize == 0 || (Flags & ~known) || base + bytesize < base || fg_va_overlaps(base, bytesize)))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc && (a = fg_alloc_overlap(base, bytesize)))
         rc = a->kind == FG_MEM_REGISTERED || a->kind == FG_MEM_HOST ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
                                                                    : CUDA_ERROR_INVALID_VALUE;
+    if (!rc && !memlock_allows(pinned_span(base, bytesize)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rc && fg_alloc_insert(base, bytesize, FG_MEM_REGISTERED, NULL))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rc)
+        drv.registered_bytes += pinned_span(base, bytesize);
     fg_unlock();
     return rc;
 }
@@ -381,10 +417,12 @@ CUresult cuMemHostUnregister(void *p)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc) {
         a = fg_alloc_find((uintptr_t)p);
-        if (!a || a->base != (uintptr_t)p || a->kind != FG_MEM_REGISTERED)
+        if (!a || a->base != (uintptr_t)p || a->kind != FG_MEM_REGISTERED) {
             rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-        else
+        } else {
+            drv.registered_bytes -= pinned_span(a->base, a->size);
             fg_alloc_remove(a->base);
+        }
     }
     fg_unlock();
     return rc;

@@ -129,7 +129,10 @@ void fg_op_run(struct fg_op *op)
         break;
     case FG_OP_HOST_FN:
         fg_unlock();
-        op->u.host.fn(op->u.host.data);
+        if (op->u.host.cb)
+            op->u.host.cb(op->u.host.stream, CUDA_SUCCESS, op->u.host.data);
+        else
+            op->u.host.fn(op->u.host.data);
         fg_lock();
         break;
     case FG_OP_COPY:

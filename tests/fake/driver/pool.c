@@ -5,7 +5,8 @@
  * later allocation of a fitting size, until a synchronisation or
  * cuMemPoolTrimTo releases it (every pool's release threshold is CUDA's
  * default, 0).  A block must never be handed out again before the free
- * has run on its stream.
+ * has run on its stream.  Blocks come from the device's address range
+ * (va.c) like every device allocation.
  */
 #include <stdlib.h>
 
@@ -48,7 +49,7 @@ int fg_pool_init(void)
 
 static void block_release(struct fg_block *b)
 {
-    fg_pages_free(b->ptr, b->cap);
+    fg_va_free((uintptr_t)b->ptr, b->cap);
     fg_mem_unreserve(b->cap);
     b->pool->reserved -= b->cap;
     free(b);
@@ -114,12 +115,15 @@ static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, CUdeviceptr *dptr
     } else {
         if (fg_mem_reserve(want))
             return CUDA_ERROR_OUT_OF_MEMORY;
+        uintptr_t p;
+
         b = calloc(1, sizeof(*b));
-        if (!b || !(b->ptr = fg_pages_alloc(want))) {
+        if (!b || fg_va_alloc(want, &p)) {
             free(b);
             fg_mem_unreserve(want);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        b->ptr = (void *)p;
         b->cap = want;
         b->pool = pool;
         pool->reserved += want;

@@ -2,9 +2,10 @@
  * cuGetProcAddress: the way the CUDA runtime (and libraries built on it)
  * reach the driver.  One table maps a base name and the CUDA version that
  * introduced a behaviour to the versioned entry point, as the real driver
- * does: "cuMemAlloc" is cuMemAlloc_v2 from 3.2 on, "cuCtxSynchronize"
- * takes a context from 13.0 on.  Versions older than the first the double
- * implements answer VERSION_NOT_SUFFICIENT rather than a function with the
+ * does: "cuMemAlloc" is cuMemAlloc (v1, 32-bit pointers) before 3.2 and
+ * cuMemAlloc_v2 from 3.2 on, "cuCtxSynchronize" takes a context from 13.0
+ * on.  A version older than every variant the double implements answers
+ * VERSION_NOT_SUFFICIENT and a NULL pointer, never a function with the
  * wrong signature.  A call that has a per-thread default stream variant
  * names it too: CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM gets that
  * one (cuLaunchKernel_ptsz, cuMemcpyDtoH_v2_ptds), the default and legacy
@@ -46,7 +47,9 @@ static const struct {
     P("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
 
     P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    P("cuMemAlloc", 2000, cuMemAlloc),
     P("cuMemAlloc", 3020, cuMemAlloc_v2),
+    P("cuMemFree", 2000, cuMemFree),
     P("cuMemFree", 3020, cuMemFree_v2),
     P("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
     P("cuMemAllocManaged", 6000, cuMemAllocManaged),
@@ -76,7 +79,9 @@ static const struct {
 
     PT("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
     PT("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
+    P("cuMemcpyHtoD", 2000, cuMemcpyHtoD),
     PT("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+    P("cuMemcpyDtoH", 2000, cuMemcpyDtoH),
     PT("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
     P("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2),
     PT("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
@@ -95,15 +100,22 @@ static const struct {
     P("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
     P("cuStreamGetFlags", 5050, cuStreamGetFlags),
     P("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
+    PT("cuStreamAddCallback", 5000, cuStreamAddCallback, cuStreamAddCallback_ptsz),
+    PT("cuStreamBeginCapture", 10000, cuStreamBeginCapture, cuStreamBeginCapture_ptsz),
     PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
     PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
     P("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    PT("cuStreamGetCaptureInfo", 10010, cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_ptsz),
+    PT("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz),
+    PT("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo_v3_ptsz),
     P("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     P("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
     P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
     P("cuGraphLaunch", 10000, cuGraphLaunch),
     P("cuGraphDestroy", 10000, cuGraphDestroy),
     P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    P("cuGraphExecUpdate", 10020, cuGraphExecUpdate),
+    P("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2),
 
     P("cuEventCreate", 2000, cuEventCreate),
     P("cuEventDestroy", 4000, cuEventDestroy_v2),
@@ -116,12 +128,14 @@ static const struct {
 
     PT("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
     PT("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
+    P("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
 };
 
 /*
  * Works before cuInit, as in CUDA (the runtime finds cuInit this way).  A
- * name the table lacks, or has only for newer versions, gives *pfn = NULL,
- * the status saying which, and CUDA_ERROR_NOT_FOUND.
+ * name the table lacks, or has only for newer versions, is an answer, not
+ * an error (13.0 cuda.h): CUDA_SUCCESS with *pfn = NULL and the status
+ * saying which, so a caller must check the pointer.
  */
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus)
@@ -146,5 +160,5 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
         *symbolStatus = best >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS
                         : found   ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                                   : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return best < 0 ? CUDA_ERROR_NOT_FOUND : CUDA_SUCCESS;
+    return CUDA_SUCCESS;
 }

@@ -510,3 +510,47 @@ CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
     fg_unlock();
     return rc;
 }
+
+/*
+ * The older form of cuLaunchHostFunc: the callback also gets the stream
+ * (the handle as given) and a status, here always CUDA_SUCCESS (the double
+ * has no device errors).  Unlike cuLaunchHostFunc it cannot be captured:
+ * CUDA refuses it in a capture, which is invalidated.
+ */
+static CUresult add_callback(CUstream hStream, CUstream handle, CUstreamCallback cb, void *userData,
+                             unsigned int flags)
+{
+    struct fg_stream *s;
+    struct fg_op *op;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_stream_get(hStream, &s);
+    if (!rc && (!cb || flags))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc && s->capture) {
+        fg_capture_invalidate(s->capture);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (!rc && !(op = fg_op_new(FG_OP_HOST_FN, 0)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rc) {
+        op->u.host.cb = cb;
+        op->u.host.stream = handle;
+        op->u.host.data = userData;
+        rc = fg_submit(s, op);
+    }
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+    return add_callback(hStream, hStream, callback, userData, flags);
+}
+
+/* The per-thread default stream variant: NULL is CU_STREAM_PER_THREAD. */
+CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+    return add_callback(fg_per_thread(hStream), hStream, callback, userData, flags);
+}

@@ -1,10 +1,14 @@
 /*
  * Virtual memory management: physical allocations are memfds, address
- * reservations are PROT_NONE mappings, and cuMemMap maps a memfd shared
- * into a reservation, so several mappings of one handle alias each other
- * exactly as on a GPU.  Memory mapped here stays inaccessible until
- * cuMemSetAccess grants access, as CUDA requires; a range must never be
- * left mapped to nothing (it goes back to PROT_NONE, still reserved).
+ * reservations are PROT_NONE ranges of the device's address range (va.c),
+ * and cuMemMap maps a memfd shared into a reservation, so several mappings
+ * of one handle alias each other exactly as on a GPU.  Memory mapped here
+ * stays inaccessible until cuMemSetAccess grants access, as CUDA requires;
+ * a range must never be left mapped to nothing (it goes back to PROT_NONE,
+ * still reserved).  The rules are CUDA's: a reservation's size and address
+ * are multiples of the page size, a mapping's of the granularity, at offset
+ * 0, into reserved and unmapped addresses; cuMemUnmap takes whole mappings
+ * only, and a call that would cut one changes nothing.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -120,51 +124,33 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     return rc;
 }
 
-/* addr is a hint, as in CUDA: the range goes elsewhere when it is taken. */
+/*
+ * addr is a hint, as in CUDA: it is honoured when that part of the
+ * device's range is free (and aligned), otherwise the range goes
+ * elsewhere.  Addresses are chosen first fit, like every device address.
+ */
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags)
 {
-    const int mflags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-    size_t align = alignment ? alignment : FG_GRANULARITY;
+    size_t page = fg_va_page(), align = alignment ? alignment : FG_GRANULARITY;
     struct fg_reservation *r;
-    uintptr_t base = 0, start;
-    void *p;
+    uintptr_t base;
     CUresult rc;
+    int err;
 
     fg_lock();
     rc = fg_check_init();
-    if (!rc && (!ptr || size == 0 || !aligned(size) || flags || (align & (align - 1)) ||
-                (addr && !aligned(addr))))
+    if (!rc && (!ptr || size == 0 || size % page || flags || (align & (align - 1)) || addr % page))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc)
         goto out;
-    if (align < FG_GRANULARITY)
-        align = FG_GRANULARITY;
-    if (addr && addr % align == 0) {
-        p = mmap((void *)(uintptr_t)addr, size, PROT_NONE, mflags | MAP_FIXED_NOREPLACE, -1, 0);
-        if (p != MAP_FAILED && (uintptr_t)p != addr)
-            munmap(p, size); /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
-        else if (p != MAP_FAILED)
-            base = addr;
-    }
-    if (!base) {
-        /* Over-reserve, then trim to an aligned range. */
-        p = mmap(NULL, size + align, PROT_NONE, mflags, -1, 0);
-        if (p == MAP_FAILED) {
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-            goto out;
-        }
-        start = (uintptr_t)p;
-        base = (start + align - 1) & ~(uintptr_t)(align - 1);
-        if (base > start)
-            munmap(p, base - start);
-        if (start + size + align > base + size)
-            munmap((void *)(base + size), start + size + align - (base + size));
-    }
+    if (align < page)
+        align = page;
     r = calloc(1, sizeof(*r));
-    if (!r) {
-        munmap((void *)base, size);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    err = r ? fg_va_reserve(size, align, (uintptr_t)addr, &base) : -ENOMEM;
+    if (err) {
+        free(r);
+        rc = err == -EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }
     r->base = base;
@@ -177,6 +163,7 @@ out:
     return rc;
 }
 
+/* The size must be the reserved one, and nothing may be mapped there any more. */
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     struct fg_reservation **pp, *r;
@@ -192,7 +179,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     if (!rc) {
         r = *pp;
         *pp = r->next;
-        munmap((void *)r->base, r->size);
+        fg_va_unreserve(r->base, r->size);
         free(r);
     }
     fg_unlock();
@@ -218,11 +205,12 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
     fg_lock();
     rc = fg_check_init();
-    if (!rc && (flags || size == 0 || !aligned(base) || !aligned(size) || !aligned(offset) ||
-                !fg_ptrset_has(&drv.vmm_handles, h) || offset > h->size || size > h->size - offset ||
-                !in_reservation(base, size) || fg_alloc_overlap(base, size)))
+    /* "offset: currently must be zero" (cuda.h). */
+    if (!rc && (flags || size == 0 || !aligned(base) || !aligned(size) || offset != 0 ||
+                !fg_ptrset_has(&drv.vmm_handles, h) || size > h->size || !in_reservation(base, size) ||
+                fg_alloc_overlap(base, size)))
         rc = CUDA_ERROR_INVALID_VALUE;
-    if (!rc && mmap((void *)base, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, (off_t)offset) == MAP_FAILED)
+    if (!rc && mmap((void *)base, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, 0) == MAP_FAILED)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rc && fg_alloc_insert(base, size, FG_MEM_VMM, h)) {
         mmap((void *)base, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);

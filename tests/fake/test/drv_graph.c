@@ -88,6 +88,7 @@ int main(void)
     CHECK(cuMemAlloc_v2(&x, N * sizeof(int32_t)));
     CHECK(cuMemAlloc_v2(&y, N * sizeof(int32_t)));
     CHECK(cuMemsetD32_v2(x, 1, N));
+    CHECK(cuCtxSynchronize()); /* a memset into device memory returns before it ran */
 
     /* Capture: memset, a kernel, a host function, a copy, and a forked branch. */
     CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));

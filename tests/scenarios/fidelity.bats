@@ -1,0 +1,246 @@
+#!/usr/bin/env bats
+# Fidelity of restore by replay: programs that let the host observe the
+# device the way real frameworks do (tests/progs/fid_*.c: caching
+# allocators, pinned pools, polling, host functions, graphs, background
+# threads, autotuning, pointer tables, virtual memory, several contexts)
+# are killed once, after an iteration drawn at random, under ckpt-resume,
+# and must come back from a snapshot with exactly the output of a run that
+# was never killed: every iteration line (the restarted launch prints them
+# all again, the replayed ones too) and the final digest of device and host
+# state.  The two programs libckpt cannot replay (the host reads managed
+# or mapped memory without a copy call) must have their restore refused
+# with the reason.
+#
+# A job that exits 0 with other output than the plain run's fails every
+# test here, whatever was expected of it: a silent wrong state is the one
+# failure libckpt must never have.  A library that refuses everything
+# fails the tests of the programs it is expected to restore.
+#
+# The iteration a program dies after is printed on failure (--die-at K);
+# to rerun one case: FID_DIE_ONCE=/tmp/x LD_PRELOAD=build/lib/libckpt.so
+# build/bin/ckpt-resume --nproc 1 -- build/tests/progs/PROG --die-at K.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    CKPT=$BUILD/bin/ckpt-resume
+    LIB=$BUILD/lib/libckpt.so
+    [ -x "$CKPT" ] && [ -f "$LIB" ] || { echo "missing $CKPT or $LIB: build first" >&2; return 1; }
+    D=$(mktemp -d /tmp/ckpt-fidelity-bats-XXXXXX)
+    unset CKPT_JOB CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_KEEP_ARENA CKPT_BOUNDARY \
+        CKPT_CONSISTENCY LD_PRELOAD MASTER_ADDR MASTER_PORT FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE \
+        FID_DIE_ONCE CKPT_FALLBACK CKPT_ADDR_RANDOMIZE
+    # A snapshot every third iteration: restore points fall all over the run.
+    export CKPT_ARENA_DIR=$D/arena CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=3 CKPT_LOG=info
+}
+
+teardown() {
+    rm -rf "$D"
+}
+
+# The program's own lines of a job's output: without libckpt's and ckpt-resume's.
+program_lines() {
+    grep -v -e '^libckpt' -e '^ckpt-resume' "$1" || true
+}
+
+# What the last launch printed: from the last "iter 1 " line to the end.
+last_launch() {
+    awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}'
+}
+
+# What the first launch printed, up to its death after iteration $1.
+first_launch() {
+    awk -v k="$1" '{print} $1 == "iter" && $2 == k {exit}'
+}
+
+# What the job's log says, for a failure.
+show_job() {
+    echo "--- the job's log (last 40 lines):"
+    tail -n 40 "$D/err"
+    [ -s "$D/diff" ] && { echo "--- plain run vs last launch:"; head -n 40 "$D/diff"; }
+    return 0
+}
+
+# fidelity PROG EXPECT LOW HIGH [FROM]
+#   Runs build/tests/progs/PROG plainly (twice: it must be deterministic),
+#   then as a job under ckpt-resume with libckpt, killed once after
+#   iteration K, drawn from LOW..HIGH.  EXPECT is "restore" (the job comes
+#   back from a snapshot, output exactly the plain run's; with FROM, of an
+#   iteration FROM or later), "refuse:REGEX" (every restore is refused
+#   with a reason matching REGEX, grep -iE, and nothing is restored) or
+#   "either:REGEX" (one of the two: a restore, exact, or a refusal whose
+#   reason matches REGEX, for a program whose restorability depends on
+#   how its threads happened to interleave).
+fidelity() {
+    local prog=$1 expect=$2 low=$3 high=$4 from=${5:-0} rc=0
+    local bin=$BUILD/tests/progs/$prog
+    local k=$((low + RANDOM % (high - low + 1)))
+    echo "$prog: killed after iteration $k (--die-at $k), a snapshot every $CKPT_EVERY iterations, expected: $expect"
+    [ -x "$bin" ] || { echo "missing $bin: build first"; return 1; }
+
+    timeout -k 5 30 "$bin" >"$D/plain" 2>"$D/plain.err" || { echo "the plain run failed (exit $?):"; cat "$D/plain.err"; return 1; }
+    timeout -k 5 30 "$bin" >"$D/plain2" 2>&1 || { echo "the second plain run failed (exit $?)"; cat "$D/plain2"; return 1; }
+    diff "$D/plain" "$D/plain2" || { echo "two plain runs differ: the program or the double is not deterministic"; return 1; }
+    grep -q '^digest [0-9a-f]*$' "$D/plain" && grep -q "^iter $k " "$D/plain" || { echo "no digest or iteration $k in the plain run"; return 1; }
+
+    FID_DIE_ONCE=$D/died LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- "$bin" --die-at "$k" \
+        >"$D/out" 2>"$D/err" || rc=$?
+    echo "the job exited $rc"
+    [ -e "$D/died" ] || { echo "the program never got to the end of iteration $k, where it was to die"; show_job; return 1; }
+    program_lines "$D/out" >"$D/lines"
+    last_launch <"$D/lines" >"$D/last"
+    first_launch "$k" <"$D/lines" >"$D/first"
+    head -n "$k" "$D/plain" | diff - "$D/first" >"$D/diff" ||
+        { echo "the launch that was killed already printed other lines than the plain run: libckpt changed the recorded run"; show_job; return 1; }
+    if [ "$rc" -eq 0 ] && ! diff "$D/plain" "$D/last" >"$D/diff"; then
+        echo "WRONG STATE: the job exited 0, but its output differs from the plain run's"
+        show_job
+        return 1
+    fi
+    diff "$D/plain" "$D/last" >"$D/diff" || true
+
+    case $expect in
+    restore)
+        [ "$rc" -eq 0 ] || { echo "the job failed"; show_job; return 1; }
+        local restored
+        restored=$(sed -n 's/^libckpt\[rank 0\]: restored iteration \([0-9]*\) .*/\1/p' "$D/err" | tail -n 1)
+        [ -n "$restored" ] || { echo "the job completed, but from a clean start: no snapshot was restored"; show_job; return 1; }
+        [ "$restored" -ge "$from" ] ||
+            { echo "restored iteration $restored: no snapshot of iteration $from or later was there"; show_job; return 1; }
+        ;;
+    refuse:*)
+        local why=${expect#refuse:}
+        grep -E '^(libckpt|ckpt-resume)' "$D/err" |
+            grep -iE 'refus|unrestorable|not restorable|cannot be restored|cannot restore' | grep -iqE -- "$why" ||
+            { echo "no refusal whose reason matches '$why'"; show_job; return 1; }
+        ! grep -Eq '^libckpt\[rank 0\]: restored iteration ' "$D/err" ||
+            { echo "a snapshot of a program libckpt cannot replay was restored"; show_job; return 1; }
+        # Then the job stops, or starts again from the beginning
+        # (CKPT_FALLBACK=clean): either way, if it exits 0, it printed the
+        # plain run's output (checked above).
+        ;;
+    either:*)
+        if grep -Eq '^libckpt\[rank 0\]: restored iteration ' "$D/err" && [ "$rc" -eq 0 ]; then
+            return 0 # exact: checked above
+        fi
+        grep -E '^(libckpt|ckpt-resume)' "$D/err" | grep -i 'refused' | grep -iqE -- "${expect#either:}" ||
+            { echo "neither restored nor refused with a reason matching '${expect#either:}'"; show_job; return 1; }
+        ;;
+    *)
+        echo "bad expectation $expect"
+        return 1
+        ;;
+    esac
+}
+
+# The resumed run proves itself: it is checked against what the failed run
+# logged after the restore point.  The restarted launches here make one
+# allocation the recorded run never made (--stray-at, two iterations past
+# the restore): the rank must stop, naming the difference, and ckpt-resume
+# fall back to the older snapshot, where the same happens; then the job
+# stops (CKPT_FALLBACK=stop), or starts clean (CKPT_FALLBACK=clean, where
+# no launch strays) and ends exactly as the plain run.
+diverge() {
+    local fallback=$1 bin=$BUILD/tests/progs/fid_evalloc rc=0
+    local launch='if [ -n "$CKPT_RESTORE" ]; then set -- "$@" --stray-at $((CKPT_RESTORE + 1)); fi; exec "$0" "$@"'
+    timeout -k 5 30 "$bin" >"$D/plain" 2>&1
+    CKPT_FALLBACK=$fallback FID_DIE_ONCE=$D/died LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        sh -c "$launch" "$bin" --die-at 20 >"$D/out" 2>"$D/err" || rc=$?
+    echo "the job exited $rc"
+    grep -q "falling back to generation [0-9]* (iteration 15)" "$D/err" || { show_job; return 1; }
+    [ "$(grep -c 'restored from iteration 1[58] diverged from the failed run at its observation [0-9]* after the restore: it made an allocation where the failed run made' "$D/err")" -eq 2 ] ||
+        { show_job; return 1; }
+    program_lines "$D/out" | last_launch >"$D/last"
+    if [ "$fallback" = clean ]; then
+        [ "$rc" -eq 0 ] && diff "$D/plain" "$D/last" || { echo "the clean start did not end as the plain run"; show_job; return 1; }
+        grep -q "falling back to a clean start (CKPT_FALLBACK=clean)" "$D/err" || { show_job; return 1; }
+    else
+        [ "$rc" -ne 0 ] || { echo "the job exited 0 after every restore diverged"; show_job; return 1; }
+        grep -q "error: no snapshot of this job can be restored" "$D/err" || { show_job; return 1; }
+    fi
+}
+
+@test "a run that diverges after its restore went live is stopped, naming the difference, and falls back; then stops" {
+    diverge stop
+}
+
+@test "a run that diverges after its restore went live falls back, then starts clean with CKPT_FALLBACK=clean" {
+    diverge clean
+}
+
+@test "the resumed run is verified against the failed run's log after the restore point, values included" {
+    CKPT_DETERMINISTIC=1 FID_DIE_ONCE=$D/died LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        "$BUILD/tests/progs/fid_poll" --die-at 20 >"$D/out" 2>"$D/err" || { show_job; return 1; }
+    grep -q "the resume is verified: the run restored from iteration 18 matched the failed run over the [1-9][0-9]* observations it made after that point, values included" "$D/err" ||
+        { show_job; return 1; }
+}
+
+@test "fid_evalloc: a caching allocator reuses blocks when cudaEventQuery says so (PyTorch CUDACachingAllocator)" {
+    fidelity fid_evalloc restore 12 27
+}
+
+@test "fid_pinpool: a pinned host-buffer pool reused by event query, H2D batches, async D2H results (CachingHostAllocator)" {
+    fidelity fid_pinpool restore 12 27
+}
+
+@test "fid_poll: async D2H into pinned memory, completion found by polling cudaEventQuery, bytes fed back" {
+    fidelity fid_poll restore 12 27
+}
+
+@test "fid_pageable: non_blocking D2H into pageable memory, read as soon as the call returns" {
+    fidelity fid_pageable restore 12 27
+}
+
+@test "fid_managed: the host reads a loss from managed memory: the restore is refused, naming managed memory" {
+    fidelity fid_managed 'refuse:managed' 12 27
+}
+
+@test "fid_zerocopy: the host reads a loss from mapped pinned memory: the restore is refused, naming it" {
+    fidelity fid_zerocopy 'refuse:zero-copy|mapped' 12 27
+}
+
+@test "fid_graph: a CUDA graph captured once after warm-up, launched every iteration" {
+    fidelity fid_graph restore 12 27
+}
+
+@test "fid_graphupdate: a graph captured again every iteration and re-instantiated" {
+    fidelity fid_graphupdate restore 12 27
+}
+
+@test "fid_hostfn: host functions after an async D2H read the bytes into host state" {
+    fidelity fid_hostfn restore 12 27
+}
+
+@test "fid_bgthread: a metrics thread does its own D2H copies and syncs beside training" {
+    fidelity fid_bgthread restore 12 27
+}
+
+@test "fid_autotune: a kernel variant chosen by cudaEventElapsedTime, chosen again when the shape changes" {
+    # Restore points from just before the second tuning, at iteration 21, to after it.
+    fidelity fid_autotune restore 20 28
+}
+
+@test "fid_ptrtable: device memory holding device pointers, walked by a kernel, entries reallocated" {
+    fidelity fid_ptrtable restore 12 27
+}
+
+@test "fid_vmm: expandable segments: one cuMemUnmap over two mappings, mapped again, snapshots go on" {
+    # The unmap is at iteration 16 and the new mappings at 28: killed at
+    # 26..30, the job has had eight iterations or more to commit a snapshot
+    # of the shrunk segment (18 or later), and must restore one.
+    fidelity fid_vmm restore 26 30 18
+}
+
+@test "fid_nccl_zero: a proxy-like thread allocates, memsets and syncs on its own stream beside training" {
+    # The proxy is the program's own thread: its allocations and the
+    # training thread's race for the same addresses, differently in every
+    # run.  A restore is exact, or refused naming the allocation that came
+    # back elsewhere (or stopped by the resumed run's check); an older
+    # snapshot may still restore.
+    fidelity fid_nccl_zero 'either:allocation .* is at 0x[0-9a-f]* in the replaying run|diverged from the failed run' 12 27
+}
+
+@test "fid_twoctx: two contexts (cuCtxCreate), each with its own stream and state" {
+    fidelity fid_twoctx restore 12 27
+}
