@@ -73,8 +73,13 @@ static void put(enum ckpt_rl_type type, uint64_t t, uint64_t a, uint64_t b, uint
                 uint32_t len)
 {
     ckpt_rlog_append(type, t, a, b, c, payload, len);
-    if (__builtin_expect(checking, 0))
+    if (__builtin_expect(__atomic_load_n(&checking, __ATOMIC_ACQUIRE), 0))
         check(type, t, a, b, c, payload, len);
+}
+
+void ckpt_history_file(uint64_t size, int flags, const char *path)
+{
+    put(CKPT_RL_FILE, ckpt_thread_key(), size, (uint64_t)(unsigned)flags, 0, path, (uint32_t)strlen(path));
 }
 
 void ckpt_history_put(int type, uint64_t a)
@@ -463,7 +468,8 @@ void ckpt_history_forget(void)
 static bool unordered(int type, uint64_t a, uint64_t c)
 {
     return (type == CKPT_RL_OBSERVE && (a == CKPT_OBS_EVENT_QUERY || a == CKPT_OBS_STREAM_QUERY)) ||
-           (type == CKPT_RL_D2H && c && !(c & AT_RETURN)) || type == CKPT_RL_TAINT || type == CKPT_RL_OVERFLOW;
+           (type == CKPT_RL_D2H && c && !(c & AT_RETURN)) || type == CKPT_RL_TAINT || type == CKPT_RL_OVERFLOW ||
+           type == CKPT_RL_FILE;
 }
 
 /* The failed run's next ordered record of thread t (taken when take). */
@@ -488,10 +494,10 @@ static const char *rl_name(int type)
 
 __attribute__((noreturn)) static void diverged(const char *what)
 {
-    checking = false;
+    __atomic_store_n(&checking, false, __ATOMIC_RELEASE);
     ckpt_log(CKPT_ERROR, "the run restored from iteration %llu diverged from the failed run at its observation %llu "
              "after the restore: %s; libckpt cannot vouch for this state", (unsigned long long)restored_at,
-             (unsigned long long)checked + 1, what);
+             (unsigned long long)__atomic_load_n(&checked, __ATOMIC_RELAXED) + 1, what);
     ckpt_agent_send(CKPT_MSG_REFUSED, restored_at, 0);
     _exit(CKPT_EXIT_RESTORE);
 }
@@ -528,26 +534,27 @@ static void check(int type, uint64_t t, uint64_t a, uint64_t b, uint64_t c, cons
                  "(CKPT_DETERMINISTIC=1)", (unsigned long long)a);
     if (*what)
         diverged(what);
-    checked++;
+    __atomic_add_fetch(&checked, 1, __ATOMIC_RELAXED);
 }
 
 void ckpt_history_check_from(uint64_t iteration)
 {
     restored_at = iteration;
     deterministic = ckpt_cfg_int(CFG_DETERMINISTIC);
-    checking = ckpt_rlog_failed_left() > 0;
+    __atomic_store_n(&checking, ckpt_rlog_failed_left() > 0, __ATOMIC_RELEASE);
 }
 
 void ckpt_history_checked_boundary(void)
 {
     struct ckpt_rl_rec r;
-    if (!checking || expected(ckpt_thread_key(), &r, false))
+    if (!__atomic_load_n(&checking, __ATOMIC_ACQUIRE) || expected(ckpt_thread_key(), &r, false))
         return;
     /* The thread that ends the iterations has done all the failed run did. */
-    checking = false;
+    if (!__atomic_exchange_n(&checking, false, __ATOMIC_ACQ_REL))
+        return;
     ckpt_log(CKPT_INFO, "the resume is verified: the run restored from iteration %llu matched the failed run over "
              "the %llu observations it made after that point%s", (unsigned long long)restored_at,
-             (unsigned long long)checked, deterministic ? ", values included" : " (their shape; values too with "
+             (unsigned long long)__atomic_load_n(&checked, __ATOMIC_RELAXED), deterministic ? ", values included" : " (their shape; values too with "
              "CKPT_DETERMINISTIC=1)");
 }
 

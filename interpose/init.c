@@ -51,6 +51,9 @@ __attribute__((constructor)) static void ckpt_load(void)
     ckpt_log_init(prefix, (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
     disabled = ckpt_cfg_int(CFG_DISABLE);
+    /* Here: a replaying program may open its files before it touches CUDA. */
+    if (!disabled)
+        ckpt_world_init((uint64_t)ckpt_cfg_int(CFG_RESTORE));
     /* Here and not at wake: the program's first NVTX range may come before
      * its first cuInit, and NVTX reads the variable at that first call. */
     if (!disabled && ckpt_nvtx_setup(ckpt_cfg_str(CFG_BOUNDARY), err, sizeof(err)) < 0) {

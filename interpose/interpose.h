@@ -20,10 +20,11 @@ enum ckpt_lib { LIB_DRV, LIB_RT, LIB_NCCL };
 #define RT DRV
 #define NCCL DRV
 #define USE DRV
+#define UNFOLLOWED DRV
 #include "hooks.def"
 
-/* One row per hooked symbol (and per USE, with no wrapper).  real points
- * at real_<name>. */
+/* One row per hooked symbol (and per USE, with no wrapper; an UNFOLLOWED
+ * one is a driver row like DRV's).  real points at real_<name>. */
 struct ckpt_hook {
     const char *name;
     void *wrapper;
@@ -287,6 +288,9 @@ void ckpt_history_taint(const char *why);
 void ckpt_history_forget(void);
 /* An iteration ended.  Returns true when a snapshot may be taken. */
 bool ckpt_history_boundary(uint64_t iter);
+/* A boundary's record of the length of a file the program writes (open
+ * with flags). */
+void ckpt_history_file(uint64_t size, int flags, const char *path);
 /* Appends a record of type with field a for this thread (replay.c's ITER). */
 void ckpt_history_put(int type, uint64_t a);
 /* The restore of iteration went live: from here on the run is checked
@@ -297,6 +301,17 @@ void ckpt_history_checked_boundary(void);
 /* The value the failed run read at this thread's next read (what), for a
  * read the resumed run cannot make faithfully itself; false when none. */
 bool ckpt_history_failed_value(uint64_t what, uint64_t *value);
+
+/* ---- files (world.c): what a replaying program writes goes aside. */
+
+/* At load: this process replays iteration restore (0: it records). */
+void ckpt_world_init(uint64_t restore);
+/* A boundary: recording, logs the lengths of the files the program writes;
+ * replaying, reads them. */
+void ckpt_world_boundary(void);
+/* The restore goes live: the files the program holds open for writing
+ * are the real ones again, as long as they were at the snapshot. */
+void ckpt_world_live(void);
 
 /* ---- what came through the hooks (hookstats.c), said at exit with
  * CKPT_LOG=debug; below that level these return at once. */

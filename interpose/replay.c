@@ -278,6 +278,10 @@ static void restore_now(void)
     double copy_s = now_s() - copy_start;
     free(live);
 
+    /* What replay held back goes out now: copies queued before the
+     * snapshot, and the program's files as they were then. */
+    ckpt_history_forget();
+    ckpt_world_live();
     ckpt_snapshot_resumed(image_hdr.generation, image_hdr.iteration, image_slot);
     if (ckpt_rlog_go_live() < 0)
         ckpt_log(CKPT_WARN, "cannot reopen the replay log for writing: snapshots of this run cannot be restored");
@@ -289,7 +293,6 @@ static void restore_now(void)
     ckpt_agent_send(CKPT_MSG_RESTORED, target, image_hdr.generation);
     munmap((void *)image, image_len);
     image = NULL;
-    ckpt_history_forget();
     pthread_mutex_lock(&live_lock);
     __atomic_store_n(&ckpt_replaying, 0, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&live_cond);
@@ -303,6 +306,7 @@ bool ckpt_history_boundary(uint64_t iter)
         struct ckpt_rl_rec rec;
         CUresult unused;
         ckpt_history_answer(CKPT_OBS_BOUNDARY, &unused);
+        ckpt_world_boundary();
         ckpt_history_next(t, CKPT_RL_ITER, &rec);
         if (rec.a != iter)
             ckpt_refuse("iteration %llu ended where the recorded run ended iteration %llu", (unsigned long long)iter,
@@ -315,6 +319,7 @@ bool ckpt_history_boundary(uint64_t iter)
     if (!recording)
         return true; /* no log: snapshots are still worth having */
     ckpt_history_observed(CKPT_OBS_BOUNDARY, CUDA_SUCCESS, NULL);
+    ckpt_world_boundary();
     ckpt_history_put(CKPT_RL_ITER, iter);
     ckpt_history_checked_boundary();
     ckpt_rlog_flush();

@@ -71,6 +71,7 @@ static struct {
  * sends it to the locked path.  gen counts removals, for the per-thread
  * cache: a destroyed stream's handle may come back for a new one. */
 static CUstream streams[MAX_STREAMS];
+static CUcontext stream_ctx[MAX_STREAMS]; /* current when it was first seen: a stream's own */
 static int nstreams;
 static unsigned streams_gen;
 static bool streams_full;
@@ -81,6 +82,50 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The event that orders the snapshot after a stream of context ctx: CUDA
+ * refuses to record an event of one context on another's stream.  Made on
+ * first need, in ctx.  streams_lock held. */
+static CUevent mark_of(CUcontext ctx)
+{
+    static struct {
+        CUcontext ctx;
+        CUevent ev;
+    } marks[16];
+    static int nmarks;
+    if (!ctx || ctx == S.ctx)
+        return S.mark;
+    for (int i = 0; i < nmarks; i++)
+        if (marks[i].ctx == ctx)
+            return marks[i].ev;
+    CUcontext cur = NULL;
+    CUevent ev = NULL;
+    if (nmarks == 16 || real_cuCtxGetCurrent(&cur) != CUDA_SUCCESS || real_cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+        return NULL;
+    if (real_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        ev = NULL;
+    real_cuCtxSetCurrent(cur);
+    if (ev)
+        marks[nmarks++].ctx = ctx, marks[nmarks - 1].ev = ev;
+    return ev;
+}
+
+/* The snapshot's copies wait for what stream s of context ctx holds now;
+ * cur is the thread's current context, current again on return.  A NULL
+ * or legacy stream is its context's: ctx is made current to record on it.
+ * Returns CUDA_SUCCESS or the error.  streams_lock held. */
+static CUresult order_after(CUcontext ctx, CUstream s, CUcontext cur)
+{
+    CUevent mark = mark_of(ctx);
+    if (!mark)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = ctx == cur ? CUDA_SUCCESS : real_cuCtxSetCurrent(ctx);
+    if (r == CUDA_SUCCESS)
+        r = real_cuEventRecord(mark, s);
+    if (ctx != cur)
+        real_cuCtxSetCurrent(cur);
+    return r == CUDA_SUCCESS ? real_cuStreamWaitEvent(S.stream, mark, 0) : r;
 }
 
 /* A stream first seen while a snapshot's copies run, after the program's
@@ -116,6 +161,9 @@ void ckpt_stream_seen(CUstream s)
         for (int i = 0; i < n && !known; i++)
             known = streams[i] == s;
         if (!known && n < MAX_STREAMS) {
+            if ((!real_cuCtxGetCurrent && ckpt_resolve("cuCtxGetCurrent") < 0) ||
+                real_cuCtxGetCurrent(&stream_ctx[n]) != CUDA_SUCCESS)
+                stream_ctx[n] = NULL;
             __atomic_store_n(&streams[n], s, __ATOMIC_RELAXED);
             __atomic_store_n(&nstreams, n + 1, __ATOMIC_RELEASE);
             added = true;
@@ -137,6 +185,7 @@ void ckpt_stream_gone(CUstream s)
     pthread_mutex_lock(&streams_lock);
     for (int i = 0; i < nstreams; i++) {
         if (streams[i] == s) {
+            stream_ctx[i] = stream_ctx[nstreams - 1];
             __atomic_store_n(&streams[i], streams[nstreams - 1], __ATOMIC_RELAXED);
             __atomic_store_n(&nstreams, nstreams - 1, __ATOMIC_RELEASE);
             __atomic_add_fetch(&streams_gen, 1, __ATOMIC_RELEASE);
@@ -636,15 +685,22 @@ static void take(uint64_t iter, bool has_collectives)
     ckpt_image_invalidate(base);
 
     /* Order the copies after everything the program queued so far.  One
-     * event serves every stream: a wait takes the record before it. */
-    real_cuEventRecord(S.mark, CU_STREAM_LEGACY);
-    real_cuStreamWaitEvent(S.stream, S.mark, 0);
+     * event per context serves its streams: a wait takes the record before
+     * it.  A snapshot that cannot be ordered after every stream is not
+     * taken: it could hold bytes of a half-done update. */
+    CUcontext cur = NULL;
+    real_cuCtxGetCurrent(&cur);
     pthread_mutex_lock(&streams_lock);
-    for (int i = 0; i < nstreams; i++) {
-        real_cuEventRecord(S.mark, streams[i]);
-        real_cuStreamWaitEvent(S.stream, S.mark, 0);
-    }
+    CUresult r = order_after(cur, CU_STREAM_LEGACY, cur);
+    for (int i = 0; i < nstreams && r == CUDA_SUCCESS; i++)
+        r = order_after(stream_ctx[i] ? stream_ctx[i] : cur, streams[i], cur);
     pthread_mutex_unlock(&streams_lock);
+    if (r != CUDA_SUCCESS) {
+        S.skipped++;
+        ckpt_log(CKPT_WARN, "iteration %llu: the snapshot could not be ordered after the program's streams (CUDA "
+                 "error %d); snapshot skipped", (unsigned long long)iter, (int)r);
+        return;
+    }
     real_cuEventRecord(S.start, S.stream);
     /* The pacer queues the copies (in 64 MiB pieces: a large tensor does
      * not hold the copy engine in one piece), now or in the gaps of the
@@ -654,7 +710,7 @@ static void take(uint64_t iter, bool has_collectives)
     bool strict = ckpt_cfg_int(CFG_CONSISTENCY) == 1;
     struct ckpt_pace_job job = {.dst = base + h.data_offset, .allocs = S.allocs, .recs = S.recs, .n = n,
                                 .stream = S.stream, .start = S.start, .done = S.done};
-    CUresult r = ckpt_pace_start(&job, has_collectives && !strict && mode == CKPT_SCHED_GAP);
+    r = ckpt_pace_start(&job, has_collectives && !strict && mode == CKPT_SCHED_GAP);
     if (r != CUDA_SUCCESS) {
         S.skipped++;
         ckpt_log(CKPT_WARN, "iteration %llu: device-to-host copy failed (CUDA error %d); snapshot skipped",

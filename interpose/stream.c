@@ -23,7 +23,7 @@
 enum { TOK_STREAM_SYNC = 1, TOK_CTX_SYNC, TOK_EVENT_SYNC, TOK_MEMCPY, TOK_DTOH, TOK_HTOD };
 
 /* Values the host reads, in the replay log. */
-enum { VALUE_ELAPSED = 1 };
+enum { VALUE_ELAPSED = 1, VALUE_MEMINFO_FREE, VALUE_MEMINFO_TOTAL };
 
 static inline bool observed(void)
 {
@@ -119,17 +119,18 @@ EXPORT CUresult cuEventQuery(CUevent hEvent)
     return after(CKPT_OBS_EVENT_QUERY, 0, real_cuEventQuery(hEvent));
 }
 
-EXPORT CUresult cuStreamQuery(CUstream hStream)
+static CUresult stream_query(__typeof__(&cuStreamQuery) real, CUstream null_means, CUstream hStream)
 {
-    NEED_REAL(cuStreamQuery, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r;
     if (answered(CKPT_OBS_STREAM_QUERY, 0, &r)) {
+        const char *sync = null_means ? "cuStreamSynchronize_ptsz" : "cuStreamSynchronize";
+        __typeof__(&cuStreamSynchronize) *fn = null_means ? &real_cuStreamSynchronize_ptsz : &real_cuStreamSynchronize;
         if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) &&
-            (real_cuStreamSynchronize || ckpt_resolve("cuStreamSynchronize") == 0))
-            real_cuStreamSynchronize(hStream);
+            (*fn || ckpt_resolve(sync) == 0))
+            (*fn)(hStream);
         return r;
     }
-    return after_on(CKPT_OBS_STREAM_QUERY, 0, real_cuStreamQuery(hStream), hStream);
+    return after_on(CKPT_OBS_STREAM_QUERY, 0, real(hStream), ckpt_stream_or(hStream, null_means));
 }
 
 /* A plain entry point and its per-thread variant sfx, both calling body
@@ -157,6 +158,27 @@ EXPORT CUresult cuStreamQuery(CUstream hStream)
         NEED_REAL(name##sfx, CUDA_ERROR_NOT_INITIALIZED);                      \
         return body(real_##name##sfx, CKPT_ARGS args);                         \
     }
+
+PT_PAIR(cuStreamQuery, _ptsz, stream_query, (CUstream hStream), (hStream))
+
+/* Free memory, as the host reads it (an allocator's retry after an out of
+ * memory): recorded, or served. */
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    NEED_REAL(cuMemGetInfo_v2, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r = real_cuMemGetInfo_v2(free, total);
+    if (observed() && free && total) {
+        uint64_t f = r == CUDA_SUCCESS ? *free : UINT64_MAX, t = *total;
+        ckpt_history_value(VALUE_MEMINFO_FREE, &f);
+        ckpt_history_value(VALUE_MEMINFO_TOTAL, &t);
+        r = f == UINT64_MAX ? r : CUDA_SUCCESS;
+        if (r == CUDA_SUCCESS) {
+            *free = (size_t)f;
+            *total = (size_t)t;
+        }
+    }
+    return r;
+}
 
 /* Synchronous copies run on the entry point's default stream (legacy or
  * per-thread), which the driver picks. */
@@ -216,7 +238,8 @@ static void event_recorded(CUevent e)
     while (i < nreplayed && replayed[i] != e)
         i++;
     if (!replaying && i < nreplayed) {
-        replayed[i] = replayed[--nreplayed];
+        replayed[i] = replayed[nreplayed - 1];
+        __atomic_store_n(&nreplayed, nreplayed - 1, __ATOMIC_RELAXED);
     } else if (replaying && i == nreplayed) {
         if (nreplayed == replayed_cap) {
             size_t cap = replayed_cap ? replayed_cap * 2 : 16;
@@ -228,7 +251,8 @@ static void event_recorded(CUevent e)
             replayed = n;
             replayed_cap = cap;
         }
-        replayed[nreplayed++] = e;
+        replayed[nreplayed] = e;
+        __atomic_store_n(&nreplayed, nreplayed + 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&replayed_lock);
 }
@@ -243,23 +267,25 @@ static bool was_replayed(CUevent e)
     return found;
 }
 
-EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+static CUresult record(__typeof__(&cuEventRecord) real, CUevent hEvent, CUstream hStream)
 {
-    NEED_REAL(cuEventRecord, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuEventRecord(hEvent, hStream);
+    CUresult r = real(hEvent, hStream);
     if (r == CUDA_SUCCESS && observed())
         event_recorded(hEvent);
     return r;
 }
+PT_SAME(cuEventRecord, _ptsz, record, (CUevent hEvent, CUstream hStream), (hEvent, hStream))
 
-EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+static CUresult record_flags(__typeof__(&cuEventRecordWithFlags) real, CUevent hEvent, CUstream hStream,
+                             unsigned int flags)
 {
-    NEED_REAL(cuEventRecordWithFlags, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuEventRecordWithFlags(hEvent, hStream, flags);
+    CUresult r = real(hEvent, hStream, flags);
     if (r == CUDA_SUCCESS && observed())
         event_recorded(hEvent);
     return r;
 }
+PT_SAME(cuEventRecordWithFlags, _ptsz, record_flags, (CUevent hEvent, CUstream hStream, unsigned int flags),
+        (hEvent, hStream, flags))
 
 /* Elapsed times, both versions (the runtime asks for v1 and v2): an
  * autotuner picks a kernel by them. */
@@ -319,7 +345,7 @@ static void host_visible_launch(void)
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
         if (IS_LAUNCH(#name)) {                                                \
             ckpt_hookstat(CKPT_HS_LAUNCH, __builtin_return_address(0), false); \
-            if (__builtin_expect(ckpt_host_visible > 0, 0) && observed())      \
+            if (__builtin_expect(__atomic_load_n(&ckpt_host_visible, __ATOMIC_RELAXED) > 0, 0) && observed()) \
                 host_visible_launch();                                         \
         }                                                                      \
         if (observed()) {                                                      \
@@ -354,6 +380,11 @@ QUEUE_HOOK(cuMemsetD8Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned cha
            (dstDevice, uc, N, hStream))
 QUEUE_HOOK(cuMemsetD32Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
            (dstDevice, ui, N, hStream))
+/* Synchronous memsets and device-to-device copies: device work on the
+ * entry point's default stream (the host sees nothing of it). */
+QUEUE_HOOK(cuMemsetD8_v2, _ptds, NULL, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))
+QUEUE_HOOK(cuMemcpyDtoD_v2, _ptds, NULL, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
+           (dstDevice, srcDevice, ByteCount))
 /* A graph launch is device work like a kernel's: suppressed in replay,
  * and its stream ordered by snapshots like any other. */
 QUEUE_HOOK(cuGraphLaunch, _ptsz, hStream, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))

@@ -92,13 +92,15 @@ static void *trampoline(void *p)
 
 EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
-    static __typeof__(&pthread_create) real;
+    static __typeof__(&pthread_create) resolved;
+    __typeof__(&pthread_create) real = __atomic_load_n(&resolved, __ATOMIC_ACQUIRE);
     if (!real) {
         real = (__typeof__(real))dlvsym(RTLD_NEXT, "pthread_create", "GLIBC_2.34");
         if (!real)
             real = (__typeof__(real))dlvsym(RTLD_NEXT, "pthread_create", "GLIBC_2.2.5");
         if (!real)
             return EAGAIN;
+        __atomic_store_n(&resolved, real, __ATOMIC_RELEASE);
     }
     struct start *s = malloc(sizeof(*s));
     if (!s)

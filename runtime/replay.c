@@ -70,8 +70,8 @@ static struct index cut;
 static char *tail_copy;
 static struct index tail;
 
-static const char *const names[] = {"?",     "allocation",      "device-to-host copy", "value", "iteration end",
-                                    "overflow", "host observation", "taint"};
+static const char *const names[] = {"?",        "allocation",       "device-to-host copy", "value", "iteration end",
+                                    "overflow", "host observation", "taint",               "file length"};
 static const char *name(uint32_t t)
 {
     return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";

@@ -31,6 +31,9 @@ enum ckpt_rl_type {
                            * records that follow became visible there */
     CKPT_RL_TAINT = 7,    /* a = iteration: from its boundary on, replay cannot be
                            * faithful; payload = the reason */
+    CKPT_RL_FILE = 8,     /* a = the length, at this boundary, of a file the program writes
+                           * (holds open, or appends to), b = its open flags; payload =
+                           * its absolute path */
     CKPT_RL_NTYPES
 };
 

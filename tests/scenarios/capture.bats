@@ -177,7 +177,9 @@ f = open(sys.argv[1], "w"); fcntl.lockf(f, fcntl.LOCK_EX); open(sys.argv[2], "w"
     [ -n "$exports" ]
     for sym in $exports; do
         case $sym in
-        cu[A-Z]* | cuda* | nccl* | dlsym | pthread_create | InitializeInjectionNvtx2) ;; # pthread_create: thread keys (interpose/thread.c)
+        cu[A-Z]* | cuda* | nccl* | dlsym | InitializeInjectionNvtx2) ;;
+        pthread_create) ;; # thread keys (interpose/thread.c)
+        open | open64 | openat | openat64 | fopen | fopen64 | rename | unlink) ;; # replay's files (interpose/world.c)
         *) echo "libckpt.so exports $sym"; false ;;
         esac
     done

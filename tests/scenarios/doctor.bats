@@ -239,3 +239,26 @@ assert isinstance(d["libraries"], list) and isinstance(d["findings"], list), d
     run -0 "$DOCTOR" --help
     [[ $output == *"exit status: 0 protected, 1 protected with limits, 2 not protected"* ]]
 }
+
+# replay-check runs the program: killed at iteration N, restored, checked.
+@test "replay-check says yes for the trainer, and that the resumed run was verified" {
+    unset CKPT_ARENA_DIR CKPT_JOB CKPT_FAULT CKPT_RESTORE
+    run "$DOCTOR" replay-check --iters 4 -- "$BUILD/examples/mlp-train" --iters 10 --hidden 32 --layers 2
+    [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+    [[ $output == *"replay-check: yes: this job can be restored by replay (the run restored from iteration 3 matched the failed run over the "*" observations it made after that point"* ]]
+}
+
+@test "replay-check says no for a program that seeds from the clock, naming the divergence" {
+    unset CKPT_ARENA_DIR CKPT_JOB CKPT_FAULT CKPT_RESTORE
+    run "$DOCTOR" replay-check --iters 4 -- "$BUILD/tests/progs/clockseed" --iters 10
+    [ "$status" -eq 1 ] || { echo "$output"; return 1; }
+    [[ $output == *"replay-check: no: the program diverged from its recorded run: it made allocation "*" bytes where the recorded run made allocation "* ]] ||
+        { echo "$output"; return 1; }
+}
+
+@test "replay-check on a program that ends before the iteration to kill at cannot tell, and says why" {
+    unset CKPT_ARENA_DIR CKPT_JOB CKPT_FAULT CKPT_RESTORE
+    run "$DOCTOR" replay-check --iters 50 -- "$BUILD/examples/mlp-train" --iters 5 --hidden 32 --layers 2
+    [ "$status" -eq 3 ]
+    [[ $output == *"cannot tell: the program ended before iteration 50"* ]]
+}

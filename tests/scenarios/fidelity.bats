@@ -243,4 +243,23 @@ diverge() {
 
 @test "fid_twoctx: two contexts (cuCtxCreate), each with its own stream and state" {
     fidelity fid_twoctx restore 12 27
+    # Each stream is ordered with an event of its own context: no snapshot is lost to it.
+    ! grep -q "could not be ordered" "$D/err" || { show_job; return 1; }
+}
+
+@test "fid_files: a log, a history and the program's own checkpoint, written every iteration: no line twice after a resume, none lost, replay's writes aside" {
+    local bin=$BUILD/tests/progs/fid_files k=$((12 + RANDOM % 16)) rc=0
+    mkdir -p "$D/plain" "$D/job"
+    FID_FILES_DIR=$D/plain timeout -k 5 30 "$bin" >"$D/plain/out" 2>&1 || { cat "$D/plain/out"; return 1; }
+    FID_FILES_DIR=$D/job FID_DIE_ONCE=$D/died LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- "$bin" --die-at $k \
+        >"$D/out" 2>"$D/err" || rc=$?
+    echo "killed after iteration $k; the job exited $rc"
+    [ "$rc" -eq 0 ] || { show_job; return 1; }
+    grep -q '^libckpt\[rank 0\]: restored iteration ' "$D/err" || { show_job; return 1; }
+    grep -q "replay wrote [1-9][0-9]* files aside, never over the program's own" "$D/err" || { show_job; return 1; }
+    for f in train.log history model.ckpt; do
+        diff "$D/plain/$f" "$D/job/$f" || { echo "$f differs from the plain run's"; show_job; return 1; }
+    done
+    [ "$(sort "$D/job/history" | uniq -d)" = "" ]
+    [ ! -e "$CKPT_ARENA_DIR" ] || [ -z "$(find "$CKPT_ARENA_DIR" -name replay-files)" ]
 }

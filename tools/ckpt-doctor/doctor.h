@@ -161,4 +161,11 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 void *xgrow(void *arr, int n, size_t size);
 
+/* ckpt-doctor's exit status when it could not check. */
+#define CANNOT_CHECK 3
+
+/* ckpt-doctor replay-check ARGS (replay_check.c): runs the program, kills
+ * it, restores it; returns 0 yes, 1 no, CANNOT_CHECK. */
+int replay_check(int argc, char **argv);
+
 #endif

@@ -17,10 +17,11 @@
 #include "doctor.h"
 #include "log.h"
 
-#define CANNOT_CHECK 3
+
 
 static const char usage_text[] =
     "usage: ckpt-doctor [--json] [-v] PROGRAM [ARGS...]\n"
+    "       ckpt-doctor replay-check [--iters N] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Says, without running it, whether libckpt (LD_PRELOAD=libckpt.so) will see\n"
     "PROGRAM's CUDA calls: it follows the libraries the loader would map, finds\n"
@@ -34,7 +35,14 @@ static const char usage_text[] =
     "  -h, --help     this text\n"
     "\n"
     "exit status: 0 protected, 1 protected with limits, 2 not protected,\n"
-    "3 could not check.\n";
+    "3 could not check.\n"
+    "\n"
+    "replay-check runs PROGRAM (give it a short configuration) under ckpt-resume\n"
+    "with a snapshot at every iteration, kills it at iteration N (default 5),\n"
+    "lets ckpt-resume restore it by replay and checks the restored run against\n"
+    "the failed one: it says yes, or no with the reason (a program that seeds\n"
+    "from the clock, reads files that changed, ...).  Exit status: 0 yes, 1 no,\n"
+    "3 could not tell.\n";
 
 static __attribute__((noreturn)) void out_of_memory(void)
 {
@@ -214,6 +222,8 @@ int main(int argc, char **argv)
     int i, rc;
 
     ckpt_log_init("ckpt-doctor", CKPT_WARN);
+    if (argc > 1 && strcmp(argv[1], "replay-check") == 0)
+        return replay_check(argc - 2, argv + 2);
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;

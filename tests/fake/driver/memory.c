@@ -363,21 +363,23 @@ static size_t pinned_span(uintptr_t base, size_t bytes)
     return hi - lo;
 }
 
-/* Whether pinning span more bytes stays within RLIMIT_MEMLOCK.  Lock held. */
+/* Whether pinning span more bytes stays within RLIMIT_MEMLOCK, when
+ * FAKEGPU_MEMLOCK=1 asks for it.  Lock held. */
 static int memlock_allows(size_t span)
 {
     struct rlimit rl;
 
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) || rl.rlim_cur == RLIM_INFINITY)
+    if (!fg_env_u64("FAKEGPU_MEMLOCK", 0) || getrlimit(RLIMIT_MEMLOCK, &rl) || rl.rlim_cur == RLIM_INFINITY)
         return 1;
     return drv.registered_bytes <= rl.rlim_cur && span <= rl.rlim_cur - drv.registered_bytes;
 }
 
 /*
  * Registration records the range (host memory is already "device-visible"
- * here) and counts its pages against RLIMIT_MEMLOCK, as the real driver
- * pins them with mlock semantics (root is not exempt here): a program's
- * fallback for a failed registration is then tested for real.  The
+ * here) and, with FAKEGPU_MEMLOCK=1, counts its pages against
+ * RLIMIT_MEMLOCK (root is not exempt here): a program's fallback for a
+ * failed registration is then tested for real.  Whether a machine's driver
+ * refuses past the limit depends on the machine, so by default it does not.  The
  * device's own range cannot be registered.
  */
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)

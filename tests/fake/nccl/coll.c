@@ -395,7 +395,7 @@ static int run_batch(struct nf_batch *b)
 {
     struct nf_comm *c = b->comm;
     struct run x = {
-        .c = c, .seg = &c->seg, .wait = nf_comm_wait(c), .n = c->nranks, .me = c->rank,
+        .c = c, .seg = &c->seg, .wait = nf_comm_coll_wait(c), .n = c->nranks, .me = c->rank,
     };
     size_t i, wire = 0;
     uint64_t until;
@@ -432,7 +432,7 @@ void nf_batch_run(void *arg)
 {
     struct nf_batch *b = arg;
     struct nf_comm *c = b->comm;
-    struct nf_wait wait = nf_comm_wait(c);
+    struct nf_wait wait = nf_comm_coll_wait(c);
     int err = wait_turn(c, b->seq, &wait);
 
     if (!err && !b->cancelled && !nf_comm_status(c)) {

@@ -22,12 +22,24 @@ static pthread_once_t tunables_once = PTHREAD_ONCE_INIT;
 static uint64_t op_timeout_ns;   /* NCCL_FAKE_TIMEOUT: any wait of a collective */
 static uint64_t init_timeout_ns; /* NCCL_FAKE_INIT_TIMEOUT: waiting for all ranks */
 static int default_blocking;     /* NCCL_COMM_BLOCKING, when the config leaves it open */
+static bool dead_peer_hangs;     /* NCCL_FAKE_DEAD_PEER=hang */
+
+/* "No timeout": about 30 years, so that deadlines computed from it cannot overflow. */
+#define NEVER_NS ((uint64_t)1e18)
 
 static void read_tunables(void)
 {
     uint64_t blocking = fg_env_u64("NCCL_COMM_BLOCKING", 1);
+    const char *dead = getenv("NCCL_FAKE_DEAD_PEER"), *t = getenv("NCCL_FAKE_TIMEOUT");
 
-    op_timeout_ns = (uint64_t)(fg_env_double("NCCL_FAKE_TIMEOUT", 30) * 1e9);
+    if (dead && *dead && strcmp(dead, "error") && strcmp(dead, "hang"))
+        fprintf(stderr, "fakegpu: ignoring NCCL_FAKE_DEAD_PEER=\"%s\": not \"error\" or \"hang\"\n", dead);
+    dead_peer_hangs = dead && !strcmp(dead, "hang");
+    /* Real NCCL's kernels wait for ever; the double's do when told to hang. */
+    if (dead_peer_hangs && (!t || !*t))
+        op_timeout_ns = NEVER_NS;
+    else
+        op_timeout_ns = (uint64_t)(fg_env_double("NCCL_FAKE_TIMEOUT", 30) * 1e9);
     init_timeout_ns = (uint64_t)(fg_env_double("NCCL_FAKE_INIT_TIMEOUT", 60) * 1e9);
     default_blocking = blocking != 0;
 }
@@ -36,6 +48,14 @@ struct nf_wait nf_comm_wait(struct nf_comm *c)
 {
     pthread_once(&tunables_once, read_tunables);
     return (struct nf_wait){.timeout_ns = op_timeout_ns, .cancel = &c->aborting};
+}
+
+struct nf_wait nf_comm_coll_wait(struct nf_comm *c)
+{
+    struct nf_wait w = nf_comm_wait(c);
+
+    w.peers_unseen = dead_peer_hangs;
+    return w;
 }
 
 /* FNV-1a: the comm's id for the profiler, and split names. */
@@ -133,13 +153,41 @@ static struct nf_comm *comm_new(const char *seg_name, int nranks, int rank,
     return c;
 }
 
-/* 0, or -EIO after naming the failed allocation. */
+/*
+ * A zeroed internal buffer, as NCCL's ncclCudaCalloc makes one: allocated,
+ * zeroed on a non-blocking stream of its own, and waited for, since a
+ * memset returns before it has run and the buffer is written next by
+ * collectives on streams that are not ordered after it; in relaxed capture
+ * mode, as NCCL does, so that a capture on another thread is not
+ * disturbed.  (An event is waited for rather than the stream, so that the
+ * double's FAKEGPU_CRASH_AT, which counts cuStreamSynchronize, counts the
+ * program's calls only.)  0, or -EIO after naming the failed allocation.
+ */
 static int alloc_internal(CUdeviceptr *dptr, size_t bytes, const char *what)
 {
-    CUresult res = nf_drv.cuMemAlloc_v2(dptr, bytes);
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CUstream s = NULL;
+    CUevent done = NULL;
+    CUresult res;
+
+    nf_drv.cuThreadExchangeStreamCaptureMode(&mode);
+    res = nf_drv.cuMemAlloc_v2(dptr, bytes);
 
     if (res == CUDA_SUCCESS)
-        res = nf_drv.cuMemsetD8_v2(*dptr, 0, bytes);
+        res = nf_drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    if (res == CUDA_SUCCESS)
+        res = nf_drv.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING);
+    if (res == CUDA_SUCCESS)
+        res = nf_drv.cuMemsetD8Async(*dptr, 0, bytes, s);
+    if (res == CUDA_SUCCESS)
+        res = nf_drv.cuEventRecord(done, s);
+    if (res == CUDA_SUCCESS)
+        res = nf_drv.cuEventSynchronize(done);
+    if (done)
+        nf_drv.cuEventDestroy_v2(done);
+    if (s)
+        nf_drv.cuStreamDestroy_v2(s);
+    nf_drv.cuThreadExchangeStreamCaptureMode(&mode);
     if (res == CUDA_SUCCESS)
         return 0;
     if (*dptr)
@@ -293,7 +341,7 @@ static int drain(struct nf_comm *c)
     while (c->done < atomic_load(&c->issued) && err != ETIMEDOUT) {
         if (c->done != seen) {
             seen = c->done;
-            deadline = fg_now_ns() + 2 * op_timeout_ns;
+            deadline = fg_now_ns() + (op_timeout_ns >= NEVER_NS ? NEVER_NS : 2 * op_timeout_ns);
             ts.tv_sec = (time_t)(deadline / 1000000000u);
             ts.tv_nsec = (long)(deadline % 1000000000u);
         }

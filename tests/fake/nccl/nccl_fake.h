@@ -49,7 +49,14 @@
     X(cuCtxGetDevice, )                                                        \
     X(cuMemAlloc, _v2)                                                         \
     X(cuMemFree, _v2)                                                          \
-    X(cuMemsetD8, _v2)                                                         \
+    X(cuMemsetD8Async, )                                                       \
+    X(cuStreamCreate, )                                                        \
+    X(cuStreamDestroy, _v2)                                                    \
+    X(cuEventCreate, )                                                         \
+    X(cuEventRecord, )                                                         \
+    X(cuEventSynchronize, )                                                    \
+    X(cuEventDestroy, _v2)                                                     \
+    X(cuThreadExchangeStreamCaptureMode, )                                     \
     X(cuLaunchHostFunc, )                                                      \
     X(cuStreamIsCapturing, )
 
@@ -172,6 +179,9 @@ struct nf_seg {
 struct nf_wait {
     uint64_t timeout_ns;
     const _Atomic bool *cancel; /* NULL: none */
+    /* A peer that died, left or gave up goes unnoticed, as real NCCL's
+     * kernels over P2P/SHM do not notice it (NCCL_FAKE_DEAD_PEER=hang). */
+    bool peers_unseen;
 };
 
 /*
@@ -334,6 +344,10 @@ int nf_comm_status(struct nf_comm *c);
 void nf_comm_fail(struct nf_comm *c, int err);
 /* The waits of this comm: NCCL_FAKE_TIMEOUT, cancelled by an abort. */
 struct nf_wait nf_comm_wait(struct nf_comm *c);
+/* The wait of a collective's data movement: nf_comm_wait, but with
+ * NCCL_FAKE_DEAD_PEER=hang a dead peer goes unnoticed and there is no
+ * timeout unless NCCL_FAKE_TIMEOUT is set, as with real NCCL's kernels. */
+struct nf_wait nf_comm_coll_wait(struct nf_comm *c);
 
 /* ncclCommRegister / ncclCommDeregister: 0 or -EINVAL. */
 int nf_comm_register(struct nf_comm *c, void *buff, size_t size, void **handle);

@@ -4,9 +4,11 @@
  * named by the unique id.  Every control word has a single writer (its
  * rank); waiters sleep on one futex doorbell that every state change rings,
  * and while they sleep they probe their peers, so that a rank that died,
- * left or gave up ends every wait within a bounded time.  Nothing here may
- * wait without a timeout, and no name may outlive the join: the rank that
- * completes the set unlinks it, and a failed join unlinks it too.
+ * left or gave up ends every wait within a bounded time (unless the wait
+ * is told to overlook peers, as real NCCL's kernels do: then only its
+ * timeout or its own cancel flag ends it).  Nothing here may wait without
+ * a timeout, and no name may outlive the join: the rank that completes the
+ * set unlinks it, and a failed join unlinks it too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -132,10 +134,10 @@ int nf_seg_wait(const struct nf_seg *seg, const struct nf_wait *wait,
             return 0;
         if (wait->cancel && atomic_load(wait->cancel))
             return -ECANCELED;
-        if (atomic_load(&seg->hdr->aborted_by))
+        if (!wait->peers_unseen && atomic_load(&seg->hdr->aborted_by))
             return -ECONNABORTED;
         now = fg_now_ns();
-        if (now >= next_probe) {
+        if (now >= next_probe && !wait->peers_unseen) {
             int err = probe_peers(seg);
 
             /* A peer may publish its last word and then leave: look again. */

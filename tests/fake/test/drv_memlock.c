@@ -6,6 +6,7 @@
  * RLIM_INFINITY there is no limit.  So a program's fallback for a failed
  * registration can be tested.
  */
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -16,6 +17,7 @@
 
 int main(void)
 {
+    setenv("FAKEGPU_MEMLOCK", "1", 1);
     struct rlimit rl, low;
     char *buf;
 

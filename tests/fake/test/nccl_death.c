@@ -7,7 +7,10 @@
  * ncclRemoteError, a later collective on the comm fails at once, and
  * ncclCommAbort cleans up.  Then a peer that stays alive but never joins
  * the collective: its partner fails with ncclSystemError after
- * NCCL_FAKE_TIMEOUT, not before, and not much later.
+ * NCCL_FAKE_TIMEOUT, not before, and not much later.  Last, with
+ * NCCL_FAKE_DEAD_PEER=hang, as real NCCL over P2P/SHM: the survivors of a
+ * killed rank do not notice, their collective spins (no error, no timeout)
+ * until each aborts its communicator, which ends it at once.
  */
 #include <sys/time.h>
 
@@ -103,6 +106,45 @@ static int silent_rank(int rank, int nranks, ncclUniqueId id, void *arg)
     return 0;
 }
 
+#define HANG_WATCH_S 3.0 /* the survivors' collective must still spin after this */
+
+static int hang_rank(int rank, int nranks, ncclUniqueId id, void *arg)
+{
+    ncclComm_t comm;
+    cudaStream_t s;
+    float *buf;
+    double t0;
+    cudaError_t q;
+
+    (void)arg;
+    CCHECK(cudaSetDevice(0));
+    CCHECK(cudaStreamCreate(&s));
+    CCHECK(cudaMalloc((void **)&buf, BIG * sizeof(float)));
+    NCHECK(ncclCommInitRank(&comm, nranks, id, rank));
+    NCHECK(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, comm, s));
+    CCHECK(cudaStreamSynchronize(s));
+
+    NCHECK(ncclAllReduce(buf, buf, BIG, ncclFloat32, ncclSum, comm, s));
+    if (rank == 2) {
+        usleep(30 * 1000);
+        raise(SIGKILL);
+    }
+    /* A watchdog's view: the work never completes, and no error shows. */
+    t0 = now_s();
+    while ((q = cudaStreamQuery(s)) == cudaErrorNotReady && now_s() - t0 < HANG_WATCH_S)
+        usleep(50 * 1000);
+    EXPECT(q == cudaErrorNotReady, "rank %d: the collective ended (%d) with a dead peer", rank, (int)q);
+    expect_async(comm, ncclSuccess, "while hanging");
+    /* Aborting the communicator ends the spinning collective. */
+    t0 = now_s();
+    NCHECK(ncclCommAbort(comm));
+    CCHECK(cudaStreamSynchronize(s));
+    EXPECT(now_s() - t0 < 2.0, "rank %d: the abort took %.1f s to end the collective", rank, now_s() - t0);
+    CCHECK(cudaFree(buf));
+    CCHECK(cudaStreamDestroy(s));
+    return 0;
+}
+
 int main(void)
 {
     char timeout[16];
@@ -116,6 +158,12 @@ int main(void)
     setenv("NCCL_FAKE_TIMEOUT", timeout, 1);
     if (nccl_test_run(2, silent_rank, NULL, 30, -1)) {
         fprintf(stderr, "a silent rank was not handled\n");
+        return 1;
+    }
+    unsetenv("NCCL_FAKE_TIMEOUT");
+    setenv("NCCL_FAKE_DEAD_PEER", "hang", 1);
+    if (nccl_test_run(3, hang_rank, NULL, 60, 2)) {
+        fprintf(stderr, "with NCCL_FAKE_DEAD_PEER=hang a dead rank was noticed\n");
         return 1;
     }
     return 0;
