@@ -470,14 +470,22 @@ damage_replicas() {
     # what node 0 says: found by its scan when node 1 joins again, or by node 1 as the copy arrives
     local refused="cannot send rank 1's copy of iteration [0-9]* to node 1: (refused by the receiver: |.*/rank1/slot[01] is damaged \\()"
     while IFS='|' read -r mode said; do
-        rm -rf "$D"/arena.* "$D"/disk.* "$D"/rc.* "$D"/sid.* "$D"/out.* "$D"/err.*
-        mkdir -p "$D/disk.0" "$D/disk.1"
-        PORT=$((10000 + RANDOM % 22000))
-        CKPT_PERSIST_DIRS=$D/disk.0 start 0 2 1
-        CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1
-        wait_iter 60
-        lose 1
-        damaged=$(damage_replicas "$mode" | tr '\n' ' ')
+        # stale needs two committed copies: node 1 may die while a third
+        # travels, leaving one; then the round is run again (3 times at most).
+        for try in 1 2 3; do
+            rm -rf "$D"/arena.* "$D"/disk.* "$D"/rc.* "$D"/sid.* "$D"/out.* "$D"/err.*
+            mkdir -p "$D/disk.0" "$D/disk.1"
+            PORT=$((10000 + RANDOM % 22000))
+            CKPT_PERSIST_DIRS=$D/disk.0 start 0 2 1
+            CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1
+            wait_iter 60
+            lose 1
+            damaged=$(damage_replicas "$mode" | tr '\n' ' ')
+            [ -n "$damaged" ] && break
+            echo "$mode: try $try: fewer than two committed copies to relabel"
+            for f in "$D"/sid.*; do pkill -KILL -s "$(cat "$f")" 2>/dev/null || true; done
+        done
+        [ -n "$damaged" ] || { echo "$mode: nothing could be damaged in 3 tries"; show; return 1; }
         CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1 .new
         wait_rc "$D/rc.0" "$D/rc.1.new" || { echo "$mode:"; show; return 1; }
         [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.new")" = 0 ] || { echo "$mode:"; show; return 1; }
