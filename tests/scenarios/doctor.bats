@@ -16,6 +16,10 @@ DOCTOR=$BUILD/bin/ckpt-doctor
 FAKE=$BUILD/fake
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 
+# replay-check runs programs: built with a sanitizer they need the path
+# make check-sanitize gives them (ASan hides the double's RUNPATH).
+RUN_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+
 setup() {
     [ -x "$DOCTOR" ] || { echo "missing $DOCTOR: build first" >&2; return 1; }
     D=$BATS_TEST_TMPDIR
@@ -243,6 +247,7 @@ assert isinstance(d["libraries"], list) and isinstance(d["findings"], list), d
 # replay-check runs the program: killed at iteration N, restored, checked.
 @test "replay-check says yes for the trainer, and that the resumed run was verified" {
     unset CKPT_ARENA_DIR CKPT_JOB CKPT_FAULT CKPT_RESTORE
+    [ -z "$RUN_LD_LIBRARY_PATH" ] || export LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH
     run "$DOCTOR" replay-check --iters 4 -- "$BUILD/examples/mlp-train" --iters 10 --hidden 32 --layers 2
     [ "$status" -eq 0 ] || { echo "$output"; return 1; }
     [[ $output == *"replay-check: yes: this job can be restored by replay (the run restored from iteration 3 matched the failed run over the "*" observations it made after that point"* ]]
@@ -250,6 +255,7 @@ assert isinstance(d["libraries"], list) and isinstance(d["findings"], list), d
 
 @test "replay-check says no for a program that seeds from the clock, naming the divergence" {
     unset CKPT_ARENA_DIR CKPT_JOB CKPT_FAULT CKPT_RESTORE
+    [ -z "$RUN_LD_LIBRARY_PATH" ] || export LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH
     run "$DOCTOR" replay-check --iters 4 -- "$BUILD/tests/progs/clockseed" --iters 10
     [ "$status" -eq 1 ] || { echo "$output"; return 1; }
     [[ $output == *"replay-check: no: the program diverged from its recorded run: it made allocation "*" bytes where the recorded run made allocation "* ]] ||
@@ -258,6 +264,7 @@ assert isinstance(d["libraries"], list) and isinstance(d["findings"], list), d
 
 @test "replay-check on a program that ends before the iteration to kill at cannot tell, and says why" {
     unset CKPT_ARENA_DIR CKPT_JOB CKPT_FAULT CKPT_RESTORE
+    [ -z "$RUN_LD_LIBRARY_PATH" ] || export LD_LIBRARY_PATH=$RUN_LD_LIBRARY_PATH
     run "$DOCTOR" replay-check --iters 50 -- "$BUILD/examples/mlp-train" --iters 5 --hidden 32 --layers 2
     [ "$status" -eq 3 ]
     [[ $output == *"cannot tell: the program ended before iteration 50"* ]]

@@ -145,7 +145,7 @@ int replay_check(int argc, char **argv)
                said(log, " refused: ", why, sizeof(why))) {
         printf("replay-check: no: %s\n", why);
         verdict = 1;
-    } else if (!strstr(log, "CKPT_FAULT: killing")) {
+    } else if (!strstr(log, "CKPT_FAULT: killing") && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         printf("replay-check: cannot tell: the program ended before iteration %u (give it more iterations, or "
                "--iters fewer)\n", iters);
         verdict = CANNOT_CHECK;
