@@ -74,20 +74,37 @@ bool ckpt_caller_is_library(const void *caller)
            base == object_of((const void *)ckpt_caller_is_library);
 }
 
+/* What a new thread needs before it runs its function.  From a fixed pool,
+ * not malloc: under a sanitizer the start routine handed to us may be the
+ * sanitizer's own, and nothing intercepted may run before it (this file is
+ * built without instrumentation for the same reason). */
 struct start {
     void *(*fn)(void *);
     void *arg;
     uint64_t key;
     bool internal;
+    int used;
 };
+static struct start pool[1024];
+
+static struct start *claim(void)
+{
+    for (size_t i = 0; i < sizeof(pool) / sizeof(pool[0]); i++) {
+        int free_ = 0;
+        if (__atomic_compare_exchange_n(&pool[i].used, &free_, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return &pool[i];
+    }
+    return NULL;
+}
 
 static void *trampoline(void *p)
 {
-    struct start s = *(struct start *)p;
-    free(p);
-    ckpt_thread_key_ = s.key;
-    ckpt_thread_internal = s.internal;
-    return s.fn(s.arg);
+    struct start *slot = p;
+    void *(*fn)(void *) = slot->fn, *arg = slot->arg; /* field by field: no memcpy call */
+    ckpt_thread_key_ = slot->key;
+    ckpt_thread_internal = slot->internal;
+    __atomic_store_n(&slot->used, 0, __ATOMIC_RELEASE);
+    return fn(arg);
 }
 
 EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
@@ -102,8 +119,8 @@ EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(
             return EAGAIN;
         __atomic_store_n(&resolved, real, __ATOMIC_RELEASE);
     }
-    struct start *s = malloc(sizeof(*s));
-    if (!s)
+    struct start *s = claim();
+    if (!s) /* a thousand threads starting at once: this one keeps no key */
         return real(thread, attr, fn, arg);
     s->fn = fn;
     s->arg = arg;
@@ -115,7 +132,7 @@ EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(
     if (rc != 0) {
         if (!s->internal)
             children--;
-        free(s);
+        __atomic_store_n(&s->used, 0, __ATOMIC_RELEASE);
     }
     return rc;
 }
