@@ -112,7 +112,11 @@ EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(
     static __typeof__(&pthread_create) resolved;
     __typeof__(&pthread_create) real = __atomic_load_n(&resolved, __ATOMIC_ACQUIRE);
     if (!real) {
-        real = (__typeof__(real))dlvsym(RTLD_NEXT, "pthread_create", "GLIBC_2.34");
+        /* The next definition, whoever it is: a sanitizer's interceptor
+         * must see the thread made. */
+        real = (__typeof__(real))ckpt_real_dlsym(RTLD_NEXT, "pthread_create");
+        if (!real)
+            real = (__typeof__(real))dlvsym(RTLD_NEXT, "pthread_create", "GLIBC_2.34");
         if (!real)
             real = (__typeof__(real))dlvsym(RTLD_NEXT, "pthread_create", "GLIBC_2.2.5");
         if (!real)
