@@ -76,9 +76,11 @@ $(call obj,$(LIBCKPT_SRC)): ALL_CFLAGS += -fvisibility=hidden
 # dlsym runs inside sanitizer runtimes' start-up: never instrumented, and
 # its RTLD_NEXT path must be a sibling call (tests/scenarios/capture.bats).
 $(B)/obj/interpose/dlsym.o: ALL_CFLAGS += -fno-sanitize=all -O2 -foptimize-sibling-calls
-# A new thread's first steps may come before a sanitizer's own start routine
-# (interpose/thread.c): never instrumented either.
-$(B)/obj/interpose/thread.o: ALL_CFLAGS += -fno-sanitize=all
+# libc functions libckpt interposes run in every process it is preloaded
+# into, also before a sanitizer runtime it brings has started (a library's
+# constructor opens a file; a new thread's first steps come before the
+# sanitizer's own start routine): never instrumented either.
+$(B)/obj/interpose/thread.o $(B)/obj/interpose/world.o: ALL_CFLAGS += -fno-sanitize=all
 
 # ---- tools: each tools/<name>/ is one program, linked with runtime/.
 define tool_rule
