@@ -208,7 +208,7 @@ mid_persist() {
     CKPT_IO_DEPTH=1 CKPT_IO_BLOCK_KB=4 "$RESUME" --nproc 1 -- "$BUILD/tests/progs/statewriter" --iters 1000 --mib 64 \
         >/dev/null 2>"$D/agent.err" &
     BG=$!
-    for _ in $(seq 6000); do mid_persist && break; sleep 0.01; done
+    for _ in $(seq 18000); do mid_persist && break; sleep 0.01; done # a loaded machine under ASan: up to 180 s
     PG=$(sed -n 's/.*process group \([0-9]*\).*/\1/p' "$D/agent.err" | head -n 1)
     mid_persist || { cat "$D/agent.err"; false; }
     kill -KILL "$BG" && wait "$BG" || true
