@@ -306,6 +306,11 @@ bool ckpt_history_failed_value(uint64_t what, uint64_t *value);
 
 /* At load: this process replays iteration restore (0: it records). */
 void ckpt_world_init(uint64_t restore);
+/* This process replays: what the program prints goes to the arena until
+ * the restore goes live. */
+void ckpt_world_quiet(void);
+/* That file while it is in use, else NULL. */
+const char *ckpt_world_output(void);
 /* A boundary: recording, logs the lengths of the files the program writes;
  * replaying, reads them. */
 void ckpt_world_boundary(void);

@@ -58,7 +58,9 @@ void ckpt_refuse(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: %s", (unsigned long long)target, why);
+    const char *out = ckpt_world_output();
+    ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: %s%s%s", (unsigned long long)target, why,
+             out ? "; what the program printed while it replayed is in " : "", out ? out : "");
     /* Said to the agent too: a launcher between us may not pass the exit status on. */
     ckpt_agent_send(CKPT_MSG_REFUSED, target, 0);
     _exit(CKPT_EXIT_RESTORE);
@@ -119,6 +121,7 @@ void ckpt_history_init(const char *dir, uint64_t restore)
         ckpt_refuse("%s", why);
     ckpt_replaying = 1;
     recording = true;
+    ckpt_world_quiet();
     replay_start = now_s();
     ckpt_log(CKPT_INFO, "replaying %llu iterations to restore generation %llu", (unsigned long long)restore,
              (unsigned long long)image_hdr.generation);
@@ -237,6 +240,36 @@ static void check_addresses(const struct ckpt_alloc *live, size_t n)
     pthread_mutex_unlock(&moved_lock);
 }
 
+/* The device holds what the snapshot holds: every allocation is read back
+ * and compared with the verified image, byte for byte. */
+static void check_device(const struct ckpt_alloc *live, const struct ckpt_rec *recs, size_t n)
+{
+    size_t chunk = 0;
+    for (size_t i = 0; i < n; i++)
+        chunk = recs[i].size > chunk ? recs[i].size : chunk;
+    chunk = chunk < (64u << 20) ? chunk : (64u << 20);
+    char *buf = chunk ? malloc(chunk) : NULL;
+    if (chunk && !buf)
+        ckpt_refuse("out of host memory to read the restored state back");
+    for (size_t i = 0; i < n; i++) {
+        const char *want = image + image_hdr.data_offset + recs[i].offset;
+        for (uint64_t off = 0; off < recs[i].size; off += chunk) {
+            size_t len = recs[i].size - off < chunk ? (size_t)(recs[i].size - off) : chunk;
+            CUresult r = real_cuMemcpyDtoH_v2(buf, live[i].addr + off, len);
+            if (r != CUDA_SUCCESS || memcmp(buf, want + off, len) != 0) {
+                free(buf);
+                if (r != CUDA_SUCCESS)
+                    ckpt_refuse("reading allocation %llu back from the device failed (CUDA error %d)",
+                                (unsigned long long)recs[i].ordinal, (int)r);
+                ckpt_refuse("allocation %llu does not hold the snapshot's bytes after the copy back (from "
+                            "offset %llu): the device or the copy is faulty", (unsigned long long)recs[i].ordinal,
+                            (unsigned long long)off);
+            }
+        }
+    }
+    free(buf);
+}
+
 /* Copies the snapshot into the live allocations that match it by ordinal
  * and size, and goes live.  Every allocation of the snapshot must be live,
  * and every live one must be in it. */
@@ -259,8 +292,9 @@ static void restore_now(void)
                    (unsigned long long)live[i].ordinal, (unsigned long long)live[i].size,
                    (unsigned long long)recs[i].ordinal, (unsigned long long)recs[i].size);
     }
-    if (ckpt_resolve("cuMemcpyHtoD_v2") < 0 || ckpt_resolve("cuCtxSynchronize") < 0)
-        ckpt_refuse("the driver lacks cuMemcpyHtoD_v2 or cuCtxSynchronize");
+    if (ckpt_resolve("cuMemcpyHtoD_v2") < 0 || ckpt_resolve("cuMemcpyDtoH_v2") < 0 ||
+        ckpt_resolve("cuCtxSynchronize") < 0)
+        ckpt_refuse("the driver lacks cuMemcpyHtoD_v2, cuMemcpyDtoH_v2 or cuCtxSynchronize");
     ckpt_self_depth++;
     double copy_start = now_s();
     for (size_t i = 0; i < n; i++) {
@@ -274,8 +308,11 @@ static void restore_now(void)
     }
     if (real_cuCtxSynchronize() != CUDA_SUCCESS)
         ckpt_refuse("the device failed while the snapshot was copied back");
-    ckpt_self_depth--;
     double copy_s = now_s() - copy_start;
+    double check_start = now_s();
+    check_device(live, recs, n);
+    double check_s = now_s() - check_start;
+    ckpt_self_depth--;
     free(live);
 
     /* What replay held back goes out now: copies queued before the
@@ -287,9 +324,9 @@ static void restore_now(void)
         ckpt_log(CKPT_WARN, "cannot reopen the replay log for writing: snapshots of this run cannot be restored");
     ckpt_history_check_from(target);
     ckpt_log(CKPT_INFO, "restored iteration %llu (generation %llu, %llu bytes): replay took %.2f s, "
-             "copying back %.3f s (%.2f GB/s)", (unsigned long long)target, (unsigned long long)image_hdr.generation,
-             (unsigned long long)image_hdr.data_bytes, copy_start - replay_start, copy_s,
-             copy_s > 0 ? image_hdr.data_bytes / copy_s / 1e9 : 0.0);
+             "copying back %.3f s (%.2f GB/s), reading it back to check it %.3f s", (unsigned long long)target,
+             (unsigned long long)image_hdr.generation, (unsigned long long)image_hdr.data_bytes,
+             copy_start - replay_start, copy_s, copy_s > 0 ? image_hdr.data_bytes / copy_s / 1e9 : 0.0, check_s);
     ckpt_agent_send(CKPT_MSG_RESTORED, target, image_hdr.generation);
     munmap((void *)image, image_len);
     image = NULL;

@@ -14,8 +14,10 @@
  * file the replaying program holds open for writing is the real one again
  * at that length: the resumed run writes on where the snapshot's run
  * stood.  Only the program's own calls are redirected: libckpt's, the CUDA
- * driver's and NCCL's go straight through.  What is written to stdout and
- * stderr in replay is not held back (docs/architecture.md says so).
+ * driver's and NCCL's go straight through.  What the program prints to
+ * stdout and stderr from its first CUDA call until the restore goes live
+ * goes to a file in the arena instead (kept when the restore is refused:
+ * it may say why); libckpt's own lines still reach the real stderr.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -43,6 +45,10 @@
 #define MAX_FILES 256
 
 static char scratch[PATH_MAX + 16];
+/* Replaying: where the program's stdout and stderr go, and where they
+ * were (-1: not redirected). */
+static char output[PATH_MAX + 16];
+static int saved_fd[2] = {-1, -1};
 
 /* Files the program holds open for writing (recording), or opened for
  * writing while replaying (then scratch names the copy). */
@@ -84,8 +90,58 @@ void ckpt_world_init(uint64_t restore)
     records = restore == 0;
     if (restore && ckpt_arena_path(dir, sizeof(dir), ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB),
                                    rank ? atoi(rank) : 0) == 0 &&
-        snprintf(scratch, sizeof(scratch), "%s/replay-files", dir) >= (int)sizeof(scratch))
-        scratch[0] = '\0';
+        (snprintf(scratch, sizeof(scratch), "%s/replay-files", dir) >= (int)sizeof(scratch) ||
+         snprintf(output, sizeof(output), "%s/replay-output", dir) >= (int)sizeof(output)))
+        scratch[0] = output[0] = '\0';
+}
+
+void ckpt_world_quiet(void)
+{
+    ckpt_self_depth++;
+    int fd = output[0] ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    ckpt_self_depth--;
+    if (fd < 0) {
+        ckpt_log(CKPT_WARN, "what the program prints while it replays is printed again: cannot open %s: %s",
+                 output, strerror(errno));
+        return;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    for (int i = 0; i < 2; i++) {
+        saved_fd[i] = fcntl(STDOUT_FILENO + i, F_DUPFD_CLOEXEC, 3);
+        if (saved_fd[i] >= 0 && dup2(fd, STDOUT_FILENO + i) < 0) {
+            close(saved_fd[i]);
+            saved_fd[i] = -1;
+        }
+    }
+    close(fd);
+    if (saved_fd[1] >= 0)
+        ckpt_log_to(saved_fd[1]);
+    ckpt_log(CKPT_INFO, "what the program prints while it replays goes to %s", output);
+}
+
+const char *ckpt_world_output(void)
+{
+    return saved_fd[0] >= 0 || saved_fd[1] >= 0 ? output : NULL;
+}
+
+/* The program prints to its own stdout and stderr again; what it printed
+ * in replay, still in its stdio buffers, is not among it. */
+static void loud(void)
+{
+    if (saved_fd[0] < 0 && saved_fd[1] < 0)
+        return;
+    fflush(stdout);
+    fflush(stderr);
+    for (int i = 0; i < 2; i++) {
+        if (saved_fd[i] >= 0 && dup2(saved_fd[i], STDOUT_FILENO + i) >= 0)
+            close(saved_fd[i]);
+    }
+    ckpt_log_to(STDERR_FILENO);
+    saved_fd[0] = saved_fd[1] = -1;
+    ckpt_self_depth++;
+    unlink(output);
+    ckpt_self_depth--;
 }
 
 /* This process is the rank, replaying (woken by CUDA, with CKPT_RESTORE). */
@@ -365,6 +421,7 @@ static void clear_scratch(void)
 void ckpt_world_live(void)
 {
     int n = 0;
+    loud();
     /* The lines the failed run appended after the snapshot go. */
     for (int k = 0; k < nlengths; k++) {
         struct stat st;

@@ -12,11 +12,17 @@
 
 int ckpt_log_level = CKPT_WARN;
 static char prefix[64] = "libckpt";
+static int log_fd = STDERR_FILENO;
 
 void ckpt_log_init(const char *p, int level)
 {
     snprintf(prefix, sizeof(prefix), "%s", p);
     ckpt_log_level = level;
+}
+
+void ckpt_log_to(int fd)
+{
+    __atomic_store_n(&log_fd, fd, __ATOMIC_RELEASE);
 }
 
 void ckpt_log_write(int level, const char *fmt, ...)
@@ -36,6 +42,6 @@ void ckpt_log_write(int level, const char *fmt, ...)
     if (n >= (int)sizeof(line) - 1)
         n = sizeof(line) - 2;
     line[n++] = '\n';
-    ssize_t rc = write(STDERR_FILENO, line, n);
+    ssize_t rc = write(__atomic_load_n(&log_fd, __ATOMIC_ACQUIRE), line, n);
     (void)rc;
 }

@@ -17,6 +17,8 @@ extern int ckpt_log_level;
 /* Sets the prefix (copied) and the level (from CKPT_LOG, parsed by the
  * caller through config.h). */
 void ckpt_log_init(const char *prefix, int level);
+/* Where the lines go from now on (stderr's descriptor until then). */
+void ckpt_log_to(int fd);
 void ckpt_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define ckpt_log(level, ...)                                                   \

@@ -52,6 +52,7 @@ int main(int argc, char **argv)
         CHECK(cudaStreamSynchronize(s));
         CHECK(cudaMemcpy(&loss, dloss, sizeof(loss), cudaMemcpyDeviceToHost));
         printf("iter %d loss 0x%08x\n", it, loss);
+        fprintf(stderr, "progress %d\n", it);
 
         fprintf(log, "iter %d loss 0x%08x\n", it, loss);
         fflush(log);

@@ -123,6 +123,9 @@ static void launch(void (*k)(void **), const char *what, uint64_t a0, uint64_t a
 int main(int argc, char **argv)
 {
     int iters = 20;
+    /* A progress log: each line out as it is made, so a killed run's lines
+     * are all there (a replay does not print them again). */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             iters = atoi(argv[++i]);

@@ -20,6 +20,8 @@
 # to rerun one case: FID_DIE_ONCE=/tmp/x LD_PRELOAD=build/lib/libckpt.so
 # build/bin/ckpt-resume --nproc 1 -- build/tests/progs/PROG --die-at K.
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -42,11 +44,6 @@ teardown() {
 # The program's own lines of a job's output: without libckpt's and ckpt-resume's.
 program_lines() {
     grep -v -e '^libckpt' -e '^ckpt-resume' "$1" || true
-}
-
-# What the last launch printed: from the last "iter 1 " line to the end.
-last_launch() {
-    awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}'
 }
 
 # What the first launch printed, up to its death after iteration $1.
@@ -89,7 +86,7 @@ fidelity() {
     echo "the job exited $rc"
     [ -e "$D/died" ] || { echo "the program never got to the end of iteration $k, where it was to die"; show_job; return 1; }
     program_lines "$D/out" >"$D/lines"
-    last_launch <"$D/lines" >"$D/last"
+    resumed_output <"$D/lines" >"$D/last"
     first_launch "$k" <"$D/lines" >"$D/first"
     head -n "$k" "$D/plain" | diff - "$D/first" >"$D/diff" ||
         { echo "the launch that was killed already printed other lines than the plain run: libckpt changed the recorded run"; show_job; return 1; }
@@ -151,7 +148,7 @@ diverge() {
     grep -q "falling back to generation [0-9]* (iteration 15)" "$D/err" || { show_job; return 1; }
     [ "$(grep -c 'restored from iteration 1[58] diverged from the failed run at its observation [0-9]* after the restore: it made an allocation where the failed run made' "$D/err")" -eq 2 ] ||
         { show_job; return 1; }
-    program_lines "$D/out" | last_launch >"$D/last"
+    program_lines "$D/out" | resumed_output >"$D/last"
     if [ "$fallback" = clean ]; then
         [ "$rc" -eq 0 ] && diff "$D/plain" "$D/last" || { echo "the clean start did not end as the plain run"; show_job; return 1; }
         grep -q "falling back to a clean start (CKPT_FALLBACK=clean)" "$D/err" || { show_job; return 1; }
@@ -247,10 +244,10 @@ diverge() {
     ! grep -q "could not be ordered" "$D/err" || { show_job; return 1; }
 }
 
-@test "fid_files: a log, a history and the program's own checkpoint, written every iteration: no line twice after a resume, none lost, replay's writes aside" {
+@test "fid_files: a log, a history and the program's own checkpoint, written every iteration: no line twice after a resume, none lost, replay's writes and prints aside" {
     local bin=$BUILD/tests/progs/fid_files k=$((12 + RANDOM % 16)) rc=0
     mkdir -p "$D/plain" "$D/job"
-    FID_FILES_DIR=$D/plain timeout -k 5 30 "$bin" >"$D/plain/out" 2>&1 || { cat "$D/plain/out"; return 1; }
+    FID_FILES_DIR=$D/plain timeout -k 5 30 "$bin" >"$D/plain/out" 2>"$D/plain/err" || { cat "$D/plain/err"; return 1; }
     FID_FILES_DIR=$D/job FID_DIE_ONCE=$D/died LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- "$bin" --die-at $k \
         >"$D/out" 2>"$D/err" || rc=$?
     echo "killed after iteration $k; the job exited $rc"
@@ -261,5 +258,19 @@ diverge() {
         diff "$D/plain/$f" "$D/job/$f" || { echo "$f differs from the plain run's"; show_job; return 1; }
     done
     [ "$(sort "$D/job/history" | uniq -d)" = "" ]
-    [ ! -e "$CKPT_ARENA_DIR" ] || [ -z "$(find "$CKPT_ARENA_DIR" -name replay-files)" ]
+    [ ! -e "$CKPT_ARENA_DIR" ] || [ -z "$(find "$CKPT_ARENA_DIR" -name 'replay-*')" ]
+    # What the replay printed went aside: the lines of the iterations before
+    # the restored boundary (the program's iteration s ends with the sync in
+    # it, after its print) are on stdout and stderr once, from the launch
+    # that was killed; the resumed run prints on from there, as the plain run.
+    local s
+    s=$(sed -n 's/^libckpt\[rank 0\]: restored iteration \([0-9]*\) .*/\1/p' "$D/err")
+    echo "restored iteration $s"
+    [ "$(grep -c '^iter 1 ' "$D/out")" -eq 1 ] || { echo "iteration 1 printed again in replay"; show_job; return 1; }
+    for i in $(seq 1 $((s - 1))); do
+        [ "$(grep -c "^iter $i " "$D/out")" -eq 1 ] && [ "$(grep -cx "progress $i" "$D/err")" -eq 1 ] ||
+            { echo "iteration $i printed more than once"; show_job; return 1; }
+    done
+    [ "$(grep -c "^iter $s " "$D/out")" -eq 2 ] && [ "$(grep -cx "progress $s" "$D/err")" -eq 2 ]
+    diff <(resumed_output "$D/out") "$D/plain/out" >"$D/diff" 2>&1 || { show_job; return 1; }
 }

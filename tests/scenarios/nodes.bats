@@ -8,6 +8,8 @@
 # nodes' disks, and without disks it stops with a message naming what was
 # lost.
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -66,10 +68,6 @@ wait_rc() { # FILE...: waits for every rc file
     done
 }
 
-last_launch() {
-    awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$1"
-}
-
 plain() { # N P: the same job on one node
     timeout -k 5 120 "$CKPT" --nproc $(($1 * $2)) -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err"
 }
@@ -95,7 +93,7 @@ recover_from_peers() { # N P LOST
             { show; return 1; }
     done
     [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
-    diff <(last_launch "$D/out.0") "$D/plain"
+    diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
 @test "4 nodes x 1 rank: node 2 lost and replaced, recovered from a peer's memory, as uninterrupted" {
@@ -128,7 +126,7 @@ recover_from_peers() { # N P LOST
     grep -q "lost the coordinator" "$D/err.1" || { show; return 1; }
     grep -q "^ckpt-resume: rank 0: from the peer arena of node 1" "$D/err.0.new" || { show; return 1; }
     grep -q "^ckpt-resume: rank 0 restores iteration [0-9]* from a peer's copy" "$D/err.0.new" || { show; return 1; }
-    diff <(last_launch "$D/out.0.new") "$D/plain"
+    diff <(cat "$D/out.0" "$D/out.0.new" | resumed_output) "$D/plain"
 }
 
 @test "nodes in network namespaces of their own, joined by veth pairs: node 1 lost and replaced comes back from node 0's memory, as uninterrupted" {
@@ -160,7 +158,7 @@ recover_from_peers() { # N P LOST
     grep -q "master 10.77.0.1:" "$D/err.1.new" || { show; return 1; }
     # node 0's snapshots went to node 1 over the veth pair
     grep -q "^ckpt-resume: debug: rank 0 iteration [0-9]* to 10.77.0.2:[0-9]*: [0-9]* bytes" "$D/err.0" || { show; return 1; }
-    diff <(last_launch "$D/out.0") "$D/plain"
+    diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
 @test "both holders of a node's snapshots lost, no disk: the job stops, naming the ranks lost" {
@@ -196,7 +194,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     for f in "$D/rc.0" "$D/rc.1" "$D/rc.2.new" "$D/rc.3.new"; do [ "$(cat "$f")" = 0 ] || { show; return 1; }; done
     grep -q "^ckpt-resume: rank 2: from the disk of node 2" "$D/err.0" || { show; return 1; }
     grep -q "restore iteration [0-9]* from disk" "$D/err.3.new" || { show; return 1; }
-    diff <(last_launch "$D/out.0") "$D/plain"
+    diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
 @test "a node that reads its disk for longer than CKPT_NODE_TIMEOUT is not taken as lost: it recovers, as uninterrupted" {
@@ -210,7 +208,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     grep -q "restore iteration [0-9]* from disk" "$D/err.3.new" || { show; return 1; }
     ! grep -q "not heard from in time" "$D/err.0" || { show; return 1; }
     [ "$(grep -c "^ckpt-resume: restarting" "$D/err.0")" -eq 1 ] || { show; return 1; }
-    diff <(last_launch "$D/out.0") "$D/plain"
+    diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
 @test "a node that cannot take replicas: replication falls behind, said once, and training ends as uninterrupted" {
@@ -242,7 +240,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     grep -q "node 1 is lost (not heard from in time)" "$D/err.0" || { show; return 1; }
     grep -q "^ckpt-resume: restarting from iteration [0-9]*$" "$D/err.0" || { show; return 1; }
     [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
-    diff <(last_launch "$D/out.0") "$D/plain"
+    diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
 @test "a node's new agent joins while the coordinator still holds the old one's quiet connection: the new one is the node" {
@@ -263,7 +261,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.new")" = 0 ] || { show; return 1; }
     grep -q "node 1 is lost (it joined again on a new connection)" "$D/err.0" || { show; return 1; }
     ! grep -q "refused a node" "$D/err.0" || { show; return 1; }
-    diff <(last_launch "$D/out.0") "$D/plain"
+    diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
 @test "a replay log offered for another job, another rank, or under a job name that climbs out of the store, writes nothing" {
@@ -388,7 +386,7 @@ EOF
     ! grep -rqF "$key" "$D"/err.* "$D"/out.*
     # The nodes started by node 0 have ended with it.
     for f in "$D"/sid.[123]*; do ! pgrep -s "$(cat "$f")" >/dev/null || { echo "$f: still running"; false; }; done
-    diff <(last_launch "$D/out.0") "$D/plain"
+    diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
 @test "CKPT_NODE_LAUNCHER: a node whose command keeps failing stops the job, named, with the command's status; unused on one node" {
@@ -492,7 +490,7 @@ damage_replicas() {
         # never loaded: rank 1 comes from node 1's disk
         grep -q "^ckpt-resume: rank 1: from the disk of node 1" "$D/err.0" || { echo "$mode:"; show; return 1; }
         ! grep -q "rank 1 restores iteration [0-9]* from a peer's copy" "$D/err.1.new" || { echo "$mode:"; show; return 1; }
-        diff <(last_launch "$D/out.0") "$D/plain" || { echo "$mode: output differs"; return 1; }
+        diff <(resumed_output "$D/out.0") "$D/plain" || { echo "$mode: output differs"; return 1; }
         # named, when the damaged copy was the one the job went for first
         restored=$(sed -n 's/^ckpt-resume: restarting from iteration \([0-9]*\)$/\1/p' "$D/err.0" | head -n 1)
         if [[ " $damaged" == *" $restored "* ]]; then
@@ -527,7 +525,7 @@ ROWS
     first=$(sed -n '/^ckpt-resume: restarting from iteration/,$p' "$D/err.0" |
         sed -n 's/^ckpt-resume: debug: iteration \([0-9]*\) is held by every node and its replicas$/\1/p' | head -n 1)
     [ "$first" = "$restored" ] || { echo "restored $restored, first durable after it: ${first:-none}"; show; return 1; }
-    diff <(last_launch "$D/out.0") "$D/plain"
+    diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
 @test "replication keeps up over a long run: the newest durable iteration is near the last one" {

@@ -5,6 +5,8 @@
 # its host synchronisations are boundaries, the snapshots hold its state
 # as of their iteration, and a rank killed mid-run resumes bit-exact.
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -26,11 +28,6 @@ teardown() {
 
 # ckpt-resume, bounded: a job it fails to end fails the test instead of hanging it.
 ckpt() { timeout -k 5 60 "$RESUME" "$@"; }
-
-# What the last launch printed: from the last "iter 1 " line to the end.
-last_launch() {
-    awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$1"
-}
 
 @test "per-thread stream calls are seen: same output, a snapshot per iteration holding that iteration's state" {
     "$PROG" --iters 12 >"$D/plain"
@@ -92,6 +89,6 @@ PY
         [ "$(tail -n 1 "$D/err.$n")" = "ckpt-resume: done exit=0 restarts=1" ]
         # The restarted run replayed to iteration 20, restored, and went on:
         # its iteration lines and digest are the uninterrupted run's.
-        diff <(last_launch "$D/out.$n") "$D/plain.$n"
+        diff <(resumed_output "$D/out.$n") "$D/plain.$n"
     done
 }

@@ -1,9 +1,12 @@
 #!/usr/bin/env bats
 # Restore by deterministic replay, on the unmodified trainer: a rank started
 # with CKPT_RESTORE=k re-runs its host code with device work suppressed,
-# takes the snapshot of iteration k, and finishes with exactly the output
-# of an uninterrupted run; anything that does not match or verify is
+# takes the snapshot of iteration k, and prints on exactly as an
+# uninterrupted run from there (what it prints while replaying is held
+# back); anything that does not match or verify is
 # refused (exit 75) with the reason, never run on.
+
+load output
 
 setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
@@ -35,7 +38,7 @@ slot_iterations() { # rank: the iterations its two slots hold
             run env CKPT_RESTORE=$k LD_PRELOAD=$LIB "$RESUME" --nproc $n -- "$TRAIN" $ARGS
             [ "$status" -eq 0 ] || { echo "ranks $n, iteration $k: exit $status"; echo "$output"; false; }
             echo "$output" | grep -q "restored iteration $k "
-            [ "$(echo "$output" | grep -v -e '^libckpt' -e '^ckpt-resume')" = "$plain" ]
+            restored_tail "$plain" "$(echo "$output" | grep -v -e '^libckpt' -e '^ckpt-resume')"
         done
     done
 }
@@ -77,6 +80,20 @@ slot_iterations() { # rank: the iterations its two slots hold
     echo "$output" | grep -q "restored iteration $k "
 }
 
+@test "a restore that does not land on the device as the snapshot holds it is refused, naming the allocation" {
+    setarch -R env LD_PRELOAD=$LIB "$TRAIN" $ARGS >/dev/null 2>&1
+    k=$(slot_iterations 0 | head -n 1)
+    # The double flips a bit of the restore's second copy back, as a failing HBM row would.
+    run setarch -R env FAKEGPU_FLIP_HTOD=2 CKPT_RESTORE=$k LD_PRELOAD=$LIB "$TRAIN" $ARGS
+    [ "$status" -eq 75 ] || { echo "$output"; false; }
+    [[ $output == *"restore of iteration $k refused: allocation "*" does not hold the snapshot's bytes after the copy back (from offset 0)"* ]] ||
+        { echo "$output"; false; }
+    ! echo "$output" | grep -q '^digest'
+    # Without the fault the same restore goes through.
+    run setarch -R env CKPT_RESTORE=$k LD_PRELOAD=$LIB "$TRAIN" $ARGS
+    [ "$status" -eq 0 ] && echo "$output" | grep -q "restored iteration $k "
+}
+
 @test "an iteration no slot holds is refused" {
     LD_PRELOAD=$LIB "$TRAIN" $ARGS >/dev/null 2>&1
     run env CKPT_RESTORE=3 LD_PRELOAD=$LIB "$TRAIN" $ARGS
@@ -99,5 +116,5 @@ slot_iterations() { # rank: the iterations its two slots hold
     done
     run setarch -R env CKPT_REPLAY_LOG_MAX=4K CKPT_RESTORE=$newest LD_PRELOAD=$LIB "$TRAIN" $args
     [ "$status" -eq 0 ]
-    [ "$(echo "$output" | grep -v '^libckpt')" = "$plain" ]
+    restored_tail "$plain" "$(echo "$output" | grep -v '^libckpt')"
 }

@@ -14,6 +14,8 @@
 # snapshot at every iteration, the survivors are stopped while a snapshot
 # is being copied, and whether all ranks still share one would be a race.
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -51,11 +53,6 @@ teardown() {
 # ckpt-resume, bounded: a job it fails to end fails the test instead of hanging it.
 ckpt() { timeout -k 5 30 "$CKPT" "$@"; }
 
-# What the last launch printed: from the last "iter 1 " line to the end.
-last_launch() {
-    awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$1"
-}
-
 # Crash injection: rank $1 is SIGKILLed at the end of iteration ${3:-24} - 1, once per file $2.
 crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_ONCE=$2; }
 
@@ -77,7 +74,7 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
         [ "$(grep -c '^libckpt\[rank [0-9]*\]: restored iteration 20 ' "$D/err.$n")" -eq $n ]
         [ "$(tail -n 1 "$D/err.$n")" = "ckpt-resume: done exit=0 restarts=1" ]
         # The restarted run's iteration lines and digest are the uninterrupted run's.
-        diff <(last_launch "$D/out.$n") "$D/plain.$n"
+        diff <(resumed_output "$D/out.$n") "$D/plain.$n"
         # The job's arena is gone; the other job's is not.
         [ "$(ls "$CKPT_ARENA_DIR")" = "$(id -u)-other" ] || { ls -R "$CKPT_ARENA_DIR"; return 1; }
     done

@@ -149,11 +149,16 @@ int job_launch(struct job *job, uint64_t restore)
     job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1 };
     job->restore = restore;
     free(job->vars[3]);
-    job->vars[3] = NULL;
+    free(job->vars[4]);
+    job->vars[3] = job->vars[4] = NULL;
     if (restore) {
         char value[24];
         snprintf(value, sizeof(value), "%" PRIu64, restore);
-        if (set_var(&job->vars[3], "CKPT_RESTORE", value) < 0) {
+        /* Python's own buffer would hand what replay printed to the
+         * program's stdout once it goes live: a replaying Python writes
+         * through unbuffered, unless the user chose otherwise. */
+        if (set_var(&job->vars[3], "CKPT_RESTORE", value) < 0 ||
+            (!getenv("PYTHONUNBUFFERED") && set_var(&job->vars[4], "PYTHONUNBUFFERED", "1") < 0)) {
             ckpt_log(CKPT_ERROR, "cannot start the job: %s", strerror(ENOMEM));
             job->out.exit_code = 1;
             job->out.failed_rank = 0;

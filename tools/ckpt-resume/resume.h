@@ -115,7 +115,7 @@ struct job {
     int running;            /* ranks not yet reaped */
     pid_t pgid;             /* the job's process group: the first rank's pid */
     char *master_addr, *master_port;
-    char *vars[5];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, [CKPT_RESTORE], NULL */
+    char *vars[6];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, [CKPT_RESTORE, [PYTHONUNBUFFERED]], NULL */
     uint64_t restore;       /* CKPT_RESTORE of this launch, 0: a fresh start */
     struct channel chan;
     int sigfd;              /* signalfd for SIGCHLD and the forwarded signals */

@@ -139,9 +139,30 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
     return copy(DIR_UNIFIED, (uintptr_t)dst, (uintptr_t)src, ByteCount, hStream, 0);
 }
 
+/* FAKEGPU_FLIP_HTOD=N: the N-th synchronous cuMemcpyHtoD_v2 of the
+ * process lands with the low bit of its first byte flipped, as through a
+ * failing HBM row. */
+static void maybe_flip(CUdeviceptr dst, size_t n)
+{
+    static uint64_t calls, knob = UINT64_MAX;
+    uint64_t at = __atomic_load_n(&knob, __ATOMIC_RELAXED);
+
+    if (at == UINT64_MAX) {
+        at = fg_env_u64("FAKEGPU_FLIP_HTOD", 0);
+        __atomic_store_n(&knob, at, __ATOMIC_RELAXED);
+    }
+
+    if (at && n && __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) == at)
+        *(volatile unsigned char *)(uintptr_t)dst ^= 1;
+}
+
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    return copy(DIR_HTOD, (uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, CU_STREAM_LEGACY, 1);
+    CUresult r = copy(DIR_HTOD, (uintptr_t)dstDevice, (uintptr_t)srcHost, ByteCount, CU_STREAM_LEGACY, 1);
+
+    if (r == CUDA_SUCCESS)
+        maybe_flip(dstDevice, ByteCount);
+    return r;
 }
 
 CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
