@@ -53,6 +53,7 @@ static void before_untrack(void)
     if (__builtin_expect(ckpt_replaying, 0) && ckpt_active && !ckpt_self_depth && !ckpt_nccl_depth &&
         !ckpt_thread_internal)
         ckpt_history_dry_wait();
+    ckpt_history_poller_changes("freed device memory");
 }
 
 static void untrack(CUdeviceptr p)

@@ -68,10 +68,55 @@ static bool checking, deterministic;
 static uint64_t checked, restored_at;
 static void check(int type, uint64_t t, uint64_t a, uint64_t b, uint64_t c, const void *payload, uint32_t len);
 
+/* ---- pollers.  A thread that has only polled (event and stream queries)
+ * asks as often as time makes it, not as the program's logic does: PyTorch's
+ * NCCL watchdog looks at its work's events every 100 ms.  Replay lets such
+ * a thread go (ckpt_history_release_pollers): its queries are answered
+ * "done", as everything is while device work is suppressed, and no one
+ * waits for it to ask as often as it did.  That is faithful only while what
+ * it learns stays in its own hands: when a thread that has only polled
+ * then allocates, frees or records an event, the log is tainted. */
+static __thread uint64_t polls, acts; /* this thread's queries, and its other records */
+
+static bool is_poll(uint64_t what)
+{
+    return what == CKPT_OBS_EVENT_QUERY || what == CKPT_OBS_STREAM_QUERY;
+}
+
+static bool only_polls(int type, uint64_t a)
+{
+    return type == CKPT_RL_OBSERVE && is_poll(a);
+}
+
+void ckpt_history_release_pollers(void)
+{
+    uint64_t answers;
+    size_t n = ckpt_rlog_release(only_polls, &answers);
+    if (n)
+        ckpt_log(CKPT_INFO, "%zu thread%s only polled before the snapshot (%llu queries): replay answers %s "
+                 "itself and does not wait for %s", n, n == 1 ? "" : "s", (unsigned long long)answers,
+                 n == 1 ? "it" : "them", n == 1 ? "it" : "them");
+}
+
+void ckpt_history_poller_changes(const char *what)
+{
+    if (!polls || acts || ckpt_replaying || !ckpt_active || ckpt_self_depth || ckpt_nccl_depth ||
+        ckpt_thread_internal || !ckpt_history_recording())
+        return;
+    char why[256];
+    snprintf(why, sizeof(why), "a thread that had only polled (%llu queries) %s: replay answers a poller's queries "
+             "itself, so it cannot make the same choice", (unsigned long long)polls, what);
+    ckpt_history_taint(why);
+}
+
 /* Every record this file appends goes through here. */
 static void put(enum ckpt_rl_type type, uint64_t t, uint64_t a, uint64_t b, uint64_t c, const void *payload,
                 uint32_t len)
 {
+    if (type == CKPT_RL_OBSERVE && is_poll(a))
+        polls++;
+    else if (type != CKPT_RL_TAINT)
+        acts++;
     ckpt_rlog_append(type, t, a, b, c, payload, len);
     if (__builtin_expect(__atomic_load_n(&checking, __ATOMIC_ACQUIRE), 0))
         check(type, t, a, b, c, payload, len);
@@ -247,6 +292,10 @@ bool ckpt_history_answer(enum ckpt_obs what, CUresult *r)
 {
     uint64_t t = ckpt_thread_key();
     struct ckpt_rl_rec rec;
+    if (is_poll(what) && ckpt_rlog_released(t)) {
+        *r = CUDA_SUCCESS;
+        return true;
+    }
     if (!ckpt_history_next(t, CKPT_RL_OBSERVE, &rec))
         return false; /* this thread has gone live */
     if (rec.a != (uint64_t)what)
@@ -367,6 +416,7 @@ void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr)
                         (unsigned long long)rec.b);
         ckpt_replay_address(ordinal, addr, rec.c);
     } else if (ckpt_history_recording()) {
+        ckpt_history_poller_changes("allocated device memory");
         put(CKPT_RL_ALLOC, t, ordinal, size, addr, NULL, 0);
     }
 }

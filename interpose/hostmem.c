@@ -45,6 +45,7 @@ static void add(const void *p, size_t size, bool mapped)
 {
     if (!ckpt_active || ckpt_self_depth || !size)
         return;
+    ckpt_history_poller_changes("allocated pinned host memory");
     pthread_mutex_lock(&lock);
     if (nranges == cap) {
         size_t c = cap ? cap * 2 : 64;
@@ -68,6 +69,7 @@ static void add(const void *p, size_t size, bool mapped)
 
 static void drop(const void *p)
 {
+    ckpt_history_poller_changes("freed pinned host memory");
     pthread_mutex_lock(&lock);
     size_t i = lower((uintptr_t)p);
     if (i < nranges && ranges[i].start == (uintptr_t)p) {

@@ -234,6 +234,12 @@ bool ckpt_history_recording(void);
  * it has then waited for the restore, and goes on live. */
 struct ckpt_rl_rec;
 bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec);
+/* Replaying: threads that only polled before the snapshot are let go
+ * (their queries answered "done", never waited for). */
+void ckpt_history_release_pollers(void);
+/* Recording: the program's calling thread changes allocator state (what:
+ * "freed device memory"); a thread that had only polled taints the log. */
+void ckpt_history_poller_changes(const char *what);
 
 /* Replaying: when this thread has had all its records, waits for the
  * restore and returns true (the caller then makes its call for real). */

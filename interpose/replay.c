@@ -122,6 +122,7 @@ void ckpt_history_init(const char *dir, uint64_t restore)
     ckpt_replaying = 1;
     recording = true;
     ckpt_world_quiet();
+    ckpt_history_release_pollers();
     replay_start = now_s();
     ckpt_log(CKPT_INFO, "replaying %llu iterations to restore generation %llu", (unsigned long long)restore,
              (unsigned long long)image_hdr.generation);

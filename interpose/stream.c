@@ -270,8 +270,10 @@ static bool was_replayed(CUevent e)
 static CUresult record(__typeof__(&cuEventRecord) real, CUevent hEvent, CUstream hStream)
 {
     CUresult r = real(hEvent, hStream);
-    if (r == CUDA_SUCCESS && observed())
+    if (r == CUDA_SUCCESS && observed()) {
         event_recorded(hEvent);
+        ckpt_history_poller_changes("recorded an event");
+    }
     return r;
 }
 PT_SAME(cuEventRecord, _ptsz, record, (CUevent hEvent, CUstream hStream), (hEvent, hStream))
@@ -280,8 +282,10 @@ static CUresult record_flags(__typeof__(&cuEventRecordWithFlags) real, CUevent h
                              unsigned int flags)
 {
     CUresult r = real(hEvent, hStream, flags);
-    if (r == CUDA_SUCCESS && observed())
+    if (r == CUDA_SUCCESS && observed()) {
         event_recorded(hEvent);
+        ckpt_history_poller_changes("recorded an event");
+    }
     return r;
 }
 PT_SAME(cuEventRecordWithFlags, _ptsz, record_flags, (CUevent hEvent, CUstream hStream, unsigned int flags),

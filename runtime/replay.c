@@ -52,6 +52,7 @@ struct cursor {
     uint64_t thread;
     size_t next;   /* index into offs, or NONE */
     uint64_t used; /* repeats of the next record already handed out */
+    bool released; /* its records were let go (ckpt_rlog_release) */
 };
 struct index {
     const char *base;
@@ -159,7 +160,7 @@ static struct cursor *cursor_of(struct index *ix, uint64_t thread, bool create)
         if (!t)
             return NULL;
         for (size_t i = 0; i < cap; i++)
-            t[i] = (struct cursor){0, NONE, 0};
+            t[i] = (struct cursor){0, NONE, 0, false};
         for (size_t i = 0; i < ix->cap; i++) {
             if (!ix->cursors[i].thread)
                 continue;
@@ -181,7 +182,7 @@ static struct cursor *cursor_of(struct index *ix, uint64_t thread, bool create)
         return &ix->cursors[h];
     if (!create)
         return NULL;
-    ix->cursors[h] = (struct cursor){thread, NONE, 0};
+    ix->cursors[h] = (struct cursor){thread, NONE, 0, false};
     ix->ncursors++;
     return &ix->cursors[h];
 }
@@ -496,6 +497,44 @@ size_t ckpt_rlog_failed_left(void)
             left++;
     pthread_mutex_unlock(&lock);
     return left;
+}
+
+size_t ckpt_rlog_release(bool (*only)(int type, uint64_t a), uint64_t *records)
+{
+    size_t threads = 0;
+    *records = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; map && i < cut.cap; i++) {
+        struct cursor *c = &cut.cursors[i];
+        if (!c->thread || c->next == NONE)
+            continue;
+        uint64_t n = 0;
+        size_t k = c->next;
+        for (; k != NONE; k = cut.chain[k]) {
+            struct rec r;
+            memcpy(&r, cut.base + cut.offs[k], sizeof(r));
+            if (!only((int)r.type, r.a))
+                break;
+            n += 1 + (r.type == CKPT_RL_OBSERVE ? r.c : 0);
+        }
+        if (k != NONE)
+            continue;
+        c->next = NONE;
+        c->released = true;
+        threads++;
+        *records += n;
+    }
+    pthread_mutex_unlock(&lock);
+    return threads;
+}
+
+bool ckpt_rlog_released(uint64_t thread)
+{
+    pthread_mutex_lock(&lock);
+    struct cursor *c = map ? cursor_of(&cut, thread, false) : NULL;
+    bool released = c && c->released;
+    pthread_mutex_unlock(&lock);
+    return released;
 }
 
 bool ckpt_rlog_dry(uint64_t thread)

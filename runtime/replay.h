@@ -83,6 +83,14 @@ int ckpt_rlog_failed_run(uint64_t thread, struct ckpt_rl_rec *out, bool take);
 /* How many of the failed run's records after the cut are not yet taken. */
 size_t ckpt_rlog_failed_left(void);
 
+/* Replay: lets go of every thread all of whose records before the cut
+ * satisfy only(type, a) (a thread that only polled): they leave the cut,
+ * so no one waits for the thread to use them.  Returns how many threads,
+ * and in *records how many answers they had (repeats counted). */
+size_t ckpt_rlog_release(bool (*only)(int type, uint64_t a), uint64_t *records);
+/* Replay: thread was let go by ckpt_rlog_release. */
+bool ckpt_rlog_released(uint64_t thread);
+
 /* Replay: true when thread has records in the log and has had them all. */
 bool ckpt_rlog_dry(uint64_t thread);
 

@@ -213,6 +213,16 @@ diverge() {
     fidelity fid_bgthread restore 12 27
 }
 
+@test "fid_watchdog: a watchdog thread polls the work's events on a timer: replay answers it and does not wait for it" {
+    fidelity fid_watchdog restore 12 27
+    grep -Eq '^libckpt\[rank 0\]: 1 thread only polled before the snapshot \([1-9][0-9]* queries\): replay answers it itself' "$D/err" ||
+        { echo "the watchdog was not told from the program's threads"; show_job; return 1; }
+}
+
+@test "fid_watchdog: a watchdog that only polled and then allocates: the snapshots from then on are refused, naming it" {
+    FID_WATCHDOG_ALLOCS_AT=2 fidelity fid_watchdog 'refuse:a thread that had only polled \([0-9]+ queries\) allocated device memory' 12 27
+}
+
 @test "fid_autotune: a kernel variant chosen by cudaEventElapsedTime, chosen again when the shape changes" {
     # Restore points from just before the second tuning, at iteration 21, to after it.
     fidelity fid_autotune restore 20 28
