@@ -46,13 +46,12 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
 
 #define track(...) ckpt_track(__builtin_return_address(0), __VA_ARGS__)
 
-/* Replaying: a thread that has done all it did before the snapshot frees
- * nothing until the restore (the allocation was live at the snapshot). */
+/* A free is device work for replay's count (ckpt_history_work): a thread
+ * past its point at the snapshot frees nothing until the restore (the
+ * allocation was live at the snapshot). */
 static void before_untrack(void)
 {
-    if (__builtin_expect(ckpt_replaying, 0) && ckpt_active && !ckpt_self_depth && !ckpt_nccl_depth &&
-        !ckpt_thread_internal)
-        ckpt_history_dry_wait();
+    ckpt_history_work();
     ckpt_history_poller_changes("freed device memory");
 }
 

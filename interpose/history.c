@@ -109,10 +109,96 @@ void ckpt_history_poller_changes(const char *what)
     ckpt_history_taint(why);
 }
 
+/* ---- device work of the threads that do not end iterations.  A thread's
+ * records say what it saw, not what it queued: a thread whose last call
+ * before the snapshot queued device work (an averaging kernel on a stream
+ * of its own) would, in replay, be past all its records there, and run
+ * that work again once the restore went live, over the snapshot that
+ * already holds it.  So each thread counts the calls that queue device
+ * work or free memory, and the count goes into the log as a WORK record
+ * ahead of the thread's next record, or at the boundary for every thread;
+ * replay hands them out one call at a time.  The thread that ends the
+ * iterations is never past its records before the snapshot (its last one
+ * is the boundary's), so from the first boundary on it counts nothing. */
+#define MAX_WORKERS 1024
+static struct worker {
+    uint64_t key, queued;
+} workers[MAX_WORKERS];
+static unsigned nworkers;
+static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread struct worker *me;
+static uint64_t ender; /* the thread that ends iterations: 0 until the first boundary */
+
+static struct worker *worker(void)
+{
+    if (me)
+        return me;
+    pthread_mutex_lock(&work_lock);
+    if (nworkers < MAX_WORKERS) {
+        me = &workers[nworkers];
+        me->key = ckpt_thread_key();
+        __atomic_store_n(&nworkers, nworkers + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&work_lock);
+    if (!me)
+        ckpt_history_taint("more than 1024 threads queue device work");
+    return me;
+}
+
+/* w's count into the log, ahead of anything w appends next.  Under
+ * work_lock, so that a count taken by the boundary lands before the
+ * record its thread appends after it. */
+static void flush_work(struct worker *w)
+{
+    if (!__atomic_load_n(&w->queued, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&work_lock);
+    uint64_t n = __atomic_exchange_n(&w->queued, 0, __ATOMIC_ACQ_REL);
+    if (n)
+        ckpt_rlog_append(CKPT_RL_WORK, w->key, n, 0, 0, NULL, 0);
+    pthread_mutex_unlock(&work_lock);
+}
+
+bool ckpt_history_work(void)
+{
+    if (!ckpt_active || ckpt_self_depth || ckpt_nccl_depth || ckpt_thread_internal || !ckpt_history_recording())
+        return false;
+    uint64_t t = ckpt_thread_key();
+    if (t == __atomic_load_n(&ender, __ATOMIC_ACQUIRE))
+        return false;
+    if (!ckpt_replaying) {
+        struct worker *w = worker();
+        if (w)
+            __atomic_add_fetch(&w->queued, 1, __ATOMIC_RELEASE);
+        return false;
+    }
+    struct ckpt_rl_rec rec;
+    if (ckpt_rlog_peek(t, &rec) == CKPT_RL_WORK) {
+        ckpt_history_next(t, CKPT_RL_WORK, &rec);
+        return false; /* queued before the snapshot: suppressed */
+    }
+    return ckpt_history_dry_wait(); /* past the snapshot: for real, once live */
+}
+
+void ckpt_history_work_boundary(void)
+{
+    uint64_t t = ckpt_thread_key();
+    uint64_t none = 0;
+    __atomic_compare_exchange_n(&ender, &none, t, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (ckpt_replaying)
+        return;
+    unsigned n = __atomic_load_n(&nworkers, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < n; i++)
+        if (workers[i].key != t)
+            flush_work(&workers[i]);
+}
+
 /* Every record this file appends goes through here. */
 static void put(enum ckpt_rl_type type, uint64_t t, uint64_t a, uint64_t b, uint64_t c, const void *payload,
                 uint32_t len)
 {
+    if (me && me->key == t)
+        flush_work(me);
     if (type == CKPT_RL_OBSERVE && is_poll(a))
         polls++;
     else if (type != CKPT_RL_TAINT)
@@ -518,8 +604,8 @@ void ckpt_history_forget(void)
 static bool unordered(int type, uint64_t a, uint64_t c)
 {
     return (type == CKPT_RL_OBSERVE && (a == CKPT_OBS_EVENT_QUERY || a == CKPT_OBS_STREAM_QUERY)) ||
-           (type == CKPT_RL_D2H && c && !(c & AT_RETURN)) || type == CKPT_RL_TAINT || type == CKPT_RL_OVERFLOW ||
-           type == CKPT_RL_FILE;
+           (type == CKPT_RL_D2H && c) || type == CKPT_RL_TAINT || type == CKPT_RL_OVERFLOW ||
+           type == CKPT_RL_FILE || type == CKPT_RL_WORK;
 }
 
 /* The failed run's next ordered record of thread t (taken when take). */

@@ -234,6 +234,14 @@ bool ckpt_history_recording(void);
  * it has then waited for the restore, and goes on live. */
 struct ckpt_rl_rec;
 bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec);
+/* A call of the program that queues device work or frees memory.
+ * Recording: counted for the calling thread.  Replaying: false when it was
+ * made before the snapshot (suppress it as usual), true when this thread
+ * is past the snapshot (it has waited for the restore: make the call). */
+bool ckpt_history_work(void);
+/* A boundary, on the thread that ends iterations, before its ITER: every
+ * other thread's count goes into the log. */
+void ckpt_history_work_boundary(void);
 /* Replaying: threads that only polled before the snapshot are let go
  * (their queries answered "done", never waited for). */
 void ckpt_history_release_pollers(void);

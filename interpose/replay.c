@@ -150,6 +150,10 @@ static void wait_live(void)
 bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
 {
     char why[256];
+    /* Fewer calls queued device work than in the recorded run: the rest
+     * of the count goes (a call queued more often is suppressed too). */
+    while (type != CKPT_RL_WORK && ckpt_rlog_peek(thread, NULL) == CKPT_RL_WORK)
+        ckpt_rlog_next(thread, CKPT_RL_WORK, rec, why, sizeof(why));
     int rc = ckpt_rlog_next(thread, type, rec, why, sizeof(why));
     if (rc == 0)
         return true;
@@ -343,6 +347,7 @@ bool ckpt_history_boundary(uint64_t iter)
     if (ckpt_replaying) {
         struct ckpt_rl_rec rec;
         CUresult unused;
+        ckpt_history_work_boundary();
         ckpt_history_answer(CKPT_OBS_BOUNDARY, &unused);
         ckpt_world_boundary();
         ckpt_history_next(t, CKPT_RL_ITER, &rec);
@@ -356,6 +361,7 @@ bool ckpt_history_boundary(uint64_t iter)
     }
     if (!recording)
         return true; /* no log: snapshots are still worth having */
+    ckpt_history_work_boundary();
     ckpt_history_observed(CKPT_OBS_BOUNDARY, CUDA_SUCCESS, NULL);
     ckpt_world_boundary();
     ckpt_history_put(CKPT_RL_ITER, iter);

@@ -354,7 +354,8 @@ static void host_visible_launch(void)
         }                                                                      \
         if (observed()) {                                                      \
             CUstream s_ = ckpt_stream_or(stream, null_means);                  \
-            if (ckpt_replaying && !capturing(s_) && !ckpt_history_dry_wait())  \
+            bool live_ = capturing(s_) || ckpt_history_work();                 \
+            if (ckpt_replaying && !live_)                                      \
                 return CUDA_SUCCESS;                                           \
             if (!ckpt_replaying)                                               \
                 ckpt_stream_seen(s_);                                          \
@@ -428,7 +429,8 @@ static int to_host_before(CUstream s, void *dst, CUdeviceptr src, size_t n)
         ckpt_history_taint("a CUDA graph copies device memory to the host, which replay cannot reproduce");
         return ASYNC_PLAIN;
     }
-    if (ckpt_replaying && !ckpt_history_dry_wait()) {
+    bool live = ckpt_history_work();
+    if (ckpt_replaying && !live) {
         ckpt_history_d2h_async(dst, src, n, s);
         return ASYNC_DONE;
     }
@@ -471,7 +473,8 @@ static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_mean
             ckpt_history_d2h_async((void *)(uintptr_t)dst, src, ByteCount, s);
         return r;
     }
-    if (ckpt_replaying && !capturing(s) && !ckpt_history_dry_wait())
+    bool live = capturing(s) || ckpt_history_work();
+    if (ckpt_replaying && !live)
         return CUDA_SUCCESS;
     if (!ckpt_replaying)
         ckpt_stream_seen(s);

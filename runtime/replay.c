@@ -72,7 +72,8 @@ static char *tail_copy;
 static struct index tail;
 
 static const char *const names[] = {"?",        "allocation",       "device-to-host copy", "value", "iteration end",
-                                    "overflow", "host observation", "taint",               "file length"};
+                                    "overflow", "host observation", "taint",               "file length",
+                                    "device work"};
 static const char *name(uint32_t t)
 {
     return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
@@ -431,6 +432,13 @@ bool ckpt_rlog_complete(void)
     return ok;
 }
 
+/* How many more times than once a record is handed out: an OBSERVE
+ * stands for 1 + c equal answers in a row, a WORK for a calls. */
+static uint64_t repeats_of(const struct rec *r)
+{
+    return r->type == CKPT_RL_OBSERVE ? r->c : r->type == CKPT_RL_WORK && r->a ? r->a - 1 : 0;
+}
+
 /* The type of thread's next record in ix (its fields in out, which may be
  * NULL), consumed when take is set; 0 when there is none.  Lock held. */
 static int look(struct index *ix, uint64_t thread, struct ckpt_rl_rec *out, bool take)
@@ -440,8 +448,7 @@ static int look(struct index *ix, uint64_t thread, struct ckpt_rl_rec *out, bool
         return 0;
     struct rec r;
     memcpy(&r, ix->base + ix->offs[c->next], sizeof(r));
-    /* An OBSERVE record stands for 1 + c equal answers in a row. */
-    uint64_t repeats = r.type == CKPT_RL_OBSERVE ? r.c : 0;
+    uint64_t repeats = repeats_of(&r);
     if (out)
         *out = (struct ckpt_rl_rec){.a = r.a, .b = r.b, .c = r.type == CKPT_RL_OBSERVE ? 0 : r.c,
                                     .payload = ix->base + ix->offs[c->next] + sizeof(r), .len = r.len};
@@ -515,7 +522,7 @@ size_t ckpt_rlog_release(bool (*only)(int type, uint64_t a), uint64_t *records)
             memcpy(&r, cut.base + cut.offs[k], sizeof(r));
             if (!only((int)r.type, r.a))
                 break;
-            n += 1 + (r.type == CKPT_RL_OBSERVE ? r.c : 0);
+            n += 1 + repeats_of(&r);
         }
         if (k != NONE)
             continue;

@@ -34,6 +34,9 @@ enum ckpt_rl_type {
     CKPT_RL_FILE = 8,     /* a = the length, at this boundary, of a file the program writes
                            * (holds open, or appends to), b = its open flags; payload =
                            * its absolute path */
+    CKPT_RL_WORK = 9,     /* a = how many calls that queue device work or free memory
+                           * the thread made since its record before (replay hands it
+                           * out a times): which of them came before the snapshot */
     CKPT_RL_NTYPES
 };
 

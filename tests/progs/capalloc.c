@@ -44,6 +44,7 @@ KERNEL(add, (uint32_t *, w), (const uint32_t *, s), (size_t, n))
 int main(int argc, char **argv)
 {
     int iters = argc > 2 && strcmp(argv[1], "--iters") == 0 ? atoi(argv[2]) : 8;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a progress log: a killed run's lines are all there */
     uint32_t *w, host[WORDS];
     cudaStream_t s;
     if (cudaMalloc((void **)&w, sizeof(host)) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess)

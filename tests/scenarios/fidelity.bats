@@ -213,6 +213,10 @@ diverge() {
     fidelity fid_bgthread restore 12 27
 }
 
+@test "fid_ema: a background thread's last call before a boundary queues device work (a moving average): replay does not run it twice" {
+    fidelity fid_ema restore 12 27
+}
+
 @test "fid_watchdog: a watchdog thread polls the work's events on a timer: replay answers it and does not wait for it" {
     fidelity fid_watchdog restore 12 27
     grep -Eq '^libckpt\[rank 0\]: 1 thread only polled before the snapshot \([1-9][0-9]* queries\): replay answers it itself' "$D/err" ||

@@ -32,6 +32,8 @@
 #   a damaged snapshot, replay log, stripe,        detected, never loaded, fallback said      corruption.bats
 #     manifest
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -195,7 +197,7 @@ $D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be t
 # restarts_exact OUT ERR N PLAIN: the job was restarted once and ended as PLAIN.
 restarts_exact() {
     grep -q "restored iteration" "$2" || { echo "no restore"; cat "$2"; return 1; }
-    [ "$(tail -n "$(wc -l <"$4")" "$1")" = "$(cat "$4")" ] || { echo "output differs"; cat "$2"; return 1; }
+    diff <(resumed_output "$1") "$4" || { echo "output differs"; cat "$2"; return 1; }
 }
 
 @test "a low RLIMIT_MEMLOCK: the job still checkpoints and restores bit-exact" {
