@@ -205,11 +205,32 @@ static CUresult htod(__typeof__(&cuMemcpyHtoD_v2) real, CUdeviceptr dstDevice, c
 PT_SAME(cuMemcpyHtoD_v2, _ptds, htod, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
         (dstDevice, srcHost, ByteCount))
 
-/* Unified addressing: the call does not say which side dst is on; a copy
- * into no device allocation is one the host reads. */
+/* Unified addressing: the call does not say which side dst is on.  A copy
+ * into no allocation libckpt tracks is one the host reads, if the driver
+ * says dst is host memory; device memory libckpt does not track
+ * (IPC-imported, graph-owned, or from an entry point it does not follow)
+ * is never read or written from the CPU, and no snapshot holds what the
+ * copy puts there: replay past it is refused. */
+static bool to_host_memory(CUdeviceptr dst)
+{
+    if (ckpt_reg_contains(dst))
+        return false;
+    unsigned int type = 0;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (real_cuPointerGetAttribute || ckpt_resolve("cuPointerGetAttribute") == 0)
+        r = real_cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dst);
+    if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST))
+        return true; /* pageable (CUDA does not know it), or pinned */
+    ckpt_history_taint(r == CUDA_SUCCESS ? "the program copies into device memory libckpt does not track "
+                                           "(IPC-imported, graph-owned, or allocated through an entry point "
+                                           "libckpt does not follow): no snapshot holds it"
+                                         : "libckpt cannot tell whether a copy's destination is host memory");
+    return false;
+}
+
 static CUresult memcpy_sync(__typeof__(&cuMemcpy) real, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    bool to_host = observed() && !ckpt_reg_contains(dst);
+    bool to_host = observed() && to_host_memory(dst);
     CUresult r;
     if (suppressed() && (!to_host || ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, false)) &&
         answered(CKPT_OBS_MEMCPY, TOK_MEMCPY, &r))
@@ -456,15 +477,14 @@ PT_PAIR(cuMemcpyDtoHAsync_v2, _ptsz, dtoh_async,
         (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
         (dstHost, srcDevice, ByteCount, hStream))
 
-/* Unified addressing again: a copy into no device allocation is one the
- * host reads. */
+/* Unified addressing again (to_host_memory). */
 static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_means, CUdeviceptr dst, CUdeviceptr src,
                              size_t ByteCount, CUstream hStream)
 {
     if (!observed())
         return real(dst, src, ByteCount, hStream);
     CUstream s = ckpt_stream_or(hStream, null_means);
-    if (!ckpt_reg_contains(dst)) {
+    if (to_host_memory(dst)) {
         int what = to_host_before(s, (void *)(uintptr_t)dst, src, ByteCount);
         if (what == ASYNC_DONE)
             return CUDA_SUCCESS;

@@ -199,7 +199,7 @@ premise_fid() {
             run "premise.fid.$name.job" 90 "$RESUME" --nproc 1 -- "$bin" --die-at "$k"
         rc=$?
         lines=$(grep -v -e '^libckpt' -e '^ckpt-resume' "$out.out")
-        last=$(awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' <<<"$lines")
+        last=$(awk -f "$ROOT/scripts/resumed-output.awk" <<<"$lines")
         restored=$(sed -n 's/^libckpt\[rank 0\]: restored iteration \([0-9]*\) .*/\1/p' "$out.err" | tail -n 1)
         if [ ! -e "$SCRATCH/fid-$name.died" ]; then
             row "premise fidelity: $name" "$(digest_of "$plain")" "$(why "$rc")" "FAILED: never killed itself (--die-at $k; logs/premise.fid.$name.job.err)"

@@ -15,6 +15,8 @@
 # damages a copy of that state, then ckpt-resume restarts the job with
 # CKPT_RESTORE (as after a failure) and must say what it refused.
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 # tier | damage | target | arena wiped | CKPT_RESTORE | said (ERE) | restores
@@ -129,8 +131,6 @@ apply() {
         CKPT_ARENA_DIR=$D/arena CKPT_PERSIST_DIRS=$D/ssd0,$D/ssd1 CKPT_RESTORE=$restore \
             timeout -k 5 60 "$RESUME" --nproc 2 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err"
         local rc=$? why=
-        local lines
-        lines=$(wc -l <"$P/plain")
         if [ $rc -ne 0 ]; then
             why="exit $rc"
         elif ! grep -Eq "$said" "$D/err"; then
@@ -139,8 +139,8 @@ apply() {
             why="not restored from iteration $restores on both ranks"
         elif grep -q "^libckpt\[rank [0-9]*\]: restored iteration $restore " "$D/err"; then
             why="the damaged iteration $restore was loaded"
-        elif [ "$(tail -n "$lines" "$D/out")" != "$(cat "$P/plain")" ]; then
-            why="output differs from the uninterrupted run"
+        elif ! restored_tail "$(cat "$P/plain")" "$(cat "$D/out")" >"$D/tail"; then
+            why="output is not the uninterrupted run's from the restored iteration on: $(head -n 1 "$D/tail")"
         fi
         if [ -n "$why" ]; then
             failed=$((failed + 1))

@@ -11,6 +11,8 @@
 # restore past its first call refused, naming it, and older snapshots
 # come back exactly.
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -157,8 +159,7 @@ memset_job() { # die-at [args...]
     memset_job 14
     [ "$(cat "$D/rc")" -eq 0 ] || { cat "$D/err"; false; }
     grep -q '^libckpt\[rank 0\]: restored iteration ' "$D/err" || { cat "$D/err"; false; }
-    grep -v -e '^libckpt' -e '^ckpt-resume' "$D/out" | awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' |
-        diff "$D/plain" -
+    grep -v -e '^libckpt' -e '^ckpt-resume' "$D/out" | resumed_output | diff "$D/plain" -
 }
 
 @test "a program calling cuStreamAddCallback every iteration: every restore is refused, naming it" {
@@ -184,7 +185,6 @@ memset_job() { # die-at [args...]
     from=$(sed -n 's/^libckpt\[rank 0\]: warning: snapshots from iteration \([0-9]*\) on cannot be restored by replay: cuStreamAddCallback: .*/\1/p' "$D/err" | head -n 1)
     restored=$(sed -n 's/^libckpt\[rank 0\]: restored iteration \([0-9]*\) .*/\1/p' "$D/err" | tail -n 1)
     [ -n "$from" ] && [ -n "$restored" ] && [ "$restored" -lt "$from" ] || { cat "$D/err"; false; }
-    # The last launch, from its "iter 1", printed exactly the plain run.
-    grep -v -e '^libckpt' -e '^ckpt-resume' "$D/out" | awk '/^iter 1 /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' |
-        diff "$D/plain" -
+    # The launches together printed exactly the plain run.
+    grep -v -e '^libckpt' -e '^ckpt-resume' "$D/out" | resumed_output | diff "$D/plain" -
 }

@@ -1,17 +1,7 @@
-# The output of a job that was resumed, as its user reads it.  A launch
-# that restores iteration S prints from "iter S+1" on (what the program
-# prints while it replays goes to the arena, never to its stdout), so the
-# lines of each launch replace the earlier launches' from the first
-# iteration they print.  A clean restart, printing "iter 1" again,
-# replaces all of them.  Reads FILE, or stdin.
+# The output of a job that was resumed, as its user reads it
+# (scripts/resumed-output.awk).  Reads FILE, or stdin.
 resumed_output() {
-    awk '$1 == "iter" && $2 + 0 <= last && ($2 + 0) in at {
-             n = at[$2 + 0] - 1
-             for (i in at) if (at[i] > n) delete at[i]
-         }
-         $1 == "iter" { at[$2 + 0] = n + 1; last = $2 + 0 }
-         { line[++n] = $0 }
-         END { for (i = 1; i <= n; i++) print line[i] }' "$@"
+    awk -f "$BATS_TEST_DIRNAME/../../scripts/resumed-output.awk" "$@"
 }
 
 # restored_tail FULL PART: PART, what a launch that restored a snapshot

@@ -290,6 +290,54 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     return rc;
 }
 
+/*
+ * What the driver knows of an address, as CUDA answers it: host memory it
+ * never pinned (and a freed or unmapped device address) is
+ * CUDA_ERROR_INVALID_VALUE; managed memory says device.  Attributes the
+ * double does not model are CUDA_ERROR_NOT_SUPPORTED.
+ */
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    struct fg_ctx *ctx;
+    struct fg_alloc *a;
+    CUresult rc;
+
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    fg_lock();
+    rc = fg_current_ctx(&ctx);
+    a = rc ? NULL : fg_alloc_find((uintptr_t)ptr);
+    if (!rc && !a)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        int device = fg_mem_is_device(a->kind);
+        switch (attribute) {
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+            *(unsigned int *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+            break;
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+            *(unsigned int *)data = a->kind == FG_MEM_MANAGED;
+            break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+            *(CUdeviceptr *)data = ptr; /* one address space */
+            break;
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+            if (device && a->kind != FG_MEM_MANAGED)
+                rc = CUDA_ERROR_INVALID_VALUE;
+            else
+                *(void **)data = (void *)(uintptr_t)ptr;
+            break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+            *(int *)data = 0;
+            break;
+        default:
+            rc = CUDA_ERROR_NOT_SUPPORTED;
+        }
+    }
+    fg_unlock();
+    return rc;
+}
+
 /* ---- pinned host memory -------------------------------------------- */
 
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)

@@ -59,6 +59,7 @@ static const struct {
     P("cuMemHostRegister", 6050, cuMemHostRegister_v2),
     P("cuMemHostUnregister", 4000, cuMemHostUnregister),
     P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+    P("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
 
     PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
