@@ -175,6 +175,36 @@ recover_from_peers() { # N P LOST
     [ "$(cat "$D/rc.2.new")" = 1 ]
 }
 
+# refuse_everywhere [VAR=VALUE...]: 2 nodes x 1 rank whose rank 1 dies
+# once, at its 40th sync; every relaunch that restores runs a narrower
+# model, whose allocations no snapshot matches, so every restore is refused.
+refuse_everywhere() {
+    printf '#!/bin/sh\n[ -z "$CKPT_RESTORE" ] || set -- "$@" --hidden 32\nexec "$TRAIN_BIN" "$@"\n' >"$D/narrow"
+    chmod +x "$D/narrow"
+    (export "$@" TRAIN_BIN=$TRAIN TRAIN=$D/narrow FAKEGPU_CRASH_AT=40 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed
+     ARGS="--iters 60 --hidden 64 --layers 3"; start 0 2 1; start 1 2 1)
+    wait_rc "$D/rc.0" "$D/rc.1"
+}
+
+@test "every restore refused on several nodes: the job stops, its snapshots kept, and says so; a clean start only with CKPT_FALLBACK=clean" {
+    refuse_everywhere || { show; return 1; }
+    [ -e "$D/crashed" ] && [ "$(cat "$D/rc.0")" = 1 ] || { show; return 1; }
+    grep -q "the restore of iteration [0-9]* was refused: trying an older one" "$D/err.0" || { show; return 1; }
+    grep -q "no snapshot of this job can be restored (.*): the job stops here, with its snapshots kept; CKPT_FALLBACK=clean would start it again from the beginning, losing the training up to iteration [0-9]*" \
+        "$D/err.0" || { show; return 1; }
+    ! grep -q "restarting from the beginning\|clean start" "$D/err.0" || { show; return 1; }
+    ! grep -q "^iter 1 " <(sed '1,/^iter 2 /d' "$D/out.0") || { echo "the job started again from iteration 1"; show; return 1; }
+    # The same with a clean start allowed: the job runs again from the
+    # beginning, says what was lost, and ends as uninterrupted.
+    rm -rf "$D"/arena.* "$D"/rc.* "$D"/out.* "$D"/err.* "$D/crashed"
+    ARGS="--iters 60 --hidden 64 --layers 3" plain 2 1 || { cat "$D/plain.err"; return 1; }
+    refuse_everywhere CKPT_FALLBACK=clean || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    grep -q "falling back to a clean start (CKPT_FALLBACK=clean): .*; the training up to iteration [0-9]* is lost" \
+        "$D/err.0" || { show; return 1; }
+    diff <(resumed_output "$D/out.0") "$D/plain"
+}
+
 # Four nodes that persist to disks of their own; nodes 2 and 3, which hold
 # each other's replicas, are lost and started again (with VAR=VALUE... in
 # their environment) and must read their ranks back from their disks.

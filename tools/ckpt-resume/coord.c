@@ -191,6 +191,21 @@ static void plan(struct coord *c)
         finish(c, 1, msg);
         return;
     }
+    /* Every restore was refused: a clean start throws away all training and
+     * may overwrite the program's outputs, so only CKPT_FALLBACK=clean
+     * allows it (restart.c says the same on one node). */
+    if (!it && c->below && ckpt_cfg_int(CFG_FALLBACK) != 1) {
+        char msg[1400];
+        snprintf(msg, sizeof(msg), "no snapshot of this job can be restored (%s): the job stops here, with its "
+                 "snapshots kept; CKPT_FALLBACK=clean would start it again from the beginning, losing the "
+                 "training up to iteration %llu", why, (unsigned long long)c->below);
+        free(all), free(src), free(sends);
+        finish(c, 1, msg);
+        return;
+    }
+    if (!it && c->below)
+        ckpt_log(CKPT_INFO, "falling back to a clean start (CKPT_FALLBACK=clean): %s; the training up to "
+                 "iteration %llu is lost", why, (unsigned long long)c->below);
     if (it) {
         ckpt_log(CKPT_INFO, "restarting from iteration %llu", (unsigned long long)it);
         for (unsigned r = 0; r < nranks; r++)
@@ -198,7 +213,7 @@ static void plan(struct coord *c)
                      src[r].tier == CKPT_TIER_ARENA ? "arena" : src[r].tier == CKPT_TIER_PEER ? "peer arena"
                                                                                               : "disk",
                      src[r].node);
-    } else if (c->launches) {
+    } else if (c->launches && !c->below) {
         ckpt_log(CKPT_INFO, "restarting from the beginning: %s", why);
     }
     c->restore = it;
