@@ -101,6 +101,20 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     [ "$(echo "$output" | grep '^digest')" = "$(grep '^digest' "$D/plain")" ]
 }
 
+@test "a rank killed while its peer's NCCL spins in a collective without noticing (NCCL_FAKE_DEAD_PEER=hang, as over P2P/SHM): the job comes back, bit-exact" {
+    export CKPT_EVERY=10
+    ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
+    (crash 1 "$D/crashed" 29 && NCCL_FAKE_DEAD_PEER=hang ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err") ||
+        { echo "exit $?"; cat "$D/err"; return 1; }
+    [ -e "$D/crashed" ]
+    grep -q "rank 1 (pid [0-9]*) was killed by SIGKILL" "$D/err" || { cat "$D/err"; return 1; }
+    # The survivor never failed on its own: ckpt-resume stopped it.
+    ! grep -q "a peer rank failed" "$D/err" || { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: restarting from generation [0-9]* (iteration [0-9]*)$" "$D/err" || { cat "$D/err"; return 1; }
+    [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=1" ]
+    diff <(resumed_output "$D/out") "$D/plain"
+}
+
 @test "a hung rank is detected, the job stopped and restarted, and it completes" {
     args="--iters 400 --hidden 64 --layers 3"
     ckpt --nproc 2 -- "$TRAIN" $args >"$D/plain" 2>/dev/null
