@@ -113,12 +113,41 @@ static void say(const struct table *t)
     ckpt_log(CKPT_DEBUG, "%s%s", line, shown ? "" : " none");
 }
 
+uint64_t ckpt_hook_calls[CKPT_NHOOKS];
+
+/* "hooks: entry points: cuLaunchKernel 812, cuMemcpyDtoH_v2 30, ..." (those
+ * called, in the table's order), in lines of up to ~900 characters. */
+static void say_entry_points(void)
+{
+    char line[960];
+    int n = 0;
+    for (size_t i = 0; i < CKPT_NHOOKS; i++) {
+        uint64_t k = __atomic_load_n(&ckpt_hook_calls[i], __ATOMIC_RELAXED);
+        if (!k)
+            continue;
+        bool first = !n;
+        if (n > 900) {
+            ckpt_log(CKPT_DEBUG, "%s", line);
+            first = true;
+        }
+        if (first)
+            n = snprintf(line, sizeof(line), "hooks: entry points:");
+        n += snprintf(line + n, sizeof(line) - n, "%s %s %llu", first ? "" : ",", ckpt_hooks[i].name,
+                      (unsigned long long)k);
+    }
+    if (n)
+        ckpt_log(CKPT_DEBUG, "%s", line);
+    else
+        ckpt_log(CKPT_DEBUG, "hooks: entry points: none");
+}
+
 __attribute__((destructor)) static void hookstat_exit(void)
 {
     if (ckpt_log_level < CKPT_DEBUG || counting_pid != getpid())
         return; /* nothing counted, or a fork child's copy of the parent's counts */
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
         say(&tables[i]);
+    say_entry_points();
     ckpt_log(CKPT_DEBUG, "hooks: cuMemMap ranges: program %llu (%.1f MiB), NCCL-internal %llu (%.1f MiB); "
              "communicators that loaded libckpt as NCCL profiler plugin: %d",
              (unsigned long long)vmm_ranges[0], vmm_bytes[0] / 1048576.0, (unsigned long long)vmm_ranges[1],

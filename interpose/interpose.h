@@ -34,6 +34,28 @@ struct ckpt_hook {
 extern const struct ckpt_hook ckpt_hooks[];
 extern const size_t ckpt_nhooks;
 
+/* Each row's index in ckpt_hooks. */
+enum ckpt_hook_index {
+#define DRV(ret, name, params, args) CKPT_HOOK_##name,
+#define RT DRV
+#define NCCL DRV
+#define USE DRV
+#define UNFOLLOWED DRV
+#include "hooks.def"
+    CKPT_NHOOKS
+};
+
+/* Calls of each hooked entry point, counted with CKPT_LOG=debug only
+ * (hookstats.c says them at exit): which entry points the runtime and the
+ * libraries really reach. */
+extern uint64_t ckpt_hook_calls[CKPT_NHOOKS];
+extern int ckpt_log_level;
+static inline void ckpt_hook_called(enum ckpt_hook_index i)
+{
+    if (__builtin_expect(ckpt_log_level >= 3 /* CKPT_DEBUG */, 0))
+        __atomic_add_fetch(&ckpt_hook_calls[i], 1, __ATOMIC_RELAXED);
+}
+
 /* Resolves real_<name> (row's library, see real.c).  Returns 0, or -ENOENT
  * after logging the missing name once; the caller then fails the call with
  * the API's "not found/not initialised" error, never calls NULL. */
@@ -41,6 +63,7 @@ int ckpt_resolve(const char *name);
 
 #define NEED_REAL(name, err)                                                   \
     do {                                                                       \
+        ckpt_hook_called(CKPT_HOOK_##name);                                    \
         if (__builtin_expect(!real_##name, 0) && ckpt_resolve(#name) < 0)      \
             return (err);                                                      \
     } while (0)

@@ -31,6 +31,7 @@ const struct ckpt_hook ckpt_hooks[] = {
 #include "hooks.def"
 };
 const size_t ckpt_nhooks = sizeof(ckpt_hooks) / sizeof(ckpt_hooks[0]);
+_Static_assert(sizeof(ckpt_hooks) / sizeof(ckpt_hooks[0]) == CKPT_NHOOKS, "enum ckpt_hook_index is not the table's order");
 
 static const char *const sonames[] = {
     [LIB_DRV] = "libcuda.so.1",
