@@ -5,7 +5,9 @@
  * at once and what is left is the call path itself; or, with "query",
  * cuEventQuery of a completed event, as an allocator or a poller asks it
  * (libckpt records each answer for replay).  bench/run runs this with and
- * without LD_PRELOAD=libckpt.so and reports the difference.
+ * without LD_PRELOAD=libckpt.so and reports the difference.  The calling
+ * thread ends iterations under CKPT_BOUNDARY=every:1 (its syncs), and does
+ * not under every:1000000 (a thread beside the training loop).
  * Prints: "<ns per call>".
  */
 #include <stdio.h>
@@ -36,6 +38,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "hookcost: cannot make an event\n");
         return 1;
     }
+    /* A few host syncs first: under CKPT_BOUNDARY=every:1 they end
+     * iterations, and this becomes the thread that ends them, as a
+     * training loop's is (libckpt counts device work only on others). */
+    for (int i = 0; i < 3; i++)
+        if (cuStreamSynchronize(s) != CUDA_SUCCESS)
+            return 1;
     const int n = 2000000;
     double best = 1e30;
     for (int rep = 0; rep < 7; rep++) {

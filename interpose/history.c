@@ -128,6 +128,7 @@ static unsigned nworkers;
 static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread struct worker *me;
 static uint64_t ender; /* the thread that ends iterations: 0 until the first boundary */
+static __thread bool i_end; /* this thread is ender */
 
 static struct worker *worker(void)
 {
@@ -161,6 +162,8 @@ static void flush_work(struct worker *w)
 
 bool ckpt_history_work(void)
 {
+    if (i_end)
+        return false; /* the common case, first: no other test on the hot path */
     if (!ckpt_active || ckpt_self_depth || ckpt_nccl_depth || ckpt_thread_internal || !ckpt_history_recording())
         return false;
     uint64_t t = ckpt_thread_key();
@@ -184,7 +187,8 @@ void ckpt_history_work_boundary(void)
 {
     uint64_t t = ckpt_thread_key();
     uint64_t none = 0;
-    __atomic_compare_exchange_n(&ender, &none, t, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (__atomic_compare_exchange_n(&ender, &none, t, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) || none == t)
+        i_end = true;
     if (ckpt_replaying)
         return;
     unsigned n = __atomic_load_n(&nworkers, __ATOMIC_ACQUIRE);
