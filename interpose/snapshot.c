@@ -60,6 +60,7 @@ static struct {
 
     /* statistics */
     uint64_t taken, skipped, bytes;
+    uint64_t kind_bytes[CKPT_KINDS]; /* the last committed snapshot's, by allocation kind */
     uint64_t skipped_at_commit; /* S.skipped when the last snapshot committed */
     uint64_t no_room;   /* snapshots skipped in a row for want of room in the arena */
     double copy_ms_sum, copy_ms_max, held_ms;
@@ -212,13 +213,18 @@ static void stats_line(double copy_ms, double held_ms, const char *sched, uint64
     const char *path = ckpt_cfg_str(CFG_STATS_FILE);
     if (!path)
         return;
-    char line[512];
+    char line[640];
     int n = snprintf(line, sizeof(line),
                      "{\"rank\":%u,\"generation\":%llu,\"iteration\":%llu,\"allocations\":%llu,\"bytes\":%llu,"
+                     "\"bytes_by_kind\":{\"plain\":%llu,\"async\":%llu,\"vmm\":%llu,\"managed\":%llu},"
                      "\"copy_ms\":%.3f,\"held_ms\":%.3f,\"slot\":%d,\"skipped_before\":%llu,%s}\n",
                      S.hdr.rank, (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
-                     (unsigned long long)S.hdr.nallocs, (unsigned long long)S.hdr.data_bytes, copy_ms, held_ms,
-                     S.slot, (unsigned long long)skipped, sched);
+                     (unsigned long long)S.hdr.nallocs, (unsigned long long)S.hdr.data_bytes,
+                     (unsigned long long)S.kind_bytes[CKPT_ALLOC_PLAIN], (unsigned long long)S.kind_bytes[CKPT_ALLOC_ASYNC],
+                     (unsigned long long)S.kind_bytes[CKPT_ALLOC_VMM], (unsigned long long)S.kind_bytes[CKPT_ALLOC_MANAGED],
+                     copy_ms, held_ms, S.slot, (unsigned long long)skipped, sched);
+    if (n >= (int)sizeof(line))
+        return;
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         ckpt_log_once(CKPT_WARN, "cannot write CKPT_STATS_FILE=%s: %s", path, strerror(errno));
@@ -300,6 +306,10 @@ static void *committer(void *arg)
             S.generation = S.hdr.generation;
             S.taken++;
             S.bytes += S.hdr.data_bytes;
+            memset(S.kind_bytes, 0, sizeof(S.kind_bytes));
+            for (uint64_t i = 0; i < S.hdr.nallocs; i++)
+                if (S.recs[i].kind < CKPT_KINDS)
+                    S.kind_bytes[S.recs[i].kind] += S.recs[i].size;
             S.copy_ms_sum += ms;
             if (ms > S.copy_ms_max)
                 S.copy_ms_max = ms;
@@ -875,9 +885,12 @@ __attribute__((destructor)) static void ckpt_snapshot_exit(void)
     timeline_write(); /* with the last snapshot's copies */
     uint64_t taken = S.taken;
     ckpt_log(CKPT_INFO,
-             "snapshots %llu (skipped %llu), %.1f MiB each, copy mean %.2f ms max %.2f ms, program held %.1f ms",
+             "snapshots %llu (skipped %llu), %.1f MiB each (the last: plain %.1f, stream-ordered %.1f, VMM %.1f, "
+             "managed %.1f MiB), copy mean %.2f ms max %.2f ms, program held %.1f ms",
              (unsigned long long)taken, (unsigned long long)S.skipped,
-             taken ? S.bytes / (double)taken / (1 << 20) : 0.0, taken ? S.copy_ms_sum / taken : 0.0,
-             S.copy_ms_max, S.held_ms);
+             taken ? S.bytes / (double)taken / (1 << 20) : 0.0, S.kind_bytes[CKPT_ALLOC_PLAIN] / 1048576.0,
+             S.kind_bytes[CKPT_ALLOC_ASYNC] / 1048576.0, S.kind_bytes[CKPT_ALLOC_VMM] / 1048576.0,
+             S.kind_bytes[CKPT_ALLOC_MANAGED] / 1048576.0, taken ? S.copy_ms_sum / taken : 0.0, S.copy_ms_max,
+             S.held_ms);
     pthread_mutex_unlock(&S.lock);
 }

@@ -17,6 +17,7 @@ enum ckpt_alloc_kind {
     CKPT_ALLOC_ASYNC,   /* stream-ordered, from a pool */
     CKPT_ALLOC_VMM,     /* a cuMemMap'ed range */
     CKPT_ALLOC_MANAGED, /* cuMemAllocManaged */
+    CKPT_KINDS
 };
 
 struct ckpt_alloc {

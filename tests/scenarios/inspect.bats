@@ -89,6 +89,23 @@ flip() { # file offset: flips the low bit of the byte there
     ! echo "$output" | grep -q "^job one"
 }
 
+@test "where a snapshot's bytes go: by allocation kind in list and in the stats, summing to what was copied" {
+    # Expandable segments (cuMemMap'ed ranges) beside plain allocations.
+    CKPT_JOB=kinds CKPT_STATS_FILE=$D/stats LD_PRELOAD=$LIB "$BUILD/tests/progs/fid_vmm" --iters 20 >/dev/null 2>"$D/err" ||
+        { cat "$D/err"; false; }
+    run "$INSPECT" --job kinds list
+    [ "$status" -eq 0 ]
+    echo "$output" | grep -Eq "^  a snapshot of generation [0-9]+ copies [0-9.]+ [KMG]?i?B: plain [0-9.]+ [KMG]?i?B in [0-9]+ allocations?, vmm [0-9.]+ [KMG]?i?B in [1-9][0-9]* allocations?$" ||
+        { echo "$output"; false; }
+    # Each line's kinds add up to the bytes it copied (its "bytes" is the
+    # image's data area, allocations aligned); the exit line names them.
+    awk 'function f(k) { return match($0, "\"" k "\":[0-9]+") ? substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0 : -1 }
+         { kinds = f("plain") + f("async") + f("vmm") + f("managed"); copied = f("boundary_bytes") + f("gap_bytes") + f("spill_bytes")
+           if (kinds != copied || f("vmm") <= 0 || kinds > f("bytes")) { print "line " NR ": " kinds " by kind, " copied " copied: " $0; bad = 1 } }
+         END { exit bad }' "$D/stats"
+    grep -Eq "snapshots [0-9]+ \(skipped [0-9]+\), [0-9.]+ MiB each \(the last: plain [0-9.]+, stream-ordered [0-9.]+, VMM [0-9.]+, managed [0-9.]+ MiB\)" "$D/err"
+}
+
 @test "verify passes on a fresh arena, 1 and 2 ranks, and checks every generation with 'all'" {
     train one 1
     train two 2

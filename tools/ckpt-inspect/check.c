@@ -55,6 +55,14 @@ static int check_header(struct image *img, const struct view *v)
     }
     img->h = h;
     img->state = IMG_HEADER_OK;
+    memset(img->kind_bytes, 0, sizeof(img->kind_bytes));
+    memset(img->kind_count, 0, sizeof(img->kind_count));
+    const struct ckpt_rec *recs = ckpt_image_recs(v->base);
+    for (uint64_t i = 0; i < h.nallocs; i++) {
+        uint32_t k = recs[i].kind < CKPT_KINDS ? recs[i].kind : CKPT_KINDS;
+        img->kind_bytes[k] += recs[i].size;
+        img->kind_count[k]++;
+    }
     return 0;
 }
 

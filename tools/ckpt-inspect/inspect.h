@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "format.h"
+#include "registry.h"
 
 /* Exit statuses, as docs/ckpt-inspect.md lists them. */
 enum {
@@ -151,6 +152,9 @@ struct image {
     struct ckpt_header h;      /* valid from IMG_HEADER_OK on (and IMG_BAD_DATA, IMG_CHANGED) */
     uint64_t bad_chunks;
     char why[256];             /* why it is not IMG_VERIFIED */
+    /* From IMG_HEADER_OK on: its allocations' bytes and count by kind
+     * (enum ckpt_alloc_kind; the last: kinds this tool does not know). */
+    uint64_t kind_bytes[CKPT_KINDS + 1], kind_count[CKPT_KINDS + 1];
 };
 
 void names_add(struct names *n, const char *name);

@@ -42,6 +42,40 @@ static const char *status(const struct image *img, char *out, size_t outlen)
     }
 }
 
+/* What one snapshot of the newest generation copies, all ranks together
+ * (one copy of each rank's image, from whichever tier holds it first), by
+ * allocation kind: where the bytes of a snapshot go. */
+static void print_kinds(const struct catalog *cat, uint64_t newest)
+{
+    uint64_t bytes[CKPT_KINDS + 1] = {0}, count[CKPT_KINDS + 1] = {0}, total = 0;
+    int seen[4096] = {0};
+    char size[32];
+    if (!newest)
+        return;
+    for (size_t i = 0; i < cat->n; i++) {
+        const struct image *img = &cat->v[i];
+        if (img->state < IMG_HEADER_OK || img->h.generation != newest || img->rank < 0 || img->rank >= 4096 ||
+            seen[img->rank]++)
+            continue;
+        for (int k = 0; k <= CKPT_KINDS; k++) {
+            bytes[k] += img->kind_bytes[k];
+            count[k] += img->kind_count[k];
+            total += img->kind_bytes[k];
+        }
+    }
+    printf("  a snapshot of generation %llu copies %s:", (unsigned long long)newest,
+           human_bytes(total, size, sizeof(size)));
+    const char *sep = "";
+    for (int k = 0; k <= CKPT_KINDS; k++) {
+        if (!count[k])
+            continue;
+        printf("%s %s %s in %llu allocation%s", sep, k < CKPT_KINDS ? alloc_kind_name((uint32_t)k) : "unknown",
+               human_bytes(bytes[k], size, sizeof(size)), (unsigned long long)count[k], count[k] == 1 ? "" : "s");
+        sep = ",";
+    }
+    printf("%s\n", *sep ? "" : " nothing");
+}
+
 static void print_job(const char *job, const struct catalog *cat)
 {
     char size[32], age[32], st[320], gen[24], iter[24], rank[16], slot[16];
@@ -79,6 +113,7 @@ static void print_job(const char *job, const struct catalog *cat)
                human_bytes(image_bytes(img), size, sizeof(size)),
                human_age(known ? img->h.time_ns : img->mtime_ns, age, sizeof(age)), status(img, st, sizeof(st)));
     }
+    print_kinds(cat, newest);
 }
 
 int cmd_list(const struct options *o, int argc, char **argv)
