@@ -132,7 +132,7 @@ static inline void fid_check_cu(CUresult r, const char *what, const char *file, 
 #define FID_HASH_INIT 0xcbf29ce484222325ULL
 static inline uint64_t fid_hash(uint64_t h, const void *p, size_t n)
 {
-    const unsigned char *b = p;
+    const unsigned char *b = (const unsigned char *)p;
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * 0x100000001b3ULL;
     return h;
@@ -154,8 +154,15 @@ static inline uint64_t fid_hash_device(uint64_t h, const void *dev, size_t n)
     return h;
 }
 
+/* What kernels call as well as the host: nvcc compiles it for both sides. */
+#ifdef __CUDACC__
+#define FID_HD __host__ __device__ static inline
+#else
+#define FID_HD static inline
+#endif
+
 /* A 32-bit mixer (murmur3's finaliser): every input bit reaches every output bit. */
-static inline uint32_t fid_mix(uint32_t x)
+FID_HD uint32_t fid_mix(uint32_t x)
 {
     x ^= x >> 16;
     x *= 0x85ebca6bu;
@@ -165,11 +172,23 @@ static inline uint32_t fid_mix(uint32_t x)
     return x;
 }
 
-static inline void fid_sleep_us(long us)
+/* Kernels sleep too (a long kernel's time).  The device has no nanosleep:
+ * it waits on its nanosecond clock, since __nanosleep alone may return at
+ * once. */
+FID_HD void fid_sleep_us(long us)
 {
+#ifdef __CUDA_ARCH__
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < (unsigned long long)us * 1000);
+#else
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+#endif
 }
 
 /* Kernels every program may use; not every program uses each. */
@@ -207,9 +226,16 @@ KERNEL(fid_loss, (const uint32_t *, w), (size_t, n), (uint32_t *, out))
  * deterministic.  Programs release every wait before they synchronise
  * with the device, so no host sync ever waits for host progress.  (The
  * double runs kernels on the host, so the kernel can read a host
- * variable; this is a test device, not CUDA code.)
+ * variable.  On a GPU it is a __managed__ variable instead, which the
+ * host stores to while the kernel runs (this needs concurrent managed
+ * access, as Linux GPUs since Pascal have); the module holds it, so it is
+ * no cudaMallocManaged allocation, whose host reads libckpt must refuse.)
  */
+#ifdef __CUDACC__
+static __managed__ int fid_released;
+#else
 static int fid_released;
+#endif
 
 static inline void fid_release(int v)
 {
@@ -221,7 +247,11 @@ static inline void fid_release(int v)
 KERNEL(fid_busy, (int, want))
 {
     if (KERNEL_INDEX == 0)
+#ifdef __CUDACC__
+        while (*(volatile int *)&fid_released < want) /* a fresh load each time */
+#else
         while (__atomic_load_n(&fid_released, __ATOMIC_ACQUIRE) < want)
+#endif
             fid_sleep_us(20);
 }
 #pragma GCC diagnostic pop

@@ -106,7 +106,7 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc((void **)&dloss, sizeof(uint32_t)));
     CHECK(cudaMemsetAsync(w, 0, WORDS * sizeof(uint32_t), s));
     CHECK(cudaStreamSynchronize(s));
-    stat_at = calloc((size_t)o.iters + 1, sizeof(*stat_at));
+    stat_at = (uint32_t *)calloc((size_t)o.iters + 1, sizeof(*stat_at));
     REQUIRE(stat_at != NULL);
     pthread_t t;
     REQUIRE(pthread_create(&t, NULL, logger, NULL) == 0);

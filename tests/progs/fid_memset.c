@@ -51,7 +51,7 @@ int main(int argc, char **argv)
 {
     /* --memset-from J and --callback-from J are ours; the rest goes to fid_parse. */
     int memset_from = 1, callback_from = 0, n = 0;
-    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+    char **rest = (char **)calloc((size_t)argc + 1, sizeof(*rest));
     REQUIRE(rest != NULL);
     for (int i = 0; i < argc; i++) {
         if (i > 0 && strcmp(argv[i], "--memset-from") == 0 && i + 1 < argc)

@@ -42,7 +42,7 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc((void **)&dcount, 2 * sizeof(uint32_t)));
     CHECK(cudaMalloc((void **)&dloss, sizeof(uint32_t)));
     CHECK(cudaMallocHost((void **)&loss_h, sizeof(uint32_t)));
-    uint32_t *count_h = malloc(2 * sizeof(uint32_t)); /* pageable */
+    uint32_t *count_h = (uint32_t *)malloc(2 * sizeof(uint32_t)); /* pageable */
     REQUIRE(count_h != NULL);
     CHECK(cudaMemsetAsync(w, 0, WORDS * sizeof(uint32_t), s));
 
