@@ -674,9 +674,17 @@ static void take(uint64_t iter, bool has_collectives)
     if (rc < 0) {
         /* Said once while it lasts: a full /dev/shm stays full for a while. */
         int level = S.no_room++ ? CKPT_DEBUG : CKPT_WARN;
+        uint64_t room = 0, size = 0;
         S.skipped++;
-        ckpt_log(level, "iteration %llu: cannot make room for %zu bytes in %s (%s); snapshot skipped",
-                 (unsigned long long)iter, total, S.arena.dir, strerror(-rc));
+        if (rc == -ENOSPC && ckpt_arena_room(S.arena.dir, &room, &size) == 0)
+            ckpt_log(level, "iteration %llu: cannot make room for a snapshot of %.1f MiB in %s: its filesystem "
+                     "has %.1f MiB free of %.1f MiB, and every rank of this host needs two slots of its own "
+                     "size; " CKPT_ARENA_ROOM_FIX "; snapshot skipped: this rank is not protected until there "
+                     "is room", (unsigned long long)iter, total / 1048576.0, S.arena.dir, room / 1048576.0,
+                     size / 1048576.0);
+        else
+            ckpt_log(level, "iteration %llu: cannot make room for %zu bytes in %s (%s); snapshot skipped",
+                     (unsigned long long)iter, total, S.arena.dir, strerror(-rc));
         return;
     }
     if (S.no_room) {

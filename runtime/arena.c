@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -191,6 +192,28 @@ int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved)
     a->len[slot] = len;
     *moved = 1;
     return 0;
+}
+
+int ckpt_arena_room(const char *dir, uint64_t *free, uint64_t *total)
+{
+    char path[PATH_MAX];
+    struct statvfs v;
+    snprintf(path, sizeof(path), "%s", dir);
+    for (;;) {
+        if (statvfs(path, &v) == 0) {
+            *free = (uint64_t)v.f_bavail * v.f_frsize;
+            *total = (uint64_t)v.f_blocks * v.f_frsize;
+            return 0;
+        }
+        char *slash = strrchr(path, '/');
+        if (errno != ENOENT || !slash)
+            return -errno;
+        if (slash == path) {
+            path[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+    }
 }
 
 void ckpt_arena_close(struct ckpt_arena *a)

@@ -11,6 +11,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* The directory under CKPT_ARENA_DIR where a node's agent keeps the
@@ -59,6 +60,16 @@ void ckpt_arena_close(struct ckpt_arena *a);
  * -EPERM with why. */
 struct stat;
 int ckpt_shared_root_ok(const char *dir, const struct stat *st, char *why, size_t whylen);
+
+/* How much the filesystem of dir (or of its nearest existing parent)
+ * holds: *free and *total bytes.  Returns 0 or -errno. */
+int ckpt_arena_room(const char *dir, uint64_t *free, uint64_t *total);
+
+/* The fix for an arena filesystem too small (the same words in libckpt's
+ * warning and in ckpt-doctor's report). */
+#define CKPT_ARENA_ROOM_FIX                                                    \
+    "make it larger (Docker: --shm-size; Kubernetes: an emptyDir volume with medium: Memory and a " \
+    "sizeLimit, mounted at /dev/shm) or set CKPT_ARENA_DIR to a larger tmpfs"
 
 /* The directory of a rank, as ckpt_arena_open names it. */
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank);

@@ -48,6 +48,22 @@ EOF
     [ "${lines[-1]}" = "  verdict:     protected" ]
 }
 
+@test "an arena filesystem too small for snapshots (a container's 64 MiB /dev/shm) is named, with the fix; a large one is not" {
+    mkdir -p "$D/shm"
+    mount -t tmpfs -o size=64m tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
+    run -0 env CKPT_ARENA_DIR="$D/shm/ckpt" "$DOCTOR" "$BUILD/examples/mlp-train"
+    umount "$D/shm"
+    echo "$output"
+    [[ $output == *"note:        CKPT_ARENA_DIR=$D/shm/ckpt is on a filesystem of 64.0 MiB (64.0 MiB free): every rank of a node needs two snapshot slots"* ]]
+    [[ $output == *"fix:       make it larger (Docker: --shm-size; Kubernetes: an emptyDir volume with medium: Memory"* ]]
+    [ "${lines[-1]}" = "  verdict:     protected" ] # a note: what a job needs is known only when it runs
+    mkdir -p "$D/big"
+    mount -t tmpfs -o size=4g tmpfs "$D/big" || return 1
+    run -0 env CKPT_ARENA_DIR="$D/big/ckpt" "$DOCTOR" "$BUILD/examples/mlp-train"
+    umount "$D/big"
+    [[ $output != *"CKPT_ARENA_DIR="* ]] || { echo "$output"; false; }
+}
+
 @test "nvcc's static runtime (the toolkit's trainer): reached through dlsym and cuGetProcAddress, protected" {
     [ -x "$BUILD/examples/mlp-train-cuda" ] || skip "no CUDA toolkit: build/examples/mlp-train-cuda not built"
     run -0 "$DOCTOR" "$BUILD/examples/mlp-train-cuda"

@@ -182,12 +182,12 @@ $D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be t
     [ -z "$(ls -A "$D/elsewhere")" ]
 }
 
-@test "/dev/shm full: the snapshot is skipped and said once, the job is unharmed" {
+@test "/dev/shm full: the snapshot is skipped and said once, with the numbers and the fix, the job is unharmed" {
     mkdir -p "$D/shm"
     mount -t tmpfs -o size=1m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
     ARGS="--iters 6 --hidden 256 --layers 3" # 3.3 MiB of state
     trains CKPT_ARENA_DIR="$D/shm"
-    grep -q "warning: iteration [0-9]*: cannot make room for [0-9]* bytes in $D/shm/.*(No space left on device); snapshot skipped" \
+    grep -q "warning: iteration [0-9]*: cannot make room for a snapshot of [0-9.]* MiB in $D/shm/.*: its filesystem has [0-9.]* MiB free of 1.0 MiB, and every rank of this host needs two slots of its own size; make it larger (Docker: --shm-size; Kubernetes: an emptyDir volume with medium: Memory .*) or set CKPT_ARENA_DIR to a larger tmpfs; snapshot skipped: this rank is not protected until there is room" \
         "$D/err" || { cat "$D/err"; return 1; }
     # every snapshot is skipped, and the warning is given once, not per iteration
     [ "$(grep -c "cannot make room" "$D/err")" -eq 1 ] || { cat "$D/err"; return 1; }

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
+#include "arena.h"
 #include "config.h"
 #include "doctor.h"
 
@@ -231,6 +233,41 @@ static void check_config(struct diagnosis *d)
     ckpt_config_unknown(unknown_var);
 }
 
+/* What this host gives the arena: the snapshot slots live in
+ * CKPT_ARENA_DIR (a tmpfs, /dev/shm by default: 64 MiB in a container
+ * unless asked for more), pinned with the memlock limit, and counted
+ * against the job's cgroup.  Said as notes: how much a job needs depends
+ * on its state, which only the running job knows. */
+static void check_host(struct diagnosis *d)
+{
+    const char *dir = ckpt_cfg_str(CFG_ARENA_DIR);
+    uint64_t room, size;
+    struct rlimit rl;
+    char limit[64];
+
+    if (ckpt_arena_room(dir, &room, &size) < 0)
+        diag_add(d, SEV_NOTE, "create it, or set CKPT_ARENA_DIR", "CKPT_ARENA_DIR=%s cannot be looked at", dir);
+    else if (size < (1ull << 30))
+        diag_add(d, SEV_NOTE, CKPT_ARENA_ROOM_FIX,
+                 "CKPT_ARENA_DIR=%s is on a filesystem of %.1f MiB (%.1f MiB free): every rank of a node needs "
+                 "two snapshot slots the size of its device state there, or its snapshots are skipped", dir,
+                 size / 1048576.0, room / 1048576.0);
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (64ull << 20))
+        diag_add(d, SEV_NOTE, "raise it (ulimit -l unlimited; Docker: --ulimit memlock=-1)",
+                 "the memlock limit is %llu KiB: libckpt may not pin its arena, and snapshots then copy through "
+                 "pageable memory, more slowly", (unsigned long long)(rl.rlim_cur >> 10));
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    if (f) {
+        if (fgets(limit, sizeof(limit), f) && strncmp(limit, "max", 3) != 0) {
+            limit[strcspn(limit, "\n")] = '\0';
+            diag_add(d, SEV_NOTE, NULL,
+                     "this cgroup may use at most %.1f GiB of memory (memory.max): the arena's slots, in tmpfs, "
+                     "count against it", strtoull(limit, NULL, 10) / 1073741824.0);
+        }
+        fclose(f);
+    }
+}
+
 /* What keeps LD_PRELOAD out of the process altogether. */
 static bool check_program(struct diagnosis *d)
 {
@@ -269,6 +306,7 @@ void diagnose(struct diagnosis *d)
 
     d->nccl_obj = -1;
     check_config(d);
+    check_host(d);
     if (check_program(d)) {
         for (int i = 0; i < c->n_miss; i++) {
             const char *n = c->miss[i].name, *by = label(d, c->miss[i].parent);
