@@ -72,6 +72,21 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
     [ "$(cat "$D/rank.1")" = "1 10.1.2.3 29555" ]
 }
 
+@test "the user's PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF reach the ranks unchanged; a restoring launch adds PYTHONUNBUFFERED=1 unless it is set" {
+    local show='echo "${PYTORCH_CUDA_ALLOC_CONF-unset}|${PYTORCH_ALLOC_CONF-unset}|${PYTHONUNBUFFERED-unset}" > "$0/env.$RANK"'
+    unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF PYTHONUNBUFFERED
+    PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True,max_split_size_mb:128" PYTORCH_ALLOC_CONF="backend:native" \
+        run ckpt --nproc 2 -- sh -c "$show" "$D"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    for r in 0 1; do [ "$(cat "$D/env.$r")" = "expandable_segments:True,max_split_size_mb:128|backend:native|unset" ]; done
+    # A launch that restores (CKPT_RESTORE): Python must not hold replay's
+    # lines in its own buffer past the restore.
+    PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" CKPT_RESTORE=5 run ckpt --nproc 1 -- sh -c "$show" "$D"
+    [ "$(cat "$D/env.0")" = "expandable_segments:True|unset|1" ] || { cat "$D/env.0"; echo "$output"; false; }
+    PYTHONUNBUFFERED=0 CKPT_RESTORE=5 run ckpt --nproc 1 -- sh -c "$show" "$D"
+    [ "$(cat "$D/env.0")" = "unset|unset|0" ] || { cat "$D/env.0"; echo "$output"; false; }
+}
+
 @test "the exit status is the rank's, and the done line comes last on stderr" {
     # command | expected status
     while IFS='|' read -r cmd want; do
