@@ -9,6 +9,7 @@
  */
 #include <string.h>
 
+#include "boundary.h"
 #include "interpose.h"
 #include "log.h"
 #include "registry.h"
@@ -68,6 +69,25 @@ __attribute__((visibility("default"))) CUresult cuInit(unsigned int Flags)
     if (r == CUDA_SUCCESS)
         ckpt_wake();
     return r;
+}
+
+/* The runtime's own plumbing.  NVIDIA's runtime (shared, or linked into
+ * the program or into a library such as cuBLAS) asks for the driver's
+ * private tables while it starts, then does its device work through the
+ * entry points it resolved with cuGetProcAddress, which libckpt hooks; a
+ * call before the first boundary is taken as that start.  One after it is
+ * not what a runtime does while it merely runs: replay past it is refused.
+ * Whether a runtime's tables ever move device state libckpt does not see
+ * is for the GPU premise checks to show (P2 replays a PyTorch process). */
+__attribute__((visibility("default"))) CUresult cuGetExportTable(const void **ppExportTable,
+                                                                 const struct CUuuid_st *pExportTableId)
+{
+    NEED_REAL(cuGetExportTable, CUDA_ERROR_NOT_FOUND);
+    if (ckpt_active && !ckpt_self_depth && !ckpt_nccl_depth && !ckpt_thread_internal && ckpt_bd_iteration() > 0 &&
+        !ckpt_caller_is_library(__builtin_return_address(0)))
+        ckpt_history_taint("cuGetExportTable after the first iteration: the driver's private functions it hands "
+                           "out are calls no hook sees");
+    return real_cuGetExportTable(ppExportTable, pExportTableId);
 }
 
 __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
