@@ -7,6 +7,8 @@
  * stream variant (_ptsz) does what its plain call does, its NULL stream
  * being the calling thread's CU_STREAM_PER_THREAD.
  */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "boundary.h"
@@ -70,6 +72,92 @@ __attribute__((visibility("default"))) CUresult cuInit(unsigned int Flags)
         ckpt_wake();
     return r;
 }
+
+/* ---- device variables.  What NVIDIA's runtime finds of a module's
+ * __device__ and __managed__ variables when it loads the module (or a
+ * program asks for itself) is device state like any allocation: tracked,
+ * snapshotted and restored under an ordinal of the thread that asked
+ * first (asking again finds the same variable), and untracked when its
+ * module or library is unloaded. */
+static pthread_mutex_t vars_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct var {
+    const void *owner;
+    CUdeviceptr addr;
+} *vars;
+static size_t nvars, vars_cap;
+
+static CUresult variable(CUresult r, const void *caller, const void *owner, CUdeviceptr addr, size_t size,
+                         enum ckpt_alloc_kind kind)
+{
+    if (r != CUDA_SUCCESS || !addr || !size || !ckpt_active)
+        return r;
+    pthread_mutex_lock(&vars_lock);
+    size_t i = 0;
+    while (i < nvars && vars[i].addr != addr)
+        i++;
+    if (i == nvars) {
+        if (nvars == vars_cap) {
+            size_t cap = vars_cap ? vars_cap * 2 : 64;
+            struct var *v = realloc(vars, cap * sizeof(*v));
+            if (!v) {
+                pthread_mutex_unlock(&vars_lock);
+                ckpt_history_taint("out of host memory to follow the program's device variables");
+                return r;
+            }
+            vars = v;
+            vars_cap = cap;
+        }
+        vars[nvars++] = (struct var){owner, addr};
+    }
+    pthread_mutex_unlock(&vars_lock);
+    ckpt_track(caller, addr, size, kind, NULL); /* asked again: already tracked */
+    return r;
+}
+
+/* The variables of owner go with it. */
+static void variables_gone(const void *owner)
+{
+    pthread_mutex_lock(&vars_lock);
+    for (size_t i = 0; i < nvars;) {
+        if (vars[i].owner != owner) {
+            i++;
+            continue;
+        }
+        untrack(vars[i].addr);
+        vars[i] = vars[--nvars];
+    }
+    pthread_mutex_unlock(&vars_lock);
+}
+
+#define GET_VARIABLE(name, handle_t, kind)                                                                     \
+    __attribute__((visibility("default"))) CUresult name(CUdeviceptr *dptr, size_t *bytes, handle_t h,         \
+                                                         const char *vname)                                     \
+    {                                                                                                          \
+        size_t size = 0;                                                                                       \
+        NEED_REAL(name, CUDA_ERROR_NOT_FOUND);                                                                 \
+        CUresult r = real_##name(dptr, &size, h, vname);                                                       \
+        if (r == CUDA_SUCCESS && bytes)                                                                        \
+            *bytes = size;                                                                                     \
+        return variable(r, __builtin_return_address(0), h, dptr ? *dptr : 0, size, kind);                       \
+    }
+GET_VARIABLE(cuModuleGetGlobal_v2, CUmodule, CKPT_ALLOC_PLAIN)
+GET_VARIABLE(cuLibraryGetGlobal, CUlibrary, CKPT_ALLOC_PLAIN)
+GET_VARIABLE(cuLibraryGetManaged, CUlibrary, CKPT_ALLOC_MANAGED)
+
+#define UNLOAD(name, handle_t)                                                                                 \
+    __attribute__((visibility("default"))) CUresult name(handle_t h)                                           \
+    {                                                                                                          \
+        NEED_REAL(name, CUDA_ERROR_NOT_FOUND);                                                                 \
+        before_untrack();                                                                                      \
+        if (ckpt_active)                                                                                       \
+            ckpt_before_free(NULL, false);                                                                     \
+        CUresult r = real_##name(h);                                                                           \
+        if (r == CUDA_SUCCESS && ckpt_active)                                                                  \
+            variables_gone(h);                                                                                 \
+        return r;                                                                                              \
+    }
+UNLOAD(cuModuleUnload, CUmodule)
+UNLOAD(cuLibraryUnload, CUlibrary)
 
 /* The runtime's own plumbing.  NVIDIA's runtime (shared, or linked into
  * the program or into a library such as cuBLAS) asks for the driver's

@@ -252,6 +252,10 @@ diverge() {
     fidelity fid_nccl_zero 'either:allocation .* is at 0x[0-9a-f]* in the replaying run|diverged from the failed run' 12 27
 }
 
+@test "devvars: training state in device variables (__device__ globals the runtime finds with cuLibraryGetGlobal)" {
+    fidelity devvars restore 12 27
+}
+
 @test "fid_twoctx: two contexts (cuCtxCreate), each with its own stream and state" {
     fidelity fid_twoctx restore 12 27
     # Each stream is ordered with an event of its own context: no snapshot is lost to it.

@@ -60,6 +60,10 @@ static const struct {
     P("cuMemHostUnregister", 4000, cuMemHostUnregister),
     P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
     P("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    P("cuLibraryLoadData", 12000, cuLibraryLoadData),
+    P("cuLibraryGetGlobal", 12000, cuLibraryGetGlobal),
+    P("cuLibraryGetManaged", 12000, cuLibraryGetManaged),
+    P("cuLibraryUnload", 12000, cuLibraryUnload),
 
     PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),

@@ -21,6 +21,7 @@ extern "C" {
 
 #ifndef CKPT_ABI_PROTOTYPES_ONLY
 
+#define CUDA_ERROR_INVALID_IMAGE ((CUresult)200)
 #define CUDA_ERROR_LOSSY_QUERY ((CUresult)402)
 #define CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE ((CUresult)910)
 
@@ -53,7 +54,22 @@ typedef struct CUgraphExecUpdateResultInfo_st {
     CUgraphNode errorFromNode;
 } CUgraphExecUpdateResultInfo;
 
+typedef enum CUjit_option_enum {
+    CU_JIT_MAX_REGISTERS = 0,
+    CU_JIT_THREADS_PER_BLOCK = 1
+} CUjit_option;
+
+typedef enum CUlibraryOption_enum {
+    CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
+    CU_LIBRARY_BINARY_IS_PRESERVED = 1
+} CUlibraryOption;
+
 #endif /* CKPT_ABI_PROTOTYPES_ONLY */
+
+/* Code with device variables (library.c: the double's own image format). */
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+                           unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                           unsigned int numLibraryOptions);
 
 /* Legacy variants: 32-bit device pointers and sizes, capture without a mode. */
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);
@@ -91,6 +107,27 @@ CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOff
  * real driver, so look it up with dlsym and do without it there.
  */
 CUresult fakegpu_func_set_param_count(CUfunction func, unsigned int count);
+
+/*
+ * The double's image for cuLibraryLoadData, standing in for a fatbin: the
+ * library's device variables (__device__, or __managed__ with managed set),
+ * each of size bytes, initialised from init (or zeroed when NULL), found
+ * by name with cuLibraryGetGlobal or cuLibraryGetManaged, freed by
+ * cuLibraryUnload.  A real driver refuses it: a program using it runs only
+ * on the double.
+ */
+#define FAKEGPU_LIBRARY_MAGIC 0x4c424746u /* "FGBL" */
+struct fakegpu_library_var {
+    const char *name;
+    size_t size;
+    int managed;
+    const void *init;
+};
+struct fakegpu_library_image {
+    unsigned int magic;
+    unsigned int nvars;
+    const struct fakegpu_library_var *vars;
+};
 #endif
 
 #ifdef __cplusplus
