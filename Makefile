@@ -222,7 +222,7 @@ check-sanitize: deps
 # own tests, and the tests of several nodes (whose agents' fabric threads
 # are libfabric's, not built with the sanitizer).
 TSAN := -fsanitize=thread -fno-omit-frame-pointer
-TSAN_TESTS := unit/ capture restore resume persist
+TSAN_TESTS := unit/ capture restore resume persist fidelity
 check-tsan: deps
 	$(Q)$(MAKE) --no-print-directory B=build-tsan CFLAGS="-O1 -g $(TSAN) -Wno-tsan" LDFLAGS="$(TSAN)" all
 	$(Q)BUILD=$(CURDIR)/build-tsan LD_LIBRARY_PATH=$(CURDIR)/build-tsan/fake TEST_UNDER_TSAN=1 \
