@@ -226,21 +226,31 @@ KERNEL(fid_loss, (const uint32_t *, w), (size_t, n), (uint32_t *, out))
  * deterministic.  Programs release every wait before they synchronise
  * with the device, so no host sync ever waits for host progress.  (The
  * double runs kernels on the host, so the kernel can read a host
- * variable.  On a GPU it is a __managed__ variable instead, which the
- * host stores to while the kernel runs (this needs concurrent managed
- * access, as Linux GPUs since Pascal have); the module holds it, so it is
- * no cudaMallocManaged allocation, whose host reads libckpt must refuse.)
+ * variable.  On a GPU it is a __device__ variable instead, which the host
+ * writes with a copy on a stream of its own while the kernel spins: device
+ * state like any other, which libckpt tracks and snapshots; a __managed__
+ * one would be memory the host may read, which libckpt must refuse.)
  */
 #ifdef __CUDACC__
-static __managed__ int fid_released;
+static __device__ int fid_released;
+
+static inline void fid_release(int v)
+{
+    static cudaStream_t s;
+    if (!s && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        exit(1);
+    /* From pageable memory: the copy has taken v when the call returns. */
+    if (cudaMemcpyToSymbolAsync(fid_released, &v, sizeof(v), 0, cudaMemcpyHostToDevice, s) != cudaSuccess)
+        exit(1);
+}
 #else
 static int fid_released;
-#endif
 
 static inline void fid_release(int v)
 {
     __atomic_store_n(&fid_released, v, __ATOMIC_RELEASE);
 }
+#endif
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
