@@ -140,8 +140,8 @@ static void variables_gone(const void *owner)
             *bytes = size;                                                                                     \
         return variable(r, __builtin_return_address(0), h, dptr ? *dptr : 0, size, kind);                       \
     }
-GET_VARIABLE(cuModuleGetGlobal_v2, CUmodule, CKPT_ALLOC_PLAIN)
-GET_VARIABLE(cuLibraryGetGlobal, CUlibrary, CKPT_ALLOC_PLAIN)
+GET_VARIABLE(cuModuleGetGlobal_v2, CUmodule, CKPT_ALLOC_GLOBAL)
+GET_VARIABLE(cuLibraryGetGlobal, CUlibrary, CKPT_ALLOC_GLOBAL)
 GET_VARIABLE(cuLibraryGetManaged, CUlibrary, CKPT_ALLOC_MANAGED)
 
 #define UNLOAD(name, handle_t)                                                                                 \
@@ -204,7 +204,7 @@ __attribute__((visibility("default"))) CUresult cuMemAllocPitch_v2(CUdeviceptr *
     NEED_REAL(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r = real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (r == CUDA_SUCCESS)
-        track(*dptr, *pPitch * Height, CKPT_ALLOC_PLAIN, NULL);
+        track(*dptr, *pPitch * Height, CKPT_ALLOC_PITCH, NULL);
     return r;
 }
 

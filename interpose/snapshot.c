@@ -213,15 +213,17 @@ static void stats_line(double copy_ms, double held_ms, const char *sched, uint64
     const char *path = ckpt_cfg_str(CFG_STATS_FILE);
     if (!path)
         return;
-    char line[640];
+    char line[1024];
     int n = snprintf(line, sizeof(line),
                      "{\"rank\":%u,\"generation\":%llu,\"iteration\":%llu,\"allocations\":%llu,\"bytes\":%llu,"
-                     "\"bytes_by_kind\":{\"plain\":%llu,\"async\":%llu,\"vmm\":%llu,\"managed\":%llu},"
+                     "\"bytes_by_kind\":{\"plain\":%llu,\"async\":%llu,\"vmm\":%llu,\"managed\":%llu,\"pitch\":%llu,"
+                     "\"global\":%llu},"
                      "\"copy_ms\":%.3f,\"held_ms\":%.3f,\"slot\":%d,\"skipped_before\":%llu,%s}\n",
                      S.hdr.rank, (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
                      (unsigned long long)S.hdr.nallocs, (unsigned long long)S.hdr.data_bytes,
                      (unsigned long long)S.kind_bytes[CKPT_ALLOC_PLAIN], (unsigned long long)S.kind_bytes[CKPT_ALLOC_ASYNC],
                      (unsigned long long)S.kind_bytes[CKPT_ALLOC_VMM], (unsigned long long)S.kind_bytes[CKPT_ALLOC_MANAGED],
+                     (unsigned long long)S.kind_bytes[CKPT_ALLOC_PITCH], (unsigned long long)S.kind_bytes[CKPT_ALLOC_GLOBAL],
                      copy_ms, held_ms, S.slot, (unsigned long long)skipped, sched);
     if (n >= (int)sizeof(line))
         return;
@@ -894,11 +896,13 @@ __attribute__((destructor)) static void ckpt_snapshot_exit(void)
     uint64_t taken = S.taken;
     ckpt_log(CKPT_INFO,
              "snapshots %llu (skipped %llu), %.1f MiB each (the last: plain %.1f, stream-ordered %.1f, VMM %.1f, "
-             "managed %.1f MiB), copy mean %.2f ms max %.2f ms, program held %.1f ms",
+             "managed %.1f, pitched %.1f, device variables %.1f MiB), copy mean %.2f ms max %.2f ms, program held "
+             "%.1f ms",
              (unsigned long long)taken, (unsigned long long)S.skipped,
              taken ? S.bytes / (double)taken / (1 << 20) : 0.0, S.kind_bytes[CKPT_ALLOC_PLAIN] / 1048576.0,
              S.kind_bytes[CKPT_ALLOC_ASYNC] / 1048576.0, S.kind_bytes[CKPT_ALLOC_VMM] / 1048576.0,
-             S.kind_bytes[CKPT_ALLOC_MANAGED] / 1048576.0, taken ? S.copy_ms_sum / taken : 0.0, S.copy_ms_max,
+             S.kind_bytes[CKPT_ALLOC_MANAGED] / 1048576.0, S.kind_bytes[CKPT_ALLOC_PITCH] / 1048576.0,
+             S.kind_bytes[CKPT_ALLOC_GLOBAL] / 1048576.0, taken ? S.copy_ms_sum / taken : 0.0, S.copy_ms_max,
              S.held_ms);
     pthread_mutex_unlock(&S.lock);
 }

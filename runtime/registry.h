@@ -13,10 +13,12 @@
 #include <stdint.h>
 
 enum ckpt_alloc_kind {
-    CKPT_ALLOC_PLAIN,   /* cuMemAlloc, cuMemAllocPitch, cudaMalloc */
+    CKPT_ALLOC_PLAIN,   /* cuMemAlloc, cudaMalloc */
     CKPT_ALLOC_ASYNC,   /* stream-ordered, from a pool */
     CKPT_ALLOC_VMM,     /* a cuMemMap'ed range */
-    CKPT_ALLOC_MANAGED, /* cuMemAllocManaged */
+    CKPT_ALLOC_MANAGED, /* cuMemAllocManaged, a module's __managed__ variable */
+    CKPT_ALLOC_PITCH,   /* cuMemAllocPitch */
+    CKPT_ALLOC_GLOBAL,  /* a module's __device__ or __constant__ variable */
     CKPT_KINDS
 };
 

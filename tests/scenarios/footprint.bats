@@ -26,7 +26,7 @@ teardown() {
 # copied STATS: the bytes each snapshot copied (the sum over allocation kinds), one per line.
 copied() {
     awk 'function f(k) { return match($0, "\"" k "\":[0-9]+") ? substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0 : 0 }
-         { print f("plain") + f("async") + f("vmm") + f("managed") }' "$1"
+         { print f("plain") + f("async") + f("vmm") + f("managed") + f("pitch") + f("global") }' "$1"
 }
 
 # killed K PROGRAM ARGS...: the plain run into $D/plain, then a job killed

@@ -165,6 +165,8 @@ const char *alloc_kind_name(uint32_t kind)
         [CKPT_ALLOC_ASYNC] = "async",
         [CKPT_ALLOC_VMM] = "vmm",
         [CKPT_ALLOC_MANAGED] = "managed",
+        [CKPT_ALLOC_PITCH] = "pitch",
+        [CKPT_ALLOC_GLOBAL] = "global",
     };
     return kind < sizeof(names) / sizeof(names[0]) && names[kind] ? names[kind] : "unknown";
 }
