@@ -85,7 +85,7 @@ int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64
         .size = size,
         .ordinal = internal ? 0 : ordinal,
         .stream = stream,
-        .birth = iteration,
+        .birth = __atomic_load_n(&iteration, __ATOMIC_RELAXED),
         .kind = (uint8_t)kind,
         .internal = internal,
     };
@@ -215,6 +215,6 @@ void ckpt_reg_reset(void)
     free(slots);
     slots = NULL;
     cap = used = tombs = 0;
-    iteration = 0;
+    __atomic_store_n(&iteration, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
 }
