@@ -26,7 +26,7 @@ CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda))
 NVCC    := $(if $(CUDA_HOME),$(wildcard $(CUDA_HOME)/bin/nvcc))
 
 WARN     := -Wall -Wextra $(WERROR)
-ALL_CFLAGS = -std=gnu11 -fPIC -pthread -D_GNU_SOURCE $(WARN) -Iinterpose/abi -Iruntime $(CFLAGS)
+ALL_CFLAGS = -std=gnu11 -fPIC -pthread -D_GNU_SOURCE $(WARN) -Iinclude -Iinterpose/abi -Iruntime $(CFLAGS)
 DEPFLAGS = -MMD -MP
 
 # The double's public headers (cuda.h, cuda_runtime.h, nccl.h) for programs
@@ -277,6 +277,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib
 	install -m 0755 $(addprefix $(B)/bin/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(B)/lib/libckpt.so $(DESTDIR)$(PREFIX)/lib/
+	install -d $(DESTDIR)$(PREFIX)/include
+	install -m 0644 include/libckpt.h $(DESTDIR)$(PREFIX)/include/
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 0644 docs/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 

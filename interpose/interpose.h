@@ -161,8 +161,9 @@ void ckpt_before_capture(void);
 
 /* ---- the pacer (pacer.c): when a snapshot's copies are issued (CKPT_SCHED). */
 
-/* What one snapshot copies: n allocations (allocs: device side, recs:
- * offsets in the image) into the image at dst, on stream; done is recorded
+/* What one snapshot copies: n records (recs: which bytes of an allocation,
+ * where in the image; allocs: the allocation each is of) into the image at
+ * dst, on stream; done is recorded
  * after the last piece.  start was recorded on stream before the first. */
 struct ckpt_rec;
 struct ckpt_pace_job {

@@ -73,14 +73,14 @@ static CUresult batch(uint64_t max, bool spill)
     if (timed)
         real_cuEventRecord(P.ev[b][0], j->stream);
     while (P.i < j->n && sent < max && r == CUDA_SUCCESS) {
-        uint64_t size = j->recs[P.i].size, len = size - P.off;
+        uint64_t size = j->recs[P.i].bytes, len = size - P.off;
         if (len > PIECE)
             len = PIECE;
         if (len > max - sent)
             len = max - sent;
         if (len)
-            r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[P.i].offset + P.off, j->allocs[P.i].addr + P.off, len,
-                                          j->stream);
+            r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[P.i].offset + P.off,
+                                          j->allocs[P.i].addr + j->recs[P.i].start + P.off, len, j->stream);
         sent += len;
         P.off += len;
         if (P.off >= size) {
@@ -145,7 +145,7 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     P.off = 0;
     P.total = P.queued = 0;
     for (long i = 0; i < job->n; i++)
-        P.total += job->recs[i].size;
+        P.total += job->recs[i].bytes;
     P.now_bytes = P.gap_bytes = P.spill_bytes = 0;
     P.nbatch = 0;
     P.issued = false;

@@ -245,22 +245,23 @@ static void check_addresses(const struct ckpt_alloc *live, size_t n)
     pthread_mutex_unlock(&moved_lock);
 }
 
-/* The device holds what the snapshot holds: every allocation is read back
- * and compared with the verified image, byte for byte. */
-static void check_device(const struct ckpt_alloc *live, const struct ckpt_rec *recs, size_t n)
+/* The device holds what the snapshot holds: every record is read back
+ * and compared with the verified image, byte for byte.  at[i] is the
+ * live address of record i's allocation. */
+static void check_device(const uint64_t *at, const struct ckpt_rec *recs, size_t n)
 {
     size_t chunk = 0;
     for (size_t i = 0; i < n; i++)
-        chunk = recs[i].size > chunk ? recs[i].size : chunk;
+        chunk = recs[i].bytes > chunk ? recs[i].bytes : chunk;
     chunk = chunk < (64u << 20) ? chunk : (64u << 20);
     char *buf = chunk ? malloc(chunk) : NULL;
     if (chunk && !buf)
         ckpt_refuse("out of host memory to read the restored state back");
     for (size_t i = 0; i < n; i++) {
         const char *want = image + image_hdr.data_offset + recs[i].offset;
-        for (uint64_t off = 0; off < recs[i].size; off += chunk) {
-            size_t len = recs[i].size - off < chunk ? (size_t)(recs[i].size - off) : chunk;
-            CUresult r = real_cuMemcpyDtoH_v2(buf, live[i].addr + off, len);
+        for (uint64_t off = 0; off < recs[i].bytes; off += chunk) {
+            size_t len = recs[i].bytes - off < chunk ? (size_t)(recs[i].bytes - off) : chunk;
+            CUresult r = real_cuMemcpyDtoH_v2(buf, at[i] + recs[i].start + off, len);
             if (r != CUDA_SUCCESS || memcmp(buf, want + off, len) != 0) {
                 free(buf);
                 if (r != CUDA_SUCCESS)
@@ -268,7 +269,7 @@ static void check_device(const struct ckpt_alloc *live, const struct ckpt_rec *r
                                 (unsigned long long)recs[i].ordinal, (int)r);
                 ckpt_refuse("allocation %llu does not hold the snapshot's bytes after the copy back (from "
                             "offset %llu): the device or the copy is faulty", (unsigned long long)recs[i].ordinal,
-                            (unsigned long long)off);
+                            (unsigned long long)(recs[i].start + off));
             }
         }
     }
@@ -277,26 +278,34 @@ static void check_device(const struct ckpt_alloc *live, const struct ckpt_rec *r
 
 /* Copies the snapshot into the live allocations that match it by ordinal
  * and size, and goes live.  Every allocation of the snapshot must be live,
- * and every live one must be in it. */
+ * and every live one must be in it; an allocation is one record or
+ * several (its live parts, format.h). */
 static void restore_now(void)
 {
     wait_threads();
     const struct ckpt_rec *recs = ckpt_image_recs(image);
     size_t n = image_hdr.nallocs;
     struct ckpt_alloc *live = malloc((n + 1) * sizeof(*live));
-    if (!live)
+    uint64_t *at = malloc((n + 1) * sizeof(*at));
+    if (!live || !at)
         ckpt_refuse("out of host memory");
-    size_t nlive = ckpt_reg_snapshot(live, n + 1);
-    if (nlive != n)
+    size_t nlive = ckpt_reg_snapshot(live, n + 1), nsnap = 0;
+    for (size_t i = 0; i < n; i++)
+        nsnap += !i || recs[i].ordinal != recs[i - 1].ordinal;
+    if (nlive != nsnap)
         ckpt_refuse("the program has %zu allocations at iteration %llu, the snapshot %zu", nlive,
-               (unsigned long long)target, n);
-    check_addresses(live, n);
-    for (size_t i = 0; i < n; i++) {
-        if (live[i].ordinal != recs[i].ordinal || live[i].size != recs[i].size)
+               (unsigned long long)target, nsnap);
+    check_addresses(live, nlive);
+    for (size_t i = 0, a = 0; i < n; i++) {
+        if (i && recs[i].ordinal != recs[i - 1].ordinal)
+            a++;
+        if (live[a].ordinal != recs[i].ordinal || live[a].size != recs[i].size)
             ckpt_refuse("allocation %llu (%llu bytes) does not match the snapshot's allocation %llu (%llu bytes)",
-                   (unsigned long long)live[i].ordinal, (unsigned long long)live[i].size,
+                   (unsigned long long)live[a].ordinal, (unsigned long long)live[a].size,
                    (unsigned long long)recs[i].ordinal, (unsigned long long)recs[i].size);
+        at[i] = live[a].addr;
     }
+    free(live);
     if (ckpt_resolve("cuMemcpyHtoD_v2") < 0 || ckpt_resolve("cuMemcpyDtoH_v2") < 0 ||
         ckpt_resolve("cuCtxSynchronize") < 0)
         ckpt_refuse("the driver lacks cuMemcpyHtoD_v2, cuMemcpyDtoH_v2 or cuCtxSynchronize");
@@ -305,8 +314,10 @@ static void restore_now(void)
     for (size_t i = 0; i < n; i++) {
         if (i == n / 2)
             ckpt_fault_point(CKPT_FAULT_RESTORE, target);
-        CUresult r = real_cuMemcpyHtoD_v2(live[i].addr, image + image_hdr.data_offset + recs[i].offset,
-                                          recs[i].size);
+        CUresult r = recs[i].bytes ? real_cuMemcpyHtoD_v2(at[i] + recs[i].start,
+                                                          image + image_hdr.data_offset + recs[i].offset,
+                                                          recs[i].bytes)
+                                   : CUDA_SUCCESS;
         if (r != CUDA_SUCCESS)
             ckpt_refuse("copying allocation %llu back to the device failed (CUDA error %d)",
                    (unsigned long long)recs[i].ordinal, (int)r);
@@ -315,10 +326,10 @@ static void restore_now(void)
         ckpt_refuse("the device failed while the snapshot was copied back");
     double copy_s = now_s() - copy_start;
     double check_start = now_s();
-    check_device(live, recs, n);
+    check_device(at, recs, n);
     double check_s = now_s() - check_start;
     ckpt_self_depth--;
-    free(live);
+    free(at);
 
     /* What replay held back goes out now: copies queued before the
      * snapshot, and the program's files as they were then. */

@@ -21,6 +21,7 @@
 
 #include "agent.h"
 #include "arena.h"
+#include "blocks.h"
 #include "boundary.h"
 #include "config.h"
 #include "image.h"
@@ -51,9 +52,14 @@ static struct {
 
     bool in_flight, wait_pending, stop;
     struct ckpt_header hdr;
-    struct ckpt_alloc *allocs;
+    struct ckpt_alloc *live;   /* the registry at the boundary */
+    size_t live_cap;
+    struct ckpt_part *parts;   /* one allocation's live parts */
+    size_t parts_cap;
+    struct ckpt_alloc *allocs; /* per record: the allocation it is of */
     struct ckpt_rec *recs;
     size_t cap;
+    uint64_t allocated, nlive; /* bytes and count of the allocations live at the boundary */
     pthread_t committer;
     pid_t pid; /* of the process that owns this state; a fork child does not */
     double held_ms_last; /* of the snapshot in flight */
@@ -61,6 +67,7 @@ static struct {
     /* statistics */
     uint64_t taken, skipped, bytes;
     uint64_t kind_bytes[CKPT_KINDS]; /* the last committed snapshot's, by allocation kind */
+    uint64_t allocated_last, nlive_last; /* and the bytes and count of the allocations it copied from */
     uint64_t skipped_at_commit; /* S.skipped when the last snapshot committed */
     uint64_t no_room;   /* snapshots skipped in a row for want of room in the arena */
     double copy_ms_sum, copy_ms_max, held_ms;
@@ -216,12 +223,13 @@ static void stats_line(double copy_ms, double held_ms, const char *sched, uint64
     char line[1024];
     int n = snprintf(line, sizeof(line),
                      "{\"rank\":%u,\"generation\":%llu,\"iteration\":%llu,\"allocations\":%llu,\"bytes\":%llu,"
+                     "\"allocated_bytes\":%llu,"
                      "\"bytes_by_kind\":{\"plain\":%llu,\"async\":%llu,\"vmm\":%llu,\"managed\":%llu,\"pitch\":%llu,"
                      "\"global\":%llu},"
                      "\"copy_ms\":%.3f,\"held_ms\":%.3f,\"slot\":%d,\"skipped_before\":%llu,%s}\n",
                      S.hdr.rank, (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
-                     (unsigned long long)S.hdr.nallocs, (unsigned long long)S.hdr.data_bytes,
-                     (unsigned long long)S.kind_bytes[CKPT_ALLOC_PLAIN], (unsigned long long)S.kind_bytes[CKPT_ALLOC_ASYNC],
+                     (unsigned long long)S.nlive_last, (unsigned long long)S.hdr.data_bytes,
+                     (unsigned long long)S.allocated_last, (unsigned long long)S.kind_bytes[CKPT_ALLOC_PLAIN], (unsigned long long)S.kind_bytes[CKPT_ALLOC_ASYNC],
                      (unsigned long long)S.kind_bytes[CKPT_ALLOC_VMM], (unsigned long long)S.kind_bytes[CKPT_ALLOC_MANAGED],
                      (unsigned long long)S.kind_bytes[CKPT_ALLOC_PITCH], (unsigned long long)S.kind_bytes[CKPT_ALLOC_GLOBAL],
                      copy_ms, held_ms, S.slot, (unsigned long long)skipped, sched);
@@ -311,7 +319,9 @@ static void *committer(void *arg)
             memset(S.kind_bytes, 0, sizeof(S.kind_bytes));
             for (uint64_t i = 0; i < S.hdr.nallocs; i++)
                 if (S.recs[i].kind < CKPT_KINDS)
-                    S.kind_bytes[S.recs[i].kind] += S.recs[i].size;
+                    S.kind_bytes[S.recs[i].kind] += S.recs[i].bytes;
+            S.allocated_last = S.allocated;
+            S.nlive_last = S.nlive;
             S.copy_ms_sum += ms;
             if (ms > S.copy_ms_max)
                 S.copy_ms_max = ms;
@@ -445,30 +455,65 @@ void ckpt_snapshot_resumed(uint64_t generation, uint64_t iteration, int slot)
     pthread_mutex_unlock(&S.lock);
 }
 
-/* Lists the live allocations into S.allocs/S.recs, growing them as needed.
+/* Room for need entries in S.allocs and S.recs.  Returns 0 or -ENOMEM. */
+static int reserve_records(size_t need)
+{
+    if (need <= S.cap)
+        return 0;
+    size_t cap = need + need / 2 + 16;
+    struct ckpt_alloc *a = realloc(S.allocs, cap * sizeof(*a));
+    if (a)
+        S.allocs = a;
+    struct ckpt_rec *r = a ? realloc(S.recs, cap * sizeof(*r)) : NULL;
+    if (!r)
+        return -ENOMEM;
+    S.recs = r;
+    S.cap = cap;
+    return 0;
+}
+
+/* Lists what the snapshot copies into S.recs: one record per live
+ * allocation, or one per live part of an allocation the program declared
+ * parts of free (blocks.h); S.allocs[i] is the allocation record i is of.
  * Returns the count or -ENOMEM. */
 static long list_allocations(void)
 {
-    for (;;) {
-        size_t n = ckpt_reg_snapshot(S.allocs, S.cap);
-        if (n <= S.cap) {
-            for (size_t i = 0; i < n; i++)
-                S.recs[i] = (struct ckpt_rec){.ordinal = S.allocs[i].ordinal,
-                                              .size = S.allocs[i].size,
-                                              .kind = S.allocs[i].kind,
-                                              .birth = S.allocs[i].birth};
-            return (long)n;
-        }
-        size_t cap = n + n / 2 + 16;
-        struct ckpt_alloc *a = realloc(S.allocs, cap * sizeof(*a));
-        if (a)
-            S.allocs = a;
-        struct ckpt_rec *r = a ? realloc(S.recs, cap * sizeof(*r)) : NULL;
-        if (!r)
+    size_t n;
+    while ((n = ckpt_reg_snapshot(S.live, S.live_cap)) > S.live_cap) {
+        struct ckpt_alloc *a = realloc(S.live, (n + n / 2 + 16) * sizeof(*a));
+        if (!a)
             return -ENOMEM;
-        S.recs = r;
-        S.cap = cap;
+        S.live = a;
+        S.live_cap = n + n / 2 + 16;
     }
+    bool declared = ckpt_blocks_any();
+    size_t count = 0;
+    S.allocated = 0;
+    S.nlive = n;
+    for (size_t i = 0; i < n; i++) {
+        const struct ckpt_alloc *a = &S.live[i];
+        struct ckpt_part whole = {0, a->size}, none = {0, 0}, *parts = &whole;
+        size_t k = 1;
+        while (declared && (k = ckpt_blocks_parts(a->addr, a->size, S.parts, S.parts_cap)) > S.parts_cap) {
+            struct ckpt_part *p = realloc(S.parts, (k + 16) * sizeof(*p));
+            if (!p)
+                return -ENOMEM;
+            S.parts = p;
+            S.parts_cap = k + 16;
+        }
+        if (declared)
+            parts = k ? S.parts : &none, k = k ? k : 1; /* all free: one record of 0 bytes */
+        if (reserve_records(count + k) < 0)
+            return -ENOMEM;
+        for (size_t j = 0; j < k; j++, count++) {
+            S.allocs[count] = *a;
+            S.recs[count] = (struct ckpt_rec){.ordinal = a->ordinal, .size = a->size, .kind = a->kind,
+                                              .birth = a->birth, .start = parts[j].start,
+                                              .bytes = parts[j].bytes};
+        }
+        S.allocated += a->size;
+    }
+    return (long)count;
 }
 
 /* Does every other rank of this node hold a committed snapshot of
@@ -895,11 +940,11 @@ __attribute__((destructor)) static void ckpt_snapshot_exit(void)
     timeline_write(); /* with the last snapshot's copies */
     uint64_t taken = S.taken;
     ckpt_log(CKPT_INFO,
-             "snapshots %llu (skipped %llu), %.1f MiB each (the last: plain %.1f, stream-ordered %.1f, VMM %.1f, "
-             "managed %.1f, pitched %.1f, device variables %.1f MiB), copy mean %.2f ms max %.2f ms, program held "
-             "%.1f ms",
+             "snapshots %llu (skipped %llu), %.1f MiB each (the last: %.1f MiB of allocations; copied plain %.1f, "
+             "stream-ordered %.1f, VMM %.1f, managed %.1f, pitched %.1f, device variables %.1f MiB), copy mean "
+             "%.2f ms max %.2f ms, program held %.1f ms",
              (unsigned long long)taken, (unsigned long long)S.skipped,
-             taken ? S.bytes / (double)taken / (1 << 20) : 0.0, S.kind_bytes[CKPT_ALLOC_PLAIN] / 1048576.0,
+             taken ? S.bytes / (double)taken / (1 << 20) : 0.0, S.allocated_last / 1048576.0, S.kind_bytes[CKPT_ALLOC_PLAIN] / 1048576.0,
              S.kind_bytes[CKPT_ALLOC_ASYNC] / 1048576.0, S.kind_bytes[CKPT_ALLOC_VMM] / 1048576.0,
              S.kind_bytes[CKPT_ALLOC_MANAGED] / 1048576.0, S.kind_bytes[CKPT_ALLOC_PITCH] / 1048576.0,
              S.kind_bytes[CKPT_ALLOC_GLOBAL] / 1048576.0, taken ? S.copy_ms_sum / taken : 0.0, S.copy_ms_max,

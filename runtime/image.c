@@ -5,6 +5,7 @@
  * and bounds every size against the image length first.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@ size_t ckpt_image_layout(struct ckpt_header *h, struct ckpt_rec *recs, size_t n)
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
         recs[i].offset = off;
-        off = ckpt_align_up(off + recs[i].size, CKPT_DATA_ALIGN);
+        off = ckpt_align_up(off + recs[i].bytes, CKPT_DATA_ALIGN);
     }
     if (!h->chunk_bytes)
         h->chunk_bytes = CKPT_CHUNK_DEFAULT;
@@ -110,8 +111,19 @@ int ckpt_image_verify_header(const void *base, size_t len, struct ckpt_header *o
     }
     const struct ckpt_rec *recs = ckpt_image_recs(base);
     for (uint64_t i = 0; i < h.nallocs; i++) {
-        if (recs[i].offset > h.data_bytes || recs[i].size > h.data_bytes - recs[i].offset) {
-            snprintf(why, whylen, "allocation %llu lies outside the data", (unsigned long long)recs[i].ordinal);
+        const struct ckpt_rec *r = &recs[i], *prev = i ? &recs[i - 1] : NULL;
+        if (r->offset > h.data_bytes || r->bytes > h.data_bytes - r->offset) {
+            snprintf(why, whylen, "allocation %llu lies outside the data", (unsigned long long)r->ordinal);
+            return -EBADMSG;
+        }
+        /* The parts of one allocation are adjacent, in order, inside it,
+         * and agree on what it is; allocations come in ordinal order. */
+        bool same = prev && prev->ordinal == r->ordinal;
+        if (r->start > r->size || r->bytes > r->size - r->start || (prev && !same && prev->ordinal > r->ordinal) ||
+            (same && (prev->size != r->size || prev->kind != r->kind || prev->birth != r->birth ||
+                      r->start < prev->start + prev->bytes || !r->bytes))) {
+            snprintf(why, whylen, "the records of allocation %llu are inconsistent (corrupt image)",
+                     (unsigned long long)r->ordinal);
             return -EBADMSG;
         }
     }

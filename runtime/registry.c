@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "registry.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -92,6 +93,8 @@ int ckpt_reg_add(uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, uint64
     used++;
 out:
     pthread_mutex_unlock(&lock);
+    if (rc == 0)
+        ckpt_blocks_forget(addr, size); /* a new allocation starts live, whatever was declared there before */
     return rc;
 }
 
@@ -109,17 +112,20 @@ bool ckpt_reg_contains(uint64_t addr)
 
 int ckpt_reg_remove(uint64_t addr)
 {
-    int rc = -ENOENT;
+    uint64_t size = 0;
     pthread_mutex_lock(&lock);
     struct ckpt_alloc *s = cap ? probe(addr, false) : NULL;
     if (s) {
+        size = s->size;
         s->addr = TOMB;
         used--;
         tombs++;
-        rc = 0;
     }
     pthread_mutex_unlock(&lock);
-    return rc;
+    if (!s)
+        return -ENOENT;
+    ckpt_blocks_forget(addr, size); /* what the program declared inside it goes with it */
+    return 0;
 }
 
 size_t ckpt_reg_remove_range(uint64_t addr, uint64_t size)
@@ -136,6 +142,8 @@ size_t ckpt_reg_remove_range(uint64_t addr, uint64_t size)
         }
     }
     pthread_mutex_unlock(&lock);
+    if (n)
+        ckpt_blocks_forget(addr, size);
     return n;
 }
 
@@ -217,4 +225,5 @@ void ckpt_reg_reset(void)
     cap = used = tombs = 0;
     __atomic_store_n(&iteration, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
+    ckpt_blocks_reset();
 }

@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* A verified image's records must lie inside it. */
         const struct ckpt_rec *recs = ckpt_image_recs(img);
         for (uint64_t i = 0; i < h.nallocs; i++)
-            if (h.data_offset + recs[i].offset + recs[i].size > size)
+            if (h.data_offset + recs[i].offset + recs[i].bytes > size || recs[i].start + recs[i].bytes > recs[i].size)
                 abort();
     }
     free(img);

@@ -10,6 +10,14 @@
  *       the device is done with it (cudaEventQuery).  Activations come and
  *       go every iteration, so at a boundary the segments hold the model
  *       and free space.
+ *   alloc_train caching --declare [--iters N] [--die-at K]
+ *       The same, telling libckpt which blocks are free (include/libckpt.h),
+ *       as a framework's helper would from the allocator's trace: a new
+ *       segment is declared free, a block live when it is handed out and
+ *       free again when the tensor dies (its contents are dead then, even
+ *       while queued work still reads them: that work runs before any
+ *       snapshot copy).  Found with dlsym: the
+ *       program runs the same without libckpt.
  *   alloc_train async [--iters N] [--die-at K]
  *       PyTorch's backend:cudaMallocAsync: one cudaMallocAsync per tensor
  *       on the compute stream, activations freed with cudaFreeAsync there
@@ -23,6 +31,8 @@
  * "iter I loss X" per iteration and "digest D" at the end, the same with
  * either allocator.
  */
+#include <dlfcn.h>
+
 #include "fid.h"
 
 #define TENSORS 6
@@ -59,6 +69,13 @@ struct block {
 };
 
 static struct block freed[256], pending[256];
+static int (*declare_free)(const void *, size_t), (*declare_live)(const void *, size_t);
+
+static void say_free(const void *p, size_t n)
+{
+    if (declare_free)
+        REQUIRE(declare_free(p, n) == 0);
+}
 static int nfreed, npending, nsegments;
 static cudaEvent_t spare_events[256];
 static int nspare;
@@ -102,6 +119,7 @@ static void *caching_alloc(size_t size)
         void *p;
         CHECK(cudaMalloc(&p, seg));
         nsegments++;
+        say_free(p, seg);
         REQUIRE(nfreed < 256);
         freed[nfreed] = (struct block){(char *)p, seg, NULL};
         best = nfreed++;
@@ -112,6 +130,8 @@ static void *caching_alloc(size_t size)
     } else {
         freed[best] = freed[--nfreed];
     }
+    if (declare_live)
+        REQUIRE(declare_live(b.p, size) == 0);
     return b.p;
 }
 
@@ -120,6 +140,7 @@ static void caching_free(void *p, size_t size, cudaStream_t s)
     REQUIRE(npending < 256);
     cudaEvent_t e = take_event();
     CHECK(cudaEventRecord(e, s));
+    say_free(p, (size + 511) & ~(size_t)511); /* dead: no later work reads it */
     pending[npending++] = (struct block){(char *)p, (size + 511) & ~(size_t)511, e};
 }
 
@@ -147,11 +168,17 @@ static void free_words(uint32_t *p, size_t n, cudaStream_t s)
 int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "caching") != 0 && strcmp(argv[1], "async") != 0)) {
-        fprintf(stderr, "usage: alloc_train caching|async [--iters N] [--die-at K]\n");
+        fprintf(stderr, "usage: alloc_train caching [--declare]|async [--iters N] [--die-at K]\n");
         return 2;
     }
     caching = strcmp(argv[1], "caching") == 0;
     argv[1] = argv[0];
+    if (caching && argc > 2 && strcmp(argv[2], "--declare") == 0) {
+        *(void **)&declare_free = dlsym(RTLD_DEFAULT, "ckpt_declare_free");
+        *(void **)&declare_live = dlsym(RTLD_DEFAULT, "ckpt_declare_live");
+        argv[2] = argv[1];
+        argv++, argc--;
+    }
     struct fid_opts o;
     fid_parse(argc - 1, argv + 1, &o, "alloc_train");
 
@@ -160,14 +187,23 @@ int main(int argc, char **argv)
     uint32_t *w[TENSORS], *g[TENSORS], *m[TENSORS], *dloss, loss;
     size_t model = 0;
     CHECK(cudaMalloc((void **)&dloss, sizeof(uint32_t)));
+    /* Each tensor's initialisation leaves a scratch block between it and
+     * the next (freed once all are made): the model lies in pieces inside
+     * the segments, with free blocks between them, some shorter than a
+     * copy is worth skipping. */
+    uint32_t *scratch[TENSORS];
     for (int t = 0; t < TENSORS; t++) {
         w[t] = alloc_words(words[t], s);
         g[t] = alloc_words(words[t], s);
+        scratch[t] = alloc_words(words[t], s);
         m[t] = alloc_words(words[t], s);
         CHECK(cudaMemsetAsync(w[t], 0, words[t] * sizeof(uint32_t), s));
+        CHECK(cudaMemsetAsync(scratch[t], 0xff, words[t] * sizeof(uint32_t), s));
         CHECK(cudaMemsetAsync(m[t], 0, words[t] * sizeof(uint32_t), s));
         model += 3 * words[t] * sizeof(uint32_t);
     }
+    for (int t = 0; t < TENSORS; t++)
+        free_words(scratch[t], words[t], s);
     CHECK(cudaStreamSynchronize(s));
     printf("model %zu bytes\n", model);
 

@@ -103,7 +103,28 @@ flip() { # file offset: flips the low bit of the byte there
          { kinds = f("plain") + f("async") + f("vmm") + f("managed") + f("pitch") + f("global"); copied = f("boundary_bytes") + f("gap_bytes") + f("spill_bytes")
            if (kinds != copied || f("vmm") <= 0 || kinds > f("bytes")) { print "line " NR ": " kinds " by kind, " copied " copied: " $0; bad = 1 } }
          END { exit bad }' "$D/stats"
-    grep -Eq "snapshots [0-9]+ \(skipped [0-9]+\), [0-9.]+ MiB each \(the last: plain [0-9.]+, stream-ordered [0-9.]+, VMM [0-9.]+, managed [0-9.]+, pitched [0-9.]+, device variables [0-9.]+ MiB\)" "$D/err"
+    grep -Eq "snapshots [0-9]+ \(skipped [0-9]+\), [0-9.]+ MiB each \(the last: [0-9.]+ MiB of allocations; copied plain [0-9.]+, stream-ordered [0-9.]+, VMM [0-9.]+, managed [0-9.]+, pitched [0-9.]+, device variables [0-9.]+ MiB\)" "$D/err"
+}
+
+@test "a program that declares its free blocks: list says how much of the allocated bytes a snapshot copies, export and diff read the parts" {
+    CKPT_JOB=decl LD_PRELOAD=$LIB "$BUILD/tests/progs/alloc_train" caching --declare --iters 10 >"$D/out" 2>"$D/err" ||
+        { cat "$D/err"; false; }
+    run "$INSPECT" --job decl list
+    [ "$status" -eq 0 ]
+    echo "$output" | grep -Eq "^  of 6.0 MiB allocated: 2[0-9].[0-9]% copied, the rest declared free by the program$" ||
+        { echo "$output"; false; }
+    g0=$(u64 "$(slot decl 0 0)" 88)
+    g1=$(u64 "$(slot decl 0 1)" 88)
+    run "$INSPECT" --job decl export "$g1" "$D/x"
+    [ "$status" -eq 0 ]
+    exported "$D/x/rank0.safetensors" "$(slot decl 0 1)" 4
+    # The parts matched up into the program's four allocations, at their
+    # whole sizes: the loss, and three segments.
+    run "$INSPECT" --job decl diff "$g0" "$g1"
+    [ "$status" -eq 0 ]
+    [ "$(echo "$output" | grep -Ec "^ +[0-3] plain +[0-9]+ +(4 B|2.0 MiB) +(changed|unchanged)$")" -eq 4 ] ||
+        { echo "$output"; false; }
+    echo "$output" | grep -Eq "^  unchanged: [0-9] allocations?, " || { echo "$output"; false; }
 }
 
 @test "verify passes on a fresh arena, 1 and 2 ranks, and checks every generation with 'all'" {
@@ -201,18 +222,14 @@ flip() { # file offset: flips the low bit of the byte there
     echo "$output" | grep -q "^rank0: no verified image of generation 1$"
 }
 
-@test "export writes safetensors files whose tensors are the arena's bytes, and refuses a damaged image" {
-    train two 2
-    g=$(u64 "$(slot two 0 0)" 88)
-    run "$INSPECT" --job two export "$g" --format safetensors "$D/out"
-    [ "$status" -eq 0 ]
-    for r in 0 1; do
-        s=0
-        [ "$(u64 "$(slot two $r 1)" 88)" = "$g" ] && s=1
-        python3 - "$D/out/rank$r.safetensors" "$(slot two $r $s)" <<'EOF'
+# exported FILE SLOT PARTS: the safetensors file FILE holds the image in
+# the slot file SLOT, tensor by tensor, at least PARTS of them parts of
+# allocations the program declared partly free.
+exported() {
+    python3 - "$@" <<'EOF'
 import json, struct, sys
 
-path, slot = sys.argv[1], sys.argv[2]
+path, slot, want_parts = sys.argv[1], sys.argv[2], sys.argv[3]
 raw = open(path, "rb").read()
 img = open(slot, "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
@@ -227,26 +244,43 @@ assert all(isinstance(v, str) for v in meta.values()), "metadata values must be 
 job = img[16:80].split(b"\0")[0].decode()
 rank, world = struct.unpack_from("<II", img, 80)
 gen, it, _, nallocs, data_off = struct.unpack_from("<QQQQQ", img, 88)
-recs = [struct.unpack_from("<QQQIIQ", img, 160 + 40 * i) for i in range(nallocs)]
+recs = [struct.unpack_from("<QQQIIQQQ", img, 160 + 56 * i) for i in range(nallocs)]
 assert (meta["job"], meta["rank"], meta["world"], meta["generation"], meta["iteration"]) == \
     (job, str(rank), str(world), str(gen), str(it)), meta
 assert len(head) == nallocs, (len(head), nallocs)
 
 data = raw[8 + n:]
 end = 0
-for ordinal, size, off, kind, _, birth in recs:
-    name = "rank%d/alloc%d" % (rank, ordinal)
+parts = 0
+for ordinal, size, off, kind, _, birth, start, nbytes in recs:
+    # A live part of an allocation declared partly free is named by its start.
+    name = "rank%d/alloc%d" % (rank, ordinal) + ("" if nbytes == size else "@%d" % start)
     t = head[name]
-    assert t["dtype"] == "U8" and t["shape"] == [size], t
+    assert t["dtype"] == "U8" and t["shape"] == [nbytes], t
     b, e = t["data_offsets"]
-    assert b == end and e == b + size, "tensors must follow each other without holes"
+    assert b == end and e == b + nbytes, "tensors must follow each other without holes"
     end = e
-    assert data[b:e] == img[data_off + off:data_off + off + size], name + " differs from the arena"
+    assert data[b:e] == img[data_off + off:data_off + off + nbytes], name + " differs from the arena"
     assert meta[name + ".ordinal"] == str(ordinal) and meta[name + ".birth"] == str(birth)
-    assert meta[name + ".kind"] in ("plain", "async", "vmm", "managed")
+    assert meta[name + ".kind"] in ("plain", "async", "vmm", "managed", "pitch", "global")
+    if nbytes != size:
+        assert meta[name + ".start"] == str(start) and meta[name + ".allocation_bytes"] == str(size), name
+        parts += 1
 assert end == len(data), "bytes after the last tensor"
+assert parts >= int(want_parts), "%d tensors are parts of allocations, expected at least %s" % (parts, want_parts)
 print("ok", path, nallocs, "tensors")
 EOF
+}
+
+@test "export writes safetensors files whose tensors are the arena's bytes, and refuses a damaged image" {
+    train two 2
+    g=$(u64 "$(slot two 0 0)" 88)
+    run "$INSPECT" --job two export "$g" --format safetensors "$D/out"
+    [ "$status" -eq 0 ]
+    for r in 0 1; do
+        s=0
+        [ "$(u64 "$(slot two $r 1)" 88)" = "$g" ] && s=1
+        exported "$D/out/rank$r.safetensors" "$(slot two $r $s)" 0
     done
     if python3 -c 'import safetensors.numpy' 2>/dev/null; then
         python3 -c 'import sys; from safetensors.numpy import load_file; assert len(load_file(sys.argv[1])) > 0' \

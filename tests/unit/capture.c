@@ -92,7 +92,7 @@ static int check_image(const char *name, const void *img, const struct ckpt_head
             continue;
         }
         const uint32_t *w = (const uint32_t *)((const char *)img + h->data_offset + r->offset);
-        for (size_t k = 0; k < r->size / 4; k++) {
+        for (size_t k = 0; k < r->bytes / 4; k++) {
             if (w[k] != pattern(iter - 1, r->ordinal, k)) {
                 printf("%s: ordinal %llu word %zu is %08x, expected %08x (iteration %llu's)\n", name,
                        (unsigned long long)r->ordinal, k, w[k], pattern(iter - 1, r->ordinal, k),

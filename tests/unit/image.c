@@ -43,12 +43,16 @@ static const struct {
     {"rec.offset", offsetof(struct ckpt_rec, offset), 16},
     {"rec.kind", offsetof(struct ckpt_rec, kind), 24},
     {"rec.birth", offsetof(struct ckpt_rec, birth), 32},
+    {"rec.start", offsetof(struct ckpt_rec, start), 40},
+    {"rec.bytes", offsetof(struct ckpt_rec, bytes), 48},
 };
 
 /* A committed image of three allocations (sizes chosen to straddle chunks). */
 static char *build(size_t *len)
 {
-    struct ckpt_rec recs[3] = {{.ordinal = 0, .size = 5000}, {.ordinal = 1, .size = 70000}, {.ordinal = 4, .size = 1}};
+    struct ckpt_rec recs[3] = {{.ordinal = 0, .size = 5000, .bytes = 5000},
+                               {.ordinal = 1, .size = 70000, .bytes = 70000},
+                               {.ordinal = 4, .size = 1, .bytes = 1}};
     struct ckpt_header h = {.rank = 3, .world = 4, .generation = 7, .iteration = 42, .chunk_bytes = 16384};
     snprintf(h.job, sizeof(h.job), "unit");
     *len = ckpt_image_layout(&h, recs, 3);
@@ -70,7 +74,7 @@ static int verify(const char *img, size_t len, char *why)
  * header must verify.  Returns the number of bad headers the child saw. */
 static int concurrent_readers_see_whole_headers(void)
 {
-    struct ckpt_rec rec = {.ordinal = 0, .size = 64};
+    struct ckpt_rec rec = {.ordinal = 0, .size = 64, .bytes = 64};
     struct ckpt_header h = {.generation = 1, .iteration = 9, .chunk_bytes = 4096};
     size_t len = ckpt_image_layout(&h, &rec, 1);
     char *slot = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -63,8 +63,9 @@ static void pattern(void *p, size_t n, uint32_t seed)
  * log of loglen bytes; both from seed. */
 static void make_rank(const char *arena, int rank, int slot, uint64_t it, uint32_t seed, size_t loglen)
 {
-    struct ckpt_rec recs[3] = {{.ordinal = 0, .size = 1500000}, {.ordinal = 1, .size = 700001},
-                               {.ordinal = 5, .size = 12345}};
+    struct ckpt_rec recs[3] = {{.ordinal = 0, .size = 1500000, .bytes = 1500000},
+                               {.ordinal = 1, .size = 700001, .bytes = 700001},
+                               {.ordinal = 5, .size = 12345, .bytes = 12345}};
     struct ckpt_header h = {.rank = (uint32_t)rank, .world = 2, .generation = it, .iteration = it,
                             .chunk_bytes = 65536};
     struct ckpt_arena a;
@@ -81,7 +82,7 @@ static void make_rank(const char *arena, int rank, int slot, uint64_t it, uint32
         exit(1);
     ckpt_image_invalidate(a.base[slot]);
     for (int i = 0; i < 3; i++)
-        pattern((char *)a.base[slot] + h.data_offset + recs[i].offset, recs[i].size, seed + (uint32_t)i);
+        pattern((char *)a.base[slot] + h.data_offset + recs[i].offset, recs[i].bytes, seed + (uint32_t)i);
     ckpt_image_commit(a.base[slot], &h, recs);
     snprintf(path, sizeof(path), "%s/replay.log", a.dir);
     ckpt_arena_close(&a);

@@ -37,7 +37,8 @@ static const int rank0[] = {0};
  * no chunk is deduplicated.  Returns the image's data bytes. */
 static uint64_t make_image(const char *arena, uint64_t it)
 {
-    struct ckpt_rec recs[2] = {{.ordinal = 0, .size = 1 << 20}, {.ordinal = 1, .size = 100003}};
+    struct ckpt_rec recs[2] = {{.ordinal = 0, .size = 1 << 20, .bytes = 1 << 20},
+                               {.ordinal = 1, .size = 100003, .bytes = 100003}};
     struct ckpt_header h = {.world = 1, .generation = it, .iteration = it, .chunk_bytes = CHUNK};
     struct ckpt_arena a;
     char why[256], path[PATH_MAX + 16];

@@ -27,7 +27,7 @@ static const int rank0[] = {0};
  * rank 0, and a replay log. */
 static void make_image(uint64_t it)
 {
-    struct ckpt_rec rec = {.ordinal = 0, .size = 1200000};
+    struct ckpt_rec rec = {.ordinal = 0, .size = 1200000, .bytes = 1200000};
     struct ckpt_header h = {.world = 1, .generation = it, .iteration = it, .chunk_bytes = 65536};
     struct ckpt_arena a;
     char why[256], path[PATH_MAX + 16];

@@ -57,11 +57,15 @@ static int check_header(struct image *img, const struct view *v)
     img->state = IMG_HEADER_OK;
     memset(img->kind_bytes, 0, sizeof(img->kind_bytes));
     memset(img->kind_count, 0, sizeof(img->kind_count));
+    img->allocated = 0;
     const struct ckpt_rec *recs = ckpt_image_recs(v->base);
     for (uint64_t i = 0; i < h.nallocs; i++) {
         uint32_t k = recs[i].kind < CKPT_KINDS ? recs[i].kind : CKPT_KINDS;
-        img->kind_bytes[k] += recs[i].size;
-        img->kind_count[k]++;
+        img->kind_bytes[k] += recs[i].bytes;
+        if (!i || recs[i].ordinal != recs[i - 1].ordinal) { /* an allocation's first record */
+            img->kind_count[k]++;
+            img->allocated += recs[i].size;
+        }
     }
     return 0;
 }

@@ -25,9 +25,10 @@ struct hashed {
     uint64_t sum;
 };
 
-/* The XXH3 of every allocation of img, in *out (the caller frees it).
- * Returns 0 or -errno (said). */
-static int hash_image(const struct image *img, struct hashed **out, struct progress *p)
+/* The XXH3 of every allocation of img (of its live parts, where and what
+ * they hold, when the program declared the rest free), *count of them in
+ * *out (the caller frees it).  Returns 0 or -errno (said). */
+static int hash_image(const struct image *img, struct hashed **out, uint64_t *count, struct progress *p)
 {
     struct view v;
     char why[256], name[64];
@@ -44,19 +45,30 @@ static int hash_image(const struct image *img, struct hashed **out, struct progr
         ckpt_log(CKPT_ERROR, "out of memory");
         return -ENOMEM;
     }
+    uint64_t n = 0;
+    XXH3_state_t st;
     for (uint64_t i = 0; i < img->h.nallocs; i++) {
         const char *data = v.base + img->h.data_offset + recs[i].offset;
-        XXH3_state_t st;
-        XXH3_64bits_reset(&st);
-        for (uint64_t done = 0; done < recs[i].size;) {
-            uint64_t n = recs[i].size - done < HASH_STEP ? recs[i].size - done : HASH_STEP;
-            XXH3_64bits_update(&st, data + done, n);
-            done += n;
-            progress_add(p, n);
+        bool first = !i || recs[i].ordinal != recs[i - 1].ordinal;
+        bool last = i + 1 == img->h.nallocs || recs[i + 1].ordinal != recs[i].ordinal;
+        if (first)
+            XXH3_64bits_reset(&st);
+        if (!first || !last || recs[i].bytes != recs[i].size) { /* a part: where it is counts too */
+            uint64_t at[2] = {recs[i].start, recs[i].bytes};
+            XXH3_64bits_update(&st, at, sizeof(at));
         }
-        h[i].rec = recs[i];
-        h[i].sum = XXH3_64bits_digest(&st);
+        for (uint64_t done = 0; done < recs[i].bytes;) {
+            uint64_t k = recs[i].bytes - done < HASH_STEP ? recs[i].bytes - done : HASH_STEP;
+            XXH3_64bits_update(&st, data + done, k);
+            done += k;
+            progress_add(p, k);
+        }
+        if (last) {
+            h[n].rec = recs[i];
+            h[n++].sum = XXH3_64bits_digest(&st);
+        }
     }
+    *count = n;
     bool same = image_unchanged(img, &v);
     img->tier->ops->unmap(img->tier, &v);
     if (!same) {
@@ -158,7 +170,8 @@ static int diff_rank(struct catalog *cat, int rank, uint64_t g1, uint64_t g2)
     printf("rank%d: generation %llu from %s, generation %llu from %s\n", rank, (unsigned long long)g1,
            image_name(a, na, sizeof(na)), (unsigned long long)g2, image_name(b, nb, sizeof(nb)));
     progress_start(&p, "comparing", image_data_work(a) + image_data_work(b));
-    int rc = hash_image(a, &ha, &p) < 0 || hash_image(b, &hb, &p) < 0 ? EXIT_ERROR : EXIT_OK;
+    uint64_t count_a = 0, count_b = 0;
+    int rc = hash_image(a, &ha, &count_a, &p) < 0 || hash_image(b, &hb, &count_b, &p) < 0 ? EXIT_ERROR : EXIT_OK;
     progress_end(&p);
     if (rc != EXIT_OK)
         goto out;
@@ -166,16 +179,16 @@ static int diff_rank(struct catalog *cat, int rank, uint64_t g1, uint64_t g2)
            (unsigned long long)g1, (unsigned long long)a->h.iteration, (unsigned long long)g2,
            (unsigned long long)b->h.iteration);
     printf("  %8s %-8s %6s %12s  %s\n", "ordinal", "kind", "birth", "size", "between them");
-    for (uint64_t i = 0; i < a->h.nallocs; i++) {
-        const struct hashed *x = &ha[i], *y = by_ordinal(hb, b->h.nallocs, x->rec.ordinal);
+    for (uint64_t i = 0; i < count_a; i++) {
+        const struct hashed *x = &ha[i], *y = by_ordinal(hb, count_b, x->rec.ordinal);
         const char *what = !y ? "freed" : x->sum != y->sum || x->rec.size != y->rec.size ? "changed" : "unchanged";
         printf("  %8llu %-8s %6llu %12s  %s\n", (unsigned long long)x->rec.ordinal, alloc_kind_name(x->rec.kind),
                (unsigned long long)x->rec.birth, human_bytes(x->rec.size, size, sizeof(size)), what);
         group_add(!y ? &gone : what[0] == 'c' ? &changed : &same, x->rec.ordinal, x->rec.size);
     }
-    for (uint64_t i = 0; i < b->h.nallocs; i++) {
+    for (uint64_t i = 0; i < count_b; i++) {
         const struct hashed *y = &hb[i];
-        if (by_ordinal(ha, a->h.nallocs, y->rec.ordinal))
+        if (by_ordinal(ha, count_a, y->rec.ordinal))
             continue;
         printf("  %8llu %-8s %6llu %12s  %s\n", (unsigned long long)y->rec.ordinal, alloc_kind_name(y->rec.kind),
                (unsigned long long)y->rec.birth, human_bytes(y->rec.size, size, sizeof(size)), "new");

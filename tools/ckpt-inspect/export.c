@@ -46,7 +46,7 @@ static int export_rank(const struct image *img, const char *dir, struct progress
         return EXIT_DAMAGED;
     }
     struct st_tensor *t = calloc(h->nallocs ? h->nallocs : 1, sizeof(*t));
-    struct st_meta *m = calloc(6 + 3 * h->nallocs, sizeof(*m));
+    struct st_meta *m = calloc(6 + 5 * h->nallocs, sizeof(*m));
     int rc = EXIT_ERROR;
     if (!t || !m) {
         ckpt_log(CKPT_ERROR, "out of memory");
@@ -63,15 +63,27 @@ static int export_rank(const struct image *img, const char *dir, struct progress
     meta_u64(m, &nm, "time_ns", h->time_ns);
     const struct ckpt_rec *recs = ckpt_image_recs(v.base);
     for (uint64_t i = 0; i < h->nallocs; i++) {
-        snprintf(t[i].name, sizeof(t[i].name), "rank%u/alloc%llu", h->rank, (unsigned long long)recs[i].ordinal);
+        /* A part of an allocation the program declared partly free is named
+         * by where in it it starts. */
+        if (recs[i].bytes == recs[i].size)
+            snprintf(t[i].name, sizeof(t[i].name), "rank%u/alloc%llu", h->rank, (unsigned long long)recs[i].ordinal);
+        else
+            snprintf(t[i].name, sizeof(t[i].name), "rank%u/alloc%llu@%llu", h->rank,
+                     (unsigned long long)recs[i].ordinal, (unsigned long long)recs[i].start);
         t[i].data = v.base + h->data_offset + recs[i].offset;
-        t[i].size = recs[i].size;
+        t[i].size = recs[i].bytes;
         snprintf(key, sizeof(key), "%s.ordinal", t[i].name);
         meta_u64(m, &nm, key, recs[i].ordinal);
         snprintf(key, sizeof(key), "%s.kind", t[i].name);
         meta_str(m, &nm, key, alloc_kind_name(recs[i].kind));
         snprintf(key, sizeof(key), "%s.birth", t[i].name);
         meta_u64(m, &nm, key, recs[i].birth);
+        if (recs[i].bytes != recs[i].size) {
+            snprintf(key, sizeof(key), "%s.start", t[i].name);
+            meta_u64(m, &nm, key, recs[i].start);
+            snprintf(key, sizeof(key), "%s.allocation_bytes", t[i].name);
+            meta_u64(m, &nm, key, recs[i].size);
+        }
     }
     snprintf(path, sizeof(path), "%s/rank%u.safetensors", dir, h->rank);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);

@@ -152,9 +152,11 @@ struct image {
     struct ckpt_header h;      /* valid from IMG_HEADER_OK on (and IMG_BAD_DATA, IMG_CHANGED) */
     uint64_t bad_chunks;
     char why[256];             /* why it is not IMG_VERIFIED */
-    /* From IMG_HEADER_OK on: its allocations' bytes and count by kind
-     * (enum ckpt_alloc_kind; the last: kinds this tool does not know). */
-    uint64_t kind_bytes[CKPT_KINDS + 1], kind_count[CKPT_KINDS + 1];
+    /* From IMG_HEADER_OK on: the bytes it holds and the count of its
+     * allocations by kind (enum ckpt_alloc_kind; the last: kinds this tool
+     * does not know), and the bytes of those allocations (more than it
+     * holds where the program declared parts of them free). */
+    uint64_t kind_bytes[CKPT_KINDS + 1], kind_count[CKPT_KINDS + 1], allocated;
 };
 
 void names_add(struct names *n, const char *name);

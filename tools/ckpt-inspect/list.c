@@ -47,7 +47,7 @@ static const char *status(const struct image *img, char *out, size_t outlen)
  * allocation kind: where the bytes of a snapshot go. */
 static void print_kinds(const struct catalog *cat, uint64_t newest)
 {
-    uint64_t bytes[CKPT_KINDS + 1] = {0}, count[CKPT_KINDS + 1] = {0}, total = 0;
+    uint64_t bytes[CKPT_KINDS + 1] = {0}, count[CKPT_KINDS + 1] = {0}, total = 0, allocated = 0;
     int seen[4096] = {0};
     char size[32];
     if (!newest)
@@ -62,6 +62,7 @@ static void print_kinds(const struct catalog *cat, uint64_t newest)
             count[k] += img->kind_count[k];
             total += img->kind_bytes[k];
         }
+        allocated += img->allocated;
     }
     printf("  a snapshot of generation %llu copies %s:", (unsigned long long)newest,
            human_bytes(total, size, sizeof(size)));
@@ -74,6 +75,9 @@ static void print_kinds(const struct catalog *cat, uint64_t newest)
         sep = ",";
     }
     printf("%s\n", *sep ? "" : " nothing");
+    if (allocated > total) /* the program declared the rest free */
+        printf("  of %s allocated: %.1f%% copied, the rest declared free by the program\n",
+               human_bytes(allocated, size, sizeof(size)), 100.0 * (double)total / (double)allocated);
 }
 
 static void print_job(const char *job, const struct catalog *cat)
