@@ -53,13 +53,17 @@ PROGS           := $(patsubst tests/progs/%.c,$(B)/tests/progs/%,$(wildcard test
 BENCHES         := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
 
 FAKE_LIBS_OUT := $(B)/fake/libcuda.so.1 $(B)/fake/libcudart.so.13 $(B)/fake/libnccl.so.2
+# libckpt's helper for PyTorch (beside libckpt.so, where ckpt-resume finds
+# it), and the double of PyTorch its tests run on.
+TORCH_HELPER_OUT := $(patsubst tools/ckpt-resume/python/%,$(B)/lib/libckpt-python/%,$(wildcard tools/ckpt-resume/python/*.py))
+FAKE_TORCH_OUT := $(B)/fake/torch/libc10_cuda.so $(B)/fake/torch/torch/__init__.py
 EXAMPLES      := $(B)/examples/mlp-train
 ifneq ($(NVCC),)
 EXAMPLES      += $(B)/examples/mlp-train-cuda $(B)/examples/mlp-train-cuda-shared
 endif
 
 all: $(B)/lib/libckpt.so $(addprefix $(B)/bin/,$(TOOLS)) $(FAKE_LIBS_OUT) $(EXAMPLES) \
-     $(FAKE_TESTS) $(UNIT_TESTS) $(PROGS) $(BENCHES)
+     $(FAKE_TESTS) $(UNIT_TESTS) $(PROGS) $(BENCHES) $(TORCH_HELPER_OUT) $(FAKE_TORCH_OUT)
 
 $(B)/obj/%.o: %.c
 	$(call say,CC,$<)
@@ -126,6 +130,18 @@ $(B)/fake/libnccl.so.2: $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) tests/fa
 	$(Q)$(CC) $(LDFLAGS) -shared -pthread -Wl,-soname,libnccl.so.2 -Wl,-Bsymbolic-functions -Wl,--version-script=tests/fake/nccl/libnccl.map \
 	    -Wl,-rpath,'$$ORIGIN' -o $@ $(call obj,$(FAKE_NCCL_SRC) $(FAKE_COMMON_SRC)) -ldl -lrt
 	$(Q)ln -sf libnccl.so.2 $(B)/fake/libnccl.so
+
+$(B)/lib/libckpt-python/%.py: tools/ckpt-resume/python/%.py
+	$(Q)mkdir -p $(@D) && cp $< $@
+$(B)/fake/torch/torch/__init__.py: tests/fake/torch/torch/__init__.py
+	$(Q)mkdir -p $(@D) && cp $< $@
+$(B)/fake/torch/libc10_cuda.so: $(B)/obj/tests/fake/torch/c10_cuda.o $(FAKE_LIBS_OUT)
+	$(call say,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(filter-out -fsanitize=%,$(LDFLAGS)) -shared -pthread -Wl,-soname,libc10_cuda.so -o $@ $< -L$(B)/fake -lcudart \
+	    -Wl,-rpath,'$$ORIGIN/..'
+# Never instrumented: a plain python3 loads it, without a sanitizer's runtime.
+$(B)/obj/tests/fake/torch/%.o: ALL_CFLAGS += $(PROG_CFLAGS) -fno-sanitize=all
 
 # ---- programs built against the double (one level below build/).
 $(B)/tests/fake/% $(B)/tests/progs/%: ALL_CFLAGS += $(PROG_CFLAGS)
@@ -277,8 +293,9 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib
 	install -m 0755 $(addprefix $(B)/bin/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(B)/lib/libckpt.so $(DESTDIR)$(PREFIX)/lib/
-	install -d $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/libckpt-python
 	install -m 0644 include/libckpt.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0644 tools/ckpt-resume/python/*.py $(DESTDIR)$(PREFIX)/lib/libckpt-python/
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 0644 docs/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 

@@ -39,6 +39,22 @@ extern "C" {
 int ckpt_declare_free(const void *device_ptr, size_t bytes);
 int ckpt_declare_live(const void *device_ptr, size_t bytes);
 
+/*
+ * An allocator that cannot report each block as it changes (PyTorch's,
+ * seen from Python) declares at the snapshots instead: declare(arg) is
+ * called at every iteration boundary that takes a snapshot, before the
+ * snapshot lists what it copies, on the thread that ended the iteration.
+ * It declares, as above, what is free at that moment (each segment live
+ * from end to end, then its free blocks free), and returns 0, or nonzero
+ * when it could not: then that snapshot copies every allocation whole.
+ * It must make no CUDA call.  may_call, when not NULL, is asked first and
+ * must be safe to call in any state; a zero answer also means whole
+ * copies for that snapshot (PyGILState_Check, for a callback that needs
+ * Python's interpreter lock the thread may not hold).  One source at a
+ * time; a NULL declare removes it.  Returns 0.
+ */
+int ckpt_declare_source(int (*declare)(void *arg), int (*may_call)(void), void *arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -159,6 +159,22 @@ void ckpt_stream_gone(CUstream s);
 /* Before a stream capture begins: finishes the snapshot in flight, if any. */
 void ckpt_before_capture(void);
 
+/* ---- the program's declarations (declare.c, include/libckpt.h). */
+
+/* At a boundary that takes a snapshot: asks the program's declaring
+ * source, if it has one, to declare its free blocks now.  Returns whether
+ * the declarations hold for this snapshot (false: the source could not be
+ * called or failed, and the snapshot copies whole allocations). */
+bool ckpt_declare_refresh(uint64_t iter);
+
+/* Said once, at a snapshot that copies plain or VMM allocations
+ * (@segments) with nothing declared free, when PyTorch's caching
+ * allocator is in the process: its segments go whole. */
+void ckpt_declare_unused(bool segments);
+
+/* Snapshots the source was asked for, and those it could not serve. */
+void ckpt_declare_counts(uint64_t *asked, uint64_t *whole);
+
 /* ---- the pacer (pacer.c): when a snapshot's copies are issued (CKPT_SCHED). */
 
 /* What one snapshot copies: n records (recs: which bytes of an allocation,

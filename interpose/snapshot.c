@@ -476,7 +476,7 @@ static int reserve_records(size_t need)
  * allocation, or one per live part of an allocation the program declared
  * parts of free (blocks.h); S.allocs[i] is the allocation record i is of.
  * Returns the count or -ENOMEM. */
-static long list_allocations(void)
+static long list_allocations(bool declared)
 {
     size_t n;
     while ((n = ckpt_reg_snapshot(S.live, S.live_cap)) > S.live_cap) {
@@ -486,7 +486,8 @@ static long list_allocations(void)
         S.live = a;
         S.live_cap = n + n / 2 + 16;
     }
-    bool declared = ckpt_blocks_any();
+    declared = declared && ckpt_blocks_any();
+    bool segments = false;
     size_t count = 0;
     S.allocated = 0;
     S.nlive = n;
@@ -512,7 +513,9 @@ static long list_allocations(void)
                                               .bytes = parts[j].bytes};
         }
         S.allocated += a->size;
+        segments = segments || a->kind == CKPT_ALLOC_PLAIN || a->kind == CKPT_ALLOC_VMM;
     }
+    ckpt_declare_unused(segments);
     return (long)count;
 }
 
@@ -676,7 +679,7 @@ static int choose_slot(uint64_t iter)
 
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
  * program's thread, right after one of its host syncs returned. */
-static void take(uint64_t iter, bool has_collectives)
+static void take(uint64_t iter, bool has_collectives, bool declared)
 {
     /* A snapshot whose last collective never came (the pattern changed):
      * its remaining copies are queued now. */
@@ -694,7 +697,7 @@ static void take(uint64_t iter, bool has_collectives)
     }
     if (prepare() < 0)
         return;
-    long n = list_allocations();
+    long n = list_allocations(declared);
     if (n < 0) {
         S.skipped++;
         ckpt_log_once(CKPT_WARN, "out of host memory listing allocations; snapshots skipped");
@@ -829,6 +832,8 @@ static void boundary(void)
         return;
     bool colls = false;
     ckpt_bd_period(&colls);
+    /* Before the lock: the program's source runs its own code. */
+    bool declared = __atomic_load_n(&ckpt_capturing, __ATOMIC_SEQ_CST) > 0 || ckpt_declare_refresh(iter);
     pthread_mutex_lock(&S.lock);
     /* Under the lock, against ckpt_before_capture: either it sees this
      * snapshot in flight, or this sees its capture. */
@@ -838,7 +843,7 @@ static void boundary(void)
         return;
     }
     ckpt_self_depth++;
-    take(iter, colls);
+    take(iter, colls, declared);
     ckpt_self_depth--;
     pthread_mutex_unlock(&S.lock);
 }
@@ -949,5 +954,11 @@ __attribute__((destructor)) static void ckpt_snapshot_exit(void)
              S.kind_bytes[CKPT_ALLOC_MANAGED] / 1048576.0, S.kind_bytes[CKPT_ALLOC_PITCH] / 1048576.0,
              S.kind_bytes[CKPT_ALLOC_GLOBAL] / 1048576.0, taken ? S.copy_ms_sum / taken : 0.0, S.copy_ms_max,
              S.held_ms);
+    uint64_t asked, whole;
+    ckpt_declare_counts(&asked, &whole);
+    if (asked)
+        ckpt_log(whole ? CKPT_INFO : CKPT_DEBUG, "the program's declaring source was asked at %llu snapshots; %llu "
+                 "of them copied whole allocations, as it could not answer", (unsigned long long)asked,
+                 (unsigned long long)whole);
     pthread_mutex_unlock(&S.lock);
 }

@@ -14,9 +14,10 @@ setup() {
     CKPT=$BUILD/bin/ckpt-resume
     LIB=$BUILD/lib/libckpt.so
     PROG=$BUILD/tests/progs/alloc_train
+    PROGS=$BATS_TEST_DIRNAME/../progs
     D=$(mktemp -d /tmp/ckpt-footprint-bats-XXXXXX)
     unset CKPT_JOB CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_KEEP_ARENA CKPT_BOUNDARY \
-        LD_PRELOAD MASTER_ADDR MASTER_PORT FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE FID_DIE_ONCE
+        CKPT_TORCH_HELPER LD_PRELOAD MASTER_ADDR MASTER_PORT FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE FID_DIE_ONCE
     export CKPT_ARENA_DIR=$D/arena CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=3 CKPT_LOG=info
 }
 
@@ -91,4 +92,51 @@ killed() {
     # The four state buffers and the 4-byte loss, exactly: no scratch, no
     # buffer freed before the boundary.
     copied "$D/stats" | awk -v m="$MODEL" '$1 != m + 4 { print "a snapshot of " $1 " bytes, the live state is " m " + 4"; bad = 1 } END { exit bad }'
+}
+
+# torch JOB-ARGS...: tests/progs/torch_train.py on the double of PyTorch
+# (tests/fake/torch), killed after iteration K and resumed under
+# ckpt-resume, with a sitecustomize of the user's own on PYTHONPATH that
+# notes what PYTHONPATH the program got.
+torch_job() {
+    local k=$((12 + RANDOM % 16))
+    mkdir -p "$D/site"
+    printf 'import os\nopen(os.environ["SITE_NOTE"], "a").write(os.environ.get("PYTHONPATH", "") + "\\n")\n' >"$D/site/sitecustomize.py"
+    export PYTHONPATH=$D/site:$BUILD/fake/torch SITE_NOTE=$D/site.note
+    unset PYTHONUNBUFFERED
+    python3 "$PROGS/torch_train.py" >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
+    rm -f "$D/site.note"
+    FID_DIE_ONCE=$D/died CKPT_STATS_FILE=$D/stats LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        python3 "$PROGS/torch_train.py" --die-at "$k" >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    [ -e "$D/died" ] && grep -q '^libckpt\[rank 0\]: restored iteration ' "$D/err" || { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out") "$D/plain" || { cat "$D/err"; return 1; }
+    MODEL=$(sed -n 's/^model \([0-9]*\) bytes$/\1/p' "$D/plain")
+    [ -n "$MODEL" ] && [ -s "$D/stats" ] && [ -s "$D/site.note" ]
+}
+
+@test "a PyTorch program (torch's caching allocator) under ckpt-resume: the helper it injects declares the free blocks, killed and resumed bit-exact, a snapshot copies the tensors; the user's PYTHONPATH and sitecustomize kept" {
+    torch_job
+    # The model's tensors and the block of the loss being read: not the
+    # activations' blocks, not the rest of the segments.
+    copied "$D/stats" | awk -v m="$MODEL" '$1 < m || $1 > m + 1024 { print "a snapshot of " $1 " bytes, the model has " m; bad = 1 } END { exit bad }'
+    grep -o '"allocated_bytes":[0-9]*' "$D/stats" | awk -F: -v m="$MODEL" '$2 < 2 * m { print "allocated " $2; bad = 1 } END { exit bad }'
+    grep -q 'the program declares the free blocks of its allocations at each snapshot' "$D/err"
+    # Every launch: the helper first, then the user's path as it was; the
+    # user's own sitecustomize ran.
+    [ "$(sort -u "$D/site.note")" = "$(cd "$BUILD/lib" && pwd -P)/libckpt-python:$D/site:$BUILD/fake/torch" ] || { cat "$D/site.note"; false; }
+}
+
+@test "CKPT_TORCH_HELPER=0: PYTHONPATH as the user set it, the segments copied whole, killed and resumed bit-exact" {
+    CKPT_TORCH_HELPER=0 torch_job
+    copied "$D/stats" | awk -v m="$MODEL" '$1 < 2 * m { print "a snapshot of " $1 " bytes: not whole segments"; bad = 1 } END { exit bad }'
+    [ "$(sort -u "$D/site.note")" = "$D/site:$BUILD/fake/torch" ] || { cat "$D/site.note"; false; }
+    ! grep -q 'declares the free blocks' "$D/err"
+    grep -q "PyTorch's caching allocator is in this process and nothing declares its free blocks" "$D/err"
+}
+
+@test "a PyTorch program whose boundary's wait releases Python's lock: the helper cannot be asked then, and that snapshot copies whole segments (resumed bit-exact)" {
+    FAKETORCH_ITEM_RELEASES_LOCK=1 torch_job
+    grep -q "the program's declaring source cannot be called now; this snapshot copies whole allocations" "$D/err"
+    grep -Eq "the program's declaring source was asked at [1-9][0-9]* snapshots; [1-9][0-9]* of them copied whole allocations" "$D/err"
+    copied "$D/stats" | awk -v m="$MODEL" '$1 < 2 * m { print "a snapshot of " $1 " bytes: not whole segments"; bad = 1 } END { exit bad }'
 }

@@ -36,7 +36,7 @@ static const char *const rank_vars[] = {
  * dropped even when this launch sets no value of its own (a restart from
  * the beginning must not pass on the user's CKPT_RESTORE).
  */
-static const char *const job_vars[] = { "LD_PRELOAD", "CKPT_JOB", "CKPT_AGENT_SOCKET", "CKPT_RESTORE",
+static const char *const job_vars[] = { "LD_PRELOAD", "CKPT_JOB", "CKPT_AGENT_SOCKET", "CKPT_RESTORE", "PYTHONPATH",
                                         "CKPT_JOB_KEY" /* the agents' secret: never the ranks' */ };
 #define N_JOB_VARS (sizeof(job_vars) / sizeof(job_vars[0]))
 
@@ -242,5 +242,33 @@ int preload_value(char **out, const char *lib)
         p += *p != '\0';
     }
     *out = v;
+    return 0;
+}
+
+int pythonpath_value(char **out, const char *preload, bool helper)
+{
+    const char *old = getenv("PYTHONPATH");
+    char dir[PATH_MAX + 32];
+    struct stat st;
+
+    *out = NULL;
+    int n = snprintf(dir, sizeof(dir), "%.*s", (int)strcspn(preload, ": "), preload);
+    char *slash = strrchr(dir, '/');
+    if (helper && slash && n < PATH_MAX) {
+        snprintf(slash, sizeof(dir) - (size_t)(slash - dir), "/libckpt-python");
+        if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+            ckpt_log(CKPT_WARN, "no PyTorch helper in %s: snapshots of PyTorch programs copy the caching "
+                     "allocator's segments whole", dir);
+            helper = false;
+        }
+    } else {
+        helper = false;
+    }
+    if (!helper && !old)
+        return 0;
+    if (asprintf(out, "%s%s%s", helper ? dir : "", helper && old && *old ? ":" : "", old ? old : "") < 0) {
+        *out = NULL;
+        return -ENOMEM;
+    }
     return 0;
 }

@@ -148,22 +148,28 @@ int job_launch(struct job *job, uint64_t restore)
     job->term_sent = false;
     job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1 };
     job->restore = restore;
-    free(job->vars[3]);
-    free(job->vars[4]);
-    job->vars[3] = job->vars[4] = NULL;
-    if (restore) {
+    for (int i = 3; i < 6; i++) {
+        free(job->vars[i]);
+        job->vars[i] = NULL;
+    }
+    int k = 3;
+    if (opt->pythonpath && set_var(&job->vars[k++], "PYTHONPATH", opt->pythonpath) < 0)
+        k = -1;
+    if (restore && k > 0) {
         char value[24];
         snprintf(value, sizeof(value), "%" PRIu64, restore);
         /* Python's own buffer would hand what replay printed to the
          * program's stdout once it goes live: a replaying Python writes
          * through unbuffered, unless the user chose otherwise. */
-        if (set_var(&job->vars[3], "CKPT_RESTORE", value) < 0 ||
-            (!getenv("PYTHONUNBUFFERED") && set_var(&job->vars[4], "PYTHONUNBUFFERED", "1") < 0)) {
-            ckpt_log(CKPT_ERROR, "cannot start the job: %s", strerror(ENOMEM));
-            job->out.exit_code = 1;
-            job->out.failed_rank = 0;
-            return -ENOMEM;
-        }
+        if (set_var(&job->vars[k++], "CKPT_RESTORE", value) < 0 ||
+            (!getenv("PYTHONUNBUFFERED") && set_var(&job->vars[k++], "PYTHONUNBUFFERED", "1") < 0))
+            k = -1;
+    }
+    if (k < 0) {
+        ckpt_log(CKPT_ERROR, "cannot start the job: %s", strerror(ENOMEM));
+        job->out.exit_code = 1;
+        job->out.failed_rank = 0;
+        return -ENOMEM;
     }
     channel_reset(&job->chan);
 

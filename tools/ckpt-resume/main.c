@@ -311,7 +311,8 @@ static int configure(struct options *opt, bool restarts_given)
         snprintf(opt->job_name, sizeof(opt->job_name), "%s", ckpt_cfg_str(CFG_JOB));
     else
         snprintf(opt->job_name, sizeof(opt->job_name), "j%d-%lld", (int)getpid(), (long long)time(NULL));
-    return preload_value(&opt->preload, ckpt_cfg_str(CFG_LIB));
+    int rc = preload_value(&opt->preload, ckpt_cfg_str(CFG_LIB));
+    return rc < 0 ? rc : pythonpath_value(&opt->pythonpath, opt->preload, ckpt_cfg_int(CFG_TORCH_HELPER));
 }
 
 int main(int argc, char **argv)
@@ -356,6 +357,7 @@ int main(int argc, char **argv)
         ckpt_log(CKPT_ERROR, "cannot prepare the job: %s", strerror(-rc));
         job_close(&job);
         free(opt.preload);
+        free(opt.pythonpath);
         ckpt_log(CKPT_INFO, "done exit=1 restarts=0");
         return 1;
     }
@@ -369,6 +371,7 @@ int main(int argc, char **argv)
     }
     job_close(&job);
     free(opt.preload);
+    free(opt.pythonpath);
     ckpt_log(CKPT_INFO, "done exit=%d restarts=%d", code, restarts);
     return code;
 }

@@ -44,6 +44,7 @@ struct options {
     const char *arena_root; /* CKPT_ARENA_DIR */
     char job_name[CKPT_JOB_MAX]; /* CKPT_JOB, the user's or generated */
     char *preload;          /* LD_PRELOAD of the ranks: libckpt.so first */
+    char *pythonpath;       /* PYTHONPATH of the ranks (NULL: none): the PyTorch helper first */
     char **cmd;             /* the command and its arguments, NULL-terminated */
     const char *launcher;   /* CKPT_NODE_LAUNCHER on node 0 of several; NULL: the nodes are started elsewhere */
     char job_key[128];      /* the key node 0 made (ckpt_auth_new_key) when CKPT_JOB_KEY is unset; "": none */
@@ -115,7 +116,8 @@ struct job {
     int running;            /* ranks not yet reaped */
     pid_t pgid;             /* the job's process group: the first rank's pid */
     char *master_addr, *master_port;
-    char *vars[6];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, [CKPT_RESTORE, [PYTHONUNBUFFERED]], NULL */
+    char *vars[7];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, then as set: PYTHONPATH, CKPT_RESTORE,
+                             * PYTHONUNBUFFERED; NULL */
     uint64_t restore;       /* CKPT_RESTORE of this launch, 0: a fresh start */
     struct channel chan;
     int sigfd;              /* signalfd for SIGCHLD and the forwarded signals */
@@ -135,6 +137,12 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
 void rank_env_free(char **env);
 int job_master(char **addr, char **port);
 int preload_value(char **out, const char *lib);
+
+/* The PYTHONPATH of the ranks in *out (NULL when there is none; the caller
+ * frees it): with @helper, the directory of libckpt's PyTorch helper
+ * (libckpt-python beside the libckpt.so that @preload names first), then
+ * ours.  A missing helper directory is said, once, and left out. */
+int pythonpath_value(char **out, const char *preload, bool helper);
 
 /* launch.c */
 int job_open(struct job *job, const struct options *opt);
