@@ -31,6 +31,7 @@
 #define LIBCKPT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,19 +42,33 @@ int ckpt_declare_live(const void *device_ptr, size_t bytes);
 
 /*
  * An allocator that cannot report each block as it changes (PyTorch's,
- * seen from Python) declares at the snapshots instead: declare(arg) is
- * called at every iteration boundary that takes a snapshot, before the
- * snapshot lists what it copies, on the thread that ended the iteration.
- * It declares, as above, what is free at that moment (each segment live
- * from end to end, then its free blocks free), and returns 0, or nonzero
- * when it could not: then that snapshot copies every allocation whole.
- * It must make no CUDA call.  may_call, when not NULL, is asked first and
- * must be safe to call in any state; a zero answer also means whole
- * copies for that snapshot (PyGILState_Check, for a callback that needs
- * Python's interpreter lock the thread may not hold).  One source at a
- * time; a NULL declare removes it.  Returns 0.
+ * seen from Python) answers at the snapshots instead, from a thread of
+ * its own that makes no CUDA call:
+ *
+ *     uint64_t request;
+ *     while (ckpt_declare_wait(&request, blocked) == 0) {
+ *         ... list the free blocks of every segment, as they are now ...
+ *         ckpt_declare_answer(request, ranges, n);  (address, bytes) pairs
+ *     }
+ *
+ * ckpt_declare_wait blocks until a snapshot asks what is free (at an
+ * iteration boundary, while the thread that ended the iteration waits)
+ * and gives the request's number, returning 0 (in a process libckpt does
+ * not checkpoint, it waits for ever).  An answer replaces everything declared
+ * before, by ckpt_declare_free and ckpt_declare_live too: the free blocks
+ * are exactly those it lists.  The iteration's thread waits for it at
+ * most CKPT_DECLARE_WAIT seconds; an answer that comes later, or to an
+ * older request, is dropped (-ESTALE), and that snapshot copies every
+ * allocation whole, as it does when nobody is waiting to answer.
+ * blocked, when not NULL, is called on the iteration's thread first: a
+ * nonzero return says the answering thread cannot run now (Python's
+ * PyGILState_Check: that thread holds the interpreter lock the answer
+ * needs), and the snapshot copies whole allocations without waiting.
+ * ckpt_declare_answer returns 0, -ESTALE, -EINVAL (an empty or wrapping
+ * range) or -ENOMEM.
  */
-int ckpt_declare_source(int (*declare)(void *arg), int (*may_call)(void), void *arg);
+int ckpt_declare_wait(uint64_t *request, int (*blocked)(void));
+int ckpt_declare_answer(uint64_t request, const uint64_t *ranges, size_t n);
 
 #ifdef __cplusplus
 }

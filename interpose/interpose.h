@@ -161,18 +161,20 @@ void ckpt_before_capture(void);
 
 /* ---- the program's declarations (declare.c, include/libckpt.h). */
 
-/* At a boundary that takes a snapshot: asks the program's declaring
- * source, if it has one, to declare its free blocks now.  Returns whether
- * the declarations hold for this snapshot (false: the source could not be
- * called or failed, and the snapshot copies whole allocations). */
-bool ckpt_declare_refresh(uint64_t iter);
+/* At a boundary that takes a snapshot: asks the program's answering
+ * thread, if it has one, which blocks are free now, and waits for the
+ * answer (at most CKPT_DECLARE_WAIT; the time in *waited_ms).  Returns
+ * whether the declarations hold for this snapshot (false: no answer, and
+ * the snapshot copies whole allocations). */
+bool ckpt_declare_refresh(uint64_t iter, double *waited_ms);
 
 /* Said once, at a snapshot that copies plain or VMM allocations
  * (@segments) with nothing declared free, when PyTorch's caching
  * allocator is in the process: its segments go whole. */
 void ckpt_declare_unused(bool segments);
 
-/* Snapshots the source was asked for, and those it could not serve. */
+/* Snapshots that asked the program, and those that went whole for want of
+ * an answer. */
 void ckpt_declare_counts(uint64_t *asked, uint64_t *whole);
 
 /* ---- the pacer (pacer.c): when a snapshot's copies are issued (CKPT_SCHED). */

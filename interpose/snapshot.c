@@ -832,9 +832,11 @@ static void boundary(void)
         return;
     bool colls = false;
     ckpt_bd_period(&colls);
-    /* Before the lock: the program's source runs its own code. */
-    bool declared = __atomic_load_n(&ckpt_capturing, __ATOMIC_SEQ_CST) > 0 || ckpt_declare_refresh(iter);
+    /* Before the lock: the program answers on a thread of its own. */
+    double waited_ms = 0;
+    bool declared = __atomic_load_n(&ckpt_capturing, __ATOMIC_SEQ_CST) > 0 || ckpt_declare_refresh(iter, &waited_ms);
     pthread_mutex_lock(&S.lock);
+    S.held_ms += waited_ms;
     /* Under the lock, against ckpt_before_capture: either it sees this
      * snapshot in flight, or this sees its capture. */
     if (__atomic_load_n(&ckpt_capturing, __ATOMIC_SEQ_CST) > 0) {
@@ -957,8 +959,8 @@ __attribute__((destructor)) static void ckpt_snapshot_exit(void)
     uint64_t asked, whole;
     ckpt_declare_counts(&asked, &whole);
     if (asked)
-        ckpt_log(whole ? CKPT_INFO : CKPT_DEBUG, "the program's declaring source was asked at %llu snapshots; %llu "
-                 "of them copied whole allocations, as it could not answer", (unsigned long long)asked,
+        ckpt_log(whole ? CKPT_INFO : CKPT_DEBUG, "the program was asked which blocks are free at %llu snapshots; "
+                 "%llu of them copied whole allocations for want of an answer", (unsigned long long)asked,
                  (unsigned long long)whole);
     pthread_mutex_unlock(&S.lock);
 }

@@ -151,6 +151,42 @@ size_t ckpt_blocks_parts(uint64_t addr, uint64_t size, struct ckpt_part *out, si
     return count;
 }
 
+static int by_start(const void *a, const void *b)
+{
+    const struct range *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+int ckpt_blocks_replace(const uint64_t *pairs, size_t count)
+{
+    struct range *r = malloc((count ? count : 1) * sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    for (size_t i = 0; i < count; i++) {
+        uint64_t lo = pairs[2 * i], len = pairs[2 * i + 1];
+        if (!len || lo + len < lo) {
+            free(r);
+            return -EINVAL;
+        }
+        r[i] = (struct range){lo, lo + len};
+    }
+    qsort(r, count, sizeof(*r), by_start);
+    size_t k = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (k && r[i].lo <= r[k - 1].hi)
+            r[k - 1].hi = r[i].hi > r[k - 1].hi ? r[i].hi : r[k - 1].hi;
+        else
+            r[k++] = r[i];
+    }
+    pthread_mutex_lock(&lock);
+    free(ranges);
+    ranges = r;
+    n = k;
+    cap = count ? count : 1;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
 int ckpt_blocks_any(void)
 {
     pthread_mutex_lock(&lock);

@@ -41,6 +41,11 @@ void ckpt_blocks_forget(uint64_t addr, uint64_t len);
  * declared free, 0 when all of it was. */
 size_t ckpt_blocks_parts(uint64_t addr, uint64_t size, struct ckpt_part *out, size_t max);
 
+/* Replaces every declaration with the n free ranges (address, bytes
+ * pairs, in any order; overlapping or touching ones are joined).  Returns
+ * 0, -EINVAL (an empty or wrapping range: nothing changed) or -ENOMEM. */
+int ckpt_blocks_replace(const uint64_t *ranges, size_t n);
+
 /* Whether anything is declared free at all (a snapshot's fast path). */
 int ckpt_blocks_any(void);
 

@@ -18,6 +18,10 @@
  *       while queued work still reads them: that work runs before any
  *       snapshot copy).  Found with dlsym: the
  *       program runs the same without libckpt.
+ *   alloc_train caching --answer [--iters N] [--die-at K]
+ *       The same, answering at each snapshot instead, from a thread of its
+ *       own (ckpt_declare_wait/answer), with every free and pending block
+ *       of its lists, under the allocator's lock.
  *   alloc_train async [--iters N] [--die-at K]
  *       PyTorch's backend:cudaMallocAsync: one cudaMallocAsync per tensor
  *       on the compute stream, activations freed with cudaFreeAsync there
@@ -32,6 +36,7 @@
  * either allocator.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include "fid.h"
 
@@ -70,6 +75,7 @@ struct block {
 
 static struct block freed[256], pending[256];
 static int (*declare_free)(const void *, size_t), (*declare_live)(const void *, size_t);
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the lists, against the answering thread */
 
 static void say_free(const void *p, size_t n)
 {
@@ -109,6 +115,7 @@ static void process_events(void)
 static void *caching_alloc(size_t size)
 {
     size = (size + 511) & ~(size_t)511;
+    pthread_mutex_lock(&lock);
     process_events();
     int best = -1;
     for (int i = 0; i < nfreed; i++)
@@ -130,18 +137,43 @@ static void *caching_alloc(size_t size)
     } else {
         freed[best] = freed[--nfreed];
     }
+    pthread_mutex_unlock(&lock);
     if (declare_live)
         REQUIRE(declare_live(b.p, size) == 0);
     return b.p;
 }
 
+/* The answering thread: every block on the free and pending lists. */
+static void *answer_snapshots(void *unused)
+{
+    int (*wait)(uint64_t *, int (*)(void)) = (int (*)(uint64_t *, int (*)(void)))dlsym(RTLD_DEFAULT, "ckpt_declare_wait");
+    int (*answer)(uint64_t, const uint64_t *, size_t) =
+        (int (*)(uint64_t, const uint64_t *, size_t))dlsym(RTLD_DEFAULT, "ckpt_declare_answer");
+    static uint64_t pairs[2 * 512];
+    uint64_t request;
+    (void)unused;
+    while (wait && answer && wait(&request, NULL) == 0) {
+        size_t n = 0;
+        pthread_mutex_lock(&lock);
+        for (int i = 0; i < nfreed; i++)
+            pairs[n++] = (uint64_t)(uintptr_t)freed[i].p, pairs[n++] = freed[i].size;
+        for (int i = 0; i < npending; i++)
+            pairs[n++] = (uint64_t)(uintptr_t)pending[i].p, pairs[n++] = pending[i].size;
+        pthread_mutex_unlock(&lock);
+        REQUIRE(answer(request, pairs, n / 2) == 0);
+    }
+    return NULL;
+}
+
 static void caching_free(void *p, size_t size, cudaStream_t s)
 {
+    pthread_mutex_lock(&lock);
     REQUIRE(npending < 256);
     cudaEvent_t e = take_event();
     CHECK(cudaEventRecord(e, s));
     say_free(p, (size + 511) & ~(size_t)511); /* dead: no later work reads it */
     pending[npending++] = (struct block){(char *)p, (size + 511) & ~(size_t)511, e};
+    pthread_mutex_unlock(&lock);
 }
 
 /* ---- either allocator ----------------------------------------------------- */
@@ -168,7 +200,7 @@ static void free_words(uint32_t *p, size_t n, cudaStream_t s)
 int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "caching") != 0 && strcmp(argv[1], "async") != 0)) {
-        fprintf(stderr, "usage: alloc_train caching [--declare]|async [--iters N] [--die-at K]\n");
+        fprintf(stderr, "usage: alloc_train caching [--declare|--answer]|async [--iters N] [--die-at K]\n");
         return 2;
     }
     caching = strcmp(argv[1], "caching") == 0;
@@ -176,6 +208,11 @@ int main(int argc, char **argv)
     if (caching && argc > 2 && strcmp(argv[2], "--declare") == 0) {
         *(void **)&declare_free = dlsym(RTLD_DEFAULT, "ckpt_declare_free");
         *(void **)&declare_live = dlsym(RTLD_DEFAULT, "ckpt_declare_live");
+        argv[2] = argv[1];
+        argv++, argc--;
+    } else if (caching && argc > 2 && strcmp(argv[2], "--answer") == 0) {
+        pthread_t t;
+        REQUIRE(pthread_create(&t, NULL, answer_snapshots, NULL) == 0);
         argv[2] = argv[1];
         argv++, argc--;
     }

@@ -115,6 +115,37 @@ int main(void)
     memset(freed + SEG / UNIT, 0, SEG / UNIT);
     compare("one segment forgotten");
 
+    /* An answer replaces everything: the map again, from its free runs
+     * listed out of order, some split in two touching halves. */
+    static uint64_t pairs[2 * UNITS];
+    size_t np = 0;
+    for (size_t u = 0; u < UNITS;) {
+        if (!freed[u]) {
+            u++;
+            continue;
+        }
+        size_t lo = u;
+        while (u < UNITS && freed[u])
+            u++;
+        if (u - lo > 1 && lo % 2) { /* two touching halves */
+            size_t mid = lo + (u - lo) / 2;
+            pairs[np++] = BASE + mid * UNIT, pairs[np++] = (u - mid) * UNIT;
+            pairs[np++] = BASE + lo * UNIT, pairs[np++] = (mid - lo) * UNIT;
+        } else {
+            pairs[np++] = BASE + lo * UNIT, pairs[np++] = (u - lo) * UNIT;
+        }
+    }
+    for (size_t i = 0; i + 2 < np; i += 4) { /* out of order */
+        uint64_t a = pairs[i], b = pairs[i + 1];
+        pairs[i] = pairs[i + 2], pairs[i + 1] = pairs[i + 3], pairs[i + 2] = a, pairs[i + 3] = b;
+    }
+    ckpt_blocks_free(BASE + SEG, SEG); /* to be replaced */
+    CHECK(ckpt_blocks_replace(pairs, np / 2) == 0, "replace");
+    compare("replaced by an answer");
+    CHECK(ckpt_blocks_replace(pairs, 0) == 0 && !ckpt_blocks_any(), "an empty answer leaves nothing free");
+    uint64_t bad[2] = {BASE, 0};
+    CHECK(ckpt_blocks_replace(bad, 1) == -EINVAL, "an empty range in an answer");
+
     /* The registry forgets with a freed allocation, and a new one at the
      * same address starts whole. */
     ckpt_blocks_reset();

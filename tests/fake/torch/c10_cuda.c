@@ -13,6 +13,7 @@
  * says so, merged with free neighbours.  Blocks are listed per segment in
  * address order, with the states the real snapshot uses.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@ static struct {
 } segs[256];
 static int nsegs;
 static cudaStream_t stream;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void die(const char *what, cudaError_t e)
 {
@@ -113,6 +115,7 @@ int tl_init(void)
 void *tl_alloc(size_t bytes)
 {
     size_t size = (bytes + 511) & ~(size_t)511;
+    pthread_mutex_lock(&lock);
     process_events();
     struct block *best = NULL;
     for (int i = 0; i < MAX_BLOCKS; i++) {
@@ -137,17 +140,20 @@ void *tl_alloc(size_t bytes)
         best->size = size;
     }
     best->state = ALLOCATED;
+    pthread_mutex_unlock(&lock);
     return (void *)best->addr;
 }
 
 void tl_free(void *p)
 {
+    pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_BLOCKS; i++) {
         struct block *b = &blocks[i];
         if (b->used && b->state == ALLOCATED && b->addr == (uintptr_t)p) {
             OK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
             OK(cudaEventRecord(b->done, stream));
             b->state = PENDING;
+            pthread_mutex_unlock(&lock);
             return;
         }
     }
@@ -158,7 +164,8 @@ void tl_free(void *p)
  * blocks first[i] .. first[i + 1] - 1 of (blk_size, blk_state), in address
  * order (states: 0 inactive, 1 active_allocated, 2 active_pending_free).
  * Returns the number of segments, or -1 when the arrays are too small. */
-int tl_snapshot(uintptr_t *seg_addr, size_t *seg_size, int *first, size_t *blk_size, int *blk_state, int max_blocks)
+static int snapshot(uintptr_t *seg_addr, size_t *seg_size, int *first, size_t *blk_size, int *blk_state,
+                    int max_blocks)
 {
     int k = 0;
     for (int s = 0; s < nsegs; s++) {
@@ -179,6 +186,14 @@ int tl_snapshot(uintptr_t *seg_addr, size_t *seg_size, int *first, size_t *blk_s
     }
     first[nsegs] = k;
     return nsegs;
+}
+
+int tl_snapshot(uintptr_t *seg_addr, size_t *seg_size, int *first, size_t *blk_size, int *blk_state, int max_blocks)
+{
+    pthread_mutex_lock(&lock);
+    int n = snapshot(seg_addr, seg_size, first, blk_size, blk_state, max_blocks);
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 /* ---- ops, on the allocator's stream ------------------------------------- */

@@ -9,18 +9,21 @@ program started otherwise can attach it itself:
     import torch, libckpt_torch
     libckpt_torch.attach(torch)
 
-At every snapshot libckpt asks it, on the thread that ended the iteration
-and only while that thread holds the interpreter lock (else the snapshot
-copies whole segments), and it declares each segment of
-torch.cuda.memory_snapshot() live, then its inactive and pending-free
-blocks free: their bytes are dead to the program.  Under
+It answers on a thread of its own.  At every snapshot libckpt asks it,
+while the thread that ended the iteration waits (at most
+CKPT_DECLARE_WAIT), and it lists the inactive and pending-free blocks of
+torch.cuda.memory_snapshot(): their bytes are dead to the program.  When
+the iteration's thread holds the interpreter lock the answer needs, or no
+answer comes in time, that snapshot copies whole segments.  Under
 backend:cudaMallocAsync every tensor is an allocation of its own, and
-there is nothing to declare.
+there is nothing to answer.
 """
 import ctypes
 import os
+import threading
 
-_attached = []  # the callback, kept alive as long as libckpt may call it
+_FREE = ("inactive", "active_pending_free")
+_attached = []
 
 
 def _uses_malloc_async():
@@ -31,41 +34,45 @@ def _uses_malloc_async():
     return False
 
 
+def free_blocks(snapshot):
+    """(address, bytes) of every block of a memory snapshot whose bytes
+    the program will not read again, flattened into one list."""
+    out = []
+    for seg in snapshot:
+        at = seg["address"]
+        for block in seg["blocks"]:
+            if block["state"] in _FREE:
+                out += (at, block["size"])
+            at += block["size"]
+    return out
+
+
 def attach(torch):
-    """Declares torch's free blocks to libckpt from now on.  Returns False
-    (and does nothing) when libckpt is not in the process or the allocator
-    is cudaMallocAsync."""
+    """Answers libckpt's snapshots from now on.  Returns False (and does
+    nothing) when libckpt is not in the process or the allocator is
+    cudaMallocAsync."""
     if _attached or _uses_malloc_async():
         return bool(_attached)
-    lib = ctypes.CDLL(None)
+    lib = ctypes.CDLL(None)  # its calls release the interpreter lock
     try:
-        source, free, live = lib.ckpt_declare_source, lib.ckpt_declare_free, lib.ckpt_declare_live
+        wait, answer = lib.ckpt_declare_wait, lib.ckpt_declare_answer
     except AttributeError:
         return False  # not under libckpt.so
-    for f in (free, live):
-        f.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        f.restype = ctypes.c_int
-    declaring = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-
-    def declare(_arg):
-        # Any failure: nonzero, and libckpt copies this snapshot whole.
-        try:
-            for seg in torch.cuda.memory_snapshot():
-                at = seg["address"]
-                if live(at, seg["total_size"]) != 0:
-                    return 1
-                for block in seg["blocks"]:
-                    if block["state"] in ("inactive", "active_pending_free") and free(at, block["size"]) != 0:
-                        return 1
-                    at += block["size"]
-            return 0
-        except BaseException:
-            return 1
-
-    callback = declaring(declare)
-    source.argtypes = [declaring, ctypes.c_void_p, ctypes.c_void_p]
-    source.restype = ctypes.c_int
+    wait.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p]
+    answer.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+    wait.restype = answer.restype = ctypes.c_int
     holds_lock = ctypes.cast(ctypes.pythonapi.PyGILState_Check, ctypes.c_void_p)
-    source(callback, holds_lock, None)
-    _attached.append(callback)
+
+    def serve():
+        request = ctypes.c_uint64()
+        while wait(ctypes.byref(request), holds_lock) == 0:
+            try:
+                pairs = free_blocks(torch.cuda.memory_snapshot())
+            except Exception:
+                continue  # no answer: that snapshot copies whole segments
+            answer(request.value, (ctypes.c_uint64 * max(len(pairs), 1))(*pairs), len(pairs) // 2)
+
+    thread = threading.Thread(target=serve, name="libckpt-declare", daemon=True)
+    thread.start()
+    _attached.append(thread)
     return True

@@ -3,18 +3,18 @@ meets: ``import torch`` loads libc10_cuda.so (its caching allocator and a
 few ops, tests/fake/torch/c10_cuda.c), tensors hand their blocks back when
 they die, and ``torch.cuda.memory_snapshot()`` lists segments and blocks
 as the real one does (address, total_size, blocks with size and state).
-Calls into the library hold the interpreter lock, as torch's C++ ops do;
-FAKETORCH_ITEM_RELEASES_LOCK=1 makes .item() release it while it waits,
-as torch.cuda.synchronize() does.
+Calls into the library release the interpreter lock, as torch's ops do
+(pybind11::gil_scoped_release in their bindings); FAKETORCH_ITEM_HOLDS_LOCK=1
+makes .item() hold it while it waits, as a C extension may.
 """
 import ctypes
 import os
 
-_lib = ctypes.PyDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "libc10_cuda.so"))
+_lib = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "libc10_cuda.so"))
 _lib.tl_alloc.restype = ctypes.c_void_p
 _lib.tl_alloc.argtypes = [ctypes.c_size_t]
 _lib.tl_free.argtypes = [ctypes.c_void_p]
-_item = (ctypes.CDLL if os.environ.get("FAKETORCH_ITEM_RELEASES_LOCK") == "1" else ctypes.PyDLL)(_lib._name).tl_item
+_item = (ctypes.PyDLL if os.environ.get("FAKETORCH_ITEM_HOLDS_LOCK") == "1" else ctypes.CDLL)(_lib._name).tl_item
 _item.restype = ctypes.c_uint32
 _item.argtypes = [ctypes.c_void_p]
 _lib.tl_fill.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32]
