@@ -87,6 +87,23 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
     [ "$(cat "$D/env.0")" = "unset|unset|0" ] || { cat "$D/env.0"; echo "$output"; false; }
 }
 
+@test "CKPT_TORCH_ALLOCATOR=async gives the ranks backend:cudaMallocAsync, and never changes a PyTorch allocator setting the user made" {
+    local show='echo "${PYTORCH_CUDA_ALLOC_CONF-unset}|${PYTORCH_ALLOC_CONF-unset}" > "$0/env.$RANK"'
+    unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF
+    CKPT_TORCH_ALLOCATOR=async run ckpt --nproc 1 -- sh -c "$show" "$D"
+    [ "$status" -eq 0 ] && [ "$(cat "$D/env.0")" = "backend:cudaMallocAsync|unset" ] || { echo "$output"; false; }
+    # Already chosen by the user: as it is.
+    CKPT_TORCH_ALLOCATOR=async PYTORCH_ALLOC_CONF="backend:cudaMallocAsync" run ckpt --nproc 1 -- sh -c "$show" "$D"
+    [ "$status" -eq 0 ] && [ "$(cat "$D/env.0")" = "unset|backend:cudaMallocAsync" ] || { echo "$output"; false; }
+    # Another choice of the user's: a configuration error before any rank starts.
+    rm -f "$D/env.0"
+    CKPT_TORCH_ALLOCATOR=async PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True" run ckpt --nproc 1 -- sh -c "$show" "$D"
+    [ "$status" -eq 2 ] && [ ! -e "$D/env.0" ] || { echo "$output"; false; }
+    echo "$output" | grep -q "CKPT_TORCH_ALLOCATOR=async would change the PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True you set"
+    CKPT_TORCH_ALLOCATOR=fast run ckpt --nproc 1 -- true
+    [ "$status" -eq 2 ] && echo "$output" | grep -q "CKPT_TORCH_ALLOCATOR"
+}
+
 @test "the exit status is the rank's, and the done line comes last on stderr" {
     # command | expected status
     while IFS='|' read -r cmd want; do

@@ -297,6 +297,26 @@ static int configure_nodes(struct options *opt, const bool given[4])
     return 0;
 }
 
+/* CKPT_TORCH_ALLOCATOR=async: the ranks get backend:cudaMallocAsync, unless
+ * the user chose PyTorch's allocator settings already (never changed). */
+static int torch_allocator(void)
+{
+    if (ckpt_cfg_int(CFG_TORCH_ALLOCATOR) != 1)
+        return 0;
+    static const char *const vars[] = { "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF" };
+    for (int i = 0; i < 2; i++) {
+        const char *conf = getenv(vars[i]);
+        if (!conf)
+            continue;
+        if (strstr(conf, "backend:cudaMallocAsync"))
+            return 0;
+        ckpt_log(CKPT_ERROR, "CKPT_TORCH_ALLOCATOR=async would change the %s=%s you set: add "
+                 "backend:cudaMallocAsync to it yourself, or unset CKPT_TORCH_ALLOCATOR", vars[i], conf);
+        return -EINVAL;
+    }
+    return setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 1) < 0 ? -errno : 0;
+}
+
 static int configure(struct options *opt, bool restarts_given)
 {
     if (!restarts_given)
@@ -311,7 +331,10 @@ static int configure(struct options *opt, bool restarts_given)
         snprintf(opt->job_name, sizeof(opt->job_name), "%s", ckpt_cfg_str(CFG_JOB));
     else
         snprintf(opt->job_name, sizeof(opt->job_name), "j%d-%lld", (int)getpid(), (long long)time(NULL));
-    int rc = preload_value(&opt->preload, ckpt_cfg_str(CFG_LIB));
+    int rc = torch_allocator();
+    if (rc < 0)
+        return rc;
+    rc = preload_value(&opt->preload, ckpt_cfg_str(CFG_LIB));
     return rc < 0 ? rc : pythonpath_value(&opt->pythonpath, opt->preload, ckpt_cfg_int(CFG_TORCH_HELPER));
 }
 
