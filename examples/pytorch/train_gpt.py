@@ -190,6 +190,11 @@ def main(argv=None):
     model = GPT(a).to(dev)
     ddp = DDP(model, device_ids=[dev.index])
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.1)
+    if rank == 0:
+        # What a snapshot must hold at the boundary (after opt.step()):
+        # parameters, their gradients and AdamW's two moments.
+        pbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        print(f"state {4 * pbytes} bytes", flush=True)
 
     for step in range(1, a.iters + 1):
         x, y = batch_for(a, step, rank)
