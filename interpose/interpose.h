@@ -263,6 +263,9 @@ extern int ckpt_replaying;
  * process with CKPT_EXIT_RESTORE and the reason. */
 void ckpt_history_init(const char *dir, uint64_t restore);
 #define CKPT_EXIT_RESTORE 75
+/* The status a rank under ckpt-resume ends with when, at its first
+ * snapshot, the host cannot hold the arena (snapshot.c). */
+#define CKPT_EXIT_ARENA 78
 
 /* Ends the process with CKPT_EXIT_RESTORE, saying why to the user and to
  * ckpt-resume.  Only while replaying. */

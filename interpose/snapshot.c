@@ -70,6 +70,7 @@ static struct {
     uint64_t allocated_last, nlive_last; /* and the bytes and count of the allocations it copied from */
     uint64_t skipped_at_commit; /* S.skipped when the last snapshot committed */
     uint64_t no_room;   /* snapshots skipped in a row for want of room in the arena */
+    bool room_checked;  /* at the first snapshot (check_room) */
     double copy_ms_sum, copy_ms_max, held_ms;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .last_slot = -1};
 
@@ -625,13 +626,25 @@ static bool repair(int older, const struct pins *pins)
 
 /*
  * The slot the snapshot of @iter goes to: the older one, keeping the
- * newest, once every peer on the node holds the newest too.  Returns -1
- * when the snapshot is skipped (said, counted).
+ * newest, once every peer on the node holds the newest too; with
+ * CKPT_SLOTS=1 the only one, unless the node agent is reading it.
+ * Returns -1 when the snapshot is skipped (said, counted).
  */
 static int choose_slot(uint64_t iter)
 {
     int older = S.last_slot == 0 ? 1 : 0;
     struct pins pins;
+
+    if (ckpt_cfg_int(CFG_SLOTS) == 1) {
+        read_pins(&pins);
+        if (S.slot_used[0] && pinned(&pins, S.slot_iter[0])) {
+            S.skipped++;
+            ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent is reading iteration %llu from the one slot; "
+                     "snapshot skipped", (unsigned long long)iter, (unsigned long long)S.slot_iter[0]);
+            return -1;
+        }
+        return 0;
+    }
 
     if (!S.slot_used[older])
         return older;
@@ -677,6 +690,45 @@ static int choose_slot(uint64_t iter)
     return -1;
 }
 
+/*
+ * At the rank's first snapshot, of @total bytes: can this host hold the
+ * arena, CKPT_SLOTS slots of that size for each of its ranks?  The slot
+ * files the job holds already count as room.  Under ckpt-resume a rank
+ * on a host that cannot stops (CKPT_EXIT_ARENA), saying so with the
+ * numbers, rather than train unprotected, and ckpt-resume does not
+ * restart it.  Run by hand, it trains on, and the snapshots that find no
+ * room are skipped and said (take()).
+ */
+static void check_room(uint64_t iter, size_t total)
+{
+    char job_dir[PATH_MAX];
+    uint64_t room = 0, size = 0;
+    if (!getenv("CKPT_AGENT_SOCKET") || ckpt_arena_room(S.arena.dir, &room, &size) < 0)
+        return;
+    snprintf(job_dir, sizeof(job_dir), "%s", S.arena.dir);
+    char *slash = strrchr(job_dir, '/');
+    if (slash)
+        *slash = '\0';
+    uint64_t held = slash ? ckpt_arena_held(job_dir) : 0;
+    const char *lw = getenv("LOCAL_WORLD_SIZE");
+    long long ranks = lw && atoi(lw) > 0 ? atoi(lw) : 1, slots = ckpt_cfg_int(CFG_SLOTS);
+    uint64_t need = (uint64_t)ranks * (uint64_t)slots * total;
+    if (need <= room + held)
+        return;
+    ckpt_log(CKPT_ERROR,
+             "iteration %llu: this host cannot hold the arena: a snapshot of this rank is %.1f MiB, and %lld "
+             "rank%s x %lld slot%s need %.1f MiB in %s, whose filesystem has %.1f MiB free of %.1f MiB (the job "
+             "holds %.1f MiB of it already); " CKPT_ARENA_ROOM_FIX "%s; the rank stops rather than train "
+             "unprotected", (unsigned long long)iter,
+             total / 1048576.0, ranks, ranks == 1 ? "" : "s", slots, slots == 1 ? "" : "s", need / 1048576.0,
+             S.arena.dir, room / 1048576.0, size / 1048576.0, held / 1048576.0,
+             slots > 1 ? ", or set CKPT_SLOTS=1 (one slot per rank: the previous snapshot is then kept only by "
+                         "peers and on disk while the next is written)" : "");
+    ckpt_agent_send(CKPT_MSG_NO_ROOM, iter, need);
+    fflush(NULL);
+    _exit(CKPT_EXIT_ARENA);
+}
+
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
  * program's thread, right after one of its host syncs returned. */
 static void take(uint64_t iter, bool has_collectives, bool declared)
@@ -715,6 +767,10 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
     clock_gettime(CLOCK_REALTIME, &ts);
     h.time_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
     size_t total = ckpt_image_layout(&h, S.recs, (size_t)n);
+    if (!S.room_checked) {
+        S.room_checked = true;
+        check_room(iter, total);
+    }
 
     int moved = 0, slot = choose_slot(iter);
     if (slot < 0)
@@ -728,10 +784,11 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
         S.skipped++;
         if (rc == -ENOSPC && ckpt_arena_room(S.arena.dir, &room, &size) == 0)
             ckpt_log(level, "iteration %llu: cannot make room for a snapshot of %.1f MiB in %s: its filesystem "
-                     "has %.1f MiB free of %.1f MiB, and every rank of this host needs two slots of its own "
-                     "size; " CKPT_ARENA_ROOM_FIX "; snapshot skipped: this rank is not protected until there "
-                     "is room", (unsigned long long)iter, total / 1048576.0, S.arena.dir, room / 1048576.0,
-                     size / 1048576.0);
+                     "has %.1f MiB free of %.1f MiB, and every rank of this host needs %lld slot%s of its own "
+                     "size (CKPT_SLOTS); " CKPT_ARENA_ROOM_FIX "; snapshot skipped: this rank is not protected "
+                     "until there is room", (unsigned long long)iter, total / 1048576.0, S.arena.dir,
+                     room / 1048576.0, size / 1048576.0, ckpt_cfg_int(CFG_SLOTS),
+                     ckpt_cfg_int(CFG_SLOTS) == 1 ? "" : "s");
         else
             ckpt_log(level, "iteration %llu: cannot make room for %zu bytes in %s (%s); snapshot skipped",
                      (unsigned long long)iter, total, S.arena.dir, strerror(-rc));

@@ -19,6 +19,7 @@ enum ckpt_msg_kind {
     CKPT_MSG_COMMITTED = 3, /* generation holding iteration committed */
     CKPT_MSG_RESTORED = 4,  /* iteration restored; the rank is live */
     CKPT_MSG_REFUSED = 5,   /* the restore of iteration was refused; the rank exits with status 75 */
+    CKPT_MSG_NO_ROOM = 6,   /* at its first snapshot the host cannot hold the arena; the rank exits with status 78 */
 };
 
 struct ckpt_msg {

@@ -6,6 +6,7 @@
  * /dev/shm is an error here, not a SIGBUS in the copy later.  It must never
  * touch CUDA: pinning the mapping is the caller's business.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -214,6 +215,27 @@ int ckpt_arena_room(const char *dir, uint64_t *free, uint64_t *total)
             *slash = '\0';
         }
     }
+}
+
+uint64_t ckpt_arena_held(const char *job_dir)
+{
+    uint64_t held = 0;
+    DIR *d = opendir(job_dir);
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, "rank", 4) != 0)
+            continue;
+        for (int s = 0; s < 2; s++) {
+            char path[PATH_MAX + 64];
+            struct stat st;
+            snprintf(path, sizeof(path), "%s/%s/slot%d", job_dir, e->d_name, s);
+            if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+                held += (uint64_t)st.st_blocks * 512;
+        }
+    }
+    closedir(d);
+    return held;
 }
 
 void ckpt_arena_close(struct ckpt_arena *a)

@@ -65,6 +65,11 @@ int ckpt_shared_root_ok(const char *dir, const struct stat *st, char *why, size_
  * holds: *free and *total bytes.  Returns 0 or -errno. */
 int ckpt_arena_room(const char *dir, uint64_t *free, uint64_t *total);
 
+/* The bytes the slot files of every rank under @job_dir (an arena's
+ * <uid>-<job> directory) hold on their filesystem: room the job has
+ * already, counted with the free space when it asks for more. */
+uint64_t ckpt_arena_held(const char *job_dir);
+
 /* The fix for an arena filesystem too small (the same words in libckpt's
  * warning and in ckpt-doctor's report). */
 #define CKPT_ARENA_ROOM_FIX                                                    \

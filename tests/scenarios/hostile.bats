@@ -61,7 +61,9 @@ bad_values() { # kind accepted default
     choice) printf '%s\n' no-such-choice 99 '' ;;
     integer) printf '%s\n' ten 0x10 ' 1' "$((hi + 1))" -1 '' ;;
     seconds) printf '%s\n' soon nan inf ' 1' +1 "$((hi + 1))" -1 '' ;;
-    size) printf '%s\n' 5X ' 64M' "$((${hi%?} * 2))${hi: -1}" 1 '' ;;
+    size)
+        printf '%s\n' 5X ' 64M' "$((${hi%?} * 2))${hi: -1}" ''
+        [ "$lo" = 0 ] || echo 1 ;; # below the least, where 0 is not it
     string)
         case $acc in
         path) printf '%s\n' '' ;;
@@ -187,11 +189,52 @@ $D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be t
     mount -t tmpfs -o size=1m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
     ARGS="--iters 6 --hidden 256 --layers 3" # 3.3 MiB of state
     trains CKPT_ARENA_DIR="$D/shm"
-    grep -q "warning: iteration [0-9]*: cannot make room for a snapshot of [0-9.]* MiB in $D/shm/.*: its filesystem has [0-9.]* MiB free of 1.0 MiB, and every rank of this host needs two slots of its own size; make it larger (Docker: --shm-size; Kubernetes: an emptyDir volume with medium: Memory .*) or set CKPT_ARENA_DIR to a larger tmpfs; snapshot skipped: this rank is not protected until there is room" \
+    grep -q "warning: iteration [0-9]*: cannot make room for a snapshot of [0-9.]* MiB in $D/shm/.*: its filesystem has [0-9.]* MiB free of 1.0 MiB, and every rank of this host needs 2 slots of its own size (CKPT_SLOTS); make it larger (Docker: --shm-size; Kubernetes: an emptyDir volume with medium: Memory .*) or set CKPT_ARENA_DIR to a larger tmpfs; snapshot skipped: this rank is not protected until there is room" \
         "$D/err" || { cat "$D/err"; return 1; }
     # every snapshot is skipped, and the warning is given once, not per iteration
     [ "$(grep -c "cannot make room" "$D/err")" -eq 1 ] || { cat "$D/err"; return 1; }
     grep -q "snapshots 0 (skipped [2-9]" "$D/err" || { cat "$D/err"; return 1; }
+}
+
+@test "/dev/shm too small for the arena under ckpt-resume: the rank stops at its first snapshot, with the numbers and the fix, and is not restarted" {
+    mkdir -p "$D/shm"
+    mount -t tmpfs -o size=1m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
+    ARGS="--iters 6 --hidden 256 --layers 3" # 3.3 MiB of state
+    local rc=0
+    CKPT_ARENA_DIR=$D/shm timeout -k 5 60 "$RESUME" --nproc 2 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || rc=$?
+    [ "$rc" -eq 78 ] || { echo "exit $rc"; cat "$D/err"; return 1; }
+    grep -Eq "error: iteration [0-9]+: this host cannot hold the arena: a snapshot of this rank is [0-9.]+ MiB, and 2 ranks x 2 slots need [0-9.]+ MiB in $D/shm/.*, whose filesystem has [0-9.]+ MiB free of 1.0 MiB .*; make it larger \(Docker: --shm-size; .*, or set CKPT_SLOTS=1 .*; the rank stops rather than train unprotected" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -Eq "ckpt-resume: error: rank [01] stopped the job: this host cannot hold its arena" "$D/err" || { cat "$D/err"; return 1; }
+    grep -q "ckpt-resume: done exit=78 restarts=0" "$D/err" || { cat "$D/err"; return 1; }
+}
+
+@test "CKPT_HOST_MEM: ckpt-resume refuses to start ranks the arena's filesystem cannot hold, naming the numbers; CKPT_SLOTS=1 needs half" {
+    mkdir -p "$D/shm"
+    mount -t tmpfs -o size=6m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
+    CKPT_ARENA_DIR=$D/shm CKPT_HOST_MEM=4M run "$RESUME" --nproc 1 -- sh -c 'touch "$0/started"' "$D"
+    [ "$status" -eq 2 ] && [ ! -e "$D/started" ] || { echo "$output"; false; }
+    echo "$output" | grep -q "error: this host cannot hold the job's arena: 1 rank x 2 slots x CKPT_HOST_MEM=4.0 MiB need 8.0 MiB in $D/shm, whose filesystem has [0-9.]* MiB free of 6.0 MiB; make it larger .*, or set CKPT_SLOTS=1" ||
+        { echo "$output"; false; }
+    CKPT_ARENA_DIR=$D/shm CKPT_HOST_MEM=4M CKPT_SLOTS=1 run "$RESUME" --nproc 1 -- sh -c 'touch "$0/started"' "$D"
+    [ "$status" -eq 0 ] && [ -e "$D/started" ] || { echo "$output"; false; }
+}
+
+@test "CKPT_SLOTS=1: a job whose two slots would not fit trains in one, its snapshots committed, bit-exact" {
+    mkdir -p "$D/shm"
+    mount -t tmpfs -o size=5m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
+    ARGS="--iters 8 --hidden 256 --layers 3" # 3.3 MiB of state: one slot fits, two do not
+    local plain rc=0
+    plain=$("$TRAIN" $ARGS 2>/dev/null | grep '^digest')
+    CKPT_ARENA_DIR=$D/shm timeout -k 5 60 "$RESUME" --nproc 1 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || rc=$?
+    [ "$rc" -eq 78 ] || { echo "two slots: exit $rc"; cat "$D/err"; return 1; }
+    CKPT_ARENA_DIR=$D/shm CKPT_SLOTS=1 CKPT_KEEP_ARENA=1 CKPT_JOB=one timeout -k 5 60 "$RESUME" --nproc 1 -- "$TRAIN" $ARGS \
+        >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    [ "$(grep '^digest' "$D/out")" = "$plain" ] || { cat "$D/err"; return 1; }
+    ! grep -q "cannot make room\|cannot hold" "$D/err" || { cat "$D/err"; return 1; }
+    CKPT_ARENA_DIR=$D/shm run "$INSPECT" --job one list
+    echo "$output" | grep -Eq "^  arena +0 +0 +[0-9]+ +[0-9]+ .* verified$" || { echo "$output"; false; }
+    [ ! -s "$D/shm/$(id -u)-one/rank0/slot1" ] || { ls -l "$D/shm/$(id -u)-one/rank0"; false; }
 }
 
 # restarts_exact OUT ERR N PLAIN: the job was restarted once and ended as PLAIN.

@@ -196,6 +196,19 @@ wiping() {
     done
 }
 
+@test "CKPT_SLOTS=1: a rank killed while its one slot is being written comes back from the disk copy, never the half-written slot" {
+    ckpt --nproc 1 -- "$TRAIN" $ARGS >"$D/plain.1" 2>/dev/null
+    CKPT_SLOTS=1 CKPT_PERSIST_EVERY=1 CKPT_FAULT=kill:rank=0:iter=20:phase=snapshot LD_PRELOAD="$LIB" \
+        ckpt --nproc 1 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || { cat "$D/err"; false; }
+    grep -q "rank 0 (pid [0-9]*) was killed by SIGKILL" "$D/err" || { cat "$D/err"; false; }
+    # The slot held iteration 20 half-written: not a restore point.
+    grep -q "^ckpt-resume: nothing to restart from in the arena (rank 0 has no verified snapshot); looking on disk$" \
+        "$D/err" || { cat "$D/err"; false; }
+    grep -Eq "^ckpt-resume: restoring generation [0-9]+ \(iteration (5|10|15)\) from disk$" "$D/err" || { cat "$D/err"; false; }
+    grep -q "^libckpt\[rank 0\]: restored iteration " "$D/err" || { cat "$D/err"; false; }
+    diff <(resumed_output "$D/out") "$D/plain.1" || { cat "$D/err"; false; }
+}
+
 # The persist of the next generation is running: some gen-* directory
 # without a manifest next to a complete one.
 mid_persist() {

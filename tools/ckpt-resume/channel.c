@@ -40,6 +40,7 @@ int channel_open(struct channel *c)
     memset(c, 0, sizeof(*c));
     c->fd = -1;
     c->refused_rank = -1;
+    c->no_room_rank = -1;
     if (!tmp || !*tmp)
         tmp = "/tmp";
     /* sun_path is short: a long TMPDIR cannot hold the socket, /tmp can. */
@@ -102,6 +103,7 @@ void channel_reset(struct channel *c)
         memset(c->reports, 0, c->nreports * sizeof(*c->reports));
     c->restored = 0;
     c->refused_rank = -1;
+    c->no_room_rank = -1;
 }
 
 /* The report of @rank, grown as ranks appear; NULL past RESUME_MAX_RANKS or without memory. */
@@ -163,6 +165,10 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
     case CKPT_MSG_REFUSED:
         if (c->refused_rank < 0)
             c->refused_rank = (int)m->rank;
+        break;
+    case CKPT_MSG_NO_ROOM:
+        if (c->no_room_rank < 0)
+            c->no_room_rank = (int)m->rank;
         break;
     default:
         ckpt_log_once(CKPT_DEBUG, "agent message of unknown kind %u ignored", m->kind);

@@ -146,7 +146,7 @@ int job_launch(struct job *job, uint64_t restore)
     job->pgid = 0;
     job->phase = JOB_RUNNING;
     job->term_sent = false;
-    job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1 };
+    job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1, .no_room_rank = -1 };
     job->restore = restore;
     for (int i = 3; i < 6; i++) {
         free(job->vars[i]);

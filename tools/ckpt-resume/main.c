@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "auth.h"
 #include "config.h"
 #include "log.h"
@@ -317,6 +318,34 @@ static int torch_allocator(void)
     return setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 1) < 0 ? -errno : 0;
 }
 
+/*
+ * With CKPT_HOST_MEM (a rank's snapshot size): does the arena's filesystem
+ * hold CKPT_SLOTS of them for every rank of this host, counting what the
+ * job's arena holds already?  Said with the numbers and refused when not:
+ * the job would train unprotected.  A launcher we wrap starts ranks we do
+ * not count: LOCAL_WORLD_SIZE says how many, else one.
+ */
+static int arena_preflight(const struct options *opt)
+{
+    uint64_t each = (uint64_t)ckpt_cfg_int(CFG_HOST_MEM), room = 0, size = 0;
+    if (!each || ckpt_arena_room(opt->arena_root, &room, &size) < 0)
+        return 0;
+    char dir[PATH_MAX];
+    uint64_t held = arena_job_dir(opt, dir, sizeof(dir)) == 0 ? ckpt_arena_held(dir) : 0;
+    const char *lw = getenv("LOCAL_WORLD_SIZE");
+    long long ranks = !opt->wrap ? opt->nproc : lw && atoi(lw) > 0 ? atoi(lw) : 1, slots = ckpt_cfg_int(CFG_SLOTS);
+    uint64_t need = (uint64_t)ranks * (uint64_t)slots * each;
+    if (need <= room + held)
+        return 0;
+    ckpt_log(CKPT_ERROR, "this host cannot hold the job's arena: %lld rank%s x %lld slot%s x CKPT_HOST_MEM=%.1f MiB "
+             "need %.1f MiB in %s, whose filesystem has %.1f MiB free of %.1f MiB; " CKPT_ARENA_ROOM_FIX "%s",
+             ranks, ranks == 1 ? "" : "s", slots, slots == 1 ? "" : "s", each / 1048576.0, need / 1048576.0,
+             opt->arena_root, (room + held) / 1048576.0, size / 1048576.0,
+             slots > 1 ? ", or set CKPT_SLOTS=1 (one slot per rank: the previous snapshot is then kept only by "
+                         "peers and on disk while the next is written)" : "");
+    return -ENOSPC;
+}
+
 static int configure(struct options *opt, bool restarts_given)
 {
     if (!restarts_given)
@@ -332,7 +361,7 @@ static int configure(struct options *opt, bool restarts_given)
     else
         snprintf(opt->job_name, sizeof(opt->job_name), "j%d-%lld", (int)getpid(), (long long)time(NULL));
     int rc = torch_allocator();
-    if (rc < 0)
+    if (rc < 0 || (rc = arena_preflight(opt)) < 0)
         return rc;
     rc = preload_value(&opt->preload, ckpt_cfg_str(CFG_LIB));
     return rc < 0 ? rc : pythonpath_value(&opt->pythonpath, opt->preload, ckpt_cfg_int(CFG_TORCH_HELPER));

@@ -155,6 +155,11 @@ int job_run(struct job *job, int *restarts)
             break;
         if (!started)
             break; /* what could not be started will not start on a restart either */
+        if (out->no_room_rank >= 0) {
+            ckpt_log(CKPT_ERROR, "rank %d stopped the job: this host cannot hold its arena (said above); not "
+                     "restarted, as it would find no more room", out->no_room_rank);
+            break;
+        }
         if (out->refused_rank >= 0) {
             ckpt_log(CKPT_INFO, "rank %d refused the restore of iteration %llu (exit %d): not a failure of the program",
                      out->refused_rank, (unsigned long long)restore, RESUME_EXIT_REFUSED);

@@ -28,6 +28,7 @@
 #define RESUME_EXIT_HUNG 124
 /* A rank's exit status when it refused a restore (interpose/interpose.h: CKPT_EXIT_RESTORE). */
 #define RESUME_EXIT_REFUSED 75
+#define RESUME_EXIT_NO_ROOM 78 /* a rank found, at its first snapshot, that the host cannot hold the arena */
 
 struct options {
     int nproc;              /* local ranks to start, >= 1 */
@@ -69,6 +70,7 @@ struct channel {
     int nreports;           /* entries allocated */
     int restored;           /* ranks that sent RESTORED in this launch */
     int refused_rank;       /* the first rank that sent REFUSED in this launch, -1: none */
+    int no_room_rank;       /* the first rank that sent NO_ROOM in this launch, -1: none */
 };
 
 struct rank {
@@ -81,6 +83,7 @@ struct outcome {
     int failed_rank;        /* rank of the first failure, -1 when none */
     int stop_signal;        /* signal that asked the job to stop (forwarded), 0 if none */
     int refused_rank;       /* first rank that exited RESUME_EXIT_REFUSED in a restore, else -1 */
+    int no_room_rank;       /* first rank that stopped because the host cannot hold the arena, else -1 */
 };
 
 /* Persisting to disk (disk.c); engine NULL: CKPT_PERSIST_DIRS unset or not usable. */

@@ -130,6 +130,9 @@ static void reaped(struct job *job, pid_t pid, int status)
     job->running--;
     if (code == RESUME_EXIT_REFUSED && job->restore && job->out.refused_rank < 0)
         job->out.refused_rank = rank;
+    channel_read(&job->chan, job->opt); /* a NO_ROOM sent just before the exit */
+    if (code == RESUME_EXIT_NO_ROOM && job->chan.no_room_rank >= 0 && job->out.no_room_rank < 0)
+        job->out.no_room_rank = job->chan.no_room_rank;
     if (code == 0 || job->out.failed_rank >= 0)
         return;
 
@@ -254,6 +257,8 @@ static void take_refusal(struct job *job)
     channel_read(&job->chan, job->opt);
     if (job->restore && job->out.refused_rank < 0 && job->chan.refused_rank >= 0)
         job->out.refused_rank = job->chan.refused_rank;
+    if (job->out.no_room_rank < 0 && job->chan.no_room_rank >= 0)
+        job->out.no_room_rank = job->chan.no_room_rank;
 }
 
 static void watch(struct job *job)
