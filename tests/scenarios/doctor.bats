@@ -52,16 +52,24 @@ EOF
     mkdir -p "$D/shm"
     mount -t tmpfs -o size=64m tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
     run -0 env CKPT_ARENA_DIR="$D/shm/ckpt" "$DOCTOR" "$BUILD/examples/mlp-train"
-    umount "$D/shm"
     echo "$output"
-    [[ $output == *"note:        CKPT_ARENA_DIR=$D/shm/ckpt is on a filesystem of 64.0 MiB (64.0 MiB free): every rank of a node needs two snapshot slots"* ]]
+    [[ $output == *"note:        CKPT_ARENA_DIR=$D/shm/ckpt is on a filesystem of 64.0 MiB (64.0 MiB free): every rank of a node needs CKPT_SLOTS=2 snapshot slots"* ]]
     [[ $output == *"fix:       make it larger (Docker: --shm-size; Kubernetes: an emptyDir volume with medium: Memory"* ]]
     [ "${lines[-1]}" = "  verdict:     protected" ] # a note: what a job needs is known only when it runs
+    # With the snapshot's size declared (CKPT_HOST_MEM), a problem.
+    run env CKPT_ARENA_DIR="$D/shm/ckpt" CKPT_HOST_MEM=48M "$DOCTOR" "$BUILD/examples/mlp-train"
+    umount "$D/shm"
+    echo "$output"
+    [[ $output == *"CKPT_ARENA_DIR=$D/shm/ckpt has 64.0 MiB free: not even one rank's 2 slots of CKPT_HOST_MEM=48.0 MiB fit"* ]]
+    [ "${lines[-1]}" != "  verdict:     protected" ]
     mkdir -p "$D/big"
     mount -t tmpfs -o size=4g tmpfs "$D/big" || return 1
     run -0 env CKPT_ARENA_DIR="$D/big/ckpt" "$DOCTOR" "$BUILD/examples/mlp-train"
-    umount "$D/big"
     [[ $output != *"CKPT_ARENA_DIR="* ]] || { echo "$output"; false; }
+    run -0 env CKPT_ARENA_DIR="$D/big/ckpt" CKPT_HOST_MEM=1G CKPT_SLOTS=1 "$DOCTOR" "$BUILD/examples/mlp-train"
+    umount "$D/big"
+    [[ $output == *"CKPT_ARENA_DIR=$D/big/ckpt has room for 4 ranks of 1 slot of CKPT_HOST_MEM=1024.0 MiB"* ]] ||
+        { echo "$output"; false; }
 }
 
 @test "nvcc's static runtime (the toolkit's trainer): reached through dlsym and cuGetProcAddress, protected" {

@@ -245,13 +245,27 @@ static void check_host(struct diagnosis *d)
     struct rlimit rl;
     char limit[64];
 
+    long long slots = ckpt_cfg_int(CFG_SLOTS);
+    uint64_t each = (uint64_t)ckpt_cfg_int(CFG_HOST_MEM);
     if (ckpt_arena_room(dir, &room, &size) < 0)
         diag_add(d, SEV_NOTE, "create it, or set CKPT_ARENA_DIR", "CKPT_ARENA_DIR=%s cannot be looked at", dir);
+    else if (each && slots * each > room)
+        diag_add(d, SEV_PROBLEM, CKPT_ARENA_ROOM_FIX,
+                 "CKPT_ARENA_DIR=%s has %.1f MiB free: not even one rank's %lld slot%s of CKPT_HOST_MEM=%.1f MiB "
+                 "fit; under ckpt-resume the job would not start", dir, room / 1048576.0, slots,
+                 slots == 1 ? "" : "s", each / 1048576.0);
+    else if (each)
+        diag_add(d, SEV_NOTE, NULL,
+                 "CKPT_ARENA_DIR=%s has room for %llu rank%s of %lld slot%s of CKPT_HOST_MEM=%.1f MiB (%.1f MiB "
+                 "free of %.1f MiB)", dir, (unsigned long long)(room / (slots * each)),
+                 room / (slots * each) == 1 ? "" : "s", slots, slots == 1 ? "" : "s", each / 1048576.0,
+                 room / 1048576.0, size / 1048576.0);
     else if (size < (1ull << 30))
         diag_add(d, SEV_NOTE, CKPT_ARENA_ROOM_FIX,
                  "CKPT_ARENA_DIR=%s is on a filesystem of %.1f MiB (%.1f MiB free): every rank of a node needs "
-                 "two snapshot slots the size of its device state there, or its snapshots are skipped", dir,
-                 size / 1048576.0, room / 1048576.0);
+                 "CKPT_SLOTS=%lld snapshot slot%s the size of its device state there (CKPT_HOST_MEM names that "
+                 "size, to check it before the job starts)", dir, size / 1048576.0, room / 1048576.0, slots,
+                 slots == 1 ? "" : "s");
     if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (64ull << 20))
         diag_add(d, SEV_NOTE, "raise it (ulimit -l unlimited; Docker: --ulimit memlock=-1)",
                  "the memlock limit is %llu KiB: libckpt may not pin its arena, and snapshots then copy through "
