@@ -159,6 +159,36 @@ void ckpt_stream_gone(CUstream s);
 /* Before a stream capture begins: finishes the snapshot in flight, if any. */
 void ckpt_before_capture(void);
 
+/* ---- what the rank's node holds beside it (node.c). */
+
+/* Does every other rank of this node hold a committed snapshot of
+ * iteration?  Overwriting our older slot is safe only then: otherwise a
+ * rank that dies now could leave the job with no iteration every rank
+ * holds (we would keep only the newer one, a slower peer only the older). */
+bool ckpt_node_peers_hold(uint64_t iteration);
+
+/* What the node agent needs kept, from <job dir>/persist-pin beside
+ * rank_dir: the iterations it is reading (persisting, replicating) or that
+ * the job agreed to keep, and "from=T": from iteration T on, a committed
+ * snapshot is kept too, so that every rank stops at the same one for the
+ * agent's next round.  No file: nothing is pinned. */
+struct ckpt_pins {
+    uint64_t keep[4];
+    unsigned n;
+    uint64_t from;
+};
+void ckpt_node_read_pins(const char *rank_dir, struct ckpt_pins *p);
+
+/* Whether the snapshot of iteration it must not be overwritten. */
+bool ckpt_node_pinned(const struct ckpt_pins *p, uint64_t it);
+
+/* At the rank's first snapshot, of @total bytes: can this host hold the
+ * arena, CKPT_SLOTS slots of that size for each of its ranks?  Under
+ * ckpt-resume a rank on a host that cannot stops (CKPT_EXIT_ARENA), saying
+ * so with the numbers, rather than train unprotected, and ckpt-resume does
+ * not restart it. */
+void ckpt_node_check_room(const char *rank_dir, uint64_t iter, size_t total);
+
 /* ---- the program's declarations (declare.c, include/libckpt.h). */
 
 /* At a boundary that takes a snapshot: asks the program's answering

@@ -520,85 +520,6 @@ static long list_allocations(bool declared)
     return (long)count;
 }
 
-/* Does every other rank of this node hold a committed snapshot of
- * iteration?  Overwriting our older slot is safe only then: otherwise a
- * rank that dies now could leave the job with no iteration every rank
- * holds (we would keep only the newer one, a slower peer only the older).
- * Peers' slot headers are read, not verified: a set magic means the peer's
- * commit finished. */
-static bool peers_hold(uint64_t iteration)
-{
-    const char *rank = getenv("RANK"), *local = getenv("LOCAL_RANK"), *local_world = getenv("LOCAL_WORLD_SIZE");
-    int me = rank ? atoi(rank) : 0, first = me - (local ? atoi(local) : 0), n = local_world ? atoi(local_world) : 1;
-    char dir[PATH_MAX + 64], path[PATH_MAX + 96];
-
-    for (int r = first; r < first + n; r++) {
-        if (r == me || ckpt_arena_path(dir, sizeof(dir), ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB), r) < 0)
-            continue;
-        bool held = false;
-        for (int s = 0; s < 2 && !held; s++) {
-            struct ckpt_header h;
-            snprintf(path, sizeof(path), "%s/slot%d", dir, s);
-            int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd < 0)
-                continue;
-            held = pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
-                   memcmp(h.magic, CKPT_MAGIC, sizeof(h.magic)) == 0 && h.iteration == iteration;
-            close(fd);
-        }
-        if (!held)
-            return false;
-    }
-    return true;
-}
-
-/* What the node agent needs kept, from <job dir>/persist-pin: the
- * iterations it is reading (persisting, replicating) or that the job
- * agreed to keep, and "from=T": from iteration T on, a committed snapshot
- * is kept too, so that every rank stops at the same one for the agent's
- * next round.  No file: nothing is pinned. */
-struct pins {
-    uint64_t keep[4];
-    unsigned n;
-    uint64_t from;
-};
-
-static void read_pins(struct pins *p)
-{
-    char path[PATH_MAX + 96], text[128];
-    memset(p, 0, sizeof(*p));
-    snprintf(path, sizeof(path), "%s", S.arena.dir);
-    char *slash = strrchr(path, '/');
-    if (!slash)
-        return;
-    snprintf(slash, sizeof(path) - (size_t)(slash - path), "/persist-pin");
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n <= 0)
-        return;
-    text[n] = '\0';
-    for (char *tok = strtok(text, " \n"); tok; tok = strtok(NULL, " \n")) {
-        if (strncmp(tok, "from=", 5) == 0)
-            p->from = strtoull(tok + 5, NULL, 10);
-        else if (p->n < sizeof(p->keep) / sizeof(p->keep[0]))
-            p->keep[p->n++] = strtoull(tok, NULL, 10);
-    }
-}
-
-/* Whether the snapshot of iteration it must not be overwritten. */
-static bool pinned(const struct pins *p, uint64_t it)
-{
-    if (!it)
-        return false;
-    for (unsigned i = 0; i < p->n; i++)
-        if (p->keep[i] == it)
-            return true;
-    return p->from && it >= p->from;
-}
-
 /*
  * May the newest slot be overwritten, keeping the older one (@older)?
  * Only if the node agent does not keep our newest (@pins) and every peer
@@ -608,17 +529,17 @@ static bool pinned(const struct pins *p, uint64_t it)
  * shown again and nothing is overwritten.  Returns true with the newest
  * slot hidden (invalidated).
  */
-static bool repair(int older, const struct pins *pins)
+static bool repair(int older, const struct ckpt_pins *pins)
 {
     uint64_t magic;
     void *newest = S.arena.base[S.last_slot];
 
-    if (!S.slot_iter[older] || !peers_hold(S.slot_iter[older]) || pinned(pins, S.last_iter))
+    if (!S.slot_iter[older] || !ckpt_node_peers_hold(S.slot_iter[older]) || ckpt_node_pinned(pins, S.last_iter))
         return false;
     memcpy(&magic, CKPT_MAGIC, sizeof(magic));
     ckpt_image_invalidate(newest);
     usleep(5000);
-    if (peers_hold(S.slot_iter[older]))
+    if (ckpt_node_peers_hold(S.slot_iter[older]))
         return true;
     __atomic_store_n((uint64_t *)newest, magic, __ATOMIC_RELEASE);
     return false;
@@ -633,11 +554,11 @@ static bool repair(int older, const struct pins *pins)
 static int choose_slot(uint64_t iter)
 {
     int older = S.last_slot == 0 ? 1 : 0;
-    struct pins pins;
+    struct ckpt_pins pins;
 
     if (ckpt_cfg_int(CFG_SLOTS) == 1) {
-        read_pins(&pins);
-        if (S.slot_used[0] && pinned(&pins, S.slot_iter[0])) {
+        ckpt_node_read_pins(S.arena.dir, &pins);
+        if (S.slot_used[0] && ckpt_node_pinned(&pins, S.slot_iter[0])) {
             S.skipped++;
             ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent is reading iteration %llu from the one slot; "
                      "snapshot skipped", (unsigned long long)iter, (unsigned long long)S.slot_iter[0]);
@@ -648,14 +569,14 @@ static int choose_slot(uint64_t iter)
 
     if (!S.slot_used[older])
         return older;
-    read_pins(&pins);
-    if (pinned(&pins, S.slot_iter[older]) && pinned(&pins, S.last_iter)) {
+    ckpt_node_read_pins(S.arena.dir, &pins);
+    if (ckpt_node_pinned(&pins, S.slot_iter[older]) && ckpt_node_pinned(&pins, S.last_iter)) {
         S.skipped++;
         ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent keeps iterations %llu and %llu; snapshot skipped",
                  (unsigned long long)iter, (unsigned long long)S.slot_iter[older], (unsigned long long)S.last_iter);
         return -1;
     }
-    if (pinned(&pins, S.slot_iter[older])) {
+    if (ckpt_node_pinned(&pins, S.slot_iter[older])) {
         /* The agent keeps the older iteration (the job's newest replicated
          * or persisted one) until the ranks of every node hold a newer one
          * in common.  Our newest is not what it waits for: nodes that
@@ -668,10 +589,10 @@ static int choose_slot(uint64_t iter)
     /* Peers commit a checksum pass after their copies: give a lagging one
      * a moment (the program waits, and the stats say so) before skipping. */
     double wait_from = now_s();
-    while (!peers_hold(S.last_iter) && now_s() - wait_from < 0.2)
+    while (!ckpt_node_peers_hold(S.last_iter) && now_s() - wait_from < 0.2)
         usleep(500);
     S.held_ms += (now_s() - wait_from) * 1e3;
-    if (peers_hold(S.last_iter))
+    if (ckpt_node_peers_hold(S.last_iter))
         return older;
     /* A peer that skipped our newest iteration (its older slot was being
      * persisted) never gets it: waiting for it would skip every snapshot
@@ -688,45 +609,6 @@ static int choose_slot(uint64_t iter)
     ckpt_log(CKPT_DEBUG, "iteration %llu: a peer has not committed iteration %llu yet; snapshot skipped so "
              "every rank keeps an iteration in common", (unsigned long long)iter, (unsigned long long)S.last_iter);
     return -1;
-}
-
-/*
- * At the rank's first snapshot, of @total bytes: can this host hold the
- * arena, CKPT_SLOTS slots of that size for each of its ranks?  The slot
- * files the job holds already count as room.  Under ckpt-resume a rank
- * on a host that cannot stops (CKPT_EXIT_ARENA), saying so with the
- * numbers, rather than train unprotected, and ckpt-resume does not
- * restart it.  Run by hand, it trains on, and the snapshots that find no
- * room are skipped and said (take()).
- */
-static void check_room(uint64_t iter, size_t total)
-{
-    char job_dir[PATH_MAX];
-    uint64_t room = 0, size = 0;
-    if (!getenv("CKPT_AGENT_SOCKET") || ckpt_arena_room(S.arena.dir, &room, &size) < 0)
-        return;
-    snprintf(job_dir, sizeof(job_dir), "%s", S.arena.dir);
-    char *slash = strrchr(job_dir, '/');
-    if (slash)
-        *slash = '\0';
-    uint64_t held = slash ? ckpt_arena_held(job_dir) : 0;
-    const char *lw = getenv("LOCAL_WORLD_SIZE");
-    long long ranks = lw && atoi(lw) > 0 ? atoi(lw) : 1, slots = ckpt_cfg_int(CFG_SLOTS);
-    uint64_t need = (uint64_t)ranks * (uint64_t)slots * total;
-    if (need <= room + held)
-        return;
-    ckpt_log(CKPT_ERROR,
-             "iteration %llu: this host cannot hold the arena: a snapshot of this rank is %.1f MiB, and %lld "
-             "rank%s x %lld slot%s need %.1f MiB in %s, whose filesystem has %.1f MiB free of %.1f MiB (the job "
-             "holds %.1f MiB of it already); " CKPT_ARENA_ROOM_FIX "%s; the rank stops rather than train "
-             "unprotected", (unsigned long long)iter,
-             total / 1048576.0, ranks, ranks == 1 ? "" : "s", slots, slots == 1 ? "" : "s", need / 1048576.0,
-             S.arena.dir, room / 1048576.0, size / 1048576.0, held / 1048576.0,
-             slots > 1 ? ", or set CKPT_SLOTS=1 (one slot per rank: the previous snapshot is then kept only by "
-                         "peers and on disk while the next is written)" : "");
-    ckpt_agent_send(CKPT_MSG_NO_ROOM, iter, need);
-    fflush(NULL);
-    _exit(CKPT_EXIT_ARENA);
 }
 
 /* Queues one snapshot of iteration iter.  Called with S.lock held, on the
@@ -769,7 +651,7 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
     size_t total = ckpt_image_layout(&h, S.recs, (size_t)n);
     if (!S.room_checked) {
         S.room_checked = true;
-        check_room(iter, total);
+        ckpt_node_check_room(S.arena.dir, iter, total);
     }
 
     int moved = 0, slot = choose_slot(iter);
