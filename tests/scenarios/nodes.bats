@@ -93,6 +93,7 @@ recover_from_peers() { # N P LOST
             { show; return 1; }
     done
     [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
+    fresh_ports "$D/err.0" # the coordinator drew the restart another port
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 

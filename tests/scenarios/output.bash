@@ -19,3 +19,18 @@ restored_tail() {
     *) echo "the restored run's output starts with: ${2%%$'\n'*}"; return 1 ;;
     esac
 }
+
+# fresh_ports ERR: every launch ckpt-resume's ERR names ("master ADDR:PORT")
+# had a port of its own, and none is one of the kernel's ephemeral ports,
+# from which outgoing connections take theirs.
+fresh_ports() {
+    local lo ports
+    read -r lo _ </proc/sys/net/ipv4/ip_local_port_range
+    ports=$(sed -n 's/^ckpt-resume: started .*(process group [0-9]*, master [^:]*:\([0-9]*\))$/\1/p' "$1")
+    [ -n "$ports" ] || { echo "$1 names no launch's port"; return 1; }
+    [ "$(sort -u <<<"$ports" | wc -l)" -eq "$(wc -l <<<"$ports")" ] ||
+        { echo "launches shared a port:" $ports; return 1; }
+    for p in $ports; do
+        [ "$p" -lt "$lo" ] || { echo "port $p is ephemeral (from $lo)"; return 1; }
+    done
+}

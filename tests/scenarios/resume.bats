@@ -243,6 +243,20 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     [ -z "$(ls -A "$CKPT_ARENA_DIR")" ]
 }
 
+@test "each launch draws rank 0 a free port of its own, outside the ephemeral ports; MASTER_PORT, when set, is every launch's" {
+    # the first launch fails, as a rank 0 that finds its port taken does
+    local cmd='echo "$MASTER_PORT" >>"$0/ports"; [ "$(wc -l <"$0/ports")" -ge 3 ]'
+    run --separate-stderr ckpt --nproc 1 --max-restarts 2 -- sh -c "$cmd" "$D"
+    [ "$status" -eq 0 ] || { echo "$stderr"; false; }
+    [ "$(wc -l <"$D/ports")" -eq 3 ]
+    printf '%s\n' "$stderr" >"$D/err"
+    fresh_ports "$D/err"
+    rm "$D/ports"
+    MASTER_PORT=29555 run --separate-stderr ckpt --nproc 1 --max-restarts 2 -- sh -c "$cmd" "$D"
+    [ "$status" -eq 0 ]
+    [ "$(sort -u "$D/ports")" = 29555 ]
+}
+
 @test "restarts wait CKPT_RESTART_BACKOFF, twice as long each time" {
     export CKPT_RESTART_BACKOFF=0.4
     t0=$(date +%s%N)

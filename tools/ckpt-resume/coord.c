@@ -217,6 +217,9 @@ static void plan(struct coord *c)
         ckpt_log(CKPT_INFO, "restarting from the beginning: %s", why);
     }
     c->restore = it;
+    /* a port another process took costs one launch, not every restart (env.c) */
+    if (c->launches && job_master_port(c->master_port) < 0)
+        ckpt_log(CKPT_WARN, "keeping rank 0's port %s: cannot find another free one", c->master_port);
     c->launches++;
     for (unsigned j = 0; j < c->n; j++) {
         struct coord_addr *addrs = calloc(c->n, sizeof(*addrs));

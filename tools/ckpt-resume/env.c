@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -51,24 +52,80 @@ static bool named(const char *entry, const char *const *names, size_t count)
 }
 
 /*
- * Asks the kernel for a TCP port that is free on the loopback interface
- * right now.  Another process may take it before rank 0 binds it; torchrun
- * accepts the same race, and a rank that loses it fails visibly.
+ * The kernel's ephemeral ports: the source port of every outgoing
+ * connection comes from here.  A rank 0 that listens on one can find it
+ * taken by any connection on the machine, its own ranks' included (a
+ * connect to a port nobody listens on yet can connect to itself), and
+ * every restart would fail as the first did.
+ */
+static void ephemeral_ports(int *lo, int *hi)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+
+    *lo = 32768, *hi = 60999; /* Linux's default */
+    if (f) {
+        int a, b;
+        if (fscanf(f, "%d %d", &a, &b) == 2 && 0 < a && a <= b && b < 65536)
+            *lo = a, *hi = b;
+        fclose(f);
+    }
+}
+
+static bool port_free(int port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/*
+ * A TCP port that is free on the loopback interface right now, outside the
+ * ephemeral ports (below them, else above).  Another process may still bind
+ * it before rank 0 does; torchrun accepts the same race, a rank that loses
+ * it fails visibly, and the next launch draws another port.
  */
 static int free_port(int *port)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    int rc = 0;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
-        rc = -errno;
-    else
-        *port = ntohs(sa.sin_port);
-    close(fd);
-    return rc;
+    int lo, hi;
+    ephemeral_ports(&lo, &hi);
+    int first = lo > 11024 ? 10000 : hi + 1, last = lo > 11024 ? lo - 1 : 65535;
+    if (last - first < 256)
+        return -EADDRNOTAVAIL;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint32_t x = (uint32_t)getpid() * 2654435761u ^ (uint32_t)ts.tv_nsec;
+    for (int tries = 0; tries < 256; tries++) {
+        x = x * 1664525u + 1013904223u;
+        int p = first + (int)((x >> 8) % (uint32_t)(last - first + 1));
+        if (port_free(p)) {
+            *port = p;
+            return 0;
+        }
+    }
+    return -EADDRINUSE;
+}
+
+/*
+ * Rank 0's port for the next launch, in @port (16 bytes), unless
+ * MASTER_PORT is set: then ours stays the user's.  Returns 1 when a new
+ * port was drawn, 0 when none was, or a negative errno.
+ */
+int job_master_port(char *port)
+{
+    const char *p = getenv("MASTER_PORT");
+    int n = 0;
+
+    if (p && *p)
+        return 0;
+    int rc = free_port(&n);
+    if (rc < 0)
+        return rc;
+    snprintf(port, 16, "%d", n);
+    return 1;
 }
 
 /*

@@ -132,6 +132,24 @@ static int spawn_rank(struct job *job, int i)
 }
 
 /*
+ * Draws rank 0 a new port for the next launch, unless MASTER_PORT chose it:
+ * a port another process took costs one launch, not every restart after it.
+ */
+void job_new_master_port(struct job *job)
+{
+    char port[16], *p;
+    int rc = job_master_port(port);
+
+    if (rc < 0)
+        ckpt_log(CKPT_WARN, "keeping rank 0's port %s: cannot find another free one: %s", job->master_port,
+                 strerror(-rc));
+    if (rc <= 0 || !(p = strdup(port)))
+        return;
+    free(job->master_port);
+    job->master_port = p;
+}
+
+/*
  * Starts every rank, with CKPT_RESTORE=@restore (none when 0).  If one
  * cannot be started, the outcome records it (with the shell's 126/127) and
  * the ranks already running are being stopped when this returns:

@@ -72,7 +72,7 @@ static const char usage_text[] =
     "                     beside ckpt-resume)\n"
     "  CKPT_JOB           the job's name (default: a new one per invocation)\n"
     "  MASTER_ADDR        kept when set, else 127.0.0.1\n"
-    "  MASTER_PORT        kept when set, else a free TCP port\n"
+    "  MASTER_PORT        kept when set, else a free TCP port, drawn for each launch\n"
     "\n"
     "SIGINT, SIGTERM and SIGHUP are passed to the whole job.  The exit status is\n"
     "the last launch's first failing rank's (128+N for a rank killed by signal N,\n"

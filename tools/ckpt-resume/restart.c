@@ -176,6 +176,7 @@ int job_run(struct job *job, int *restarts)
         if (!backoff(job, *restarts))
             break;
         restore = restart_point(job);
+        job_new_master_port(job);
         if (restore > newest)
             newest = restore;
     }

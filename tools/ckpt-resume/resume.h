@@ -139,6 +139,7 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
              char *const *vars);
 void rank_env_free(char **env);
 int job_master(char **addr, char **port);
+int job_master_port(char *port);
 int preload_value(char **out, const char *lib);
 
 /* The PYTHONPATH of the ranks in *out (NULL when there is none; the caller
@@ -150,6 +151,7 @@ int pythonpath_value(char **out, const char *preload, bool helper);
 /* launch.c */
 int job_open(struct job *job, const struct options *opt);
 int job_launch(struct job *job, uint64_t restore);
+void job_new_master_port(struct job *job);
 void job_close(struct job *job);
 
 /* watch.c (now_s: CLOCK_MONOTONIC seconds; sig_name: "SIGTERM") */
