@@ -467,6 +467,13 @@ typedef enum CUgraphMem_attribute_enum {
     CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3
 } CUgraphMem_attribute;
 
+typedef enum CUgraphInstantiate_flags_enum {
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1,
+    CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2,
+    CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH = 4,
+    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY = 8
+} CUgraphInstantiate_flags;
+
 typedef enum CUmemPool_attribute_enum {
     CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
     CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,

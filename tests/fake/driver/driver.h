@@ -38,11 +38,15 @@ enum fg_op_kind {
     FG_OP_RECORD,      /* stamp an event */
     FG_OP_WAIT,        /* block until another stream ran up to a sequence number */
     FG_OP_POOL_FREE,   /* return a stream-ordered allocation to its pool */
+    FG_OP_GRAPH_ALLOC, /* back a graph-owned allocation with memory (graphmem.c) */
+    FG_OP_GRAPH_FREE,  /* take the memory back from one */
 };
 
 struct fg_event;
 struct fg_stream;
 struct fg_block;
+struct fg_gmem;
+struct fg_alloc;
 
 /*
  * A unit of stream work.  Ops are heap blocks of op->size bytes with no
@@ -88,6 +92,7 @@ struct fg_op {
         struct {
             struct fg_block *block;
         } pool_free;
+        struct fg_gmem *gmem; /* FG_OP_GRAPH_ALLOC, FG_OP_GRAPH_FREE */
     } u;
     struct fg_arg_slot slots[];
 };
@@ -155,6 +160,7 @@ void fg_event_mark(struct fg_op *op, struct fg_stream *s, uint64_t seq);
 
 struct fg_graph {
     struct fg_op *head, *tail;
+    unsigned long long flags; /* an instantiated graph's CUDA_GRAPH_INSTANTIATE_FLAG_* */
 };
 
 struct fg_capture {
@@ -187,6 +193,24 @@ void fg_capture_invalidate(struct fg_capture *cap);
 CUresult fg_capture_forbid_unsafe(void);
 void fg_graph_free(struct fg_graph *g);
 
+/* ---- graph-owned memory (graphmem.c); lock held throughout ---------- */
+
+/* cuMemAllocAsync on a stream capturing into cap: an allocation node. */
+CUresult fg_gmem_alloc(struct fg_capture *cap, size_t bytes, CUdeviceptr *dptr);
+/* cuMemFreeAsync of graph memory a (FG_MEM_GRAPH) while capturing into cap: a free node. */
+CUresult fg_gmem_free_captured(struct fg_capture *cap, struct fg_alloc *a);
+/* cuMemFreeAsync of graph memory on s after a launch, or cuMemFree (s NULL, the device drained). */
+CUresult fg_gmem_free(struct fg_alloc *a, struct fg_stream *s);
+/* Before exec's ops are enqueued on s: refuses a launch over unfreed
+ * allocations, or (auto-free) enqueues their frees. */
+CUresult fg_gmem_launch(struct fg_graph *exec, struct fg_stream *s);
+/* After: the allocations exec leaves unfreed are the program's. */
+void fg_gmem_launched(struct fg_graph *exec);
+/* An op's reference (fg_op_clone, fg_op_free) and its run. */
+void fg_gmem_ref(struct fg_gmem *g);
+void fg_gmem_unref(struct fg_gmem *g);
+void fg_gmem_run(struct fg_op *op);
+
 /* ---- memory (memory.c, pool.c, vmm.c) ------------------------------ */
 
 enum fg_mem_kind {
@@ -196,6 +220,7 @@ enum fg_mem_kind {
     FG_MEM_VMM,        /* a cuMemMap mapping; owner is the mapped handle */
     FG_MEM_HOST,       /* cuMemAllocHost, cuMemHostAlloc */
     FG_MEM_REGISTERED, /* cuMemHostRegister */
+    FG_MEM_GRAPH,      /* graph-owned, from capture to the graph's end; owner is its fg_gmem */
 };
 
 struct fg_alloc {
@@ -246,6 +271,9 @@ void fg_va_free(uintptr_t addr, size_t bytes);
 int fg_va_reserve(size_t bytes, size_t align, uintptr_t hint, uintptr_t *addr);
 /* Gives back a reservation, which nothing may map any more: 0 or -ENOENT. */
 int fg_va_unreserve(uintptr_t addr, size_t bytes);
+/* Backs part of a reservation with fresh zeroed pages (0 or -ENOMEM), or makes it inaccessible again. */
+int fg_va_back(uintptr_t addr, size_t bytes);
+void fg_va_unback(uintptr_t addr, size_t bytes);
 /* Whether [addr, addr + bytes) lies inside, or overlaps, the device's range. */
 int fg_va_contains(uintptr_t addr, size_t bytes);
 int fg_va_overlaps(uintptr_t addr, size_t bytes);

@@ -332,6 +332,7 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
                 fg_graph_free(exec);
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
+            exec->flags = flags;
             *phGraphExec = (CUgraphExec)exec;
         }
     }
@@ -339,7 +340,8 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
     return rc;
 }
 
-/* Enqueues a copy of every recorded op, in order; on a capturing stream they are captured. */
+/* Enqueues a copy of every recorded op, in order; on a capturing stream they
+ * are captured.  Graph-owned memory has its own rules (graphmem.c). */
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     struct fg_graph *exec = (struct fg_graph *)hGraphExec;
@@ -353,12 +355,16 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc)
         rc = fg_stream_get(hStream, &s);
+    if (!rc)
+        rc = fg_gmem_launch(exec, s);
     for (op = rc ? NULL : exec->head; op && !rc; op = op->next) {
         if (!(c = fg_op_clone(op)))
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else
             rc = fg_submit(s, c);
     }
+    if (!rc)
+        fg_gmem_launched(exec);
     fg_unlock();
     return rc;
 }

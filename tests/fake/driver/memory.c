@@ -88,7 +88,8 @@ struct fg_alloc *fg_alloc_overlap(uintptr_t base, size_t size)
 
 int fg_mem_is_device(enum fg_mem_kind kind)
 {
-    return kind == FG_MEM_DEVICE || kind == FG_MEM_MANAGED || kind == FG_MEM_POOL || kind == FG_MEM_VMM;
+    return kind == FG_MEM_DEVICE || kind == FG_MEM_MANAGED || kind == FG_MEM_POOL || kind == FG_MEM_VMM ||
+           kind == FG_MEM_GRAPH;
 }
 
 int fg_mem_reserve(size_t bytes)
@@ -203,7 +204,8 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
 
 /*
  * Frees cuMemAlloc, cuMemAllocPitch and cuMemAllocManaged memory, and
- * stream-ordered allocations (which go back to their pool).  Like CUDA it
+ * stream-ordered allocations (which go back to their pool) and graph-owned
+ * ones a launch left unfreed.  Like CUDA it
  * first waits for the device's work, which may still be using the memory.
  */
 CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -217,7 +219,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     if (!rc) {
         a = fg_alloc_find((uintptr_t)dptr);
         if (!a || a->base != (uintptr_t)dptr ||
-            (a->kind != FG_MEM_DEVICE && a->kind != FG_MEM_MANAGED && a->kind != FG_MEM_POOL))
+            (a->kind != FG_MEM_DEVICE && a->kind != FG_MEM_MANAGED && a->kind != FG_MEM_POOL &&
+             a->kind != FG_MEM_GRAPH))
             rc = CUDA_ERROR_INVALID_VALUE;
     }
     if (!rc)
@@ -231,6 +234,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     a = fg_alloc_find((uintptr_t)dptr);
     if (!a || a->base != (uintptr_t)dptr) {
         rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (a->kind == FG_MEM_GRAPH) {
+        rc = fg_gmem_free(a, NULL);
     } else if (a->kind == FG_MEM_POOL) {
         struct fg_block *b = a->owner;
 

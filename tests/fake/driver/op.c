@@ -32,6 +32,10 @@ static void op_ref(struct fg_op *op)
     case FG_OP_WAIT:
         op->u.wait.s->refs++;
         break;
+    case FG_OP_GRAPH_ALLOC:
+    case FG_OP_GRAPH_FREE:
+        fg_gmem_ref(op->u.gmem);
+        break;
     default:
         break;
     }
@@ -57,6 +61,10 @@ void fg_op_free(struct fg_op *op)
         break;
     case FG_OP_WAIT:
         fg_stream_unref(op->u.wait.s);
+        break;
+    case FG_OP_GRAPH_ALLOC:
+    case FG_OP_GRAPH_FREE:
+        fg_gmem_unref(op->u.gmem);
         break;
     default:
         break;
@@ -160,6 +168,10 @@ void fg_op_run(struct fg_op *op)
         break;
     case FG_OP_POOL_FREE:
         fg_pool_free_block(op->u.pool_free.block);
+        break;
+    case FG_OP_GRAPH_ALLOC:
+    case FG_OP_GRAPH_FREE:
+        fg_gmem_run(op);
         break;
     }
 }

@@ -140,11 +140,7 @@ static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, CUdeviceptr *dptr
     return CUDA_SUCCESS;
 }
 
-/*
- * Allocation inside a stream capture would need graph-owned memory, which
- * the double does not model: it refuses, and invalidates the capture so
- * the failure cannot go unnoticed.  Lock held.
- */
+/* Inside a stream capture the allocation is a node of the graph (graphmem.c).  Lock held. */
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool hPool, CUstream hStream)
 {
     struct fg_stream *s;
@@ -154,10 +150,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool hPool,
         return rc;
     if (!dptr || bytes == 0 || !fg_ptrset_has(&drv.pools, hPool))
         return CUDA_ERROR_INVALID_VALUE;
-    if (s->capture) {
-        fg_capture_invalidate(s->capture);
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
+    if (s->capture)
+        return fg_gmem_alloc(s->capture, bytes, dptr);
     return pool_alloc((struct fg_pool *)hPool, bytes, dptr);
 }
 
@@ -195,6 +189,10 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     if (rc)
         goto out;
     a = fg_alloc_find((uintptr_t)dptr);
+    if (a && a->base == (uintptr_t)dptr && a->kind == FG_MEM_GRAPH) {
+        rc = s->capture ? fg_gmem_free_captured(s->capture, a) : fg_gmem_free(a, s);
+        goto out;
+    }
     if (!a || a->base != (uintptr_t)dptr || a->kind != FG_MEM_POOL) {
         rc = CUDA_ERROR_INVALID_VALUE;
         goto out;

@@ -377,6 +377,16 @@ int fg_va_unreserve(uintptr_t addr, size_t bytes)
     return 0;
 }
 
+int fg_va_back(uintptr_t addr, size_t bytes)
+{
+    return map_rw(addr, bytes);
+}
+
+void fg_va_unback(uintptr_t addr, size_t bytes)
+{
+    map_none(addr, bytes);
+}
+
 size_t fg_va_page(void)
 {
     return va.page ? va.page : (size_t)sysconf(_SC_PAGESIZE);
