@@ -221,9 +221,17 @@ __attribute__((visibility("default"))) CUresult cuMemAllocManaged(CUdeviceptr *d
     return r;
 }
 
+static CUresult free_sync(CUdeviceptr p, CUstream s)
+{
+    (void)s;
+    return real_cuMemFree_v2(p);
+}
+
 __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     NEED_REAL(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
+    if (ckpt_active && ckpt_graphmem_owns(dptr))
+        return ckpt_graphmem_free(dptr, false, free_sync, NULL);
     struct ckpt_alloc a = {0};
     before_untrack();
     if (ckpt_active) {
@@ -240,14 +248,18 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
 }
 
 /* Stream-ordered allocation, plain and per-thread (null_means: the stream
- * a NULL hStream is).  Macros, so that track() sees the program's caller. */
+ * a NULL hStream is); inside a capture, graph-owned memory (graphmem.c).
+ * Macros, so that track() sees the program's caller. */
 #define ALLOC_ASYNC_HOOK(name, null_means, params, args)                       \
     __attribute__((visibility("default"))) CUresult name params                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
         CUresult r = real_##name args;                                         \
-        if (r == CUDA_SUCCESS)                                                 \
-            track(*dptr, bytesize, CKPT_ALLOC_ASYNC, ckpt_stream_or(hStream, null_means)); \
+        CUstream s_ = ckpt_stream_or(hStream, null_means);                     \
+        if (r == CUDA_SUCCESS && ckpt_active && ckpt_stream_capturing(s_))     \
+            ckpt_graphmem_alloc(s_, *dptr, bytesize);                          \
+        else if (r == CUDA_SUCCESS)                                            \
+            track(*dptr, bytesize, CKPT_ALLOC_ASYNC, s_);                      \
         return r;                                                              \
     }
 
@@ -267,6 +279,8 @@ ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync_ptsz, CU_STREAM_PER_THREAD,
  * The free is ordered after the snapshot's copies on its own stream. */
 static CUresult free_async(__typeof__(&cuMemFreeAsync) real, CUstream null_means, CUdeviceptr dptr, CUstream hStream)
 {
+    if (ckpt_active && ckpt_graphmem_owns(dptr))
+        return ckpt_graphmem_free(dptr, ckpt_stream_capturing(ckpt_stream_or(hStream, null_means)), real, hStream);
     before_untrack();
     if (ckpt_active)
         ckpt_before_free(ckpt_stream_or(hStream, null_means), true);

@@ -373,6 +373,21 @@ void ckpt_history_hostfn_failed(void *data);
 /* From the current iteration on, replay cannot be faithful: why goes in
  * the log (restores past it are refused with it) and is said once. */
 void ckpt_history_taint(const char *why);
+
+/* Graph-owned memory (graphmem.c): an allocation inside a capture on s, a
+ * capture that ended with graph g, whether p is such an allocation, its
+ * free (in a capture or after a launch; real_free with hStream, which
+ * replay may suppress), an executable graph's launch (real, or suppressed
+ * by replay), and whether any is live now (why: what, for the log). */
+void ckpt_graphmem_alloc(CUstream s, CUdeviceptr p, uint64_t size);
+void ckpt_graphmem_ended(CUgraph g);
+bool ckpt_graphmem_owns(CUdeviceptr p);
+CUresult ckpt_graphmem_free(CUdeviceptr p, bool in_capture, CUresult (*real_free)(CUdeviceptr, CUstream),
+                            CUstream hStream);
+void ckpt_graphmem_launched(CUgraphExec e, bool real);
+bool ckpt_graphmem_live(char *why, size_t len);
+/* Whether s is being captured into a graph (stream.c). */
+bool ckpt_stream_capturing(CUstream s);
 /* The restore goes live: copies still pending in replay are made now. */
 void ckpt_history_forget(void);
 /* An iteration ended.  Returns true when a snapshot may be taken. */

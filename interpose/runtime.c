@@ -45,8 +45,14 @@ __attribute__((visibility("default"))) cudaError_t cudaFree(void *devPtr)
         ckpt_rt_depth++;                                                       \
         cudaError_t r = real_##name(devPtr, size, hStream);                    \
         ckpt_rt_depth--;                                                       \
-        if (r == cudaSuccess)                                                  \
-            track(*devPtr, size, CKPT_ALLOC_ASYNC, ckpt_stream_or(hStream, null_means)); \
+        CUstream s_ = ckpt_stream_or(hStream, null_means);                     \
+        uint64_t p_ = r == cudaSuccess ? (uint64_t)(uintptr_t)*devPtr : 0;     \
+        if (p_ && ckpt_active && ckpt_stream_capturing(s_)) {                  \
+            if (!ckpt_graphmem_owns(p_))                                       \
+                ckpt_graphmem_alloc(s_, p_, size);                             \
+        } else if (p_) {                                                       \
+            track(*devPtr, size, CKPT_ALLOC_ASYNC, s_);                        \
+        }                                                                      \
         return r;                                                              \
     }
 

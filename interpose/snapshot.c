@@ -748,6 +748,30 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
     }
 }
 
+/*
+ * A boundary where graph-owned memory is live takes no snapshot
+ * (graphmem.c): said at the first of a run of them, and when snapshots
+ * resume.  Only the boundary's thread calls this.
+ */
+static bool graph_memory_live(uint64_t iter)
+{
+    static uint64_t skipped;
+    char why[224];
+
+    if (!ckpt_graphmem_live(why, sizeof(why))) {
+        if (skipped)
+            ckpt_log(CKPT_INFO, "iteration %llu: snapshots resume (%llu skipped while graph-owned memory was live)",
+                     (unsigned long long)iter, (unsigned long long)skipped);
+        skipped = 0;
+        return false;
+    }
+    if (!skipped++)
+        ckpt_log(CKPT_WARN, "iteration %llu: no snapshot: %s; replay does not run graph launches, so a restore "
+                 "could not bring it back: the last snapshot stays the restore point until an iteration ends "
+                 "with it freed", (unsigned long long)iter, why);
+    return true;
+}
+
 /* An iteration ended: snapshot it if it is one of every CKPT_EVERY. */
 static void boundary(void)
 {
@@ -771,6 +795,8 @@ static void boundary(void)
         return;
     bool colls = false;
     ckpt_bd_period(&colls);
+    if (graph_memory_live(iter))
+        return;
     /* Before the lock: the program answers on a thread of its own. */
     double waited_ms = 0;
     bool declared = __atomic_load_n(&ckpt_capturing, __ATOMIC_SEQ_CST) > 0 || ckpt_declare_refresh(iter, &waited_ms);

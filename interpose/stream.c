@@ -68,7 +68,7 @@ static bool answered(enum ckpt_obs what, uint64_t token, CUresult *r)
 
 /* True when s is being captured into a graph: work queued on it is
  * recorded, not run, so replay lets it through. */
-static bool capturing(CUstream s)
+bool ckpt_stream_capturing(CUstream s)
 {
     CUstreamCaptureStatus st;
     if (__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) <= 0)
@@ -77,6 +77,8 @@ static bool capturing(CUstream s)
         return true; /* unknown: never suppress what may be a capture */
     return real_cuStreamIsCapturing(s, &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
+
+#define capturing ckpt_stream_capturing
 
 #define SYNC_HOOK(name, what, token, params, args)                             \
     EXPORT CUresult name params                                                \
@@ -411,9 +413,33 @@ QUEUE_HOOK(cuMemsetD32Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned in
 QUEUE_HOOK(cuMemsetD8_v2, _ptds, NULL, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))
 QUEUE_HOOK(cuMemcpyDtoD_v2, _ptds, NULL, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
            (dstDevice, srcDevice, ByteCount))
+
 /* A graph launch is device work like a kernel's: suppressed in replay,
- * and its stream ordered by snapshots like any other. */
-QUEUE_HOOK(cuGraphLaunch, _ptsz, hStream, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
+ * and its stream ordered by snapshots like any other.  What its memory
+ * nodes allocate is the program's after it (graphmem.c), or, suppressed,
+ * never was. */
+static CUresult graph_launch(__typeof__(&cuGraphLaunch) real, CUstream null_means, CUgraphExec hGraphExec,
+                             CUstream hStream)
+{
+    CUresult r;
+    if (!observed()) {
+        if ((r = real(hGraphExec, hStream)) == CUDA_SUCCESS && ckpt_active)
+            ckpt_graphmem_launched(hGraphExec, true);
+        return r;
+    }
+    CUstream s = ckpt_stream_or(hStream, null_means);
+    bool live = capturing(s) || ckpt_history_work();
+    if (ckpt_replaying && !live) {
+        ckpt_graphmem_launched(hGraphExec, false);
+        return CUDA_SUCCESS;
+    }
+    if (!ckpt_replaying)
+        ckpt_stream_seen(s);
+    if ((r = real(hGraphExec, hStream)) == CUDA_SUCCESS)
+        ckpt_graphmem_launched(hGraphExec, true);
+    return r;
+}
+PT_PAIR(cuGraphLaunch, _ptsz, graph_launch, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
 
 /* Host functions run program code on the stream's behalf: in replay too,
  * in stream order, after the copies before them are served.  One queued
@@ -533,6 +559,8 @@ PT_SAME(cuStreamBeginCapture_v2, _ptsz, begin_capture, (CUstream hStream, CUstre
 static CUresult end_capture(__typeof__(&cuStreamEndCapture) real, CUstream hStream, CUgraph *phGraph)
 {
     CUresult r = real(hStream, phGraph);
+    if (r == CUDA_SUCCESS && ckpt_active)
+        ckpt_graphmem_ended(*phGraph);
     if ((r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) &&
         __atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) > 0)
         __atomic_sub_fetch(&ckpt_capturing, 1, __ATOMIC_RELAXED);

@@ -602,6 +602,7 @@ CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *
 CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const struct CUgraphEdgeData_st **edgeData_out, size_t *numDependencies_out);
 CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const struct CUgraphEdgeData_st *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
 CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const struct CUgraphEdgeData_st *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
 CUresult cuStreamQuery_ptsz(CUstream hStream);

@@ -103,6 +103,13 @@ enum cudaStreamCaptureMode {
     cudaStreamCaptureModeRelaxed = 2
 };
 
+enum cudaGraphInstantiateFlags {
+    cudaGraphInstantiateFlagAutoFreeOnLaunch = 1,
+    cudaGraphInstantiateFlagUpload = 2,
+    cudaGraphInstantiateFlagDeviceLaunch = 4,
+    cudaGraphInstantiateFlagUseNodePriority = 8
+};
+
 enum cudaDeviceAttr {
     cudaDevAttrMaxThreadsPerBlock = 1,
     cudaDevAttrWarpSize = 10,

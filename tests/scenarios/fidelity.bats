@@ -205,6 +205,25 @@ diverge() {
     fidelity fid_graphupdate restore 12 27
 }
 
+@test "fid_graphmem: a graph captured once allocates in its capture (memory nodes, auto-free on launch); the output is freed before each iteration ends" {
+    # Graph memory is never copied, so the double's fault on unbacked graph memory never fires.
+    fidelity fid_graphmem restore 12 27 9
+    ! grep -q 'no snapshot' "$D/err" || { show_job; return 1; }
+}
+
+@test "fid_graphmem, FID_KEEP_OUTPUT=1: graph memory live at even iterations' ends: those snapshots are skipped, said, and the job comes back from another" {
+    export FID_KEEP_OUTPUT=1
+    fidelity fid_graphmem restore 12 27 9
+    # CKPT_EVERY=3: iteration 6 ends with the output live, 9 with it freed.
+    grep -q '^libckpt\[rank 0\]: warning: iteration 6: no snapshot: 1 allocation of graph-owned memory (4 bytes, the first at 0x[0-9a-f]*), left by a CUDA graph.s launch and not freed yet, is live; replay does not run graph launches' "$D/err" ||
+        { show_job; return 1; }
+    grep -q '^libckpt\[rank 0\]: iteration 9: snapshots resume (1 skipped while graph-owned memory was live)$' "$D/err" ||
+        { show_job; return 1; }
+    local restored
+    restored=$(sed -n 's/^libckpt\[rank 0\]: restored iteration \([0-9]*\) .*/\1/p' "$D/err" | tail -n 1)
+    [ $((restored % 2)) -eq 1 ] || { echo "restored iteration $restored: an iteration that ended with graph memory live"; show_job; return 1; }
+}
+
 @test "fid_hostfn: host functions after an async D2H read the bytes into host state" {
     fidelity fid_hostfn restore 12 27
 }
