@@ -11,6 +11,8 @@
  * iterations, where it stays live past the iteration's end for the next
  * launch to free.
  *
+ * Prints "state N bytes" before its digest: what a snapshot must copy.
+ *
  * Graph memory is backed only from a launch to its free: copying it
  * outside that window faults, and an iteration whose end has it live
  * cannot be restored by replay, which does not run graph launches.
@@ -93,6 +95,8 @@ int main(int argc, char **argv)
         fid_end_iteration(&o, it);
     }
 
+    /* What a snapshot must copy: the weights and the batch; nothing of the graph's. */
+    printf("state %zu bytes\n", (WORDS + BATCH) * sizeof(uint32_t));
     uint64_t h = fid_hash_device(FID_HASH_INIT, w, WORDS * sizeof(uint32_t));
     printf("digest %016llx\n", (unsigned long long)h);
     CHECK(cudaGraphExecDestroy(exec));

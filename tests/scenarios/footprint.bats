@@ -124,6 +124,11 @@ torch_job() {
     [ -n "$MODEL" ] && [ -s "$D/stats" ] && [ -s "$D/site.note" ]
 }
 
+@test "stream-ordered allocation inside a capture (a graph's memory nodes): never copied, whether the graph frees it or the program does; killed and resumed bit-exact" {
+    killed $((12 + RANDOM % 16)) "$BUILD/tests/progs/fid_graphmem"
+    copied "$D/stats" | awk -v m="$MODEL" '$1 != m { print "a snapshot of " $1 " bytes, the state is " m; bad = 1 } END { exit bad }'
+}
+
 @test "a PyTorch program (torch's caching allocator) under ckpt-resume: the helper it injects declares the free blocks, killed and resumed bit-exact, a snapshot copies the tensors; the user's PYTHONPATH and sitecustomize kept" {
     torch_job
     # The model's tensors and the block of the loss being read: not the
