@@ -209,14 +209,15 @@ PT_SAME(cuMemcpyHtoD_v2, _ptds, htod, (CUdeviceptr dstDevice, const void *srcHos
 
 /* Unified addressing: the call does not say which side dst is on.  A copy
  * into no allocation libckpt tracks is one the host reads, if the driver
- * says dst is host memory; device memory libckpt does not track
- * (IPC-imported, graph-owned, or from an entry point it does not follow)
- * is never read or written from the CPU, and no snapshot holds what the
- * copy puts there: replay past it is refused. */
+ * says dst is host memory; device memory libckpt does not track is never
+ * read or written from the CPU.  Graph-owned memory is live only where no
+ * snapshot is taken (graphmem.c); what a copy puts in other untracked
+ * device memory (IPC-imported, or from an entry point libckpt does not
+ * follow) no snapshot holds: replay past it is refused. */
 static bool to_host_memory(CUdeviceptr dst)
 {
-    if (ckpt_reg_contains(dst))
-        return false;
+    if (ckpt_reg_contains(dst) || ckpt_graphmem_owns(dst))
+        return false; /* graph memory: live only while no snapshot can be taken (graphmem.c) */
     unsigned int type = 0;
     CUresult r = CUDA_ERROR_NOT_FOUND;
     if (real_cuPointerGetAttribute || ckpt_resolve("cuPointerGetAttribute") == 0)
@@ -224,8 +225,8 @@ static bool to_host_memory(CUdeviceptr dst)
     if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST))
         return true; /* pageable (CUDA does not know it), or pinned */
     ckpt_history_taint(r == CUDA_SUCCESS ? "the program copies into device memory libckpt does not track "
-                                           "(IPC-imported, graph-owned, or allocated through an entry point "
-                                           "libckpt does not follow): no snapshot holds it"
+                                           "(IPC-imported, or allocated through an entry point libckpt does "
+                                           "not follow): no snapshot holds it"
                                          : "libckpt cannot tell whether a copy's destination is host memory");
     return false;
 }

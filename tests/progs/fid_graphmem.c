@@ -6,7 +6,8 @@
  * written into an output the graph allocates and leaves unfreed.  The
  * graph is instantiated with cudaGraphInstantiateFlagAutoFreeOnLaunch (as
  * torch.cuda.CUDAGraph does), so each launch frees the last one's output.
- * Every iteration reads the loss back from the output; the program frees
+ * Every iteration copies the output into a buffer of its own and back (unified
+ * cudaMemcpyDefault copies), reads the loss back from the output, and frees
  * it before the iteration's sync, except, with FID_KEEP_OUTPUT=1, in even
  * iterations, where it stays live past the iteration's end for the next
  * launch to free.
@@ -36,7 +37,7 @@ KERNEL(update, (uint32_t *, w), (size_t, n), (const uint32_t *, scratch))
 }
 
 static cudaStream_t s;
-static uint32_t *w, *x;
+static uint32_t *w, *x, *echo;
 
 /* One iteration's device work, after the batch has been copied into x;
  * the loss goes into *out, which it allocates. */
@@ -63,6 +64,7 @@ int main(int argc, char **argv)
     uint32_t *x_h, *loss_h, *out = NULL;
     CHECK(cudaMalloc((void **)&w, WORDS * sizeof(uint32_t)));
     CHECK(cudaMalloc((void **)&x, BATCH * sizeof(uint32_t)));
+    CHECK(cudaMalloc((void **)&echo, sizeof(uint32_t)));
     CHECK(cudaMallocHost((void **)&x_h, BATCH * sizeof(uint32_t)));
     CHECK(cudaMallocHost((void **)&loss_h, sizeof(uint32_t)));
     CHECK(cudaMemsetAsync(w, 0, WORDS * sizeof(uint32_t), s));
@@ -85,6 +87,11 @@ int main(int argc, char **argv)
                 CHECK(cudaGraphDestroy(g));
             }
             CHECK(cudaGraphLaunch(exec, s));
+            /* Unified copies out of the output and back into it: a layer
+             * that took graph memory for host memory would read it from
+             * the CPU, which faults (the double, as a GPU, forbids it). */
+            CHECK(cudaMemcpyAsync(echo, out, sizeof(uint32_t), cudaMemcpyDefault, s));
+            CHECK(cudaMemcpyAsync(out, echo, sizeof(uint32_t), cudaMemcpyDefault, s));
         }
         CHECK(cudaMemcpyAsync(loss_h, out, sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
         int kept = graphed && keep && it % 2 == 0;
@@ -96,7 +103,7 @@ int main(int argc, char **argv)
     }
 
     /* What a snapshot must copy: the weights and the batch; nothing of the graph's. */
-    printf("state %zu bytes\n", (WORDS + BATCH) * sizeof(uint32_t));
+    printf("state %zu bytes\n", (WORDS + BATCH + 1) * sizeof(uint32_t));
     uint64_t h = fid_hash_device(FID_HASH_INIT, w, WORDS * sizeof(uint32_t));
     printf("digest %016llx\n", (unsigned long long)h);
     CHECK(cudaGraphExecDestroy(exec));

@@ -152,8 +152,11 @@ static void maybe_flip(CUdeviceptr dst, size_t n)
         __atomic_store_n(&knob, at, __ATOMIC_RELAXED);
     }
 
-    if (at && n && __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) == at)
+    if (at && n && __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) == at) {
+        fg_device_access(1); /* the device's fault, not the host's access */
         *(volatile unsigned char *)(uintptr_t)dst ^= 1;
+        fg_device_access(0);
+    }
 }
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)

@@ -260,7 +260,7 @@ void fg_pages_free(void *p, size_t bytes);
 /* Reserves the range for a device of device_bytes: 0 or -ENOMEM. */
 int fg_va_init(size_t device_bytes);
 /* Readable and writable memory of bytes at a new address: 0 or -ENOMEM. */
-int fg_va_alloc(size_t bytes, uintptr_t *addr);
+int fg_va_alloc(size_t bytes, int host, uintptr_t *addr);
 /* Gives back fg_va_alloc memory (bytes as allocated): its pages become inaccessible. */
 void fg_va_free(uintptr_t addr, size_t bytes);
 /*
@@ -271,6 +271,10 @@ void fg_va_free(uintptr_t addr, size_t bytes);
 int fg_va_reserve(size_t bytes, size_t align, uintptr_t hint, uintptr_t *addr);
 /* Gives back a reservation, which nothing may map any more: 0 or -ENOENT. */
 int fg_va_unreserve(uintptr_t addr, size_t bytes);
+/* Sets the protection of device pages (mprotect, with the device's key, va.c): 0 or -errno. */
+int fg_va_protect(uintptr_t addr, size_t bytes, int prot);
+/* Gives the calling thread access to device pages, or takes it away (a stream's worker, around an op). */
+void fg_device_access(int on);
 /* Backs part of a reservation with fresh zeroed pages (0 or -ENOMEM), or makes it inaccessible again. */
 int fg_va_back(uintptr_t addr, size_t bytes);
 void fg_va_unback(uintptr_t addr, size_t bytes);

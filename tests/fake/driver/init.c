@@ -231,3 +231,13 @@ __attribute__((visibility("default"))) uint64_t fakegpu_pcie_d2h_book(size_t byt
         return 0;
     return fg_link_book(&drv.d2h, bytes);
 }
+
+/*
+ * Device access for the double's own libnccl, whose collectives move device
+ * bytes in host functions on the stream's worker (va.c): on (1) or off (0)
+ * for the calling thread.  Not a CUDA entry point, as above.
+ */
+__attribute__((visibility("default"))) void fakegpu_device_access(int on)
+{
+    fg_device_access(on);
+}

@@ -3,7 +3,9 @@
  * run by a stream's worker, and freed.  Running an op is the only place the
  * double touches "device memory" on behalf of the program, and it always
  * does so outside the driver lock: a kernel or host function may take as
- * long as it likes, and must never be able to deadlock the driver.
+ * long as it likes, and must never be able to deadlock the driver.  Only
+ * kernels, copies and memsets may touch device pages (va.c); a host
+ * function, as on a GPU, may not.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +134,9 @@ void fg_op_run(struct fg_op *op)
     switch (op->kind) {
     case FG_OP_KERNEL:
         fg_unlock();
+        fg_device_access(1);
         run_kernel(op);
+        fg_device_access(0);
         fg_lock();
         break;
     case FG_OP_HOST_FN:
@@ -145,12 +149,16 @@ void fg_op_run(struct fg_op *op)
         break;
     case FG_OP_COPY:
         fg_unlock();
+        fg_device_access(1);
         run_copy(op);
+        fg_device_access(0);
         fg_lock();
         break;
     case FG_OP_MEMSET:
         fg_unlock();
+        fg_device_access(1);
         run_memset(op);
+        fg_device_access(0);
         fg_lock();
         break;
     case FG_OP_RECORD:

@@ -118,7 +118,7 @@ static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, CUdeviceptr *dptr
         uintptr_t p;
 
         b = calloc(1, sizeof(*b));
-        if (!b || fg_va_alloc(want, &p)) {
+        if (!b || fg_va_alloc(want, 0, &p)) {
             free(b);
             fg_mem_unreserve(want);
             return CUDA_ERROR_OUT_OF_MEMORY;

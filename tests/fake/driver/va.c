@@ -18,6 +18,15 @@
  * is still live.  Reservations stay PROT_NONE: cuMemMap maps into them.
  * Nothing here may ever mmap outside the range, nor over a page another
  * allocation still uses.  All state is guarded by drv.lock.
+ *
+ * Device pages are host memory, but the host may not touch them, as it
+ * cannot touch a GPU's: where the CPU has protection keys (x86 PKU), every
+ * device page carries one key that threads may not use, but for a stream's
+ * worker while it runs a kernel, a copy or a memset (fg_device_access), so
+ * a host thread that dereferences device memory faults.  Managed memory,
+ * which the host may touch, lives in chunks of its own, without the key.
+ * FAKEGPU_HOST_DEREF=allow (read when the driver is loaded), or a CPU
+ * without protection keys, lets the host touch device pages.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -37,6 +46,7 @@ enum va_kind { VA_MAPPED, VA_RESERVED, VA_CHUNK };
 struct va_chunk {
     uint64_t used[CHUNK_UNITS / WORD_BITS]; /* one bit per unit */
     size_t nused;
+    int host; /* managed memory's: the host may touch its pages */
 };
 
 struct va_extent {
@@ -59,13 +69,45 @@ static uintptr_t align_up(uintptr_t x, size_t a)
     return (x + a - 1) & ~(uintptr_t)(a - 1);
 }
 
-/* Fresh zeroed pages, resident at once as device memory is: 0 or -ENOMEM. */
-static int map_rw(uintptr_t p, size_t n)
+/* The protection key of device pages, or -1 (the host may touch them). */
+static int dev_key = -1;
+
+/*
+ * The key is made when the driver is loaded, with the loading thread's
+ * access to it taken away: threads made later inherit their maker's rights
+ * (threads already running when libcuda.so.1 is loaded keep access; a
+ * program that links it has none yet).
+ */
+__attribute__((constructor)) static void device_key(void)
+{
+    const char *deref = getenv("FAKEGPU_HOST_DEREF");
+    if (!deref || strcmp(deref, "allow") != 0)
+        dev_key = pkey_alloc(0, PKEY_DISABLE_ACCESS);
+}
+
+int fg_va_protect(uintptr_t p, size_t n, int prot)
+{
+    if (dev_key < 0 || prot == PROT_NONE)
+        return mprotect((void *)p, n, prot) ? -errno : 0;
+    return pkey_mprotect((void *)p, n, prot, dev_key) ? -errno : 0;
+}
+
+void fg_device_access(int on)
+{
+    if (dev_key >= 0)
+        pkey_set(dev_key, on ? 0 : PKEY_DISABLE_ACCESS);
+}
+
+/* Fresh zeroed pages, resident at once as device memory is, the host's
+ * (host) or the device's: 0 or -ENOMEM. */
+static int map_rw(uintptr_t p, size_t n, int host)
 {
     void *m = mmap((void *)p, n, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_POPULATE | MAP_FIXED, -1, 0);
 
-    return m == MAP_FAILED ? -ENOMEM : 0;
+    if (m == MAP_FAILED)
+        return -ENOMEM;
+    return host ? 0 : fg_va_protect(p, n, PROT_READ | PROT_WRITE);
 }
 
 /* Drops the pages' contents and makes them inaccessible; still reserved. */
@@ -257,7 +299,7 @@ static int sync_pages(const struct va_extent *e, size_t first, size_t count, int
             others = (v < lo || v >= hi) && unit_used(e->chunk, v);
         if (others)
             continue;
-        if (used && map_rw(e->base + u * UNIT, va.page))
+        if (used && map_rw(e->base + u * UNIT, va.page, e->chunk->host))
             return -ENOMEM;
         if (!used)
             map_none(e->base + u * UNIT, va.page);
@@ -265,7 +307,7 @@ static int sync_pages(const struct va_extent *e, size_t first, size_t count, int
     return 0;
 }
 
-static int small_alloc(size_t bytes, uintptr_t *addr)
+static int small_alloc(size_t bytes, int host, uintptr_t *addr)
 {
     size_t count = (bytes + UNIT - 1) / UNIT, i;
     struct va_extent *e = NULL;
@@ -274,12 +316,14 @@ static int small_alloc(size_t bytes, uintptr_t *addr)
     long first = -1;
 
     for (i = 0; i < va.n && first < 0; i++)
-        if (va.ext[i].kind == VA_CHUNK && (first = find_units(va.ext[i].chunk, count)) >= 0)
+        if (va.ext[i].kind == VA_CHUNK && va.ext[i].chunk->host == host &&
+            (first = find_units(va.ext[i].chunk, count)) >= 0)
             e = &va.ext[i];
     if (!e) {
         /* A new chunk, first fit like any 2 MiB allocation. */
         if (!(c = calloc(1, sizeof(*c))))
             return -ENOMEM;
+        c->host = host;
         if (first_fit(CHUNK, CHUNK, 0, &base, &i) || insert(i, base, CHUNK, VA_CHUNK, c)) {
             free(c);
             return -ENOMEM;
@@ -315,7 +359,7 @@ static void small_free(struct va_extent *e, uintptr_t addr, size_t bytes)
 
 /* ---- the interface ------------------------------------------------- */
 
-int fg_va_alloc(size_t bytes, uintptr_t *addr)
+int fg_va_alloc(size_t bytes, int host, uintptr_t *addr)
 {
     size_t span, i;
     uintptr_t base;
@@ -323,11 +367,11 @@ int fg_va_alloc(size_t bytes, uintptr_t *addr)
     if (!va.base || bytes == 0 || bytes > va.size)
         return -ENOMEM;
     if (bytes < CHUNK)
-        return small_alloc(bytes, addr);
+        return small_alloc(bytes, host, addr);
     span = align_up(bytes, CHUNK);
     if (first_fit(span, CHUNK, 0, &base, &i))
         return -ENOMEM;
-    if (map_rw(base, span)) {
+    if (map_rw(base, span, host)) {
         map_none(base, span);
         return -ENOMEM;
     }
@@ -379,7 +423,7 @@ int fg_va_unreserve(uintptr_t addr, size_t bytes)
 
 int fg_va_back(uintptr_t addr, size_t bytes)
 {
-    return map_rw(addr, bytes);
+    return map_rw(addr, bytes, 0);
 }
 
 void fg_va_unback(uintptr_t addr, size_t bytes)

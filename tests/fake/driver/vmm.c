@@ -294,7 +294,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
         else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
             rc = CUDA_ERROR_INVALID_VALUE;
     }
-    if (!rc && mprotect((void *)(uintptr_t)ptr, size, prot))
+    if (!rc && fg_va_protect((uintptr_t)ptr, size, prot))
         rc = CUDA_ERROR_INVALID_VALUE;
     fg_unlock();
     return rc;

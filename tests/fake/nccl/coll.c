@@ -436,7 +436,11 @@ void nf_batch_run(void *arg)
     int err = wait_turn(c, b->seq, &wait);
 
     if (!err && !b->cancelled && !nf_comm_status(c)) {
+        if (nf_device_access) /* a GPU's kernel moves the bytes; here, this host function */
+            nf_device_access(1);
         err = run_batch(b);
+        if (nf_device_access)
+            nf_device_access(0);
         if (err)
             nf_fail(err, "rank %d: %s failed: %s%s", c->rank, nf_func_name(b->ops[0].func),
                     err == -ETIMEDOUT ? "no progress within NCCL_FAKE_TIMEOUT" :

@@ -15,6 +15,7 @@
 
 struct nf_driver nf_drv;
 uint64_t (*nf_pcie_book)(size_t bytes);
+void (*nf_device_access)(int on);
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int load_err;
@@ -56,6 +57,8 @@ static void load(void)
     get_proc = (__typeof__(get_proc))sym;
     /* The double's shared PCIe link (optional: another driver has none). */
     nf_pcie_book = (uint64_t (*)(size_t))dlsym(lib, "fakegpu_pcie_d2h_book");
+    /* Device access in the host functions that run collectives (optional, as above). */
+    nf_device_access = (void (*)(int))dlsym(lib, "fakegpu_device_access");
 
     /* Resolve them all before failing, so one run names every missing one. */
 #define NF_RESOLVE(base, suffix)                                               \

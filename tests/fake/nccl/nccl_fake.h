@@ -71,6 +71,9 @@ extern struct nf_driver nf_drv;
  * NULL: collectives book their bytes on it too, so they contend with
  * snapshot copies when FAKEGPU_COPY_GBPS and FAKEGPU_NET_GBPS are set. */
 extern uint64_t (*nf_pcie_book)(size_t bytes);
+/* The double driver's fakegpu_device_access, or NULL: the collectives'
+ * host functions touch device pages, which its host threads may not. */
+extern void (*nf_device_access)(int on);
 
 /*
  * Loads the driver and resolves every entry point (once per process), runs

@@ -64,8 +64,10 @@ static CUgraph capture(CUstream s, CUdeviceptr *t, CUdeviceptr y, int free_in_gr
     return g;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    DRV_HOST_DEREF_ALLOW(argv); /* the probe reads device pages from the host */
     CUstream s;
     CUdeviceptr y, t, o, o2;
     CUgraph g;

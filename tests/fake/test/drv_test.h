@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -42,6 +43,22 @@
             fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);         \
             fprintf(stderr, __VA_ARGS__);                                      \
             fputc('\n', stderr);                                               \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+/*
+ * For a test that looks at device pages from the host (whether they are
+ * mapped): runs the program again with FAKEGPU_HOST_DEREF=allow, which the
+ * driver reads when it is loaded (drv_host_deref tests what it forbids).
+ */
+#define DRV_HOST_DEREF_ALLOW(argv)                                             \
+    do {                                                                       \
+        const char *a_ = getenv("FAKEGPU_HOST_DEREF");                         \
+        if (!a_ || strcmp(a_, "allow") != 0) {                                 \
+            setenv("FAKEGPU_HOST_DEREF", "allow", 1);                          \
+            execv("/proc/self/exe", (argv));                                   \
+            perror("execv /proc/self/exe");                                    \
             exit(1);                                                           \
         }                                                                      \
     } while (0)
