@@ -209,6 +209,23 @@ $D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be t
     grep -q "ckpt-resume: done exit=78 restarts=0" "$D/err" || { cat "$D/err"; return 1; }
 }
 
+@test "/dev/shm too small on a node of several: the coordinator ends the job with that rank's reason, not restarted" {
+    mkdir -p "$D/shm"
+    mount -t tmpfs -o size=1m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
+    ARGS="--iters 6 --hidden 256 --layers 3" # 3.3 MiB of state
+    local port=$((10000 + RANDOM % 22000)) i
+    for i in 0 1; do
+        CKPT_ARENA_DIR=$D/shm/node$i CKPT_NODE_TIMEOUT=10 timeout -k 5 60 "$RESUME" --coord 127.0.0.1:$port \
+            --nnodes 2 --node-rank $i --nproc 1 -- "$TRAIN" $ARGS >"$D/out.$i" 2>"$D/err.$i" &
+    done
+    wait
+    for i in 0 1; do
+        grep -q "ckpt-resume: done exit=78 restarts=0" "$D/err.$i" || { cat "$D/err.0" "$D/err.1"; return 1; }
+    done
+    grep -Eq "ckpt-resume: the coordinator ends the job: rank [01] on node [01] cannot hold its arena in that node's host memory \(said there\): not restarted, as it would find no more room" "$D/err.0" ||
+        { cat "$D/err.0"; return 1; }
+}
+
 @test "CKPT_HOST_MEM: ckpt-resume refuses to start ranks the arena's filesystem cannot hold, naming the numbers; CKPT_SLOTS=1 needs half" {
     mkdir -p "$D/shm"
     mount -t tmpfs -o size=6m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"

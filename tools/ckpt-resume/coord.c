@@ -69,6 +69,7 @@ struct coord {
     enum phase phase;
     uint64_t restore, below, durable, target, replicating;
     bool ever_durable, failed_launch;
+    char no_room[128]; /* a rank stopped for want of host memory: the job ends, not restarted */
     int launches, restarts, exit_code, user_signal;
     unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
     double timeout_s, resume_at, gather_since;
@@ -272,6 +273,12 @@ static void gathered(struct coord *c)
                      10 * c->timeout_s);
             finish(c, c->exit_code ? c->exit_code : 1, why);
         }
+        return;
+    }
+    if (c->failed_launch && c->no_room[0]) {
+        char why[192];
+        snprintf(why, sizeof(why), "%s: not restarted, as it would find no more room", c->no_room);
+        finish(c, c->exit_code ? c->exit_code : 1, why);
         return;
     }
     if (c->failed_launch) {
@@ -523,6 +530,9 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
             char why[128];
             snprintf(why, sizeof(why), "rank %llu on node %u failed (exit %d)", (unsigned long long)st->value, j,
                      st->status);
+            if (st->flags & COORD_NO_ROOM)
+                snprintf(c->no_room, sizeof(c->no_room), "rank %llu on node %u cannot hold its arena in that "
+                         "node's host memory (said there)", (unsigned long long)st->value, j);
             stop_all(c, why);
             return;
         }

@@ -48,7 +48,7 @@ enum coord_msg {
     COORD_REPLICATE,    /* coord_iter (value: COORD_AGAIN for the restore point) */
     COORD_REPLICATED,   /* coord_status */
     COORD_DURABLE,      /* coord_iter (value: the next target) */
-    COORD_FAILED,       /* coord_status (value: rank; status: exit code) */
+    COORD_FAILED,       /* coord_status (value: rank; status: exit code; flags) */
     COORD_STOP,         /* text: why */
     COORD_DONE,         /* nothing */
     COORD_FINISH,       /* coord_status (status: the job's exit code) + text */
@@ -57,6 +57,7 @@ enum coord_msg {
 
 #define COORD_ADDR_MAX 64
 #define COORD_AGAIN 1 /* REPLICATE of what the ranks restored: sent where missing, not persisted again */
+#define COORD_NO_ROOM 1u /* FAILED: libckpt stopped the rank, its host cannot hold its arena: no restart would find room */
 
 struct coord_addr {
     char hostport[COORD_ADDR_MAX];     /* where the node's agent takes replicas, NUL-terminated */
@@ -97,7 +98,7 @@ struct coord_held {
 
 struct coord_status {
     int32_t status;
-    uint32_t reserved;
+    uint32_t flags;                    /* COORD_FAILED: COORD_NO_ROOM, or 0 */
     uint64_t iteration;                /* or the value the message says */
     uint64_t value;
 };
