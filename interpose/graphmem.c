@@ -62,19 +62,6 @@ static struct {
     size_t nexecs, capexecs;
 } G = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-    if (n < *cap)
-        return true;
-    size_t c = *cap ? *cap * 2 : 16;
-    void *p = realloc(*arr, c * elem);
-    if (!p)
-        return false;
-    *arr = p;
-    *cap = c;
-    return true;
-}
-
 static struct graph *graph_find(CUgraph g)
 {
     for (size_t i = 0; i < G.ngraphs; i++)
@@ -132,9 +119,9 @@ void ckpt_graphmem_alloc(CUstream s, CUdeviceptr p, uint64_t size)
         graph_forget(g);
         *gr = (struct graph){.graph = g};
     }
-    if (!gr && grow((void **)&G.graphs, &G.capgraphs, G.ngraphs, sizeof(*G.graphs)))
+    if (!gr && ckpt_grow((void **)&G.graphs, &G.capgraphs, G.ngraphs, sizeof(*G.graphs)))
         G.graphs[G.ngraphs++] = (struct graph){.graph = g}, gr = &G.graphs[G.ngraphs - 1];
-    bool ok = gr && grow((void **)&G.nodes, &G.capnodes, G.nnodes, sizeof(*G.nodes));
+    bool ok = gr && ckpt_grow((void **)&G.nodes, &G.capnodes, G.nnodes, sizeof(*G.nodes));
     if (ok)
         G.nodes[G.nnodes++] = (struct node){.graph = g, .ptr = p, .size = size};
     pthread_mutex_unlock(&G.lock);
@@ -253,7 +240,7 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hG
         *x = G.execs[--G.nexecs];
     if (gr) {
         gr->instantiated = true;
-        if (!x && grow((void **)&G.execs, &G.capexecs, G.nexecs, sizeof(*G.execs)))
+        if (!x && ckpt_grow((void **)&G.execs, &G.capexecs, G.nexecs, sizeof(*G.execs)))
             x = &G.execs[G.nexecs++];
         if (x)
             *x = (struct exec){.exec = *phGraphExec, .graph = hGraph,

@@ -246,19 +246,6 @@ void ckpt_history_taint(const char *why)
              (unsigned long long)it, why);
 }
 
-static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-    if (n < *cap)
-        return true;
-    size_t c = *cap ? *cap * 2 : 16;
-    void *p = realloc(*arr, c * elem);
-    if (!p)
-        return false;
-    *arr = p;
-    *cap = c;
-    return true;
-}
-
 /* A spare event of context ctx, or NULL. */
 static CUevent take_event(CUcontext ctx)
 {
@@ -281,7 +268,7 @@ static CUevent take_event(CUcontext ctx)
 static void give_event(CUevent ev, CUcontext ctx)
 {
     pthread_mutex_lock(&spare_lock);
-    if (grow((void **)&spares, &spare_cap, nspares, sizeof(*spares)))
+    if (ckpt_grow((void **)&spares, &spare_cap, nspares, sizeof(*spares)))
         spares[nspares++] = (struct spare){ev, ctx};
     pthread_mutex_unlock(&spare_lock);
 }
@@ -463,7 +450,7 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
         }
     }
     pthread_mutex_lock(&lock);
-    if (!grow((void **)&pend, &pend_cap, npend, sizeof(*pend))) {
+    if (!ckpt_grow((void **)&pend, &pend_cap, npend, sizeof(*pend))) {
         pthread_mutex_unlock(&lock);
         if (ckpt_replaying)
             ckpt_refuse("out of host memory");

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "ckpt_nccl.h"
 #include "registry.h"
@@ -373,6 +374,20 @@ void ckpt_history_hostfn_failed(void *data);
 /* From the current iteration on, replay cannot be faithful: why goes in
  * the log (restores past it are refused with it) and is said once. */
 void ckpt_history_taint(const char *why);
+
+/* Room for element n of the array *arr of *cap elements of elem bytes, doubling it: false when out of memory. */
+static inline bool ckpt_grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return true;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *p = realloc(*arr, c * elem);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = c;
+    return true;
+}
 
 /* Graph-owned memory (graphmem.c): an allocation inside a capture on s, a
  * capture that ended with graph g, whether p is such an allocation, its

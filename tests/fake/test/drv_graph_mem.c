@@ -6,8 +6,6 @@
  * memory freed in its graph cannot be freed outside it; touching the range
  * while nothing backs it faults.
  */
-#include <errno.h>
-#include <unistd.h>
 
 #include "drv_test.h"
 
@@ -31,23 +29,6 @@ static void accumulate(void **args)
 
     for (int i = 0; i < N; i++)
         y[i] += x[i];
-}
-
-/* Whether the host cannot read the byte at p: the kernel, reading it for
- * write(2), finds no accessible page (EFAULT), as a load would fault. */
-static int host_read_faults(CUdeviceptr p)
-{
-    int fd[2];
-    char c;
-
-    EXPECT(pipe(fd) == 0, "pipe");
-    ssize_t n = write(fd[1], (const void *)(uintptr_t)p, 1);
-    int faults = n < 0 && errno == EFAULT;
-    if (n == 1)
-        EXPECT(read(fd[0], &c, 1) == 1, "read");
-    close(fd[0]);
-    close(fd[1]);
-    return faults;
 }
 
 static CUgraph capture(CUstream s, CUdeviceptr *t, CUdeviceptr y, int free_in_graph)
@@ -85,7 +66,7 @@ int main(int argc, char **argv)
     g = capture(s, &t, y, 1);
     CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, t));
     EXPECT(type == CU_MEMORYTYPE_DEVICE, "a graph allocation is device memory from its capture on");
-    EXPECT(host_read_faults(t), "nothing backs a graph allocation before a launch");
+    EXPECT(DRV_HOST_READ_FAULTS(t), "nothing backs a graph allocation before a launch");
     CHECK(cuGraphInstantiateWithFlags(&e, g, 0));
     for (int i = 0; i < 3; i++)
         CHECK(cuGraphLaunch(e, s));
@@ -93,7 +74,7 @@ int main(int argc, char **argv)
     CHECK(cuMemcpyDtoH_v2(host, y, sizeof(host)));
     for (int i = 0; i < N; i++)
         EXPECT(host[i] == 3 * (7 + i), "y[%d] = %d after 3 launches", i, host[i]);
-    EXPECT(host_read_faults(t), "the graph's free node took the memory back");
+    EXPECT(DRV_HOST_READ_FAULTS(t), "the graph's free node took the memory back");
     CHECK_RES(cuMemFreeAsync(t, s), CUDA_ERROR_INVALID_VALUE); /* its graph frees it */
     CHECK_RES(cuMemFree_v2(t), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuGraphExecDestroy(e));
@@ -109,15 +90,15 @@ int main(int argc, char **argv)
     CHECK(cuStreamSynchronize(s));
     for (int i = 0; i < N; i++)
         EXPECT(host[i] == 7 + i, "o[%d] = %d after the launch", i, host[i]);
-    EXPECT(!host_read_faults(o), "memory backs an unfreed allocation after its launch");
+    EXPECT(!DRV_HOST_READ_FAULTS(o), "memory backs an unfreed allocation after its launch");
     CHECK_RES(cuGraphLaunch(e, s), CUDA_ERROR_INVALID_VALUE); /* unfreed */
     CHECK(cuMemFreeAsync(o, s));
     CHECK_RES(cuMemFreeAsync(o, s), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuStreamSynchronize(s));
-    EXPECT(host_read_faults(o), "freed after the launch: nothing backs it");
+    EXPECT(DRV_HOST_READ_FAULTS(o), "freed after the launch: nothing backs it");
     CHECK(cuGraphLaunch(e, s));
     CHECK(cuMemFree_v2(o)); /* synchronous, as for any allocation */
-    EXPECT(host_read_faults(o), "cuMemFree took the memory back");
+    EXPECT(DRV_HOST_READ_FAULTS(o), "cuMemFree took the memory back");
 
     /* The address is the graph's for its life, and the allocation outlives it once launched. */
     CHECK(cuGraphLaunch(e, s));
@@ -135,7 +116,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++)
         CHECK(cuGraphLaunch(e, s));
     CHECK(cuStreamSynchronize(s));
-    EXPECT(!host_read_faults(o2), "the last launch's allocation is live");
+    EXPECT(!DRV_HOST_READ_FAULTS(o2), "the last launch's allocation is live");
 
     /* A graph with memory nodes cannot be launched into another capture. */
     CUgraph g2;

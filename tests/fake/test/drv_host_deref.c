@@ -6,29 +6,10 @@
  * memory and pinned host memory stay the host's.  Skipped (77) on a CPU
  * without protection keys, where the double cannot tell.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include "drv_test.h"
-
-/* Whether the calling thread cannot read the byte at p: the kernel,
- * reading it for write(2), is refused as a load would be (EFAULT). */
-static int host_read_faults(const void *p)
-{
-    int fd[2];
-    char c;
-
-    EXPECT(pipe(fd) == 0, "pipe");
-    ssize_t n = write(fd[1], p, 1);
-    int faults = n < 0 && errno == EFAULT;
-    if (n == 1)
-        EXPECT(read(fd[0], &c, 1) == 1, "read");
-    close(fd[0]);
-    close(fd[1]);
-    return faults;
-}
 
 static CUdeviceptr probe_at;
 static int probe_faulted = -1;
@@ -36,7 +17,7 @@ static int probe_faulted = -1;
 static void *probe_thread(void *arg)
 {
     (void)arg;
-    probe_faulted = host_read_faults((const void *)(uintptr_t)probe_at);
+    probe_faulted = DRV_HOST_READ_FAULTS((const void *)(uintptr_t)probe_at);
     return NULL;
 }
 
@@ -53,7 +34,7 @@ static int hostfn_faulted = -1;
 
 static void hostfn(void *p)
 {
-    hostfn_faulted = host_read_faults(p);
+    hostfn_faulted = DRV_HOST_READ_FAULTS(p);
 }
 
 static void set(void **args)
@@ -73,7 +54,7 @@ static void *early_thread(void *arg)
     while (!early_go)
         pthread_cond_wait(&early_cond, &early_lock);
     pthread_mutex_unlock(&early_lock);
-    early_faulted = host_read_faults((const void *)(uintptr_t)probe_at);
+    early_faulted = DRV_HOST_READ_FAULTS((const void *)(uintptr_t)probe_at);
     return NULL;
 }
 
@@ -121,9 +102,9 @@ int main(void)
     EXPECT(v == 9, "a kernel's store into a VMM mapping: read back %u", v);
 
     /* The host does not. */
-    EXPECT(host_read_faults((const void *)(uintptr_t)d), "the host reads cuMemAlloc memory");
-    EXPECT(host_read_faults((const void *)(uintptr_t)pool), "the host reads a stream-ordered allocation");
-    EXPECT(host_read_faults((const void *)(uintptr_t)va), "the host reads a VMM mapping");
+    EXPECT(DRV_HOST_READ_FAULTS((const void *)(uintptr_t)d), "the host reads cuMemAlloc memory");
+    EXPECT(DRV_HOST_READ_FAULTS((const void *)(uintptr_t)pool), "the host reads a stream-ordered allocation");
+    EXPECT(DRV_HOST_READ_FAULTS((const void *)(uintptr_t)va), "the host reads a VMM mapping");
     EXPECT(thread_faults(d), "a thread started after cuInit reads device memory");
     probe_at = d;
     pthread_mutex_lock(&early_lock);
@@ -137,9 +118,9 @@ int main(void)
     EXPECT(hostfn_faulted == 1, "a host function reads device memory");
 
     /* Managed and pinned memory stay the host's. */
-    EXPECT(!host_read_faults((const void *)(uintptr_t)managed), "the host cannot read managed memory");
+    EXPECT(!DRV_HOST_READ_FAULTS((const void *)(uintptr_t)managed), "the host cannot read managed memory");
     EXPECT(*(volatile uint32_t *)(uintptr_t)managed == 10, "managed memory reads %u", *(uint32_t *)(uintptr_t)managed);
-    EXPECT(!host_read_faults(pinned), "the host cannot read pinned memory");
+    EXPECT(!DRV_HOST_READ_FAULTS(pinned), "the host cannot read pinned memory");
     EXPECT(!thread_faults((CUdeviceptr)(uintptr_t)pinned), "another thread cannot read pinned memory");
 
     CHECK(cuMemUnmap(va, gran));

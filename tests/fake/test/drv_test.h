@@ -7,6 +7,7 @@
 #ifndef DRV_TEST_H
 #define DRV_TEST_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,22 @@
             exit(1);                                                           \
         }                                                                      \
     } while (0)
+
+/* Whether the calling thread cannot read the byte at p (a pointer or a
+ * CUdeviceptr): the kernel, reading it for write(2), is refused (EFAULT)
+ * as a load would fault; no signal, so a sanitizer cannot get in the way. */
+#define DRV_HOST_READ_FAULTS(p) __extension__({                                \
+    int fd_[2];                                                                \
+    char c_;                                                                   \
+    EXPECT(pipe(fd_) == 0, "pipe");                                            \
+    ssize_t n_ = write(fd_[1], (const void *)(uintptr_t)(p), 1);               \
+    int faults_ = n_ < 0 && errno == EFAULT;                                   \
+    if (n_ == 1)                                                               \
+        EXPECT(read(fd_[0], &c_, 1) == 1, "read");                             \
+    close(fd_[0]);                                                             \
+    close(fd_[1]);                                                             \
+    faults_;                                                                   \
+})
 
 /* cuInit and the primary context made current: the usual start of a test. */
 #define DRV_SETUP()                                                            \
