@@ -15,8 +15,9 @@
  *
  * Graphs are followed from the capture's allocations (the graph being
  * captured into, as cuStreamGetCaptureInfo names it) through
- * cuGraphInstantiateWithFlags (the executable graph and its auto-free
- * flag) to cuGraphLaunch.  An executable graph libckpt did not see made
+ * cuGraphInstantiateWithFlags or cuGraphInstantiateWithParams (the
+ * executable graph and its auto-free flag) to cuGraphLaunch.  An
+ * executable graph libckpt did not see made (the legacy cuGraphInstantiate)
  * while graphs with memory nodes exist cannot be followed: its launch
  * taints replay.
  */
@@ -202,7 +203,7 @@ void ckpt_graphmem_launched(CUgraphExec e, bool real)
     pthread_mutex_unlock(&G.lock);
     if (unknown)
         ckpt_history_taint("a CUDA graph with memory nodes was instantiated through an entry point libckpt does "
-                           "not follow (only cuGraphInstantiateWithFlags is)");
+                           "not follow (the legacy cuGraphInstantiate)");
 }
 
 bool ckpt_graphmem_live(char *why, size_t len)
@@ -224,17 +225,13 @@ bool ckpt_graphmem_live(char *why, size_t len)
     return count > 0;
 }
 
-EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+/* An executable graph made: followed only when its graph has memory nodes;
+ * one at a handle seen before is a new one. */
+static void instantiated(CUgraphExec e, CUgraph g, unsigned long long flags)
 {
-    NEED_REAL(cuGraphInstantiateWithFlags, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
-    if (r != CUDA_SUCCESS || !ckpt_active)
-        return r;
     pthread_mutex_lock(&G.lock);
-    /* An executable graph is followed only when its graph has memory nodes;
-     * one at a handle seen before is a new one. */
-    struct graph *gr = graph_find(hGraph);
-    struct exec *x = exec_find(*phGraphExec);
+    struct graph *gr = graph_find(g);
+    struct exec *x = exec_find(e);
     bool lost = false;
     if (x && !gr)
         *x = G.execs[--G.nexecs];
@@ -243,12 +240,42 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hG
         if (!x && ckpt_grow((void **)&G.execs, &G.capexecs, G.nexecs, sizeof(*G.execs)))
             x = &G.execs[G.nexecs++];
         if (x)
-            *x = (struct exec){.exec = *phGraphExec, .graph = hGraph,
-                               .auto_free = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH};
+            *x = (struct exec){.exec = e, .graph = g, .auto_free = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH};
         lost = !x;
     }
     pthread_mutex_unlock(&G.lock);
     if (lost)
         ckpt_history_taint("out of host memory for a CUDA graph's memory nodes");
+}
+
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+    NEED_REAL(cuGraphInstantiateWithFlags, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r = real_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
+    if (r == CUDA_SUCCESS && ckpt_active)
+        instantiated(*phGraphExec, hGraph, flags);
     return r;
+}
+
+static CUresult with_params(__typeof__(&cuGraphInstantiateWithParams) real, CUgraphExec *phGraphExec, CUgraph hGraph,
+                            CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    CUresult r = real(phGraphExec, hGraph, params);
+    if (r == CUDA_SUCCESS && ckpt_active && params)
+        instantiated(*phGraphExec, hGraph, params->flags);
+    return r;
+}
+
+EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    NEED_REAL(cuGraphInstantiateWithParams, CUDA_ERROR_NOT_INITIALIZED);
+    return with_params(real_cuGraphInstantiateWithParams, phGraphExec, hGraph, instantiateParams);
+}
+
+EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    NEED_REAL(cuGraphInstantiateWithParams_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+    return with_params(real_cuGraphInstantiateWithParams_ptsz, phGraphExec, hGraph, instantiateParams);
 }

@@ -10,7 +10,8 @@
  * cudaMemcpyDefault copies), reads the loss back from the output, and frees
  * it before the iteration's sync, except, with FID_KEEP_OUTPUT=1, in even
  * iterations, where it stays live past the iteration's end for the next
- * launch to free.
+ * launch to free.  FID_INSTANTIATE=params instantiates with the driver's
+ * cuGraphInstantiateWithParams instead.
  *
  * Prints "state N bytes" before its digest: what a snapshot must copy.
  *
@@ -59,6 +60,8 @@ int main(int argc, char **argv)
     fid_parse(argc, argv, &o, "fid_graphmem");
     const char *keep_env = getenv("FID_KEEP_OUTPUT");
     int keep = keep_env && strcmp(keep_env, "1") == 0;
+    const char *inst_env = getenv("FID_INSTANTIATE");
+    int with_params = inst_env && strcmp(inst_env, "params") == 0;
 
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     uint32_t *x_h, *loss_h, *out = NULL;
@@ -83,7 +86,14 @@ int main(int argc, char **argv)
                 CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
                 body(&out);
                 CHECK(cudaStreamEndCapture(s, &g));
-                CHECK(cudaGraphInstantiate(&exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+                if (with_params) { /* the driver's CUDA 12 form */
+                    CUDA_GRAPH_INSTANTIATE_PARAMS p = {.flags = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH};
+                    CHECK_CU(cuGraphInstantiateWithParams((CUgraphExec *)&exec, (CUgraph)g, &p));
+                    if (p.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS)
+                        CHECK_CU(CUDA_ERROR_UNKNOWN);
+                } else {
+                    CHECK(cudaGraphInstantiate(&exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+                }
                 CHECK(cudaGraphDestroy(g));
             }
             CHECK(cudaGraphLaunch(exec, s));

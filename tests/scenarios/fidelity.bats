@@ -224,6 +224,13 @@ diverge() {
     [ $((restored % 2)) -eq 1 ] || { echo "restored iteration $restored: an iteration that ended with graph memory live"; show_job; return 1; }
 }
 
+@test "fid_graphmem, FID_INSTANTIATE=params: the graph instantiated with cuGraphInstantiateWithParams is followed as well" {
+    export FID_KEEP_OUTPUT=1 FID_INSTANTIATE=params
+    fidelity fid_graphmem restore 12 27 9
+    grep -q 'iteration 6: no snapshot: 1 allocation of graph-owned memory' "$D/err" || { show_job; return 1; }
+    ! grep -q 'cannot be restored by replay' "$D/err" || { show_job; return 1; }
+}
+
 @test "fid_hostfn: host functions after an async D2H read the bytes into host state" {
     fidelity fid_hostfn restore 12 27
 }

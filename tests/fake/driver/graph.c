@@ -340,6 +340,32 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
     return rc;
 }
 
+/* The CUDA 12 form: the flags in a struct, and what failed in it.  No
+ * upload stream: the double's graphs need no upload. */
+CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    if (!params)
+        return fg_check_init() ? CUDA_ERROR_NOT_INITIALIZED : CUDA_ERROR_INVALID_VALUE;
+    if (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD && params->hUploadStream) {
+        struct fg_stream *s;
+        fg_lock();
+        CUresult rc = fg_stream_get(params->hUploadStream, &s);
+        fg_unlock();
+        if (rc)
+            return rc;
+    }
+    CUresult rc = cuGraphInstantiateWithFlags(phGraphExec, hGraph, params->flags);
+    params->hErrNode_out = NULL;
+    params->result_out = rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    return rc;
+}
+
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    return cuGraphInstantiateWithParams(phGraphExec, hGraph, params); /* the upload stream is only checked */
+}
+
 /* Enqueues a copy of every recorded op, in order; on a capturing stream they
  * are captured.  Graph-owned memory has its own rules (graphmem.c). */
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)

@@ -116,6 +116,7 @@ static const struct {
     P("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     P("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
     P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    PT("cuGraphInstantiateWithParams", 12000, cuGraphInstantiateWithParams, cuGraphInstantiateWithParams_ptsz),
     P("cuGraphLaunch", 10000, cuGraphLaunch),
     P("cuGraphDestroy", 10000, cuGraphDestroy),
     P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
