@@ -4,7 +4,10 @@
  * makes, made invalid on purpose (no function) so that the driver returns
  * at once and what is left is the call path itself; or, with "query",
  * cuEventQuery of a completed event, as an allocator or a poller asks it
- * (libckpt records each answer for replay).  bench/run runs this with and
+ * (libckpt records each answer for replay); or, with "free", cuMemFree of
+ * an address no allocation has, which the driver refuses at once, and
+ * what is left is the free path libckpt adds (is it graph memory, the
+ * registry's removal).  bench/run runs this with and
  * without LD_PRELOAD=libckpt.so and reports the difference.  The calling
  * thread ends iterations under CKPT_BOUNDARY=every:1 (its syncs), and does
  * not under every:1000000 (a thread beside the training loop).
@@ -27,7 +30,7 @@ int main(int argc, char **argv)
     CUcontext ctx;
     CUstream s;
     CUevent ev;
-    int query = argc > 1 && argv[1][0] == 'q';
+    int query = argc > 1 && argv[1][0] == 'q', free_ = argc > 1 && argv[1][0] == 'f';
     if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
         cuCtxSetCurrent(ctx) != CUDA_SUCCESS || cuStreamCreate(&s, 0) != CUDA_SUCCESS) {
         fprintf(stderr, "hookcost: cannot initialise the driver\n");
@@ -50,8 +53,9 @@ int main(int argc, char **argv)
         double t0 = now_ns();
         for (int i = 0; i < n; i++) {
             if (query ? cuEventQuery(ev) != CUDA_SUCCESS
-                      : cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL) == CUDA_SUCCESS)
-                return 1; /* a launch of nothing must fail; the event is done */
+                : free_ ? cuMemFree(0x1000) == CUDA_SUCCESS
+                        : cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL) == CUDA_SUCCESS)
+                return 1; /* a launch of nothing, a free of nothing must fail; the event is done */
         }
         double per = (now_ns() - t0) / n;
         if (per < best)
