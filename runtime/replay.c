@@ -51,6 +51,7 @@ static bool overflowed;
 struct cursor {
     uint64_t thread;
     size_t next;   /* index into offs, or NONE */
+    size_t last;   /* its last record so far, or NONE: where the next one chains */
     uint64_t used; /* repeats of the next record already handed out */
     bool released; /* its records were let go (ckpt_rlog_release) */
 };
@@ -161,7 +162,7 @@ static struct cursor *cursor_of(struct index *ix, uint64_t thread, bool create)
         if (!t)
             return NULL;
         for (size_t i = 0; i < cap; i++)
-            t[i] = (struct cursor){0, NONE, 0, false};
+            t[i] = (struct cursor){0, NONE, NONE, 0, false};
         for (size_t i = 0; i < ix->cap; i++) {
             if (!ix->cursors[i].thread)
                 continue;
@@ -183,41 +184,51 @@ static struct cursor *cursor_of(struct index *ix, uint64_t thread, bool create)
         return &ix->cursors[h];
     if (!create)
         return NULL;
-    ix->cursors[h] = (struct cursor){thread, NONE, 0, false};
+    ix->cursors[h] = (struct cursor){thread, NONE, NONE, 0, false};
     ix->ncursors++;
     return &ix->cursors[h];
 }
 
-/* Chains the n records of base[from, to) by thread into ix.  Returns 0 or
- * -ENOMEM. */
-static int index_records(struct index *ix, const char *base, size_t from, size_t to, size_t n)
+/* Chains the n records of base[from, to) by thread onto what ix holds
+ * (its base must be base).  Returns 0 or -ENOMEM, ix then unchanged. */
+static int index_append(struct index *ix, const char *base, size_t from, size_t to, size_t n)
 {
-    drop_index(ix);
+    size_t *offs = realloc(ix->offs, (ix->n + n + 1) * sizeof(size_t));
+    if (offs)
+        ix->offs = offs;
+    size_t *chain = offs ? realloc(ix->chain, (ix->n + n + 1) * sizeof(size_t)) : NULL;
+    if (chain)
+        ix->chain = chain;
+    if (!offs || !chain)
+        return -ENOMEM;
     ix->base = base;
-    ix->offs = malloc((n + 1) * sizeof(size_t));
-    ix->chain = malloc((n + 1) * sizeof(size_t));
-    if (!ix->offs || !ix->chain)
-        goto fail;
-    size_t k = 0;
-    for (size_t off = from; off < to && k < n; k++) {
+    size_t k = ix->n;
+    for (size_t off = from; off < to && k < ix->n + n; k++) {
         struct rec r;
         memcpy(&r, base + off, sizeof(r));
+        struct cursor *c = cursor_of(ix, r.thread ? r.thread : 1, true);
+        if (!c)
+            return -ENOMEM;
         ix->offs[k] = off;
+        ix->chain[k] = NONE;
+        if (c->last != NONE)
+            ix->chain[c->last] = k;
+        if (c->next == NONE)
+            c->next = k;
+        c->last = k;
         off += sizeof(r) + padded(r.len);
     }
     ix->n = k;
-    /* Backwards, so that each record's chain points at its thread's next. */
-    for (size_t i = ix->n; i-- > 0;) {
-        struct rec r;
-        memcpy(&r, base + ix->offs[i], sizeof(r));
-        struct cursor *c = cursor_of(ix, r.thread ? r.thread : 1, true);
-        if (!c)
-            goto fail;
-        ix->chain[i] = c->next;
-        c->next = i;
-    }
     return 0;
-fail:
+}
+
+/* Chains the n records of base[from, to) by thread into ix, afresh.
+ * Returns 0 or -ENOMEM. */
+static int index_records(struct index *ix, const char *base, size_t from, size_t to, size_t n)
+{
+    drop_index(ix);
+    if (index_append(ix, base, from, to, n) == 0)
+        return 0;
     drop_index(ix);
     return -ENOMEM;
 }
@@ -328,6 +339,144 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
     last_iter = iteration;
     pthread_mutex_unlock(&lock);
     return 0;
+}
+
+/* Follow mode: the file's first mapped bytes (map reserves limit bytes
+ * of address space, so that payloads handed out never move), and the last
+ * iteration the cut reached. */
+static size_t mapped;
+static bool following;
+static uint64_t followed;
+
+int ckpt_rlog_open_follow(const char *dir, uint64_t max_bytes, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 16];
+
+    ckpt_rlog_close();
+    path_of(path, sizeof(path), dir);
+    int f = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0) {
+        int e = errno;
+        snprintf(why, whylen, "no replay log %s: %s", path, strerror(e));
+        return -e;
+    }
+    size_t reserve = (size_t)max_bytes + 2 * (size_t)sysconf(_SC_PAGESIZE);
+    void *m = mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        int e = errno;
+        snprintf(why, whylen, "cannot reserve %zu bytes of address space to follow %s: %s", reserve, path, strerror(e));
+        close(f);
+        return -e;
+    }
+    pthread_mutex_lock(&lock);
+    fd = f;
+    map = m;
+    maplen = reserve;
+    mapped = 0;
+    end = FILE_HEADER;
+    limit = max_bytes;
+    overflowed = false;
+    following = true;
+    followed = 0;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+/* Maps what the file holds now; its length, or 0 when it cannot be
+ * mapped.  Lock held. */
+static size_t follow_map(char *why, size_t whylen)
+{
+    struct stat st;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (fstat(fd, &st) < 0) {
+        snprintf(why, whylen, "cannot read the replay log: %s", strerror(errno));
+        return 0;
+    }
+    size_t len = (size_t)st.st_size < maplen - page ? (size_t)st.st_size : maplen - page;
+    size_t want = (len + page - 1) / page * page;
+    if (want > mapped) {
+        if (mmap((char *)map + mapped, want - mapped, PROT_READ, MAP_SHARED | MAP_FIXED, fd, (off_t)mapped) ==
+            MAP_FAILED) {
+            snprintf(why, whylen, "cannot map the replay log: %s", strerror(errno));
+            return 0;
+        }
+        mapped = want;
+    }
+    return len;
+}
+
+int ckpt_rlog_follow_to(uint64_t iteration, char *why, size_t whylen)
+{
+    int rc = -EAGAIN;
+    *why = '\0';
+    pthread_mutex_lock(&lock);
+    size_t len = following ? follow_map(why, whylen) : 0;
+    if (!following || !len) {
+        rc = following ? -EIO : -EINVAL;
+        goto out;
+    }
+    if (end == FILE_HEADER && (len < FILE_HEADER || memcmp(map, FILE_MAGIC, 8) != 0)) {
+        if (len >= FILE_HEADER)
+            rc = -EBADMSG, snprintf(why, whylen, "the replay log is not one of this version");
+        goto out;
+    }
+    /* Whole records only: the live rank may be writing the last one. */
+    size_t off = end, n = 0;
+    while (rc == -EAGAIN && off + sizeof(struct rec) <= len) {
+        struct rec r;
+        memcpy(&r, map + off, sizeof(r));
+        if (r.len > limit) {
+            rc = -EBADMSG;
+            break;
+        }
+        if (sizeof(r) + padded(r.len) > len - off)
+            break;
+        if (rec_sum(&r, map + off + sizeof(r)) != r.sum) {
+            rc = -EBADMSG;
+            break;
+        }
+        off += sizeof(r) + padded(r.len);
+        n++;
+        if (r.type == CKPT_RL_OVERFLOW) {
+            rc = -ERANGE;
+            snprintf(why, whylen, "the replay log stopped at iteration %llu (CKPT_REPLAY_LOG_MAX)",
+                     (unsigned long long)r.a);
+        } else if (r.type == CKPT_RL_TAINT) {
+            rc = -EPERM;
+            snprintf(why, whylen, "replay cannot be faithful from iteration %llu on: %.*s", (unsigned long long)r.a,
+                     (int)(r.len < 300 ? r.len : 300), map + off - padded(r.len));
+        } else if (r.type == CKPT_RL_ITER && r.a >= iteration) {
+            rc = r.a == iteration ? 0 : -EPROTO;
+            if (rc)
+                snprintf(why, whylen, "the replay log ends iteration %llu where iteration %llu was due",
+                         (unsigned long long)r.a, (unsigned long long)iteration);
+        }
+    }
+    if (rc == -EBADMSG)
+        snprintf(why, whylen, "replay log record at byte %zu is damaged (after iteration %llu)", off,
+                 (unsigned long long)followed);
+    if (rc == 0 && index_append(&cut, map, end, off, n) < 0) {
+        rc = -ENOMEM;
+        snprintf(why, whylen, "out of host memory indexing the replay log");
+    }
+    if (rc == 0) {
+        end = off;
+        followed = last_iter = iteration;
+    }
+out:
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void ckpt_rlog_follow_end(void)
+{
+    char why[128];
+    pthread_mutex_lock(&lock);
+    size_t len = following ? follow_map(why, sizeof(why)) : 0;
+    if (len > end)
+        keep_tail(map, end, len);
+    following = false;
+    pthread_mutex_unlock(&lock);
 }
 
 /* The calling thread's last record, while it is still in buf (gen counts
@@ -576,6 +725,8 @@ int ckpt_rlog_go_live(void)
     if (map) {
         munmap((void *)map, maplen);
         map = NULL;
+        following = false;
+        mapped = 0;
         drop_index(&cut);
         if (ftruncate(fd, (off_t)end) < 0 || lseek(fd, (off_t)end, SEEK_SET) < 0)
             rc = -errno;
@@ -595,6 +746,8 @@ void ckpt_rlog_close(void)
     drop_index(&tail);
     free(tail_copy);
     tail_copy = NULL;
+    following = false;
+    mapped = 0;
     if (fd >= 0)
         close(fd);
     fd = -1;

@@ -58,6 +58,21 @@ int ckpt_rlog_create(const char *dir, uint64_t max_bytes, char *why, size_t whyl
  * says replay stopped being faithful before it: the TAINT's reason). */
 int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_bytes, char *why, size_t whylen);
 
+/* Follow mode (a standby): opens dir's log, which the live rank is
+ * writing, with nothing before the cut yet; ckpt_rlog_follow_to moves the
+ * cut forward as the log grows, and replay reads it as it reads a cut log.
+ * Returns 0 or -errno with why. */
+int ckpt_rlog_open_follow(const char *dir, uint64_t max_bytes, char *why, size_t whylen);
+/* Moves the cut forward to the ITER record of iteration: the records up to
+ * it become their threads' to read.  Returns 0; -EAGAIN when the log does
+ * not reach it yet (look again later); -EBADMSG (a damaged record), -ERANGE
+ * (the log overflowed), -EPERM (tainted), -EPROTO (the log went past it),
+ * with why. */
+int ckpt_rlog_follow_to(uint64_t iteration, char *why, size_t whylen);
+/* Takeover: what the live run logged after the cut is kept, as the failed
+ * run's records (ckpt_rlog_failed_run), and the cut moves no more. */
+void ckpt_rlog_follow_end(void);
+
 /* Appends a record of thread (buffered until ckpt_rlog_flush).  Over the
  * size limit it writes one OVERFLOW record, says so once, and drops the
  * rest. */
