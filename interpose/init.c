@@ -22,6 +22,7 @@
 #include "interpose.h"
 #include "log.h"
 #include "agent.h"
+#include "arena.h"
 #include "boundary.h"
 #include "registry.h"
 
@@ -53,7 +54,7 @@ __attribute__((constructor)) static void ckpt_load(void)
     disabled = ckpt_cfg_int(CFG_DISABLE);
     /* Here: a replaying program may open its files before it touches CUDA. */
     if (!disabled)
-        ckpt_world_init((uint64_t)ckpt_cfg_int(CFG_RESTORE));
+        ckpt_world_init((uint64_t)ckpt_cfg_int(CFG_RESTORE), ckpt_cfg_int(CFG_FOLLOW));
     /* Here and not at wake: the program's first NVTX range may come before
      * its first cuInit, and NVTX reads the variable at that first call. */
     if (!disabled && ckpt_nvtx_setup(ckpt_cfg_str(CFG_BOUNDARY), err, sizeof(err)) < 0) {
@@ -90,7 +91,11 @@ static void wake(void)
     char dir[PATH_MAX + 64];
     uint64_t restore = (uint64_t)ckpt_cfg_int(CFG_RESTORE);
     const char *rank = getenv("RANK");
-    int arena = ckpt_snapshot_open(restore == 0, dir, sizeof(dir));
+    /* A standby takes the rank's arena only when it goes live. */
+    bool follow = ckpt_cfg_int(CFG_FOLLOW);
+    int arena = follow ? ckpt_arena_path(dir, sizeof(dir), ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB),
+                                         rank ? atoi(rank) : 0)
+                       : ckpt_snapshot_open(restore == 0, dir, sizeof(dir));
     if (arena == -EBUSY) { /* another process is this rank: not a word to its agent, no restore */
         disabled = true;
         return;

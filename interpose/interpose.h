@@ -424,7 +424,7 @@ bool ckpt_history_failed_value(uint64_t what, uint64_t *value);
 /* ---- files (world.c): what a replaying program writes goes aside. */
 
 /* At load: this process replays iteration restore (0: it records). */
-void ckpt_world_init(uint64_t restore);
+void ckpt_world_init(uint64_t restore, bool follow);
 /* This process replays: what the program prints goes to the arena until
  * the restore goes live. */
 void ckpt_world_quiet(void);

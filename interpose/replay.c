@@ -26,6 +26,7 @@
 #include "agent.h"
 #include "boundary.h"
 #include "config.h"
+#include "follow.h"
 #include "image.h"
 #include "interpose.h"
 #include "log.h"
@@ -35,6 +36,12 @@
 int ckpt_replaying;
 static bool recording;
 static uint64_t target;
+
+/* A standby: its orders, its rank's arena directory, and how often the
+ * cut moved (threads that ran dry wait for it to move again). */
+static struct ckpt_follow *orders;
+static char follow_dir[PATH_MAX + 64];
+static uint64_t cuts;
 
 /* The snapshot being restored, mapped from its slot. */
 static const char *image;
@@ -103,12 +110,74 @@ static void load_image(const char *dir)
     ckpt_refuse("no verified snapshot of it in %s (%s; %s)", dir, whys[0], whys[1]);
 }
 
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* At the boundary of iteration at (0: before the first), moves the cut to
+ * the end of the next iteration as soon as the orders allow and the log
+ * holds it: false when the orders say go live here instead. */
+static bool follow_on(uint64_t at)
+{
+    char why[512];
+    uint64_t next;
+    for (;;) {
+        uint64_t takeover = ckpt_follow_get(&orders->takeover), allowed = ckpt_follow_get(&orders->allowed);
+        if (takeover && takeover == at)
+            return false;
+        if (takeover && takeover < at)
+            ckpt_refuse("the standby had replayed past iteration %llu, where it was to go live",
+                        (unsigned long long)takeover);
+        int rc = ckpt_rlog_follow_next(takeover > allowed ? takeover : allowed, &next, why, sizeof(why));
+        if (rc == 0)
+            break;
+        if (rc != -EAGAIN)
+            ckpt_refuse("%s", why);
+        nap_ms(1);
+    }
+    pthread_mutex_lock(&live_lock);
+    __atomic_add_fetch(&cuts, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&live_cond);
+    pthread_mutex_unlock(&live_lock);
+    return true;
+}
+
+/* A standby: replays the rank's log as the rank writes it, up to where its
+ * orders allow, holding nothing of the rank's (its arena is taken at
+ * takeover); what it prints went aside from its first line (world.c). */
+static void follow_init(const char *dir, uint64_t max)
+{
+    char why[512];
+    snprintf(follow_dir, sizeof(follow_dir), "%s", dir);
+    if (!(orders = ckpt_follow_map(dir, 0)))
+        ckpt_refuse("no orders for a standby in %s/%s: %s", dir, CKPT_FOLLOW_FILE, strerror(errno));
+    ckpt_follow_set(&orders->pid, (uint64_t)getpid());
+    if (ckpt_rlog_open_follow(dir, max, why, sizeof(why)) < 0)
+        ckpt_refuse("%s", why);
+    ckpt_replaying = 1;
+    recording = true;
+    replay_start = now_s();
+    target = UINT64_MAX; /* not known until the orders name it */
+    ckpt_log(CKPT_INFO, "standing by: following the replay log in %s", dir);
+    if (!follow_on(0))
+        ckpt_refuse("a standby cannot go live before the first iteration");
+}
+
 void ckpt_history_init(const char *dir, uint64_t restore)
 {
     char why[512];
     uint64_t max = (uint64_t)ckpt_cfg_int(CFG_REPLAY_LOG_MAX);
 
     target = restore;
+    if (ckpt_cfg_int(CFG_FOLLOW)) {
+        follow_init(dir, max);
+        return;
+    }
     if (!restore) {
         if (ckpt_rlog_create(dir, max, why, sizeof(why)) < 0)
             ckpt_log(CKPT_WARN, "no replay log (%s): snapshots of this run cannot be restored", why);
@@ -133,18 +202,18 @@ bool ckpt_history_recording(void)
     return recording;
 }
 
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
-
 /* This thread did all it did before the snapshot in the recorded run: it
  * waits for the restore, then goes on live.  Work it queued past that point
- * would otherwise be suppressed, and lost to the resumed run. */
-static void wait_live(void)
+ * would otherwise be suppressed, and lost to the resumed run.  A standby's
+ * thread waits for the cut to move past cut0 (the value of cuts before it
+ * found itself dry) as well: true when it did, and the thread has more. */
+static bool wait_live(uint64_t cut0)
 {
     pthread_mutex_lock(&live_lock);
-    while (__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE))
+    while (__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE) && __atomic_load_n(&cuts, __ATOMIC_ACQUIRE) == cut0)
         pthread_cond_wait(&live_cond, &live_lock);
     pthread_mutex_unlock(&live_lock);
+    return __atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE);
 }
 
 bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
@@ -152,25 +221,31 @@ bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
     char why[256];
     /* Fewer calls queued device work than in the recorded run: the rest
      * of the count goes (a call queued more often is suppressed too). */
-    while (type != CKPT_RL_WORK && ckpt_rlog_peek(thread, NULL) == CKPT_RL_WORK)
-        ckpt_rlog_next(thread, CKPT_RL_WORK, rec, why, sizeof(why));
-    int rc = ckpt_rlog_next(thread, type, rec, why, sizeof(why));
-    if (rc == 0)
-        return true;
-    /* The thread ending the iterations never runs dry: its last record
-     * before the cut is the target's ITER. */
-    if (rc != -ENODATA)
-        ckpt_refuse("the program diverged from its recorded run: %s", why);
-    wait_live();
-    return false;
+    for (;;) {
+        uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
+        while (type != CKPT_RL_WORK && ckpt_rlog_peek(thread, NULL) == CKPT_RL_WORK)
+            ckpt_rlog_next(thread, CKPT_RL_WORK, rec, why, sizeof(why));
+        int rc = ckpt_rlog_next(thread, type, rec, why, sizeof(why));
+        if (rc == 0)
+            return true;
+        /* The thread ending the iterations never runs dry: its last record
+         * before the cut is the target's ITER. */
+        if (rc != -ENODATA)
+            ckpt_refuse("the program diverged from its recorded run: %s", why);
+        if (!wait_live(cut0))
+            return false;
+    }
 }
 
 bool ckpt_history_dry_wait(void)
 {
-    if (!ckpt_rlog_dry(ckpt_thread_key()))
-        return false;
-    wait_live();
-    return true;
+    for (;;) {
+        uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
+        if (!ckpt_rlog_dry(ckpt_thread_key()))
+            return false;
+        if (!wait_live(cut0))
+            return true;
+    }
 }
 
 /* Allocations whose address in replay is not the recorded one: the
@@ -352,6 +427,26 @@ static void restore_now(void)
     pthread_mutex_unlock(&live_lock);
 }
 
+/* The orders say go live at iteration it, where this standby is: the
+ * rank's arena is this process's now, and the restore is a restore. */
+static void take_over(uint64_t it)
+{
+    char dir[PATH_MAX + 64];
+    double start = now_s();
+    target = it;
+    ckpt_rlog_follow_end();
+    if (ckpt_snapshot_open(false, dir, sizeof(dir)) < 0)
+        ckpt_refuse("the standby cannot take the rank's arena (said above)");
+    load_image(follow_dir);
+    ckpt_history_release_pollers();
+    ckpt_log(CKPT_INFO, "taking over at iteration %llu (%.1f s after it started to follow; arena taken in %.3f s)",
+             (unsigned long long)it, start - replay_start, now_s() - start);
+    replay_start = start;
+    ckpt_follow_unmap(orders);
+    orders = NULL;
+    restore_now();
+}
+
 bool ckpt_history_boundary(uint64_t iter)
 {
     uint64_t t = ckpt_thread_key();
@@ -366,6 +461,12 @@ bool ckpt_history_boundary(uint64_t iter)
             ckpt_refuse("iteration %llu ended where the recorded run ended iteration %llu", (unsigned long long)iter,
                         (unsigned long long)rec.a);
         ckpt_fault_point(CKPT_FAULT_REPLAY, iter == target ? UINT64_MAX : iter);
+        if (orders) {
+            ckpt_follow_set(&orders->at, iter);
+            if (!follow_on(iter))
+                take_over(iter);
+            return false;
+        }
         if (iter == target)
             restore_now();
         return false;

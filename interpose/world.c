@@ -69,6 +69,9 @@ static struct length {
 } lengths[MAX_FILES];
 static int nlengths;
 static int redirected;
+/* A standby: replaying from its first line on, and until it goes live
+ * nothing it writes may reach the live rank's files, appends included. */
+static bool following;
 
 /* real_<name>_: the next definition after libckpt's. */
 #define REAL(name)                                                                            \
@@ -83,20 +86,26 @@ static int redirected;
  * its log before CUDA wakes libckpt, so tracking cannot wait for it. */
 static bool records;
 
-void ckpt_world_init(uint64_t restore)
+void ckpt_world_init(uint64_t restore, bool follow)
 {
     const char *rank = getenv("RANK");
     char dir[PATH_MAX];
-    records = restore == 0;
-    if (restore && ckpt_arena_path(dir, sizeof(dir), ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB),
+    records = restore == 0 && !follow;
+    if ((restore || follow) && ckpt_arena_path(dir, sizeof(dir), ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB),
                                    rank ? atoi(rank) : 0) == 0 &&
         (snprintf(scratch, sizeof(scratch), "%s/replay-files", dir) >= (int)sizeof(scratch) ||
          snprintf(output, sizeof(output), "%s/replay-output", dir) >= (int)sizeof(output)))
         scratch[0] = output[0] = '\0';
+    /* A standby stays out of the live rank's way from its first line on. */
+    following = follow && scratch[0];
+    if (following)
+        ckpt_world_quiet();
 }
 
 void ckpt_world_quiet(void)
 {
+    if (saved_fd[0] >= 0 || saved_fd[1] >= 0)
+        return; /* quiet since the start (a standby) */
     ckpt_self_depth++;
     int fd = output[0] ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
     ckpt_self_depth--;
@@ -147,7 +156,8 @@ static void loud(void)
 /* This process is the rank, replaying (woken by CUDA, with CKPT_RESTORE). */
 static bool replaying(void)
 {
-    return __atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE) && ckpt_active && scratch[0];
+    return __atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE) ? ckpt_active && scratch[0]
+                                                              : __atomic_load_n(&following, __ATOMIC_ACQUIRE);
 }
 
 /* The program's own call. */
@@ -170,7 +180,7 @@ static bool writes(int flags)
 /* Replaying, opens with flags go to the scratch copy (appends do not). */
 static bool aside_flags(int flags)
 {
-    return writes(flags) && !(flags & O_APPEND);
+    return writes(flags) && (!(flags & O_APPEND) || __atomic_load_n(&following, __ATOMIC_ACQUIRE));
 }
 
 /* path, absolute (cut at n: names that long are not told apart). */
@@ -255,6 +265,8 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode, cons
         return real(dirfd, path, flags, mode);
     if (replaying() && (aside_flags(flags) || !writes(flags))) {
         const char *p = redirect(path, flags, buf);
+        if (p == buf && (flags & O_APPEND))
+            flags |= O_CREAT, mode = 0600; /* a standby's appends start a copy of their own */
         int fd = real(dirfd, p, flags, mode);
         if (p == buf && fd >= 0 && writes(flags))
             remember(fd, flags, path);
@@ -332,7 +344,8 @@ static int mode_flags(const char *mode)
         int flags = path && mode ? mode_flags(mode) : 0;                                      \
         if (!path || !mode || (!replaying() && !tracking(flags)) || !mine(__builtin_return_address(0))) \
             return real_##name##_(path, mode);                                                \
-        const char *p = replaying() && !(flags & O_APPEND) ? redirect(path, flags, buf) : path; \
+        bool aside_ = replaying() && (aside_flags(flags) || !writes(flags));                  \
+        const char *p = aside_ ? redirect(path, flags, buf) : path;                           \
         FILE *f = real_##name##_(p, mode);                                                    \
         if (f && writes(flags))                                                               \
             remember(fileno(f), flags, path);                                                 \
@@ -421,6 +434,7 @@ static void clear_scratch(void)
 void ckpt_world_live(void)
 {
     int n = 0;
+    __atomic_store_n(&following, false, __ATOMIC_RELEASE);
     loud();
     /* The lines the failed run appended after the snapshot go. */
     for (int k = 0; k < nlengths; k++) {

@@ -405,7 +405,7 @@ static size_t follow_map(char *why, size_t whylen)
     return len;
 }
 
-int ckpt_rlog_follow_to(uint64_t iteration, char *why, size_t whylen)
+int ckpt_rlog_follow_next(uint64_t upto, uint64_t *iteration, char *why, size_t whylen)
 {
     int rc = -EAGAIN;
     *why = '\0';
@@ -445,11 +445,11 @@ int ckpt_rlog_follow_to(uint64_t iteration, char *why, size_t whylen)
             rc = -EPERM;
             snprintf(why, whylen, "replay cannot be faithful from iteration %llu on: %.*s", (unsigned long long)r.a,
                      (int)(r.len < 300 ? r.len : 300), map + off - padded(r.len));
-        } else if (r.type == CKPT_RL_ITER && r.a >= iteration) {
-            rc = r.a == iteration ? 0 : -EPROTO;
-            if (rc)
-                snprintf(why, whylen, "the replay log ends iteration %llu where iteration %llu was due",
-                         (unsigned long long)r.a, (unsigned long long)iteration);
+        } else if (r.type == CKPT_RL_ITER) {
+            if (r.a > upto)
+                break; /* not yet: -EAGAIN */
+            rc = 0;
+            *iteration = r.a;
         }
     }
     if (rc == -EBADMSG)
@@ -461,7 +461,7 @@ int ckpt_rlog_follow_to(uint64_t iteration, char *why, size_t whylen)
     }
     if (rc == 0) {
         end = off;
-        followed = last_iter = iteration;
+        followed = last_iter = *iteration;
     }
 out:
     pthread_mutex_unlock(&lock);

@@ -63,12 +63,12 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
  * cut forward as the log grows, and replay reads it as it reads a cut log.
  * Returns 0 or -errno with why. */
 int ckpt_rlog_open_follow(const char *dir, uint64_t max_bytes, char *why, size_t whylen);
-/* Moves the cut forward to the ITER record of iteration: the records up to
- * it become their threads' to read.  Returns 0; -EAGAIN when the log does
- * not reach it yet (look again later); -EBADMSG (a damaged record), -ERANGE
- * (the log overflowed), -EPERM (tainted), -EPROTO (the log went past it),
- * with why. */
-int ckpt_rlog_follow_to(uint64_t iteration, char *why, size_t whylen);
+/* Moves the cut forward to the next ITER record, when the iteration it
+ * ends is at most upto (into *iteration): the records up to it become
+ * their threads' to read.  Returns 0; -EAGAIN when the log does not hold
+ * it yet, or it is past upto (look again later); -EBADMSG (a damaged
+ * record), -ERANGE (the log overflowed), -EPERM (tainted), with why. */
+int ckpt_rlog_follow_next(uint64_t upto, uint64_t *iteration, char *why, size_t whylen);
 /* Takeover: what the live run logged after the cut is kept, as the failed
  * run's records (ckpt_rlog_failed_run), and the cut moves no more. */
 void ckpt_rlog_follow_end(void);

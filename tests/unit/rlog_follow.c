@@ -23,6 +23,16 @@
 #define B 2 /* a thread beside it */
 #define ITERS 3000
 
+/* Moves the cut to the end of iteration it, one iteration at a time. */
+static int follow_to(uint64_t it, char *why, size_t whylen)
+{
+    uint64_t got = 0;
+    int rc;
+    while ((rc = ckpt_rlog_follow_next(it, &got, why, whylen)) == 0 && got < it)
+        ;
+    return rc;
+}
+
 static char dir[] = "/tmp/ckpt-follow-XXXXXX", why[256];
 
 /* Iteration it's records: a copy of it bytes of pattern on A, a value on B. */
@@ -38,7 +48,7 @@ static void write_iteration(uint64_t it)
 }
 
 /* The writer: iteration 1, then on each byte from go, up to `upto`
- * iterations more (a byte of 0: all the rest, then a taint). */
+ * iterations more (a byte of 0: all the rest). */
 static void writer(int go, int done)
 {
     char c;
@@ -51,10 +61,6 @@ static void writer(int go, int done)
     while (read(go, &c, 1) == 1) {
         for (int k = 0; c ? k < c : it <= ITERS; k++)
             write_iteration(it++);
-        if (!c) {
-            ckpt_rlog_append(CKPT_RL_TAINT, A, it, 0, 0, "a test's reason", 15);
-            ckpt_rlog_flush();
-        }
         if (write(done, "x", 1) != 1)
             _exit(2);
     }
@@ -87,27 +93,27 @@ int main(void)
     CHECK(read(done[0], &c, 1) == 1, "the writer did not start");
 
     CHECK(ckpt_rlog_open_follow(dir, 1 << 30, why, sizeof(why)) == 0, "open to follow: %s", why);
-    CHECK(ckpt_rlog_follow_to(1, why, sizeof(why)) == 0, "follow to 1: %s", why);
+    CHECK(follow_to(1, why, sizeof(why)) == 0, "follow to 1: %s", why);
     CHECK(check_iteration(1) == 0, "iteration 1's records");
     CHECK(ckpt_rlog_peek(A, NULL) == 0 && ckpt_rlog_peek(B, NULL) == 0, "records past the cut at 1");
-    CHECK(ckpt_rlog_follow_to(2, why, sizeof(why)) == -EAGAIN, "iteration 2 is not written yet");
+    CHECK(follow_to(2, why, sizeof(why)) == -EAGAIN, "iteration 2 is not written yet");
 
     /* Two more: the cut goes one at a time, a thread's record past it waits. */
     CHECK(write(go[1], "\2", 1) == 1 && read(done[0], &c, 1) == 1, "writer");
-    CHECK(ckpt_rlog_follow_to(2, why, sizeof(why)) == 0, "follow to 2: %s", why);
+    CHECK(follow_to(2, why, sizeof(why)) == 0, "follow to 2: %s", why);
     CHECK(ckpt_rlog_peek(B, NULL) == CKPT_RL_VALUE, "thread B's record of iteration 2");
     CHECK(check_iteration(2) == 0, "iteration 2's records");
     CHECK(ckpt_rlog_peek(B, NULL) == 0, "thread B's record of iteration 3 is past the cut");
-    CHECK(ckpt_rlog_follow_to(3, why, sizeof(why)) == 0 && check_iteration(3) == 0, "iteration 3: %s", why);
+    CHECK(follow_to(3, why, sizeof(why)) == 0 && check_iteration(3) == 0, "iteration 3: %s", why);
 
     /* The rest, many pages of log: each iteration's records come back whole. */
     CHECK(write(go[1], "", 1) == 1 && read(done[0], &c, 1) == 1, "writer");
     int bad = 0;
     for (uint64_t it = 4; it <= ITERS - 10; it++)
-        bad += ckpt_rlog_follow_to(it, why, sizeof(why)) != 0 || check_iteration(it) != 0;
+        bad += follow_to(it, why, sizeof(why)) != 0 || check_iteration(it) != 0;
     CHECK(bad == 0, "%d iterations did not come back whole (%s)", bad, why);
-    CHECK(ckpt_rlog_follow_to(ITERS + 1, why, sizeof(why)) == -EPERM && strstr(why, "a test's reason"),
-          "a taint stops the follower with its reason: %s", why);
+    uint64_t got = 0;
+    CHECK(ckpt_rlog_follow_next(ITERS - 10, &got, why, sizeof(why)) == -EAGAIN, "the cut went past its bound");
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
 
@@ -116,12 +122,26 @@ int main(void)
     struct ckpt_rl_rec r;
     CHECK(ckpt_rlog_failed_run(A, &r, true) == CKPT_RL_D2H && r.c == ITERS - 9, "the failed run's next copy");
     CHECK(ckpt_rlog_go_live() == 0, "go live");
-    ckpt_rlog_append(CKPT_RL_ITER, A, ITERS - 9, 0, 0, NULL, 0);
-    ckpt_rlog_flush();
+    write_iteration(ITERS - 9);
     ckpt_rlog_close();
     uint64_t last = 0;
     CHECK(ckpt_rlog_verify(dir, &last, why, sizeof(why)) == 0 && last == ITERS - 9,
           "the log goes on from the cut: last iteration %llu (%s)", (unsigned long long)last, why);
+
+    /* A taint stops the follower with its reason, where the live run wrote it. */
+    CHECK(ckpt_rlog_open_follow(dir, 1 << 30, why, sizeof(why)) == 0, "open again: %s", why);
+    CHECK(follow_to(ITERS - 9, why, sizeof(why)) == 0, "to iteration %d: %s", ITERS - 9, why);
+    ckpt_rlog_append(CKPT_RL_TAINT, A, ITERS - 8, 0, 0, "a test's reason", 15); /* ignored: not live */
+    ckpt_rlog_follow_end();
+    CHECK(ckpt_rlog_go_live() == 0, "go live again");
+    ckpt_rlog_append(CKPT_RL_TAINT, A, ITERS - 8, 0, 0, "a test's reason", 15);
+    ckpt_rlog_flush();
+    ckpt_rlog_close();
+    CHECK(ckpt_rlog_open_follow(dir, 1 << 30, why, sizeof(why)) == 0, "open a third time: %s", why);
+    CHECK(follow_to(ITERS - 9, why, sizeof(why)) == 0, "to the cut: %s", why);
+    CHECK(ckpt_rlog_follow_next(UINT64_MAX, &got, why, sizeof(why)) == -EPERM && strstr(why, "a test's reason"),
+          "a taint stops the follower with its reason: %s", why);
+    ckpt_rlog_close();
 
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
