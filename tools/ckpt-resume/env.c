@@ -37,7 +37,7 @@ static const char *const rank_vars[] = {
  * dropped even when this launch sets no value of its own (a restart from
  * the beginning must not pass on the user's CKPT_RESTORE).
  */
-static const char *const job_vars[] = { "LD_PRELOAD", "CKPT_JOB", "CKPT_AGENT_SOCKET", "CKPT_RESTORE", "PYTHONPATH",
+static const char *const job_vars[] = { "LD_PRELOAD", "CKPT_JOB", "CKPT_AGENT_SOCKET", "CKPT_RESTORE", "CKPT_FOLLOW", "PYTHONPATH",
                                         "CKPT_JOB_KEY" /* the agents' secret: never the ranks' */ };
 #define N_JOB_VARS (sizeof(job_vars) / sizeof(job_vars[0]))
 

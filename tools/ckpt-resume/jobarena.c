@@ -27,7 +27,7 @@
 /* The files libckpt keeps in a rank's directory. */
 static const char *const rank_files[] = { "slot0", "slot1", "replay.log", "timeline", "timeline.tmp", "schedule",
                                            "schedule.tmp", "timeline.agent", "timeline.agent.tmp",
-                                           CKPT_ARENA_OWNER };
+                                           CKPT_FOLLOW_FILE, "replay-output", CKPT_ARENA_OWNER };
 
 /* CKPT_ARENA_DIR/<uid>-<job>: the parent of every rank's directory. */
 int arena_job_dir(const struct options *opt, char *out, size_t outlen)

@@ -74,11 +74,12 @@ int job_open(struct job *job, const struct options *opt)
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
         return -errno;
     disk_open(&job->disk, opt);
-    return 0;
+    return standby_open(job);
 }
 
 void job_close(struct job *job)
 {
+    standby_close(job);
     disk_close(&job->disk);
     if (job->sigfd >= 0)
         close(job->sigfd);
@@ -99,35 +100,44 @@ static int exec_failure_code(int err)
     return err == ENOENT ? 127 : 126;
 }
 
+int spawn_process(struct job *job, int i, const char *port, char *const *vars, pid_t *pgid, pid_t *pid)
+{
+    posix_spawnattr_t attr;
+    char **env;
+
+    int rc = rank_env(&env, job->opt, i, job->master_addr, port, vars);
+    if (rc < 0)
+        return rc;
+    rc = posix_spawnattr_init(&attr);
+    if (rc == 0) {
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+        posix_spawnattr_setpgroup(&attr, *pgid);
+        posix_spawnattr_setsigmask(&attr, &job->rank_mask);
+        rc = posix_spawnp(pid, job->opt->cmd[0], NULL, &attr, job->opt->cmd, env);
+        posix_spawnattr_destroy(&attr);
+    }
+    rank_env_free(env);
+    if (rc != 0)
+        return -rc;
+    if (!*pgid)
+        *pgid = *pid;
+    return 0;
+}
+
 /*
  * Starts rank @i in the job's process group (a new one for rank 0), with
  * the signal mask we had before job_open() blocked ours.
  */
 static int spawn_rank(struct job *job, int i)
 {
-    posix_spawnattr_t attr;
-    char **env;
     pid_t pid;
-
-    int rc = rank_env(&env, job->opt, i, job->master_addr, job->master_port, job->vars);
+    if (i == 0)
+        job->pgid = 0;
+    int rc = spawn_process(job, i, job->master_port, job->vars, &job->pgid, &pid);
     if (rc < 0)
         return rc;
-    rc = posix_spawnattr_init(&attr);
-    if (rc == 0) {
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
-        posix_spawnattr_setpgroup(&attr, i == 0 ? 0 : job->pgid);
-        posix_spawnattr_setsigmask(&attr, &job->rank_mask);
-        rc = posix_spawnp(&pid, job->opt->cmd[0], NULL, &attr, job->opt->cmd, env);
-        posix_spawnattr_destroy(&attr);
-    }
-    rank_env_free(env);
-    if (rc != 0)
-        return -rc;
-
     job->ranks[i] = (struct rank){ .pid = pid };
     job->running++;
-    if (i == 0)
-        job->pgid = pid;
     return 0;
 }
 
@@ -159,6 +169,9 @@ int job_launch(struct job *job, uint64_t restore)
 {
     const struct options *opt = job->opt;
 
+    /* New ranks write their logs anew: standbys start again behind them. */
+    standby_stop(job, NULL);
+    job->sb.lost[0] = '\0';
     memset(job->ranks, 0, opt->nproc * sizeof(*job->ranks));
     job->running = 0;
     job->pgid = 0;

@@ -146,9 +146,12 @@ int job_run(struct job *job, int *restarts)
     const struct outcome *out = &job->out;
     uint64_t restore = opt->first_restore, newest = restore;
 
+    bool took_over = false;
+
     *restarts = 0;
     for (;;) {
-        bool started = job_launch(job, restore) == 0;
+        bool started = took_over || job_launch(job, restore) == 0;
+        took_over = false;
         job_watch(job);
         /* A restore into the arena must not race the persist reading it. */
         if (!disk_wait(job) || out->exit_code == 0 || out->stop_signal)
@@ -176,10 +179,19 @@ int job_run(struct job *job, int *restarts)
         if (!backoff(job, *restarts))
             break;
         restore = restart_point(job);
-        job_new_master_port(job);
         if (restore > newest)
             newest = restore;
+        if (restore && standby_take_over(job, restore) == 0) {
+            took_over = true;
+            continue;
+        }
+        if (job->out.stop_signal)
+            break;
+        if (job->sb.on)
+            ckpt_log(CKPT_INFO, "recovering by the cold path: the restarted ranks replay from the start");
+        job_new_master_port(job);
     }
+    standby_stop(job, NULL);
     disk_finish(job);
     job_settle(opt, out->exit_code);
     return out->exit_code;

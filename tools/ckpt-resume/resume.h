@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "follow.h"
 #include "format.h"
 
 #define RESUME_MAX_NPROC 4096
@@ -107,6 +108,23 @@ struct disk {
     uint64_t warned;        /* fault kinds (errno, 63: others) said once */
 };
 
+/* The job's standbys (standby.c): one per local rank, in a process group
+ * of their own, reporting on a channel of their own, with a rendezvous of
+ * their own (the shadow job); at a takeover they become the job's ranks. */
+struct standby {
+    bool on;                /* CKPT_STANDBY, and a job this file can stand by */
+    struct rank *ranks;     /* opt->nproc entries; pid 0: not running */
+    int running;
+    pid_t pgid;
+    struct channel chan;
+    char *master_port;
+    char *vars[6];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_FOLLOW, PYTHONPATH as set; NULL */
+    struct ckpt_follow **orders; /* opt->nproc entries, mapped while they run */
+    char lost[256];         /* why they cannot take over ("": they can) */
+    double started_s;       /* when they were started, 0: not yet */
+    uint64_t allowed;       /* the last iteration they were let replay to */
+};
+
 enum job_phase {
     JOB_RUNNING,            /* ranks run; nothing asked them to stop */
     JOB_TERMINATING,        /* asked to stop; SIGKILL at the deadline */
@@ -131,6 +149,7 @@ struct job {
     struct outcome out;
     struct disk disk;
     struct member *member;  /* a job on several nodes: this node's agent (member.c); NULL on one node */
+    struct standby sb;
 };
 
 
@@ -174,6 +193,19 @@ int channel_hung(struct channel *c, double timeout_s, double *next_s);
 
 /* restart.c */
 int job_run(struct job *job, int *restarts);
+
+/* launch.c: starts process @i of a job (a rank, or its standby) with
+ * @port and @vars, in process group *@pgid (a new one when 0, set). */
+int spawn_process(struct job *job, int i, const char *port, char *const *vars, pid_t *pgid, pid_t *pid);
+
+/* standby.c */
+int standby_open(struct job *job);
+void standby_close(struct job *job);
+void standby_tick(struct job *job);
+bool standby_reaped(struct job *job, pid_t pid, int status);
+bool standby_owns(const struct job *job, pid_t pid);
+int standby_take_over(struct job *job, uint64_t iteration);
+void standby_stop(struct job *job, const char *why);
 
 /* disk.c */
 void disk_open(struct disk *d, const struct options *opt);

@@ -64,7 +64,7 @@ static void for_each_stray(struct job *job, void (*fn)(pid_t pid, int sig), int 
         return;
     int pid;
     while (fscanf(f, "%d", &pid) == 1)
-        if (getpgid(pid) != job->pgid)
+        if (getpgid(pid) != job->pgid && !standby_owns(job, pid))
             fn(pid, sig);
     fclose(f);
 }
@@ -117,6 +117,8 @@ static void reaped(struct job *job, pid_t pid, int status)
 {
     int i;
 
+    if (standby_reaped(job, pid, status))
+        return;
     channel_ended(&job->chan, pid);
     for (i = 0; i < job->opt->nproc; i++)
         if (job->ranks[i].pid == pid)
@@ -151,14 +153,31 @@ static void reaped(struct job *job, pid_t pid, int status)
     job_stop(job, SIGTERM);
 }
 
-/* Reaps every child that has ended; false once we have no child left at all. */
+/* Has the job a process left: a child of ours that is not a standby? */
+static bool job_left(struct job *job)
+{
+    char path[64];
+    int pid;
+    bool any = false;
+    snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return true;
+    while (!any && fscanf(f, "%d", &pid) == 1)
+        any = !standby_owns(job, pid);
+    fclose(f);
+    return any;
+}
+
+/* Reaps every child that has ended; false once the job has no process
+ * left (its standbys, which outlive it, aside). */
 static bool reap(struct job *job)
 {
     for (;;) {
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG | __WNOTHREAD); /* not the coordinator's (spawn.c) */
         if (pid == 0)
-            return true;
+            return job->running > 0 || !job->sb.running || job_left(job);
         if (pid < 0)
             return errno == EINTR;
         reaped(job, pid, status);
@@ -282,20 +301,21 @@ static void watch(struct job *job)
         int hang_ms = check_hang(job), wait_ms = timeout_ms(job);
         if (hang_ms >= 0 && (wait_ms < 0 || hang_ms < wait_ms))
             wait_ms = hang_ms;
-        struct pollfd pfd[2 + MEMBER_FDS] = {
+        struct pollfd pfd[3 + MEMBER_FDS] = {
             { .fd = job->sigfd, .events = POLLIN },
             { .fd = job->chan.fd, .events = POLLIN },
+            { .fd = job->sb.on ? job->sb.chan.fd : -1, .events = POLLIN },
         };
-        int nfds = 2;
+        int nfds = 3;
         if (job->member) {
-            int member_ms = member_prepare(job, pfd + 2);
+            int member_ms = member_prepare(job, pfd + 3);
             nfds += MEMBER_FDS;
             if (member_ms >= 0 && (wait_ms < 0 || member_ms < wait_ms))
                 wait_ms = member_ms;
         }
         int n = poll(pfd, nfds, wait_ms);
         if (job->member)
-            member_events(job, pfd + 2);
+            member_events(job, pfd + 3);
         if (n < 0 && errno != EINTR) {
             ckpt_log(CKPT_ERROR, "cannot wait for the job: %s", strerror(errno));
             return;
@@ -315,6 +335,8 @@ static void watch(struct job *job)
             else
                 disk_tick(job);
         }
+        if (pfd[1].revents || pfd[2].revents)
+            standby_tick(job);
         struct signalfd_siginfo si;
         while (read(job->sigfd, &si, sizeof(si)) == sizeof(si))
             if (si.ssi_signo != SIGCHLD)

@@ -1,0 +1,306 @@
+/*
+ * Standbys on one node (CKPT_STANDBY): beside each rank, the same command
+ * with CKPT_FOLLOW=1, which replays the rank's log as the rank writes it
+ * (interpose/replay.c) up to the newest iteration every rank has committed,
+ * so that it is never past a restore point.  They are started once every
+ * rank has committed a first snapshot (their logs are whole by then), in a
+ * process group of their own that stopping the job never reaches, with a
+ * channel and a rank 0 port of their own: their rendezvous is a shadow job
+ * that never meets the live one.  When the job fails, the standbys are
+ * told the iteration to go live at; each restores its rank's snapshot
+ * there, and they become the job's ranks without a replay from the start.
+ * A standby that died, or a takeover that fails, leaves the cold path: a
+ * restart that replays from the start, as without standbys, said with why.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "config.h"
+#include "log.h"
+#include "resume.h"
+
+/* The longest a takeover may take before the cold path is taken instead. */
+#define TAKEOVER_WAIT_S 60.0
+
+static int set_var(char **slot, const char *name, const char *value)
+{
+    free(*slot);
+    if (asprintf(slot, "%s=%s", name, value) < 0) {
+        *slot = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The standbys' variables: the job's, with their own channel, and CKPT_FOLLOW. */
+static int standby_vars(struct job *job)
+{
+    struct standby *sb = &job->sb;
+    int rc, k = 4;
+    if ((rc = set_var(&sb->vars[0], "LD_PRELOAD", job->opt->preload)) < 0 ||
+        (rc = set_var(&sb->vars[1], "CKPT_JOB", job->opt->job_name)) < 0 ||
+        (rc = set_var(&sb->vars[2], "CKPT_AGENT_SOCKET", sb->chan.path)) < 0 ||
+        (rc = set_var(&sb->vars[3], "CKPT_FOLLOW", "1")) < 0 ||
+        (job->opt->pythonpath && (rc = set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
+        return rc;
+    return 0;
+}
+
+int standby_open(struct job *job)
+{
+    const struct options *opt = job->opt;
+    struct standby *sb = &job->sb;
+    char port[16];
+
+    memset(sb, 0, sizeof(*sb));
+    sb->chan.fd = -1;
+    if (!ckpt_cfg_int(CFG_STANDBY))
+        return 0;
+    if (opt->wrap || opt->coord) {
+        ckpt_log(CKPT_INFO, "CKPT_STANDBY: %s gets no standbys yet; a failure recovers by replaying from the start",
+                 opt->wrap ? "a job started through its own launcher (no --nproc)" : "a job on several nodes");
+        return 0;
+    }
+    sb->ranks = calloc(opt->nproc, sizeof(*sb->ranks));
+    sb->orders = calloc(opt->nproc, sizeof(*sb->orders));
+    if (!sb->ranks || !sb->orders)
+        return -ENOMEM;
+    int rc = channel_open(&sb->chan);
+    if (rc < 0 || (rc = job_master_port(port)) < 0 || !(sb->master_port = strdup(port)) || standby_vars(job) < 0)
+        return rc < 0 ? rc : -ENOMEM;
+    sb->on = true;
+    return 0;
+}
+
+void standby_close(struct job *job)
+{
+    struct standby *sb = &job->sb;
+    standby_stop(job, NULL);
+    if (sb->chan.fd >= 0 || sb->chan.dir[0])
+        channel_close(&sb->chan);
+    for (size_t i = 0; i < sizeof(sb->vars) / sizeof(sb->vars[0]); i++)
+        free(sb->vars[i]);
+    free(sb->ranks);
+    free(sb->orders);
+    free(sb->master_port);
+    memset(sb, 0, sizeof(*sb));
+    sb->chan.fd = -1;
+}
+
+/* Every rank of this launch has committed a snapshot: the lowest of their
+ * newest commits, else 0. */
+static uint64_t committed_by_all(const struct job *job)
+{
+    uint64_t low = UINT64_MAX;
+    for (int i = 0; i < job->opt->nproc; i++) {
+        int r = job->opt->first_rank + i;
+        uint64_t c = r < job->chan.nreports ? job->chan.reports[r].committed_iteration : 0;
+        low = c < low ? c : low;
+    }
+    return low == UINT64_MAX ? 0 : low;
+}
+
+static void start(struct job *job)
+{
+    const struct options *opt = job->opt;
+    struct standby *sb = &job->sb;
+    char dir[PATH_MAX];
+
+    channel_reset(&sb->chan);
+    sb->pgid = 0;
+    for (int i = 0; i < opt->nproc; i++) {
+        int rc = ckpt_arena_path(dir, sizeof(dir), opt->arena_root, opt->job_name, opt->first_rank + i);
+        if (rc == 0 && !(sb->orders[i] = ckpt_follow_map(dir, 1)))
+            rc = -errno;
+        pid_t pid = 0;
+        if (rc == 0)
+            rc = spawn_process(job, i, sb->master_port, sb->vars, &sb->pgid, &pid);
+        if (rc < 0) {
+            snprintf(sb->lost, sizeof(sb->lost), "the standby of rank %d could not be started: %s",
+                     opt->first_rank + i, strerror(-rc));
+            standby_stop(job, sb->lost);
+            return;
+        }
+        sb->ranks[i].pid = pid;
+        sb->running++;
+    }
+    sb->started_s = now_s();
+    ckpt_log(CKPT_INFO, "started %d standby%s (process group %d, master %s:%s)", opt->nproc,
+             opt->nproc == 1 ? "" : "s", (int)sb->pgid, job->master_addr, sb->master_port);
+}
+
+void standby_tick(struct job *job)
+{
+    struct standby *sb = &job->sb;
+    if (!sb->on || sb->lost[0] || job->phase != JOB_RUNNING)
+        return;
+    channel_read(&sb->chan, job->opt);
+    uint64_t low = committed_by_all(job);
+    if (!low)
+        return;
+    if (!sb->started_s)
+        start(job);
+    if (sb->started_s && low > sb->allowed) {
+        for (int i = 0; i < job->opt->nproc; i++)
+            ckpt_follow_set(&sb->orders[i]->allowed, low);
+        sb->allowed = low;
+    }
+}
+
+bool standby_owns(const struct job *job, pid_t pid)
+{
+    return job->sb.pgid > 0 && getpgid(pid) == job->sb.pgid;
+}
+
+bool standby_reaped(struct job *job, pid_t pid, int status)
+{
+    struct standby *sb = &job->sb;
+    int i = 0;
+    for (; sb->ranks && i < job->opt->nproc; i++)
+        if (sb->ranks[i].pid == pid)
+            break;
+    if (!sb->ranks || i == job->opt->nproc)
+        return false;
+    sb->ranks[i].pid = 0;
+    sb->running--;
+    if (!sb->lost[0]) {
+        int rank = job->opt->first_rank + i;
+        if (WIFSIGNALED(status))
+            snprintf(sb->lost, sizeof(sb->lost), "the standby of rank %d (pid %d) was killed by %s", rank, (int)pid,
+                     sig_name(WTERMSIG(status)));
+        else
+            snprintf(sb->lost, sizeof(sb->lost), "the standby of rank %d (pid %d) exited with status %d%s", rank,
+                     (int)pid, WEXITSTATUS(status),
+                     WEXITSTATUS(status) == RESUME_EXIT_REFUSED ? " (its reason is said above)" : "");
+        ckpt_log(CKPT_WARN, "%s: a failure now recovers by replaying from the start", sb->lost);
+    }
+    return true;
+}
+
+void standby_stop(struct job *job, const char *why)
+{
+    struct standby *sb = &job->sb;
+    if (!sb->ranks)
+        return;
+    if (sb->running > 0 && sb->pgid > 0) {
+        if (why)
+            ckpt_log(CKPT_INFO, "stopping the standbys: %s", why);
+        kill(-sb->pgid, SIGKILL);
+        for (int i = 0; i < job->opt->nproc; i++)
+            if (sb->ranks[i].pid > 0)
+                waitpid(sb->ranks[i].pid, NULL, __WNOTHREAD);
+    }
+    for (int i = 0; i < job->opt->nproc; i++) {
+        sb->ranks[i].pid = 0;
+        ckpt_follow_unmap(sb->orders[i]);
+        sb->orders[i] = NULL;
+    }
+    sb->running = 0;
+    sb->pgid = 0;
+    sb->started_s = 0;
+    sb->allowed = 0;
+}
+
+/* The standbys are the job's ranks now, and the ranks' channel and port
+ * the next standbys'. */
+static int swap_in(struct job *job, uint64_t iteration)
+{
+    struct standby *sb = &job->sb;
+    struct rank *ranks = job->ranks;
+    struct channel chan = job->chan;
+    char port[16], *p = job->master_port;
+
+    job->ranks = sb->ranks;
+    sb->ranks = ranks;
+    memset(sb->ranks, 0, job->opt->nproc * sizeof(*sb->ranks));
+    job->running = sb->running;
+    job->pgid = sb->pgid;
+    job->chan = sb->chan;
+    sb->chan = chan;
+    channel_reset(&sb->chan);
+    job->master_port = sb->master_port;
+    sb->master_port = p;
+    if (job_master_port(port) > 0 && (p = strdup(port))) {
+        free(sb->master_port);
+        sb->master_port = p;
+    }
+    for (int i = 0; i < job->opt->nproc; i++) {
+        ckpt_follow_unmap(sb->orders[i]);
+        sb->orders[i] = NULL;
+    }
+    sb->running = 0;
+    sb->pgid = 0;
+    sb->started_s = 0;
+    sb->allowed = 0;
+    job->phase = JOB_RUNNING;
+    job->term_sent = false;
+    job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1, .no_room_rank = -1 };
+    job->restore = iteration;
+    free(job->vars[2]);
+    job->vars[2] = NULL;
+    if (asprintf(&job->vars[2], "CKPT_AGENT_SOCKET=%s", job->chan.path) < 0) {
+        job->vars[2] = NULL;
+        return -ENOMEM;
+    }
+    return standby_vars(job);
+}
+
+int standby_take_over(struct job *job, uint64_t iteration)
+{
+    const struct options *opt = job->opt;
+    struct standby *sb = &job->sb;
+
+    if (!sb->on)
+        return -ENOSYS;
+    if (!sb->lost[0] && sb->running != opt->nproc)
+        snprintf(sb->lost, sizeof(sb->lost), "the standbys had not started yet (no snapshot every rank committed)");
+    if (sb->lost[0]) {
+        ckpt_log(CKPT_INFO, "no takeover: %s", sb->lost);
+        return -ESRCH;
+    }
+    double t0 = now_s();
+    for (int i = 0; i < opt->nproc; i++)
+        ckpt_follow_set(&sb->orders[i]->takeover, iteration);
+    ckpt_log(CKPT_INFO, "the standbys take over at iteration %llu", (unsigned long long)iteration);
+    while (sb->chan.restored < opt->nproc && !sb->lost[0]) {
+        double left = t0 + TAKEOVER_WAIT_S - now_s();
+        if (left <= 0) {
+            snprintf(sb->lost, sizeof(sb->lost), "the standbys did not all go live within %g s", TAKEOVER_WAIT_S);
+            break;
+        }
+        struct pollfd pfd[2] = {{.fd = job->sigfd, .events = POLLIN}, {.fd = sb->chan.fd, .events = POLLIN}};
+        poll(pfd, 2, (int)(left * 1000) + 1);
+        channel_read(&sb->chan, opt);
+        struct signalfd_siginfo si;
+        while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
+            if (si.ssi_signo != SIGCHLD) {
+                job->out.stop_signal = (int)si.ssi_signo;
+                snprintf(sb->lost, sizeof(sb->lost), "got %s during the takeover", sig_name((int)si.ssi_signo));
+            }
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG | __WNOTHREAD)) > 0)
+            standby_reaped(job, pid, status);
+    }
+    if (sb->lost[0]) {
+        standby_stop(job, sb->lost);
+        return -EIO;
+    }
+    double took = now_s() - t0;
+    if (swap_in(job, iteration) < 0) {
+        ckpt_log(CKPT_ERROR, "cannot go on after the takeover: %s", strerror(ENOMEM));
+        return -ENOMEM;
+    }
+    ckpt_log(CKPT_INFO, "the standby%s took over at iteration %llu in %.3f s", opt->nproc == 1 ? "" : "s",
+             (unsigned long long)iteration, took);
+    return 0;
+}
