@@ -66,8 +66,12 @@ void ckpt_refuse(const char *fmt, ...)
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     const char *out = ckpt_world_output();
-    ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: %s%s%s", (unsigned long long)target, why,
-             out ? "; what the program printed while it replayed is in " : "", out ? out : "");
+    const char *tail = out ? "; what the program printed while it replayed is in " : "";
+    if (target == UINT64_MAX) /* a standby with no takeover ordered yet */
+        ckpt_log(CKPT_ERROR, "the standby stops: %s%s%s", why, tail, out ? out : "");
+    else
+        ckpt_log(CKPT_ERROR, "restore of iteration %llu refused: %s%s%s", (unsigned long long)target, why, tail,
+                 out ? out : "");
     /* Said to the agent too: a launcher between us may not pass the exit status on. */
     ckpt_agent_send(CKPT_MSG_REFUSED, target, 0);
     _exit(CKPT_EXIT_RESTORE);
@@ -442,6 +446,7 @@ static void take_over(uint64_t it)
     ckpt_log(CKPT_INFO, "taking over at iteration %llu (%.1f s after it started to follow; arena taken in %.3f s)",
              (unsigned long long)it, start - replay_start, now_s() - start);
     replay_start = start;
+    ckpt_follow_set(&orders->live_at, it);
     ckpt_follow_unmap(orders);
     orders = NULL;
     restore_now();

@@ -20,7 +20,8 @@ struct ckpt_follow {
     uint64_t takeover; /* agent: nonzero, go live at this iteration's boundary */
     uint64_t at;       /* standby: the last iteration it replayed */
     uint64_t pid;      /* standby: the process following these orders */
-    uint64_t reserved[3];
+    uint64_t live_at;  /* standby: the iteration it went live at (its takeover) */
+    uint64_t reserved[2];
 };
 _Static_assert(sizeof(struct ckpt_follow) == 64, "follow file layout changed: change its magic");
 

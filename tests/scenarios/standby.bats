@@ -138,3 +138,36 @@ run_killed() {
     diff <(resumed_output "$D/job/out") "$D/plain/out"
     [ "$(grep -c '^progress 1$' "$D/calm/err")" -eq 1 ] && [ "$(grep -c '^progress 1$' "$D/job/err")" -eq 1 ]
 }
+
+@test "a standby that hangs: the takeover gives up on it within seconds, said with why, and the cold path ends bit-exact" {
+    CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" &
+    local job=$! i pgid pid
+    for i in $(seq 600); do
+        pgid=$(sed -n 's/^ckpt-resume: started 2 standbys (process group \([0-9]*\),.*/\1/p' "$D/err")
+        [ -n "$pgid" ] && break
+        sleep 0.1
+    done
+    [ -n "$pgid" ] || { wait $job; cat "$D/err"; return 1; }
+    sleep 0.5
+    kill -STOP -- "-$pgid"
+    pid=$(live_pid 0) || { wait $job; cat "$D/err"; return 1; }
+    kill -KILL "$pid"
+    wait $job || { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: stopping the standbys: the standbys replayed no iteration for 5 s on their way to iteration [0-9]* (one hangs)$" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: recovering by the cold path" "$D/err"
+    [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=1" ]
+    diff <(resumed_output "$D/out") "$D/plain"
+}
+
+@test "a standby that diverges from its rank stops, naming the divergence; the live job runs on untouched" {
+    CKPT_EVERY=1 ckpt --nproc 1 -- "$BUILD/tests/progs/clockseed" --iters 3000 >"$D/out" 2>"$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: started 1 standby " "$D/err" || { cat "$D/err"; return 1; }
+    grep -q "^libckpt\[rank 0\]: error: the standby stops: the program diverged from its recorded run: " "$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: warning: the standby of rank 0 (pid [0-9]*) exited with status [0-9]* (its reason is said above): a failure now recovers by replaying from the start$" "$D/err"
+    [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=0" ]
+    [ "$(grep -c '^iter [0-9]* batch [0-9]*$' "$D/out")" -eq 3000 ]
+}

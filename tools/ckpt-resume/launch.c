@@ -23,7 +23,7 @@
 #include "resume.h"
 
 /* Sets *@slot to "@name=@value"; on failure to NULL (asprintf leaves it undefined). */
-static int set_var(char **slot, const char *name, const char *value)
+int job_set_var(char **slot, const char *name, const char *value)
 {
     free(*slot);
     if (asprintf(slot, "%s=%s", name, value) < 0) {
@@ -56,9 +56,9 @@ int job_open(struct job *job, const struct options *opt)
     rc = channel_open(&job->chan);
     if (rc < 0)
         return rc;
-    if ((rc = set_var(&job->vars[0], "LD_PRELOAD", opt->preload)) < 0 ||
-        (rc = set_var(&job->vars[1], "CKPT_JOB", opt->job_name)) < 0 ||
-        (rc = set_var(&job->vars[2], "CKPT_AGENT_SOCKET", job->chan.path)) < 0)
+    if ((rc = job_set_var(&job->vars[0], "LD_PRELOAD", opt->preload)) < 0 ||
+        (rc = job_set_var(&job->vars[1], "CKPT_JOB", opt->job_name)) < 0 ||
+        (rc = job_set_var(&job->vars[2], "CKPT_AGENT_SOCKET", job->chan.path)) < 0)
         return rc;
 
     sigemptyset(&set);
@@ -184,7 +184,7 @@ int job_launch(struct job *job, uint64_t restore)
         job->vars[i] = NULL;
     }
     int k = 3;
-    if (opt->pythonpath && set_var(&job->vars[k++], "PYTHONPATH", opt->pythonpath) < 0)
+    if (opt->pythonpath && job_set_var(&job->vars[k++], "PYTHONPATH", opt->pythonpath) < 0)
         k = -1;
     if (restore && k > 0) {
         char value[24];
@@ -192,8 +192,8 @@ int job_launch(struct job *job, uint64_t restore)
         /* Python's own buffer would hand what replay printed to the
          * program's stdout once it goes live: a replaying Python writes
          * through unbuffered, unless the user chose otherwise. */
-        if (set_var(&job->vars[k++], "CKPT_RESTORE", value) < 0 ||
-            (!getenv("PYTHONUNBUFFERED") && set_var(&job->vars[k++], "PYTHONUNBUFFERED", "1") < 0))
+        if (job_set_var(&job->vars[k++], "CKPT_RESTORE", value) < 0 ||
+            (!getenv("PYTHONUNBUFFERED") && job_set_var(&job->vars[k++], "PYTHONUNBUFFERED", "1") < 0))
             k = -1;
     }
     if (k < 0) {

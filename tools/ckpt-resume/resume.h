@@ -198,6 +198,9 @@ int job_run(struct job *job, int *restarts);
  * @port and @vars, in process group *@pgid (a new one when 0, set). */
 int spawn_process(struct job *job, int i, const char *port, char *const *vars, pid_t *pgid, pid_t *pid);
 
+/* launch.c: sets *@slot (freed first) to "@name=@value"; -ENOMEM leaves it NULL. */
+int job_set_var(char **slot, const char *name, const char *value);
+
 /* standby.c */
 int standby_open(struct job *job);
 void standby_close(struct job *job);

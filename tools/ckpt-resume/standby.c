@@ -27,29 +27,22 @@
 #include "log.h"
 #include "resume.h"
 
-/* The longest a takeover may take before the cold path is taken instead. */
+/* The longest a takeover may take before the cold path is taken instead,
+ * and the longest the standbys may replay no iteration on their way to it
+ * (one of them hangs: waiting the whole minute would only delay the job). */
 #define TAKEOVER_WAIT_S 60.0
-
-static int set_var(char **slot, const char *name, const char *value)
-{
-    free(*slot);
-    if (asprintf(slot, "%s=%s", name, value) < 0) {
-        *slot = NULL;
-        return -ENOMEM;
-    }
-    return 0;
-}
+#define TAKEOVER_STILL_S 5.0
 
 /* The standbys' variables: the job's, with their own channel, and CKPT_FOLLOW. */
 static int standby_vars(struct job *job)
 {
     struct standby *sb = &job->sb;
     int rc, k = 4;
-    if ((rc = set_var(&sb->vars[0], "LD_PRELOAD", job->opt->preload)) < 0 ||
-        (rc = set_var(&sb->vars[1], "CKPT_JOB", job->opt->job_name)) < 0 ||
-        (rc = set_var(&sb->vars[2], "CKPT_AGENT_SOCKET", sb->chan.path)) < 0 ||
-        (rc = set_var(&sb->vars[3], "CKPT_FOLLOW", "1")) < 0 ||
-        (job->opt->pythonpath && (rc = set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
+    if ((rc = job_set_var(&sb->vars[0], "LD_PRELOAD", job->opt->preload)) < 0 ||
+        (rc = job_set_var(&sb->vars[1], "CKPT_JOB", job->opt->job_name)) < 0 ||
+        (rc = job_set_var(&sb->vars[2], "CKPT_AGENT_SOCKET", sb->chan.path)) < 0 ||
+        (rc = job_set_var(&sb->vars[3], "CKPT_FOLLOW", "1")) < 0 ||
+        (job->opt->pythonpath && (rc = job_set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
         return rc;
     return 0;
 }
@@ -185,6 +178,19 @@ bool standby_reaped(struct job *job, pid_t pid, int status)
     return true;
 }
 
+/* No standbys run: their orders are let go. */
+static void forget(struct standby *sb, int nproc)
+{
+    for (int i = 0; i < nproc; i++) {
+        ckpt_follow_unmap(sb->orders[i]);
+        sb->orders[i] = NULL;
+    }
+    sb->running = 0;
+    sb->pgid = 0;
+    sb->started_s = 0;
+    sb->allowed = 0;
+}
+
 void standby_stop(struct job *job, const char *why)
 {
     struct standby *sb = &job->sb;
@@ -198,15 +204,9 @@ void standby_stop(struct job *job, const char *why)
             if (sb->ranks[i].pid > 0)
                 waitpid(sb->ranks[i].pid, NULL, __WNOTHREAD);
     }
-    for (int i = 0; i < job->opt->nproc; i++) {
+    for (int i = 0; i < job->opt->nproc; i++)
         sb->ranks[i].pid = 0;
-        ckpt_follow_unmap(sb->orders[i]);
-        sb->orders[i] = NULL;
-    }
-    sb->running = 0;
-    sb->pgid = 0;
-    sb->started_s = 0;
-    sb->allowed = 0;
+    forget(sb, job->opt->nproc);
 }
 
 /* The standbys are the job's ranks now, and the ranks' channel and port
@@ -232,14 +232,7 @@ static int swap_in(struct job *job, uint64_t iteration)
         free(sb->master_port);
         sb->master_port = p;
     }
-    for (int i = 0; i < job->opt->nproc; i++) {
-        ckpt_follow_unmap(sb->orders[i]);
-        sb->orders[i] = NULL;
-    }
-    sb->running = 0;
-    sb->pgid = 0;
-    sb->started_s = 0;
-    sb->allowed = 0;
+    forget(sb, job->opt->nproc);
     job->phase = JOB_RUNNING;
     job->term_sent = false;
     job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1, .no_room_rank = -1 };
@@ -266,18 +259,32 @@ int standby_take_over(struct job *job, uint64_t iteration)
         ckpt_log(CKPT_INFO, "no takeover: %s", sb->lost);
         return -ESRCH;
     }
-    double t0 = now_s();
+    double t0 = now_s(), moved = t0;
+    uint64_t where = 0;
     for (int i = 0; i < opt->nproc; i++)
         ckpt_follow_set(&sb->orders[i]->takeover, iteration);
     ckpt_log(CKPT_INFO, "the standbys take over at iteration %llu", (unsigned long long)iteration);
     while (sb->chan.restored < opt->nproc && !sb->lost[0]) {
-        double left = t0 + TAKEOVER_WAIT_S - now_s();
-        if (left <= 0) {
+        double now = now_s();
+        uint64_t sum = 0;
+        bool replaying = false;
+        for (int i = 0; i < opt->nproc; i++) {
+            sum += ckpt_follow_get(&sb->orders[i]->at);
+            replaying |= ckpt_follow_get(&sb->orders[i]->live_at) != iteration;
+        }
+        if (sum != where)
+            where = sum, moved = now;
+        if (now - t0 >= TAKEOVER_WAIT_S) {
             snprintf(sb->lost, sizeof(sb->lost), "the standbys did not all go live within %g s", TAKEOVER_WAIT_S);
             break;
         }
+        if (replaying && now - moved >= TAKEOVER_STILL_S) {
+            snprintf(sb->lost, sizeof(sb->lost), "the standbys replayed no iteration for %g s on their way to "
+                     "iteration %llu (one hangs)", TAKEOVER_STILL_S, (unsigned long long)iteration);
+            break;
+        }
         struct pollfd pfd[2] = {{.fd = job->sigfd, .events = POLLIN}, {.fd = sb->chan.fd, .events = POLLIN}};
-        poll(pfd, 2, (int)(left * 1000) + 1);
+        poll(pfd, 2, 100);
         channel_read(&sb->chan, opt);
         struct signalfd_siginfo si;
         while (read(job->sigfd, &si, sizeof(si)) == sizeof(si)) {
