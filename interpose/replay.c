@@ -117,6 +117,10 @@ static void load_image(const char *dir)
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
 
+/* The longest a standby caught up with its orders sleeps before it looks
+ * at them again; a new order wakes it at once (ckpt_follow_order). */
+#define FOLLOW_WAIT_MS 100
+
 static void nap_ms(long ms)
 {
     struct timespec ts = {0, ms * 1000000L};
@@ -131,6 +135,7 @@ static bool follow_on(uint64_t at)
     char why[512];
     uint64_t next;
     for (;;) {
+        uint32_t seen = ckpt_follow_seen(orders);
         uint64_t takeover = ckpt_follow_get(&orders->takeover), allowed = ckpt_follow_get(&orders->allowed);
         if (takeover && takeover == at)
             return false;
@@ -140,9 +145,12 @@ static bool follow_on(uint64_t at)
         int rc = ckpt_rlog_follow_next(takeover > allowed ? takeover : allowed, &next, why, sizeof(why));
         if (rc == 0)
             break;
-        if (rc != -EAGAIN)
+        if (rc == -EBUSY) /* caught up with the orders: sleep until new ones */
+            ckpt_follow_wait(orders, seen, FOLLOW_WAIT_MS);
+        else if (rc == -EAGAIN) /* the rank has not written it yet */
+            nap_ms(1);
+        else
             ckpt_refuse("%s", why);
-        nap_ms(1);
     }
     pthread_mutex_lock(&live_lock);
     __atomic_add_fetch(&cuts, 1, __ATOMIC_RELEASE);

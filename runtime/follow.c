@@ -1,13 +1,18 @@
 /*
  * The follow file of follow.h: created 0600 beside the rank's slots,
- * never through a symlink, and refused when it is not one of ours.
+ * never through a symlink, and refused when it is not one of ours.  Its
+ * wake word is a shared futex: the agent and the standby are two
+ * processes mapping one file.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "follow.h"
@@ -47,8 +52,51 @@ struct ckpt_follow *ckpt_follow_map(const char *rank_dir, int create)
     return f;
 }
 
+int ckpt_follow_read(const char *rank_dir, struct ckpt_follow *out)
+{
+    char path[PATH_MAX + 16];
+    struct stat st;
+
+    if (snprintf(path, sizeof(path), "%s/%s", rank_dir, CKPT_FOLLOW_FILE) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    if (fstat(fd, &st) < 0)
+        rc = -errno;
+    else if (st.st_uid != geteuid() || (st.st_mode & 077) || st.st_size != sizeof(*out))
+        rc = -EPERM;
+    else if (pread(fd, out, sizeof(*out), 0) != (ssize_t)sizeof(*out))
+        rc = -EIO;
+    else if (out->magic != CKPT_FOLLOW_MAGIC)
+        rc = -EBADMSG;
+    close(fd);
+    return rc;
+}
+
 void ckpt_follow_unmap(struct ckpt_follow *f)
 {
     if (f)
         munmap(f, sizeof(*f));
+}
+
+void ckpt_follow_order(struct ckpt_follow *f, uint64_t *field, uint64_t v)
+{
+    ckpt_follow_set(field, v);
+    __atomic_add_fetch(&f->wake, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &f->wake, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+uint32_t ckpt_follow_seen(const struct ckpt_follow *f)
+{
+    return __atomic_load_n(&f->wake, __ATOMIC_ACQUIRE);
+}
+
+void ckpt_follow_wait(struct ckpt_follow *f, uint32_t seen, int timeout_ms)
+{
+    struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+    /* Returns at once when wake moved since seen (EAGAIN); EINTR and the
+     * timeout are only earlier looks at the orders. */
+    syscall(SYS_futex, &f->wake, FUTEX_WAIT, seen, &ts, NULL, 0);
 }

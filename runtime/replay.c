@@ -446,8 +446,10 @@ int ckpt_rlog_follow_next(uint64_t upto, uint64_t *iteration, char *why, size_t 
             snprintf(why, whylen, "replay cannot be faithful from iteration %llu on: %.*s", (unsigned long long)r.a,
                      (int)(r.len < 300 ? r.len : 300), map + off - padded(r.len));
         } else if (r.type == CKPT_RL_ITER) {
-            if (r.a > upto)
-                break; /* not yet: -EAGAIN */
+            if (r.a > upto) {
+                rc = -EBUSY; /* held, not yet allowed */
+                break;
+            }
             rc = 0;
             *iteration = r.a;
         }

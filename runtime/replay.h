@@ -59,15 +59,16 @@ int ckpt_rlog_create(const char *dir, uint64_t max_bytes, char *why, size_t whyl
 int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_bytes, char *why, size_t whylen);
 
 /* Follow mode (a standby): opens dir's log, which the live rank is
- * writing, with nothing before the cut yet; ckpt_rlog_follow_to moves the
+ * writing, with nothing before the cut yet; ckpt_rlog_follow_next moves the
  * cut forward as the log grows, and replay reads it as it reads a cut log.
  * Returns 0 or -errno with why. */
 int ckpt_rlog_open_follow(const char *dir, uint64_t max_bytes, char *why, size_t whylen);
 /* Moves the cut forward to the next ITER record, when the iteration it
  * ends is at most upto (into *iteration): the records up to it become
  * their threads' to read.  Returns 0; -EAGAIN when the log does not hold
- * it yet, or it is past upto (look again later); -EBADMSG (a damaged
- * record), -ERANGE (the log overflowed), -EPERM (tainted), with why. */
+ * it yet (look again soon), -EBUSY when it is past upto (wait for new
+ * orders); -EBADMSG (a damaged record), -ERANGE (the log overflowed),
+ * -EPERM (tainted), with why. */
 int ckpt_rlog_follow_next(uint64_t upto, uint64_t *iteration, char *why, size_t whylen);
 /* Takeover: what the live run logged after the cut is kept, as the failed
  * run's records (ckpt_rlog_failed_run), and the cut moves no more. */

@@ -52,7 +52,7 @@ column() { awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$D/out/table.t
     row='mlp (double): kill at iteration 23 and resume'
     [[ $(result "$row") == "bit-exact; restored iteration 20: replay took "*" s, copying back "*" GB/s)" ]]
     [ "$(column "$row" 2)" = "$(column "$row" 3)" ]
-    grep -q '^ckpt-resume: done exit=0 restarts=1$' "$D/out/logs/mlp--double-.kill.err"
+    grep -Eq '^ckpt-resume: done exit=0 restarts=1 \(cold [0-9]+\.[0-9]{3} s\)$' "$D/out/logs/mlp--double-.kill.err"
     grep -q 'CKPT_FAULT' "$D/out/logs/mlp--double-.kill.err"
 
     # Snapshots were taken at every iteration and measured against the limit.

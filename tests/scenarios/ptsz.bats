@@ -86,7 +86,7 @@ PY
         it=$(sed -n -E 's/^ckpt-resume: restarting from generation [0-9]+ \(iteration ([0-9]+)\)$/\1/p' "$D/err.$n")
         [ "$it" = 20 ] || { [ $n -gt 1 ] && [ "${it:-0}" -ge 5 ] && [ "$it" -lt 20 ]; } || { cat "$D/err.$n"; return 1; }
         [ "$(grep -c "^libckpt\[rank [0-9]*\]: restored iteration $it " "$D/err.$n")" -eq $n ]
-        [ "$(tail -n 1 "$D/err.$n")" = "ckpt-resume: done exit=0 restarts=1" ]
+        [[ $(tail -n 1 "$D/err.$n") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(cold\ [0-9]+\.[0-9]{3}\ s\)$ ]]
         # The restarted run replayed to iteration 20, restored, and went on:
         # its iteration lines and digest are the uninterrupted run's.
         diff <(resumed_output "$D/out.$n") "$D/plain.$n"

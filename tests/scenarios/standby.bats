@@ -78,7 +78,7 @@ run_killed() {
         [ "$(grep -c "^libckpt\[rank [0-9]*\]: taking over at iteration $k " "$D/err.$n")" -eq $n ]
         [ "$(grep -c "^libckpt\[rank [0-9]*\]: restored iteration $k " "$D/err.$n")" -eq $n ]
         ! grep -q "replaying [0-9]* iterations\|cold path" "$D/err.$n"
-        [ "$(tail -n 1 "$D/err.$n")" = "ckpt-resume: done exit=0 restarts=1" ]
+        [[ $(tail -n 1 "$D/err.$n") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(standby\ [0-9]+\.[0-9]{3}\ s\)$ ]]
         diff <(resumed_output "$D/out.$n") "$D/plain.$n"
         [ ! -e "$CKPT_ARENA_DIR" ] || [ -z "$(ls "$CKPT_ARENA_DIR")" ] || { ls -R "$CKPT_ARENA_DIR"; return 1; }
     done
@@ -95,7 +95,7 @@ run_killed() {
         { cat "$D/err"; return 1; }
     grep -q "^ckpt-resume: recovering by the cold path" "$D/err"
     [ "$(grep -c '^libckpt\[rank [0-9]*\]: restored iteration ' "$D/err")" -eq 2 ]
-    [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=1" ]
+    [[ $(tail -n 1 "$D/err") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(cold\ [0-9]+\.[0-9]{3}\ s\)$ ]]
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
@@ -111,7 +111,7 @@ run_killed() {
     # Both restarted ranks restore k (the standby of rank 1 may have restored it too, before it was stopped).
     [ "$(sed -n '/recovering by the cold path/,$p' "$D/err" | grep -c "^libckpt\[rank [0-9]*\]: restored iteration $k ")" -eq 2 ] ||
         { cat "$D/err"; return 1; }
-    [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=1" ]
+    [[ $(tail -n 1 "$D/err") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(cold\ [0-9]+\.[0-9]{3}\ s\)$ ]]
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
@@ -157,7 +157,7 @@ run_killed() {
     grep -q "^ckpt-resume: stopping the standbys: the standbys replayed no iteration for 5 s on their way to iteration [0-9]* (one hangs)$" "$D/err" ||
         { cat "$D/err"; return 1; }
     grep -q "^ckpt-resume: recovering by the cold path" "$D/err"
-    [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=1" ]
+    [[ $(tail -n 1 "$D/err") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(cold\ [0-9]+\.[0-9]{3}\ s\)$ ]]
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
@@ -170,4 +170,37 @@ run_killed() {
     grep -q "^ckpt-resume: warning: the standby of rank 0 (pid [0-9]*) exited with status [0-9]* (its reason is said above): a failure now recovers by replaying from the start$" "$D/err"
     [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=0" ]
     [ "$(grep -c '^iter [0-9]* batch [0-9]*$' "$D/out")" -eq 3000 ]
+}
+
+@test "ckpt-inspect list shows where each standby is against the newest snapshot every rank holds, while the job runs" {
+    ckpt --nproc 2 -- "$TRAIN" --iters 4000 --hidden 32 --layers 2 >/dev/null 2>"$D/err" &
+    local job=$! i listed=""
+    for i in $(seq 600); do
+        grep -q "^ckpt-resume: started 2 standbys " "$D/err" && break
+        sleep 0.1
+    done
+    for i in $(seq 100); do
+        listed=$("$BUILD/bin/ckpt-inspect" list --job "$CKPT_JOB" 2>&1)
+        [ "$(grep -c '^  standby of rank [01] (pid [0-9]*): replayed to iteration [1-9]' <<<"$listed")" -eq 2 ] && break
+        sleep 0.1
+    done
+    kill -TERM $job
+    wait $job || true
+    [ "$(grep -c '^  standby of rank [01] (pid [0-9]*): replayed to iteration [1-9]' <<<"$listed")" -eq 2 ] ||
+        { echo "$listed"; cat "$D/err"; return 1; }
+    # Each says how far behind the iteration every rank holds it is (the
+    # snapshots are read before the standbys: a newer one may have been
+    # committed, and replayed, in between).
+    newest=$(sed -n 's/.*newest generation on every rank [0-9]* (iteration \([0-9]*\)).*/\1/p' <<<"$listed")
+    for r in 0 1; do
+        line=$(grep "^  standby of rank $r " <<<"$listed")
+        at=$(sed -n 's/.*replayed to iteration \([0-9]*\).*/\1/p' <<<"$line")
+        if [ "$at" -gt "$newest" ]; then
+            [[ $line == *": replayed to iteration $at" ]] || { echo "$listed"; return 1; }
+        elif [ "$at" -lt "$newest" ]; then
+            [[ $line == *", $((newest - at)) behind the newest iteration every rank holds" ]] || { echo "$listed"; return 1; }
+        else
+            [[ $line == *", the newest every rank holds" ]] || { echo "$listed"; return 1; }
+        fi
+    done
 }

@@ -118,6 +118,9 @@ struct tier {
 
 extern const struct tier_ops arena_tier_ops, peer_tier_ops, disk_tier_ops;
 
+/* tier_arena.c: where each rank's standby of @job is, one line each. */
+void arena_print_standbys(const struct tier *t, const char *job, int world, uint64_t newest_iteration);
+
 #define MAX_TIERS 4
 
 /* Fills t with the tiers available now (those whose root exists, only

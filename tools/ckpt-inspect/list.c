@@ -80,7 +80,16 @@ static void print_kinds(const struct catalog *cat, uint64_t newest)
                human_bytes(allocated, size, sizeof(size)), 100.0 * (double)total / (double)allocated);
 }
 
-static void print_job(const char *job, const struct catalog *cat)
+/* The iteration of generation @gen, 0 when no image of it is known. */
+static uint64_t iteration_of(const struct catalog *cat, uint64_t gen)
+{
+    for (size_t i = 0; gen && i < cat->n; i++)
+        if (cat->v[i].state >= IMG_HEADER_OK && cat->v[i].h.generation == gen)
+            return cat->v[i].h.iteration;
+    return 0;
+}
+
+static void print_job(const char *job, const struct catalog *cat, const struct tier *tiers, int nt)
 {
     char size[32], age[32], st[320], gen[24], iter[24], rank[16], slot[16];
     uint64_t newest = catalog_newest(cat);
@@ -88,13 +97,8 @@ static void print_job(const char *job, const struct catalog *cat)
 
     printf("job %s: %d rank%s", job, world, world == 1 ? "" : "s");
     if (newest) {
-        for (size_t i = 0; i < cat->n; i++) {
-            if (cat->v[i].state >= IMG_HEADER_OK && cat->v[i].h.generation == newest) {
-                printf(", newest generation on every rank %llu (iteration %llu)", (unsigned long long)newest,
-                       (unsigned long long)cat->v[i].h.iteration);
-                break;
-            }
-        }
+        printf(", newest generation on every rank %llu (iteration %llu)", (unsigned long long)newest,
+               (unsigned long long)iteration_of(cat, newest));
     } else {
         printf(", no generation held by every rank");
     }
@@ -118,6 +122,9 @@ static void print_job(const char *job, const struct catalog *cat)
                human_age(known ? img->h.time_ns : img->mtime_ns, age, sizeof(age)), status(img, st, sizeof(st)));
     }
     print_kinds(cat, newest);
+    for (int t = 0; t < nt; t++)
+        if (tiers[t].ops == &arena_tier_ops)
+            arena_print_standbys(&tiers[t], job, world, iteration_of(cat, newest));
 }
 
 int cmd_list(const struct options *o, int argc, char **argv)
@@ -152,7 +159,7 @@ int cmd_list(const struct options *o, int argc, char **argv)
             if (cat.v[i].state == IMG_HEADER_OK)
                 image_check(&cat.v[i], true, &p, NULL);
         progress_end(&p);
-        print_job(jobs.v[j], &cat);
+        print_job(jobs.v[j], &cat, tiers, nt);
         catalog_free(&cat);
     }
     names_free(&jobs);

@@ -18,7 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include "arena.h"
+#include "follow.h"
 #include "inspect.h"
 #include "replay.h"
 
@@ -158,6 +161,35 @@ static int arena_rlog_verify(const struct tier *t, const struct image *img, uint
         return -ENAMETOOLONG;
     }
     return ckpt_rlog_verify(dir, last_iteration, why, whylen);
+}
+
+/* One line per rank below @world that has a standby (a follow file,
+ * runtime/follow.h): where it is, against @newest, the iteration every
+ * rank holds (0: none). */
+void arena_print_standbys(const struct tier *t, const char *job, int world, uint64_t newest)
+{
+    char dir[PATH_MAX];
+
+    for (int rank = 0; rank < world; rank++) {
+        struct ckpt_follow f;
+        if (ckpt_arena_path(dir, sizeof(dir), t->root, job, rank) < 0 || !own_dir(dir) ||
+            ckpt_follow_read(dir, &f) < 0)
+            continue;
+        bool alive = f.pid && (kill((pid_t)f.pid, 0) == 0 || errno == EPERM);
+        printf("  standby of rank %d", rank);
+        if (f.pid)
+            printf(" (pid %llu%s)", (unsigned long long)f.pid, alive ? "" : ", gone");
+        if (f.live_at)
+            printf(": went live at iteration %llu\n", (unsigned long long)f.live_at);
+        else if (!f.at)
+            printf(": not at its first iteration yet\n");
+        else if (newest > f.at)
+            printf(": replayed to iteration %llu, %llu behind the newest iteration every rank holds\n",
+                   (unsigned long long)f.at, (unsigned long long)(newest - f.at));
+        else
+            printf(": replayed to iteration %llu%s\n", (unsigned long long)f.at,
+                   newest == f.at ? ", the newest every rank holds" : "");
+    }
 }
 
 const struct tier_ops arena_tier_ops = {

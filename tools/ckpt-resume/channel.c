@@ -102,6 +102,7 @@ void channel_reset(struct channel *c)
     if (c->reports)
         memset(c->reports, 0, c->nreports * sizeof(*c->reports));
     c->restored = 0;
+    c->restored_s = 0;
     c->refused_rank = -1;
     c->no_room_rank = -1;
 }
@@ -157,6 +158,8 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
         c->restored++;
         ckpt_log(CKPT_DEBUG, "rank %u restored iteration %llu", m->rank, (unsigned long long)m->iteration);
         /* Started ranks are known only with --nproc; a wrapped launcher's are not. */
+        if (!opt->wrap && c->restored == opt->nproc)
+            c->restored_s = now_s();
         if (!opt->wrap && c->restored == opt->nproc)
             ckpt_log(CKPT_INFO, "%s restored iteration %llu (generation %llu) and run%s on",
                      opt->nproc == 1 ? "the rank" : "all ranks", (unsigned long long)m->iteration,

@@ -5,7 +5,9 @@
  * are found here, before any rank starts, and end with exit status 2 and
  * one message that names the option or variable and what it accepts.
  * Whatever happens once the job has been launched, the last line on
- * stderr is "ckpt-resume: done exit=C restarts=N" and the exit status is C.
+ * stderr is "ckpt-resume: done exit=C restarts=N", followed, when there
+ * were recoveries, by how each was made and how long it took ("(standby
+ * 0.006 s, cold 0.212 s)"), and the exit status is C.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -421,9 +423,15 @@ int main(int argc, char **argv)
     } else {
         code = job_run(&job, &restarts);
     }
+    if (job.recovered[0] && job.recovered_more)
+        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d (%s, and %d more)", code, restarts, job.recovered,
+                 job.recovered_more);
+    else if (job.recovered[0])
+        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d (%s)", code, restarts, job.recovered);
+    else
+        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d", code, restarts);
     job_close(&job);
     free(opt.preload);
     free(opt.pythonpath);
-    ckpt_log(CKPT_INFO, "done exit=%d restarts=%d", code, restarts);
     return code;
 }

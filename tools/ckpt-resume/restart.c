@@ -136,6 +136,27 @@ void job_settle(const struct options *opt, int code)
 }
 
 /*
+ * Adds to the end-of-job line how the recovery from the failure seen at
+ * @since was made, and how long it took until every rank was restored.
+ */
+static void recovered(struct job *job, const char *how, double since)
+{
+    char one[64];
+    size_t len = strlen(job->recovered);
+
+    if (!job->restore)
+        how = "from the start"; /* no snapshot left to restore: a clean start */
+    if (job->chan.restored_s > 0)
+        snprintf(one, sizeof(one), "%s %.3f s", how, job->chan.restored_s - since);
+    else
+        snprintf(one, sizeof(one), "%s%s", how, job->opt->wrap || !strcmp(how, "from the start") ? "" : ", not restored");
+    if (len + strlen(one) + 3 < sizeof(job->recovered) - 16)
+        snprintf(job->recovered + len, sizeof(job->recovered) - len, "%s%s", len ? ", " : "", one);
+    else
+        job->recovered_more++;
+}
+
+/*
  * Runs the job to its end, as this file's opening says.  Returns the
  * job's exit code (its last launch's); *@restarts is the number of
  * restarts after failures.
@@ -147,12 +168,18 @@ int job_run(struct job *job, int *restarts)
     uint64_t restore = opt->first_restore, newest = restore;
 
     bool took_over = false;
+    const char *how = NULL; /* a recovery under way: how it is made */
+    double since = 0;       /* and when its failure was seen */
 
     *restarts = 0;
     for (;;) {
         bool started = took_over || job_launch(job, restore) == 0;
         took_over = false;
         job_watch(job);
+        if (how && (job->chan.restored_s > 0 || out->refused_rank < 0)) {
+            recovered(job, how, since); /* a refused restore falls back: the same recovery goes on */
+            how = NULL;
+        }
         /* A restore into the arena must not race the persist reading it. */
         if (!disk_wait(job) || out->exit_code == 0 || out->stop_signal)
             break;
@@ -176,6 +203,7 @@ int job_run(struct job *job, int *restarts)
             break;
         }
         ++*restarts;
+        since = out->failed_s > 0 ? out->failed_s : now_s();
         if (!backoff(job, *restarts))
             break;
         restore = restart_point(job);
@@ -183,8 +211,10 @@ int job_run(struct job *job, int *restarts)
             newest = restore;
         if (restore && standby_take_over(job, restore) == 0) {
             took_over = true;
+            how = "standby";
             continue;
         }
+        how = "cold";
         if (job->out.stop_signal)
             break;
         if (job->sb.on)

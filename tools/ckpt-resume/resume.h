@@ -70,6 +70,7 @@ struct channel {
     struct report *reports; /* indexed by rank */
     int nreports;           /* entries allocated */
     int restored;           /* ranks that sent RESTORED in this launch */
+    double restored_s;      /* when the last of the ranks did (with --nproc), 0: not yet */
     int refused_rank;       /* the first rank that sent REFUSED in this launch, -1: none */
     int no_room_rank;       /* the first rank that sent NO_ROOM in this launch, -1: none */
 };
@@ -85,6 +86,7 @@ struct outcome {
     int stop_signal;        /* signal that asked the job to stop (forwarded), 0 if none */
     int refused_rank;       /* first rank that exited RESUME_EXIT_REFUSED in a restore, else -1 */
     int no_room_rank;       /* first rank that stopped because the host cannot hold the arena, else -1 */
+    double failed_s;        /* when the first failure was seen, 0: none */
 };
 
 /* Persisting to disk (disk.c); engine NULL: CKPT_PERSIST_DIRS unset or not usable. */
@@ -150,6 +152,8 @@ struct job {
     struct disk disk;
     struct member *member;  /* a job on several nodes: this node's agent (member.c); NULL on one node */
     struct standby sb;
+    char recovered[256];    /* how each recovery was made, for the end-of-job line ("": none) */
+    int recovered_more;     /* recoveries that did not fit in it */
 };
 
 

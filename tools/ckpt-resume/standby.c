@@ -143,7 +143,7 @@ void standby_tick(struct job *job)
         start(job);
     if (sb->started_s && low > sb->allowed) {
         for (int i = 0; i < job->opt->nproc; i++)
-            ckpt_follow_set(&sb->orders[i]->allowed, low);
+            ckpt_follow_order(sb->orders[i], &sb->orders[i]->allowed, low);
         sb->allowed = low;
     }
 }
@@ -262,7 +262,7 @@ int standby_take_over(struct job *job, uint64_t iteration)
     double t0 = now_s(), moved = t0;
     uint64_t where = 0;
     for (int i = 0; i < opt->nproc; i++)
-        ckpt_follow_set(&sb->orders[i]->takeover, iteration);
+        ckpt_follow_order(sb->orders[i], &sb->orders[i]->takeover, iteration);
     ckpt_log(CKPT_INFO, "the standbys take over at iteration %llu", (unsigned long long)iteration);
     while (sb->chan.restored < opt->nproc && !sb->lost[0]) {
         double now = now_s();

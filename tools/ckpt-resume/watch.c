@@ -140,6 +140,7 @@ static void reaped(struct job *job, pid_t pid, int status)
 
     job->out.exit_code = code;
     job->out.failed_rank = rank;
+    job->out.failed_s = now_s();
     if (WIFSIGNALED(status))
         ckpt_log(CKPT_INFO, "rank %d (pid %d) was killed by %s", rank, (int)pid, sig_name(WTERMSIG(status)));
     else
@@ -214,6 +215,7 @@ static int check_hang(struct job *job)
              (unsigned long long)job->chan.reports[r].iteration);
     job->out.exit_code = RESUME_EXIT_HUNG;
     job->out.failed_rank = r;
+    job->out.failed_s = now_s();
     if (job->member)
         member_failed(job);
     ckpt_log(CKPT_INFO, "stopping the job (SIGTERM, SIGKILL after %gs)", job->opt->kill_grace_s);
