@@ -260,10 +260,14 @@ int standby_take_over(struct job *job, uint64_t iteration)
         return -ESRCH;
     }
     double t0 = now_s(), moved = t0;
-    uint64_t where = 0;
-    for (int i = 0; i < opt->nproc; i++)
+    uint64_t where = 0, behind = iteration;
+    for (int i = 0; i < opt->nproc; i++) {
+        uint64_t at = ckpt_follow_get(&sb->orders[i]->at);
+        behind = at < behind ? at : behind;
         ckpt_follow_order(sb->orders[i], &sb->orders[i]->takeover, iteration);
-    ckpt_log(CKPT_INFO, "the standbys take over at iteration %llu", (unsigned long long)iteration);
+    }
+    ckpt_log(CKPT_INFO, "the standbys take over at iteration %llu (the one furthest behind is at iteration %llu)",
+             (unsigned long long)iteration, (unsigned long long)behind);
     while (sb->chan.restored < opt->nproc && !sb->lost[0]) {
         double now = now_s();
         uint64_t sum = 0;
