@@ -231,3 +231,26 @@ run_killed() {
     # Within 1.5 times of each other; 50 ms either way is a busy machine's scheduling, not the job's age.
     awk -v a="${times[0]}" -v b="${times[1]}" 'BEGIN { exit !(b <= 1.5 * a + 0.05 && a <= 1.5 * b + 0.05) }'
 }
+
+@test "a standby that falls behind is said to lag, by how much, and to have caught up once it has; the job runs on untouched" {
+    CKPT_STANDBY=0 ckpt --nproc 1 -- "$TRAIN" --iters 3000 --hidden 32 --layers 2 >"$D/plain" 2>/dev/null
+    CKPT_STANDBY_LAG=1 ckpt --nproc 1 -- "$TRAIN" --iters 3000 --hidden 32 --layers 2 >"$D/out" 2>"$D/err" &
+    local job=$! i pgid
+    for i in $(seq 600); do
+        pgid=$(sed -n 's/^ckpt-resume: started 1 standby (process group \([0-9]*\),.*/\1/p' "$D/err")
+        [ -n "$pgid" ] && break
+        sleep 0.1
+    done
+    [ -n "$pgid" ] || { wait $job; cat "$D/err"; return 1; }
+    kill -STOP -- "-$pgid"
+    for i in $(seq 100); do grep -q ' lags: ' "$D/err" && break; sleep 0.1; done
+    kill -CONT -- "-$pgid"
+    wait $job || { cat "$D/err"; return 1; }
+    grep -Eq "^ckpt-resume: warning: the standby of rank 0 lags: at iteration [0-9]+, short of iteration [0-9]+, which every rank had committed [0-9]+ s ago \(CKPT_STANDBY_LAG=1\); a takeover now replays that much more$" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    # Then caught up (after the lag was said, not before).
+    grep -A1000 -m1 ' lags: ' "$D/err" | grep -Eq "^ckpt-resume: the standby of rank 0 has caught up \(iteration [0-9]+\)$" ||
+        { cat "$D/err"; return 1; }
+    [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=0" ]
+    diff "$D/out" "$D/plain"
+}

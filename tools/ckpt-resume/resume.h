@@ -125,6 +125,10 @@ struct standby {
     char lost[256];         /* why they cannot take over ("": they can) */
     double started_s;       /* when they were started, 0: not yet */
     uint64_t allowed;       /* the last iteration they were let replay to */
+    double lag_s;           /* CKPT_STANDBY_LAG */
+    struct { uint64_t iteration; double at_s; } marks[32]; /* allowed, and when: a ring, lag_s / 8 apart */
+    unsigned nmarks;
+    uint64_t lagging;       /* ranks (bit rank % 64) said to lag and not yet caught up */
 };
 
 enum job_phase {

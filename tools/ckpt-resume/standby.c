@@ -69,6 +69,7 @@ int standby_open(struct job *job)
     int rc = channel_open(&sb->chan);
     if (rc < 0 || (rc = job_master_port(port)) < 0 || !(sb->master_port = strdup(port)) || standby_vars(job) < 0)
         return rc < 0 ? rc : -ENOMEM;
+    sb->lag_s = ckpt_cfg_seconds(CFG_STANDBY_LAG);
     sb->on = true;
     return 0;
 }
@@ -130,6 +131,49 @@ static void start(struct job *job)
              opt->nproc == 1 ? "" : "s", (int)sb->pgid, job->master_addr, sb->master_port);
 }
 
+/*
+ * A standby that has not reached an iteration every rank had committed
+ * CKPT_STANDBY_LAG ago lags: said once, with how far behind it is, and
+ * again when it has caught up.  It is not given up on: even behind, its
+ * takeover replays less than the cold path's start from iteration 0, and
+ * one that stops moving is caught at the takeover (TAKEOVER_STILL_S).
+ */
+static void check_lag(struct job *job, double now)
+{
+    struct standby *sb = &job->sb;
+    const unsigned ring = sizeof(sb->marks) / sizeof(sb->marks[0]);
+    unsigned last = (sb->nmarks - 1) % ring;
+
+    if (sb->allowed && (!sb->nmarks || now - sb->marks[last].at_s >= sb->lag_s / 8)) {
+        last = sb->nmarks++ % ring;
+        sb->marks[last].iteration = sb->allowed;
+        sb->marks[last].at_s = now;
+    }
+    for (int i = 0; i < job->opt->nproc; i++) {
+        uint64_t at = ckpt_follow_get(&sb->orders[i]->at), bit = 1ull << (i % 64);
+        unsigned k = 0;
+        /* The newest mark at least lag_s old that the standby has not reached. */
+        for (; k < sb->nmarks && k < ring; k++) {
+            unsigned m = (sb->nmarks - 1 - k) % ring;
+            if (now - sb->marks[m].at_s >= sb->lag_s)
+                break;
+        }
+        bool behind = k < sb->nmarks && k < ring && at < sb->marks[(sb->nmarks - 1 - k) % ring].iteration;
+        int rank = job->opt->first_rank + i;
+        if (behind && !(sb->lagging & bit)) {
+            unsigned m = (sb->nmarks - 1 - k) % ring;
+            ckpt_log(CKPT_WARN, "the standby of rank %d lags: at iteration %llu, short of iteration %llu, which every "
+                     "rank had committed %.0f s ago (CKPT_STANDBY_LAG=%g); a takeover now replays that much more",
+                     rank, (unsigned long long)at, (unsigned long long)sb->marks[m].iteration, now - sb->marks[m].at_s,
+                     sb->lag_s);
+            sb->lagging |= bit;
+        } else if (!behind && (sb->lagging & bit) && at >= sb->allowed) {
+            ckpt_log(CKPT_INFO, "the standby of rank %d has caught up (iteration %llu)", rank, (unsigned long long)at);
+            sb->lagging &= ~bit;
+        }
+    }
+}
+
 void standby_tick(struct job *job)
 {
     struct standby *sb = &job->sb;
@@ -146,6 +190,8 @@ void standby_tick(struct job *job)
             ckpt_follow_order(sb->orders[i], &sb->orders[i]->allowed, low);
         sb->allowed = low;
     }
+    if (sb->started_s && sb->running == job->opt->nproc)
+        check_lag(job, now_s());
 }
 
 bool standby_owns(const struct job *job, pid_t pid)
@@ -189,6 +235,8 @@ static void forget(struct standby *sb, int nproc)
     sb->pgid = 0;
     sb->started_s = 0;
     sb->allowed = 0;
+    sb->nmarks = 0;
+    sb->lagging = 0;
 }
 
 void standby_stop(struct job *job, const char *why)
