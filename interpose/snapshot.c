@@ -24,6 +24,7 @@
 #include "blocks.h"
 #include "boundary.h"
 #include "config.h"
+#include "follow.h"
 #include "image.h"
 #include "interpose.h"
 #include "log.h"
@@ -215,25 +216,29 @@ static void streams_wait_done(void)
 
 /* One JSON line per committed snapshot; sched holds the pacer's members
  * (how the copies were placed), skipped says how many boundaries since the
- * previous commit had no snapshot (the frequency dropped). */
+ * previous commit had no snapshot (the frequency dropped); with a standby
+ * (its follow file beside the slots), the iteration it has replayed to. */
 static void stats_line(double copy_ms, double held_ms, const char *sched, uint64_t skipped)
 {
     const char *path = ckpt_cfg_str(CFG_STATS_FILE);
     if (!path)
         return;
-    char line[1024];
+    char line[1024], standby[64] = "";
+    struct ckpt_follow f;
+    if (ckpt_follow_read(S.arena.dir, &f) == 0 && !f.live_at && f.pid)
+        snprintf(standby, sizeof(standby), ",\"standby_iteration\":%llu", (unsigned long long)f.at);
     int n = snprintf(line, sizeof(line),
                      "{\"rank\":%u,\"generation\":%llu,\"iteration\":%llu,\"allocations\":%llu,\"bytes\":%llu,"
                      "\"allocated_bytes\":%llu,"
                      "\"bytes_by_kind\":{\"plain\":%llu,\"async\":%llu,\"vmm\":%llu,\"managed\":%llu,\"pitch\":%llu,"
                      "\"global\":%llu},"
-                     "\"copy_ms\":%.3f,\"held_ms\":%.3f,\"slot\":%d,\"skipped_before\":%llu,%s}\n",
+                     "\"copy_ms\":%.3f,\"held_ms\":%.3f,\"slot\":%d,\"skipped_before\":%llu%s,%s}\n",
                      S.hdr.rank, (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
                      (unsigned long long)S.nlive_last, (unsigned long long)S.hdr.data_bytes,
                      (unsigned long long)S.allocated_last, (unsigned long long)S.kind_bytes[CKPT_ALLOC_PLAIN], (unsigned long long)S.kind_bytes[CKPT_ALLOC_ASYNC],
                      (unsigned long long)S.kind_bytes[CKPT_ALLOC_VMM], (unsigned long long)S.kind_bytes[CKPT_ALLOC_MANAGED],
                      (unsigned long long)S.kind_bytes[CKPT_ALLOC_PITCH], (unsigned long long)S.kind_bytes[CKPT_ALLOC_GLOBAL],
-                     copy_ms, held_ms, S.slot, (unsigned long long)skipped, sched);
+                     copy_ms, held_ms, S.slot, (unsigned long long)skipped, standby, sched);
     if (n >= (int)sizeof(line))
         return;
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);

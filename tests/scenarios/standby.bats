@@ -173,8 +173,8 @@ run_killed() {
     [ "$(grep -c '^iter [0-9]* batch [0-9]*$' "$D/out")" -eq 3000 ]
 }
 
-@test "ckpt-inspect list shows where each standby is against the newest snapshot every rank holds, while the job runs" {
-    ckpt --nproc 2 -- "$TRAIN" --iters 4000 --hidden 32 --layers 2 >/dev/null 2>"$D/err" &
+@test "ckpt-inspect list and the stats lines show where each standby is, while the job runs" {
+    CKPT_STATS_FILE=$D/stats ckpt --nproc 2 -- "$TRAIN" --iters 4000 --hidden 32 --layers 2 >/dev/null 2>"$D/err" &
     local job=$! i listed=""
     for i in $(seq 600); do
         grep -q "^ckpt-resume: started 2 standbys " "$D/err" && break
@@ -203,6 +203,15 @@ run_killed() {
         else
             [[ $line == *", the newest every rank holds" ]] || { echo "$listed"; return 1; }
         fi
+    done
+    # The stats lines of both ranks say where the standby was at each
+    # commit once it ran: never past the committed iteration, and moving.
+    for r in 0 1; do
+        grep "^{\"rank\":$r," "$D/stats" | grep '"standby_iteration":' |
+            sed -E 's/.*"iteration":([0-9]+),.*"standby_iteration":([0-9]+),.*/\1 \2/' >"$D/at.$r"
+        [ "$(wc -l <"$D/at.$r")" -ge 5 ] || { cat "$D/stats"; return 1; }
+        awk '$2 > $1 { bad = 1 } END { exit bad }' "$D/at.$r" || { cat "$D/at.$r"; return 1; }
+        [ "$(awk '{ print $2 }' "$D/at.$r" | sort -un | wc -l)" -ge 2 ]
     done
 }
 
