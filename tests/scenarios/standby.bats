@@ -55,6 +55,18 @@ kill_when_standing() {
     echo "killed rank $3 (pid $pid)"
 }
 
+# standbys_pgid ERR: once ckpt-resume says (in ERR) that it started the
+# standbys, their process group.
+standbys_pgid() {
+    local i pgid
+    for i in $(seq 600); do
+        pgid=$(sed -n 's/^ckpt-resume: started [0-9]* standbys\? (process group \([0-9]*\),.*/\1/p' "$1")
+        [ -n "$pgid" ] && { echo "$pgid"; return 0; }
+        sleep 0.1
+    done
+    return 1
+}
+
 # run_killed N ERR OUT RANK ARGS...: the job under ckpt-resume, live RANK
 # killed once the standbys run; the command is $PROG_PATH, else the trainer.
 run_killed() {
@@ -143,13 +155,8 @@ run_killed() {
 @test "a standby that hangs: the takeover gives up on it within seconds, said with why, and the cold path ends bit-exact" {
     CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
     ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" &
-    local job=$! i pgid pid
-    for i in $(seq 600); do
-        pgid=$(sed -n 's/^ckpt-resume: started 2 standbys (process group \([0-9]*\),.*/\1/p' "$D/err")
-        [ -n "$pgid" ] && break
-        sleep 0.1
-    done
-    [ -n "$pgid" ] || { wait $job; cat "$D/err"; return 1; }
+    local job=$! pgid pid
+    pgid=$(standbys_pgid "$D/err") || { wait $job; cat "$D/err"; return 1; }
     sleep 0.5
     kill -STOP -- "-$pgid"
     pid=$(live_pid 0) || { wait $job; cat "$D/err"; return 1; }
@@ -245,12 +252,7 @@ run_killed() {
     CKPT_STANDBY=0 ckpt --nproc 1 -- "$TRAIN" --iters 3000 --hidden 32 --layers 2 >"$D/plain" 2>/dev/null
     CKPT_STANDBY_LAG=1 ckpt --nproc 1 -- "$TRAIN" --iters 3000 --hidden 32 --layers 2 >"$D/out" 2>"$D/err" &
     local job=$! i pgid
-    for i in $(seq 600); do
-        pgid=$(sed -n 's/^ckpt-resume: started 1 standby (process group \([0-9]*\),.*/\1/p' "$D/err")
-        [ -n "$pgid" ] && break
-        sleep 0.1
-    done
-    [ -n "$pgid" ] || { wait $job; cat "$D/err"; return 1; }
+    pgid=$(standbys_pgid "$D/err") || { wait $job; cat "$D/err"; return 1; }
     kill -STOP -- "-$pgid"
     for i in $(seq 100); do grep -q ' lags: ' "$D/err" && break; sleep 0.1; done
     kill -CONT -- "-$pgid"
