@@ -181,7 +181,9 @@ run_killed() {
 }
 
 @test "ckpt-inspect list and the stats lines show where each standby is, while the job runs" {
-    CKPT_STATS_FILE=$D/stats ckpt --nproc 2 -- "$TRAIN" --iters 4000 --hidden 32 --layers 2 >/dev/null 2>"$D/err" &
+    # ckpt-resume itself in the background (not the ckpt function's subshell), so that SIGTERM reaches it.
+    CKPT_STATS_FILE=$D/stats timeout -k 5 120 "$CKPT" --nproc 2 -- "$TRAIN" --iters 4000 --hidden 32 --layers 2 \
+        >/dev/null 2>"$D/err" &
     local job=$! i listed=""
     for i in $(seq 600); do
         grep -q "^ckpt-resume: started 2 standbys " "$D/err" && break
@@ -194,6 +196,7 @@ run_killed() {
     done
     kill -TERM $job
     wait $job || true
+    grep -q '^ckpt-resume: done exit=' "$D/err" || { cat "$D/err"; return 1; }
     [ "$(grep -c '^  standby of rank [01] (pid [0-9]*): replayed to iteration [1-9]' <<<"$listed")" -eq 2 ] ||
         { echo "$listed"; cat "$D/err"; return 1; }
     # Each says how far behind the iteration every rank holds it is (the
