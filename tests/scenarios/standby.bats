@@ -194,6 +194,13 @@ run_killed() {
         [ "$(grep -c '^  standby of rank [01] (pid [0-9]*): replayed to iteration [1-9]' <<<"$listed")" -eq 2 ] && break
         sleep 0.1
     done
+    # Five commits of each rank at least since its standby ran (a slow,
+    # sanitized build takes its time).
+    for i in $(seq 300); do
+        [ "$(grep '^{"rank":0,' "$D/stats" 2>/dev/null | grep -c '"standby_iteration":')" -ge 5 ] &&
+            [ "$(grep '^{"rank":1,' "$D/stats" | grep -c '"standby_iteration":')" -ge 5 ] && break
+        sleep 0.1
+    done
     kill -TERM $job
     wait $job || true
     grep -q '^ckpt-resume: done exit=' "$D/err" || { cat "$D/err"; return 1; }
