@@ -159,6 +159,29 @@ static bool follow_on(uint64_t at)
     return true;
 }
 
+/* Where this rank keeps its log on disk: CKPT_REPLAY_LOG_DIR/rank<N>.replay.log,
+ * named after its arena directory; NULL when it lives in the arena.  A
+ * directory that is not there stops the job before it trains. */
+static const char *disk_log(const char *dir)
+{
+    static char path[PATH_MAX];
+    const char *logdir = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
+    struct stat st;
+
+    if (!logdir || !*logdir)
+        return NULL;
+    if (stat(logdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: not a directory; make it, or unset the variable", logdir);
+        _exit(2);
+    }
+    const char *base = strrchr(dir, '/');
+    if (snprintf(path, sizeof(path), "%s/%s.replay.log", logdir, base ? base + 1 : dir) >= (int)sizeof(path)) {
+        ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: too long a path", logdir);
+        _exit(2);
+    }
+    return path;
+}
+
 /* A standby: replays the rank's log as the rank writes it, up to where its
  * orders allow, holding nothing of the rank's (its arena is taken at
  * takeover); what it prints went aside from its first line (world.c). */
@@ -169,7 +192,7 @@ static void follow_init(const char *dir, uint64_t max)
     if (!(orders = ckpt_follow_map(dir, 0)))
         ckpt_refuse("no orders for a standby in %s/%s: %s", dir, CKPT_FOLLOW_FILE, strerror(errno));
     ckpt_follow_set(&orders->pid, (uint64_t)getpid());
-    if (ckpt_rlog_open_follow(dir, max, why, sizeof(why)) < 0)
+    if (ckpt_rlog_open_follow(dir, disk_log(dir), max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_replaying = 1;
     recording = true;
@@ -191,14 +214,14 @@ void ckpt_history_init(const char *dir, uint64_t restore)
         return;
     }
     if (!restore) {
-        if (ckpt_rlog_create(dir, max, why, sizeof(why)) < 0)
+        if (ckpt_rlog_create(dir, disk_log(dir), max, why, sizeof(why)) < 0)
             ckpt_log(CKPT_WARN, "no replay log (%s): snapshots of this run cannot be restored", why);
         else
             recording = true;
         return;
     }
     load_image(dir);
-    if (ckpt_rlog_open_replay(dir, restore, max, why, sizeof(why)) < 0)
+    if (ckpt_rlog_open_replay(dir, disk_log(dir), restore, max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_replaying = 1;
     recording = true;

@@ -171,6 +171,12 @@ void ckpt_persist_cancel(struct ckpt_persist *p)
     __atomic_store_n(&p->cancel, 1, __ATOMIC_RELEASE);
 }
 
+int ckpt_persist_job_dir(struct ckpt_persist *p, const char *job, char *out, size_t outlen, char *why, size_t whylen)
+{
+    int rc = pdir_job(p->dirs[0], job, true, out, outlen, why, whylen);
+    return rc < 0 ? rc : 0;
+}
+
 int pdir_job(const char *dir, const char *job, bool create, char *out, size_t outlen, char *why, size_t whylen)
 {
     struct stat st;

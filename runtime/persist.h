@@ -58,6 +58,10 @@ void ckpt_persist_opts_from_config(struct ckpt_persist_opts *o);
 int ckpt_persist_open(struct ckpt_persist **out, const struct ckpt_persist_opts *o, char *why, size_t whylen);
 void ckpt_persist_close(struct ckpt_persist *p);
 
+/* The job's private directory in the first persist directory, made when
+ * it is not there (ranks keep their replay logs in it: replay.h). */
+int ckpt_persist_job_dir(struct ckpt_persist *p, const char *job, char *out, size_t outlen, char *why, size_t whylen);
+
 /* Asks the running call (from any thread, or a signal handler) to stop at
  * its next chunk: it cleans up what it wrote and returns -ECANCELED. */
 void ckpt_persist_cancel(struct ckpt_persist *p);

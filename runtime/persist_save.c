@@ -31,6 +31,7 @@
 #include "image.h"
 #include "log.h"
 #include "persist_int.h"
+#include "replay.h"
 
 /* One rank's committed snapshot and log, mapped. */
 struct src {
@@ -181,11 +182,11 @@ static int open_sources(struct save *sv, char *why, size_t whylen)
         }
         ckpt_arena_path(dir, sizeof(dir), rq->arena, rq->job, s->rank);
         snprintf(path, sizeof(path), "%s/replay.log", dir);
-        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int fd = ckpt_rlog_open_fd(dir, iwhy, sizeof(iwhy));
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) {
-            snprintf(why, whylen, "rank %d has no replay log %s (%s): its snapshot could not be restored", s->rank,
-                     path, fd < 0 ? strerror(errno) : "empty");
+            snprintf(why, whylen, "rank %d has no replay log (%s): its snapshot could not be restored", s->rank,
+                     fd < 0 ? iwhy : "empty");
             if (fd >= 0)
                 close(fd);
             return -ENOENT;

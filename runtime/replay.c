@@ -8,6 +8,12 @@
  * rank that dies mid-iteration leaves a log that ends at a record boundary
  * or with a torn record that the reader refuses.  Replay reads through a
  * private mapping and never writes before it goes live.
+ *
+ * Where the log lives: in the arena (replay.log in the rank's directory,
+ * host memory, up to CKPT_REPLAY_LOG_MAX), or on disk, whole, when the
+ * rank is given a file there (CKPT_REPLAY_LOG_DIR): the arena's replay.log
+ * is then a stub of one page that names it, and every reader goes through
+ * the stub, so the arena holds the same few bytes at any age of the job.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +35,9 @@
 #define FILE_MAGIC "CKPTRLG2"
 #define FILE_VERSION 2u
 #define FILE_HEADER 64
+#define STUB_MAGIC "CKPTRLGD" /* a stub: then the version, then the path of the log on disk */
+#define STUB_BYTES 4096
+#define DISK_MAX (1ULL << 40) /* a log on disk: bounded by the address space a standby reserves to follow it */
 
 struct rec {
     uint32_t type;
@@ -45,6 +54,13 @@ static char *buf;
 static size_t buflen, bufcap;
 static uint64_t written, limit, last_iter;
 static bool overflowed;
+/* The log is the file on disk a stub names (limit DISK_MAX), else the
+ * arena's (limit arena_max); disk_path: the file on disk this rank was
+ * given, which a log restored whole into the arena moves to when it goes
+ * live; rank_dir: its arena directory. */
+static bool on_disk;
+static uint64_t arena_max;
+static char disk_path[PATH_MAX], rank_dir[PATH_MAX];
 
 /* Records chained by thread: each record's offset in base, the next
  * record of the same thread, and each thread's next record. */
@@ -115,29 +131,137 @@ static void path_of(char *out, size_t n, const char *dir)
     snprintf(out, n, "%s/replay.log", dir);
 }
 
-int ckpt_rlog_create(const char *dir, uint64_t max_bytes, char *why, size_t whylen)
+/* Points the arena's replay.log of dir at disk, by rename: a reader sees
+ * the old file or the stub, never half of one. */
+static int write_stub(const char *dir, const char *disk, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 16], tmp[PATH_MAX + 24], stub[STUB_BYTES] = STUB_MAGIC;
+    uint32_t version = FILE_VERSION;
+    size_t n = strlen(disk);
+
+    if (16 + n + 1 > sizeof(stub)) {
+        snprintf(why, whylen, "the replay log path %s is too long", disk);
+        return -ENAMETOOLONG;
+    }
+    memcpy(stub + 8, &version, sizeof(version));
+    memcpy(stub + 16, disk, n + 1);
+    path_of(path, sizeof(path), dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int f = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool ok = f >= 0 && write(f, stub, 16 + n + 1) == (ssize_t)(16 + n + 1);
+    int e = errno;
+    if (f >= 0 && close(f) < 0)
+        ok = false;
+    if (!ok || rename(tmp, path) < 0) {
+        e = ok ? errno : e;
+        snprintf(why, whylen, "cannot write %s: %s", path, strerror(e));
+        unlink(tmp);
+        return -e;
+    }
+    return 0;
+}
+
+/* Opens the log of the rank directory dir with flags: the arena's
+ * replay.log, or the file on disk its stub names, into *disk (NULL: none).
+ * Returns the descriptor, or -errno with why. */
+static int open_log(const char *dir, int flags, char *disk, size_t disklen, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 16], stub[STUB_BYTES];
+    struct stat st;
+
+    path_of(path, sizeof(path), dir);
+    if (disk)
+        *disk = '\0';
+    int f = open(path, flags | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0) {
+        int e = errno;
+        snprintf(why, whylen, "no replay log %s: %s", path, strerror(e));
+        return -e;
+    }
+    ssize_t n = pread(f, stub, sizeof(stub) - 1, 0);
+    if (n < 17 || memcmp(stub, STUB_MAGIC, 8) != 0)
+        return f;
+    close(f);
+    stub[n] = '\0';
+    const char *on = stub + 16;
+    f = open(on, flags | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0 || fstat(f, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        int e = f < 0 ? errno : EPERM;
+        snprintf(why, whylen, "%s names the replay log %s on disk, which %s", path, on,
+                 f < 0 ? strerror(e) : "is not this user's with mode 0600");
+        if (f >= 0)
+            close(f);
+        return -e;
+    }
+    if (disk)
+        snprintf(disk, disklen, "%s", on);
+    return f;
+}
+
+int ckpt_rlog_open_fd(const char *dir, char *why, size_t whylen)
+{
+    return open_log(dir, O_RDONLY, NULL, 0, why, whylen);
+}
+
+int ckpt_rlog_where(const char *dir, char *disk, size_t disklen)
+{
+    char why[64];
+    int f = open_log(dir, O_RDONLY, disk, disklen, why, sizeof(why));
+    if (f < 0)
+        return f;
+    close(f);
+    return *disk ? 1 : 0;
+}
+
+void ckpt_rlog_remove(const char *dir)
+{
+    char path[PATH_MAX + 16], disk[PATH_MAX];
+    if (ckpt_rlog_where(dir, disk, sizeof(disk)) > 0)
+        unlink(disk);
+    path_of(path, sizeof(path), dir);
+    unlink(path);
+}
+
+/* Remembers where this rank's log is to live (lock not needed: before any
+ * append). */
+static void remember(const char *dir, const char *disk, uint64_t max_bytes)
+{
+    snprintf(rank_dir, sizeof(rank_dir), "%s", dir);
+    snprintf(disk_path, sizeof(disk_path), "%s", disk ? disk : "");
+    arena_max = max_bytes;
+}
+
+int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char *why, size_t whylen)
 {
     char path[PATH_MAX + 16], head[FILE_HEADER] = FILE_MAGIC;
     uint32_t version = FILE_VERSION;
 
     ckpt_rlog_close();
+    remember(dir, disk, max_bytes);
     path_of(path, sizeof(path), dir);
-    int f = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const char *file = disk ? disk : path;
+    int f = open(file, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (f < 0) {
         int e = errno;
-        snprintf(why, whylen, "cannot create %s: %s", path, strerror(e));
+        snprintf(why, whylen, "cannot create %s: %s", file, strerror(e));
         return -e;
     }
     memcpy(head + 8, &version, sizeof(version));
     if (write(f, head, sizeof(head)) != (ssize_t)sizeof(head)) {
-        snprintf(why, whylen, "cannot write %s", path);
+        snprintf(why, whylen, "cannot write %s", file);
         close(f);
         return -EIO;
+    }
+    int rc = disk ? write_stub(dir, disk, why, whylen) : 0;
+    if (rc < 0) {
+        close(f);
+        return rc;
     }
     pthread_mutex_lock(&lock);
     fd = f;
     written = FILE_HEADER;
-    limit = max_bytes;
+    on_disk = disk != NULL;
+    limit = on_disk ? DISK_MAX : max_bytes;
     overflowed = false;
     last_iter = 0;
     pthread_mutex_unlock(&lock);
@@ -257,20 +381,25 @@ static void keep_tail(const char *m, size_t off, size_t len)
     }
 }
 
-int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_bytes, char *why, size_t whylen)
+int ckpt_rlog_open_replay(const char *dir, const char *disk, uint64_t iteration, uint64_t max_bytes, char *why,
+                          size_t whylen)
 {
     char path[PATH_MAX + 16];
     struct stat st;
 
     ckpt_rlog_close();
     *why = '\0';
-    path_of(path, sizeof(path), dir);
-    int f = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (f < 0 || fstat(f, &st) < 0) {
+    remember(dir, disk, max_bytes);
+    int f = open_log(dir, O_RDWR, path, sizeof(path), why, whylen);
+    if (f < 0)
+        return -ENOENT;
+    bool from_disk = *path;
+    if (!from_disk)
+        path_of(path, sizeof(path), dir);
+    if (fstat(f, &st) < 0) {
         int e = errno;
-        snprintf(why, whylen, "no replay log %s: %s", path, strerror(e));
-        if (f >= 0)
-            close(f);
+        snprintf(why, whylen, "cannot read the replay log %s: %s", path, strerror(e));
+        close(f);
         return -ENOENT;
     }
     size_t len = (size_t)st.st_size;
@@ -334,7 +463,8 @@ int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_byte
     map = m;
     maplen = len;
     end = off;
-    limit = max_bytes;
+    on_disk = from_disk;
+    limit = on_disk ? DISK_MAX : max_bytes;
     overflowed = false;
     last_iter = iteration;
     pthread_mutex_unlock(&lock);
@@ -348,23 +478,26 @@ static size_t mapped;
 static bool following;
 static uint64_t followed;
 
-int ckpt_rlog_open_follow(const char *dir, uint64_t max_bytes, char *why, size_t whylen)
+int ckpt_rlog_open_follow(const char *dir, const char *disk, uint64_t max_bytes, char *why, size_t whylen)
 {
     char path[PATH_MAX + 16];
 
     ckpt_rlog_close();
-    path_of(path, sizeof(path), dir);
-    int f = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (f < 0) {
-        int e = errno;
-        snprintf(why, whylen, "no replay log %s: %s", path, strerror(e));
-        return -e;
-    }
-    size_t reserve = (size_t)max_bytes + 2 * (size_t)sysconf(_SC_PAGESIZE);
-    void *m = mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    remember(dir, disk, max_bytes);
+    int f = open_log(dir, O_RDWR, path, sizeof(path), why, whylen);
+    if (f < 0)
+        return f;
+    bool from_disk = *path;
+    /* A log on disk may grow past any arena bound: as much address space
+     * as the machine lets a process reserve, up to DISK_MAX. */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), want = from_disk ? DISK_MAX : max_bytes, reserve = 0;
+    void *m = MAP_FAILED;
+    for (; m == MAP_FAILED && want >= max_bytes && want >= page; want /= 2)
+        m = mmap(NULL, (reserve = want + 2 * page), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
         int e = errno;
-        snprintf(why, whylen, "cannot reserve %zu bytes of address space to follow %s: %s", reserve, path, strerror(e));
+        snprintf(why, whylen, "cannot reserve %zu bytes of address space to follow the replay log: %s", reserve,
+                 strerror(e));
         close(f);
         return -e;
     }
@@ -374,7 +507,8 @@ int ckpt_rlog_open_follow(const char *dir, uint64_t max_bytes, char *why, size_t
     maplen = reserve;
     mapped = 0;
     end = FILE_HEADER;
-    limit = max_bytes;
+    on_disk = from_disk;
+    limit = reserve - 2 * page;
     overflowed = false;
     following = true;
     followed = 0;
@@ -392,7 +526,12 @@ static size_t follow_map(char *why, size_t whylen)
         snprintf(why, whylen, "cannot read the replay log: %s", strerror(errno));
         return 0;
     }
-    size_t len = (size_t)st.st_size < maplen - page ? (size_t)st.st_size : maplen - page;
+    if ((size_t)st.st_size > maplen - page) {
+        snprintf(why, whylen, "the replay log outgrew the %zu bytes of address space this standby reserved to follow "
+                 "it", maplen - page);
+        return 0;
+    }
+    size_t len = (size_t)st.st_size;
     size_t want = (len + page - 1) / page * page;
     if (want > mapped) {
         if (mmap((char *)map + mapped, want - mapped, PROT_READ, MAP_SHARED | MAP_FIXED, fd, (off_t)mapped) ==
@@ -522,9 +661,9 @@ void ckpt_rlog_append(enum ckpt_rl_type type, uint64_t thread, uint64_t a, uint6
         b = c = 0;
         len = 0;
         need = sizeof(struct rec);
-        ckpt_log(CKPT_WARN, "the replay log reached CKPT_REPLAY_LOG_MAX (%llu bytes) after iteration %llu: "
-                 "snapshots from here on cannot be restored", (unsigned long long)limit,
-                 (unsigned long long)last_iter);
+        ckpt_log(CKPT_WARN, "the replay log reached %s (%llu bytes) after iteration %llu: "
+                 "snapshots from here on cannot be restored", on_disk ? "its bound on disk" : "CKPT_REPLAY_LOG_MAX",
+                 (unsigned long long)limit, (unsigned long long)last_iter);
     }
     if (buflen + need > bufcap) {
         size_t cap = (buflen + need) * 2;
@@ -720,16 +859,51 @@ size_t ckpt_rlog_left(uint64_t *thread)
     return left;
 }
 
+/* A log restored whole into the arena (read back from disk, or from a
+ * peer) that this rank was to keep on disk: its first end bytes are
+ * written there and the arena's replay.log becomes the stub.  Lock held,
+ * map still mapped.  On failure the log stays in the arena, said once. */
+static void move_to_disk(void)
+{
+    char why[PATH_MAX + 128];
+    int f = open(disk_path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    size_t done = 0;
+    while (f >= 0 && done < end) {
+        ssize_t n = write(f, map + done, end - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    int e = errno;
+    if (f < 0 || done < end) {
+        snprintf(why, sizeof(why), "cannot write %s: %s", disk_path, strerror(f < 0 || !e ? e ? e : EIO : e));
+    } else if (write_stub(rank_dir, disk_path, why, sizeof(why)) == 0) {
+        close(fd);
+        fd = f;
+        on_disk = true;
+        return;
+    }
+    if (f >= 0)
+        close(f);
+    unlink(disk_path);
+    ckpt_log(CKPT_WARN, "the replay log stays in the arena: %s", why);
+}
+
 int ckpt_rlog_go_live(void)
 {
     int rc = 0;
     pthread_mutex_lock(&lock);
     if (map) {
+        if (!on_disk && disk_path[0])
+            move_to_disk();
         munmap((void *)map, maplen);
         map = NULL;
         following = false;
         mapped = 0;
         drop_index(&cut);
+        limit = on_disk ? DISK_MAX : arena_max;
         if (ftruncate(fd, (off_t)end) < 0 || lseek(fd, (off_t)end, SEEK_SET) < 0)
             rc = -errno;
         written = end;
@@ -767,13 +941,15 @@ int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_
     struct stat st;
 
     *last_iteration = 0;
-    path_of(path, sizeof(path), dir);
-    int f = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (f < 0 || fstat(f, &st) < 0) {
+    int f = open_log(dir, O_RDONLY, path, sizeof(path), why, whylen);
+    if (f < 0)
+        return f;
+    if (!*path)
+        path_of(path, sizeof(path), dir);
+    if (fstat(f, &st) < 0) {
         int rc = -errno;
-        snprintf(why, whylen, "no replay log %s: %s", path, strerror(errno));
-        if (f >= 0)
-            close(f);
+        snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));
+        close(f);
         return rc;
     }
     int rc = ckpt_rlog_verify_fd(f, path, last_iteration, why, whylen);

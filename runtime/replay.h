@@ -6,6 +6,12 @@
  * closes each iteration and is flushed before that iteration's snapshot is
  * taken, so every committed snapshot has its whole log behind it.
  *
+ * The log lives in the arena (host memory, up to CKPT_REPLAY_LOG_MAX), or
+ * whole on disk when the rank is given a file there (disk below, from
+ * CKPT_REPLAY_LOG_DIR): the arena's replay.log is then a one-page stub
+ * naming that file, and every function here that takes a rank directory
+ * reads the log through it.
+ *
  * Every record belongs to one thread of the program (a key that names the
  * thread the same way in every run, interpose/thread.c): replay hands each
  * thread its own records in order, so independent threads may interleave
@@ -47,22 +53,26 @@ struct ckpt_rl_rec {
     uint32_t len;
 };
 
-/* Starts a fresh log for recording in dir (any old one is replaced).
- * Returns 0 or -errno with why. */
-int ckpt_rlog_create(const char *dir, uint64_t max_bytes, char *why, size_t whylen);
+/* Starts a fresh log for recording in dir, or in the file disk (NULL:
+ * none) with a stub in dir; any old one is replaced.  Returns 0 or -errno
+ * with why. */
+int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char *why, size_t whylen);
 
 /* Opens dir's log to replay up to the ITER record of iteration; everything
  * after it is cut off (the restarted run writes those iterations anew).
  * Returns 0, or -EBADMSG/-ENOENT/-ERANGE/-EPERM with why (a damaged record,
  * no log, no such iteration, a log that overflowed before it, or one that
  * says replay stopped being faithful before it: the TAINT's reason). */
-int ckpt_rlog_open_replay(const char *dir, uint64_t iteration, uint64_t max_bytes, char *why, size_t whylen);
+int ckpt_rlog_open_replay(const char *dir, const char *disk, uint64_t iteration, uint64_t max_bytes, char *why,
+                          size_t whylen);
 
 /* Follow mode (a standby): opens dir's log, which the live rank is
  * writing, with nothing before the cut yet; ckpt_rlog_follow_next moves the
  * cut forward as the log grows, and replay reads it as it reads a cut log.
- * Returns 0 or -errno with why. */
-int ckpt_rlog_open_follow(const char *dir, uint64_t max_bytes, char *why, size_t whylen);
+ * Returns 0 or -errno with why.  In both, disk is the file the log is to
+ * live in once the rank is live (NULL: the arena): a log found whole in
+ * the arena moves there when it goes live (ckpt_rlog_go_live). */
+int ckpt_rlog_open_follow(const char *dir, const char *disk, uint64_t max_bytes, char *why, size_t whylen);
 /* Moves the cut forward to the next ITER record, when the iteration it
  * ends is at most upto (into *iteration): the records up to it become
  * their threads' to read.  Returns 0; -EAGAIN when the log does not hold
@@ -122,6 +132,15 @@ size_t ckpt_rlog_left(uint64_t *thread);
 int ckpt_rlog_go_live(void);
 
 void ckpt_rlog_close(void);
+
+/* A read-only descriptor of dir's log, wherever it lives (the caller
+ * closes it), or -errno with why. */
+int ckpt_rlog_open_fd(const char *dir, char *why, size_t whylen);
+/* 1 with the path in disk when dir's log lives on disk, 0 when in the
+ * arena, -errno when there is none. */
+int ckpt_rlog_where(const char *dir, char *disk, size_t disklen);
+/* Removes dir's log, its file on disk included. */
+void ckpt_rlog_remove(const char *dir);
 
 /* Checks every record of dir's log without opening it for replay (tools;
  * safe beside a rank that is appending).  Returns 0 with *last_iteration

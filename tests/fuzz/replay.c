@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     close(fd);
     for (uint64_t it = 1; it <= 3; it++) {
-        if (ckpt_rlog_open_replay(dir, it, 1 << 20, why, sizeof(why)) < 0)
+        if (ckpt_rlog_open_replay(dir, NULL, it, 1 << 20, why, sizeof(why)) < 0)
             continue;
         struct ckpt_rl_rec r;
         static const enum ckpt_rl_type order[] = {CKPT_RL_ALLOC, CKPT_RL_D2H,     CKPT_RL_VALUE,

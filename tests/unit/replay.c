@@ -25,7 +25,7 @@ static char dir[] = "/tmp/ckpt-replay-XXXXXX", why[256];
 /* Three iterations: an allocation in the first, one loss copy in each. */
 static void record(uint64_t max)
 {
-    CHECK(ckpt_rlog_create(dir, max, why, sizeof(why)) == 0, "create: %s", why);
+    CHECK(ckpt_rlog_create(dir, NULL, max, why, sizeof(why)) == 0, "create: %s", why);
     ckpt_rlog_append(CKPT_RL_ALLOC, T, 0, 4096, 0x7f0000000000, NULL, 0);
     for (uint64_t it = 1; it <= 3; it++) {
         float loss = 1.0f / (float)it;
@@ -53,7 +53,7 @@ int main(void)
     record(1 << 20);
 
     /* Restore to iteration 2: allocation, loss 1, iter 1, loss 1/2, iter 2. */
-    CHECK(ckpt_rlog_open_replay(dir, 2, 1 << 20, why, sizeof(why)) == 0, "open at 2: %s", why);
+    CHECK(ckpt_rlog_open_replay(dir, NULL, 2, 1 << 20, why, sizeof(why)) == 0, "open at 2: %s", why);
     CHECK(NEXT(CKPT_RL_ALLOC) == 0 && r.a == 0 && r.b == 4096 && r.c == 0x7f0000000000, "allocation record");
     CHECK(ckpt_rlog_peek(T, &r) == CKPT_RL_D2H && r.len == 4, "peek at the first loss");
     CHECK(NEXT(CKPT_RL_D2H) == 0 && r.len == 4 && *(const float *)r.payload == 1.0f, "first loss");
@@ -79,13 +79,13 @@ int main(void)
     ckpt_rlog_append(CKPT_RL_ITER, T, 3, 0, 0, NULL, 0);
     CHECK(ckpt_rlog_flush() == 0, "flush after going live");
     ckpt_rlog_close();
-    CHECK(ckpt_rlog_open_replay(dir, 3, 1 << 20, why, sizeof(why)) == 0, "open at 3 after the rewrite: %s", why);
+    CHECK(ckpt_rlog_open_replay(dir, NULL, 3, 1 << 20, why, sizeof(why)) == 0, "open at 3 after the rewrite: %s", why);
     for (int k = 0; k < 5; k++)
         NEXT(k == 0 ? CKPT_RL_ALLOC : (k % 2 ? CKPT_RL_D2H : CKPT_RL_ITER));
     CHECK(NEXT(CKPT_RL_D2H) == 0 && *(const float *)r.payload == 0.25f, "the rewritten iteration 3");
     ckpt_rlog_close();
 
-    rc = ckpt_rlog_open_replay(dir, 9, 1 << 20, why, sizeof(why));
+    rc = ckpt_rlog_open_replay(dir, NULL, 9, 1 << 20, why, sizeof(why));
     CHECK(rc == -ERANGE && strstr(why, "ends at iteration 3"), "too far: %d '%s'", rc, why);
 
     /* A flipped byte in a payload. */
@@ -99,28 +99,28 @@ int main(void)
             failures++;
     }
     close(fd);
-    rc = ckpt_rlog_open_replay(dir, 2, 1 << 20, why, sizeof(why));
+    rc = ckpt_rlog_open_replay(dir, NULL, 2, 1 << 20, why, sizeof(why));
     CHECK(rc == -EBADMSG && strstr(why, "damaged"), "damage: %d '%s'", rc, why);
 
     /* A log limited to a few records overflows, and says where. */
     record(64 + 3 * 56);
-    rc = ckpt_rlog_open_replay(dir, 3, 1 << 20, why, sizeof(why));
+    rc = ckpt_rlog_open_replay(dir, NULL, 3, 1 << 20, why, sizeof(why));
     CHECK(rc == -ERANGE && strstr(why, "CKPT_REPLAY_LOG_MAX"), "overflow: %d '%s'", rc, why);
 
     /* A copy of nearly 4 GiB is too large for a 1 GiB log: it overflows
      * the log, its bytes never read (the payload here is 8 bytes long). */
-    CHECK(ckpt_rlog_create(dir, 1 << 30, why, sizeof(why)) == 0, "create: %s", why);
+    CHECK(ckpt_rlog_create(dir, NULL, 1 << 30, why, sizeof(why)) == 0, "create: %s", why);
     uint64_t small = 0;
     ckpt_rlog_append(CKPT_RL_D2H, T, UINT32_MAX - 5, T, 0, &small, UINT32_MAX - 5);
     ckpt_rlog_append(CKPT_RL_ITER, T, 1, 0, 0, NULL, 0);
     ckpt_rlog_flush();
     ckpt_rlog_close();
-    rc = ckpt_rlog_open_replay(dir, 1, 1 << 30, why, sizeof(why));
+    rc = ckpt_rlog_open_replay(dir, NULL, 1, 1 << 30, why, sizeof(why));
     CHECK(rc == -ERANGE && strstr(why, "CKPT_REPLAY_LOG_MAX"), "a 4 GiB copy: %d '%s'", rc, why);
 
     /* Two threads whose records interleave: each reads its own, in its
      * own order, whichever runs first in replay. */
-    CHECK(ckpt_rlog_create(dir, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
+    CHECK(ckpt_rlog_create(dir, NULL, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
     for (uint64_t k = 1; k <= 3; k++) {
         ckpt_rlog_append(CKPT_RL_VALUE, 7, 1, 70 + k, 0, NULL, 0);
         ckpt_rlog_append(CKPT_RL_VALUE, T, 1, 10 + k, 0, NULL, 0);
@@ -129,7 +129,7 @@ int main(void)
     ckpt_rlog_append(CKPT_RL_VALUE, 7, 1, 99, 0, NULL, 0); /* after the cut */
     ckpt_rlog_flush();
     ckpt_rlog_close();
-    CHECK(ckpt_rlog_open_replay(dir, 1, 1 << 20, why, sizeof(why)) == 0, "open two threads: %s", why);
+    CHECK(ckpt_rlog_open_replay(dir, NULL, 1, 1 << 20, why, sizeof(why)) == 0, "open two threads: %s", why);
     for (uint64_t k = 1; k <= 3; k++)
         CHECK(NEXT(CKPT_RL_VALUE) == 0 && r.b == 10 + k, "main thread's value %llu", (unsigned long long)k);
     CHECK(ckpt_rlog_left(&who) == 4, "the other thread's three and the ITER left");
@@ -143,7 +143,7 @@ int main(void)
     /* Equal answers in a row are one record, handed out as many times (a
      * record made between them, here from the same OS thread, starts a
      * new run). */
-    CHECK(ckpt_rlog_create(dir, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
+    CHECK(ckpt_rlog_create(dir, NULL, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
     for (int k = 0; k < 1000; k++) {
         ckpt_rlog_append(CKPT_RL_OBSERVE, T, 4, 600, 0, NULL, 0);
         if (k == 500)
@@ -154,7 +154,7 @@ int main(void)
     ckpt_rlog_flush();
     ckpt_rlog_close();
     CHECK(log_size() == 64 + 5 * 48, "1000 equal answers take two records: %lld bytes", (long long)log_size());
-    CHECK(ckpt_rlog_open_replay(dir, 1, 1 << 20, why, sizeof(why)) == 0, "open repeats: %s", why);
+    CHECK(ckpt_rlog_open_replay(dir, NULL, 1, 1 << 20, why, sizeof(why)) == 0, "open repeats: %s", why);
     int served = 0;
     while (ckpt_rlog_peek(T, &r) == CKPT_RL_OBSERVE && r.b == 600 && NEXT(CKPT_RL_OBSERVE) == 0)
         served++;
@@ -163,15 +163,15 @@ int main(void)
     ckpt_rlog_close();
 
     /* A taint before the target refuses it, with the reason. */
-    CHECK(ckpt_rlog_create(dir, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
+    CHECK(ckpt_rlog_create(dir, NULL, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
     ckpt_rlog_append(CKPT_RL_ITER, T, 1, 0, 0, NULL, 0);
     ckpt_rlog_append(CKPT_RL_TAINT, T, 2, 0, 0, "managed memory", 14);
     ckpt_rlog_append(CKPT_RL_ITER, T, 2, 0, 0, NULL, 0);
     ckpt_rlog_flush();
     ckpt_rlog_close();
-    CHECK(ckpt_rlog_open_replay(dir, 1, 1 << 20, why, sizeof(why)) == 0, "before the taint: %s", why);
+    CHECK(ckpt_rlog_open_replay(dir, NULL, 1, 1 << 20, why, sizeof(why)) == 0, "before the taint: %s", why);
     ckpt_rlog_close();
-    rc = ckpt_rlog_open_replay(dir, 2, 1 << 20, why, sizeof(why));
+    rc = ckpt_rlog_open_replay(dir, NULL, 2, 1 << 20, why, sizeof(why));
     CHECK(rc == -EPERM && strstr(why, "from iteration 2 on: managed memory"), "taint: %d '%s'", rc, why);
 
     char cmd[160];

@@ -53,7 +53,7 @@ static void writer(int go, int done)
 {
     char c;
     uint64_t it = 1;
-    if (ckpt_rlog_create(dir, 1 << 30, why, sizeof(why)) < 0)
+    if (ckpt_rlog_create(dir, NULL, 1 << 30, why, sizeof(why)) < 0)
         _exit(2);
     write_iteration(it++);
     if (write(done, "x", 1) != 1)
@@ -92,7 +92,7 @@ int main(void)
         writer(go[0], done[1]);
     CHECK(read(done[0], &c, 1) == 1, "the writer did not start");
 
-    CHECK(ckpt_rlog_open_follow(dir, 1 << 30, why, sizeof(why)) == 0, "open to follow: %s", why);
+    CHECK(ckpt_rlog_open_follow(dir, NULL, 1 << 30, why, sizeof(why)) == 0, "open to follow: %s", why);
     CHECK(follow_to(1, why, sizeof(why)) == 0, "follow to 1: %s", why);
     CHECK(check_iteration(1) == 0, "iteration 1's records");
     CHECK(ckpt_rlog_peek(A, NULL) == 0 && ckpt_rlog_peek(B, NULL) == 0, "records past the cut at 1");
@@ -129,7 +129,7 @@ int main(void)
           "the log goes on from the cut: last iteration %llu (%s)", (unsigned long long)last, why);
 
     /* A taint stops the follower with its reason, where the live run wrote it. */
-    CHECK(ckpt_rlog_open_follow(dir, 1 << 30, why, sizeof(why)) == 0, "open again: %s", why);
+    CHECK(ckpt_rlog_open_follow(dir, NULL, 1 << 30, why, sizeof(why)) == 0, "open again: %s", why);
     CHECK(follow_to(ITERS - 9, why, sizeof(why)) == 0, "to iteration %d: %s", ITERS - 9, why);
     ckpt_rlog_append(CKPT_RL_TAINT, A, ITERS - 8, 0, 0, "a test's reason", 15); /* ignored: not live */
     ckpt_rlog_follow_end();
@@ -137,7 +137,7 @@ int main(void)
     ckpt_rlog_append(CKPT_RL_TAINT, A, ITERS - 8, 0, 0, "a test's reason", 15);
     ckpt_rlog_flush();
     ckpt_rlog_close();
-    CHECK(ckpt_rlog_open_follow(dir, 1 << 30, why, sizeof(why)) == 0, "open a third time: %s", why);
+    CHECK(ckpt_rlog_open_follow(dir, NULL, 1 << 30, why, sizeof(why)) == 0, "open a third time: %s", why);
     CHECK(follow_to(ITERS - 9, why, sizeof(why)) == 0, "to the cut: %s", why);
     CHECK(ckpt_rlog_follow_next(UINT64_MAX, &got, why, sizeof(why)) == -EPERM && strstr(why, "a test's reason"),
           "a taint stops the follower with its reason: %s", why);

@@ -26,7 +26,7 @@ static char dir[] = "/tmp/ckpt-rlogv-XXXXXX", path[64];
 static void record(void)
 {
     char why[256];
-    CHECK(ckpt_rlog_create(dir, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
+    CHECK(ckpt_rlog_create(dir, NULL, 1 << 20, why, sizeof(why)) == 0, "create: %s", why);
     ckpt_rlog_append(CKPT_RL_ALLOC, 1, 0, 4096, 0, NULL, 0);
     for (uint64_t it = 1; it <= 4; it++) {
         uint32_t word = (uint32_t)it * 7u;

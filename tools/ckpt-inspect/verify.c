@@ -13,8 +13,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "arena.h"
 #include "inspect.h"
 #include "log.h"
+#include "replay.h"
 
 static int problems;
 static struct progress bar;
@@ -56,12 +58,16 @@ static void report(const struct image *img)
 static void check_log(const struct image *img, uint64_t iteration)
 {
     const struct tier *t = img->tier;
-    char why[512], name[64];
+    char why[512], name[PATH_MAX + 64];
     uint64_t last;
     int rc;
 
+    char dir[PATH_MAX], disk[PATH_MAX];
     if (t->ops->log_per_copy)
         snprintf(name, sizeof(name), "%s gen-%llu", t->ops->name, (unsigned long long)img->key);
+    else if (t->ops == &arena_tier_ops && ckpt_arena_path(dir, sizeof(dir), t->root, img->job, img->rank) == 0 &&
+             ckpt_rlog_where(dir, disk, sizeof(disk)) == 1)
+        snprintf(name, sizeof(name), "%s, kept on disk in %s", t->ops->name, disk);
     else
         snprintf(name, sizeof(name), "%s", t->ops->name);
     /* A record cut short may be one that a live rank is writing now. */

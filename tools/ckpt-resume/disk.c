@@ -51,6 +51,15 @@ void disk_open(struct disk *d, const struct options *opt)
     if (rc < 0) {
         ckpt_log(CKPT_WARN, "cannot persist snapshots to %s: %s; the job runs without", o.dirs, why);
         d->engine = NULL;
+        return;
+    }
+    /* The replay logs go whole to disk beside the generations, so that the
+     * arena holds none of them at any age of the job. */
+    const char *given = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
+    if ((!given || !*given) &&
+        ckpt_persist_job_dir(d->engine, opt->job_name, d->log_dir, sizeof(d->log_dir), why, sizeof(why)) < 0) {
+        d->log_dir[0] = '\0';
+        ckpt_log(CKPT_WARN, "the replay logs stay in the arena: %s", why);
     }
 }
 

@@ -38,6 +38,7 @@ static const char *const rank_vars[] = {
  * the beginning must not pass on the user's CKPT_RESTORE).
  */
 static const char *const job_vars[] = { "LD_PRELOAD", "CKPT_JOB", "CKPT_AGENT_SOCKET", "CKPT_RESTORE", "CKPT_FOLLOW", "PYTHONPATH",
+                                        "CKPT_REPLAY_LOG_DIR",
                                         "CKPT_JOB_KEY" /* the agents' secret: never the ranks' */ };
 #define N_JOB_VARS (sizeof(job_vars) / sizeof(job_vars[0]))
 

@@ -22,6 +22,7 @@
 #include "arena.h"
 #include "image.h"
 #include "log.h"
+#include "replay.h"
 #include "resume.h"
 
 /* The files libckpt keeps in a rank's directory. */
@@ -248,15 +249,19 @@ bool arena_pick(const struct options *opt, uint64_t below, struct restore_point 
 }
 
 /*
- * Removes the rank directory @name of the job directory @dfd, with the
- * files libckpt keeps in it; anything else there stays, and so does the
- * directory.  Returns 0, or -errno.
+ * Removes the rank directory @name of the job directory @dir (open as
+ * @dfd), with the files libckpt keeps in it and its replay log on disk;
+ * anything else there stays, and so does the directory.  Returns 0, or
+ * -errno.
  */
-static int remove_rank(int dfd, const char *name)
+static int remove_rank(const char *dir, int dfd, const char *name)
 {
+    char path[PATH_MAX + 256];
     int rfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rfd < 0)
         return -errno;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    ckpt_rlog_remove(path);
     for (size_t i = 0; i < sizeof(rank_files) / sizeof(rank_files[0]); i++)
         unlinkat(rfd, rank_files[i], 0);
     close(rfd);
@@ -296,7 +301,7 @@ int arena_remove(const struct options *opt)
         return rc;
     }
     for (struct dirent *e; (e = readdir(d));) {
-        if (rank_dir(e->d_name, &r) && (rc = remove_rank(dfd, e->d_name)) < 0)
+        if (rank_dir(e->d_name, &r) && (rc = remove_rank(dir, dfd, e->d_name)) < 0)
             ckpt_log(CKPT_WARN, "cannot remove %s/%s: %s", dir, e->d_name, strerror(-rc));
     }
     closedir(d);

@@ -19,6 +19,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "log.h"
 #include "resume.h"
 
@@ -74,6 +75,13 @@ int job_open(struct job *job, const struct options *opt)
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
         return -errno;
     disk_open(&job->disk, opt);
+    const char *given = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
+    if (given && *given)
+        snprintf(job->disk.log_dir, sizeof(job->disk.log_dir), "%s", given);
+    job->nfixed = 3;
+    if (job->disk.log_dir[0] &&
+        (rc = job_set_var(&job->vars[job->nfixed++], "CKPT_REPLAY_LOG_DIR", job->disk.log_dir)) < 0)
+        return rc;
     return standby_open(job);
 }
 
@@ -179,11 +187,11 @@ int job_launch(struct job *job, uint64_t restore)
     job->term_sent = false;
     job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1, .no_room_rank = -1 };
     job->restore = restore;
-    for (int i = 3; i < 6; i++) {
+    for (int i = job->nfixed; i < job->nfixed + 3; i++) {
         free(job->vars[i]);
         job->vars[i] = NULL;
     }
-    int k = 3;
+    int k = job->nfixed;
     if (opt->pythonpath && job_set_var(&job->vars[k++], "PYTHONPATH", opt->pythonpath) < 0)
         k = -1;
     if (restore && k > 0) {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/personality.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -362,6 +363,12 @@ static int configure(struct options *opt, bool restarts_given)
         snprintf(opt->job_name, sizeof(opt->job_name), "%s", ckpt_cfg_str(CFG_JOB));
     else
         snprintf(opt->job_name, sizeof(opt->job_name), "j%d-%lld", (int)getpid(), (long long)time(NULL));
+    const char *logdir = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
+    struct stat st;
+    if (logdir && *logdir && (stat(logdir, &st) < 0 || !S_ISDIR(st.st_mode))) {
+        ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: not a directory; make it, or unset the variable", logdir);
+        return -ENOTDIR;
+    }
     int rc = torch_allocator();
     if (rc < 0 || (rc = arena_preflight(opt)) < 0)
         return rc;

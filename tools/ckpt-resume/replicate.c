@@ -281,13 +281,14 @@ static int send_log(const char *dir, const char *job, int rank, const char *to, 
     int ctl, rc;
 
     snprintf(path, sizeof(path), "%s/replay.log", dir);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = ckpt_rlog_open_fd(dir, why, whylen);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, &st) < 0) {
         rc = -errno;
         snprintf(why, whylen, "cannot read %.300s: %s", path, strerror(-rc));
-        if (fd >= 0)
-            close(fd);
+        close(fd);
         return rc;
     }
     if ((rc = ckpt_wire_connect(to, &ctl, why, whylen)) < 0) {

@@ -94,6 +94,8 @@ struct disk {
     struct ckpt_persist *engine;
     unsigned every;         /* CKPT_PERSIST_EVERY; 0: restore only */
     char pin[PATH_MAX];     /* <job dir>/persist-pin */
+    char log_dir[PATH_MAX]; /* where the ranks keep their replay logs (CKPT_REPLAY_LOG_DIR, the user's or
+                             * in the first persist directory), "": in the arena */
     uint64_t seen;          /* newest iteration every rank had committed */
     uint64_t commits;       /* such iterations seen */
     pthread_t thread;       /* the worker, while running */
@@ -120,7 +122,8 @@ struct standby {
     pid_t pgid;
     struct channel chan;
     char *master_port;
-    char *vars[6];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_FOLLOW, PYTHONPATH as set; NULL */
+    char *vars[7];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_FOLLOW, then as set:
+                             * CKPT_REPLAY_LOG_DIR, PYTHONPATH; NULL */
     struct ckpt_follow **orders; /* opt->nproc entries, mapped while they run */
     char lost[256];         /* why they cannot take over ("": they can) */
     double started_s;       /* when they were started, 0: not yet */
@@ -143,8 +146,9 @@ struct job {
     int running;            /* ranks not yet reaped */
     pid_t pgid;             /* the job's process group: the first rank's pid */
     char *master_addr, *master_port;
-    char *vars[7];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, then as set: PYTHONPATH, CKPT_RESTORE,
-                             * PYTHONUNBUFFERED; NULL */
+    char *vars[8];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, then as set: CKPT_REPLAY_LOG_DIR
+                             * (the first nfixed), PYTHONPATH, CKPT_RESTORE, PYTHONUNBUFFERED; NULL */
+    int nfixed;
     uint64_t restore;       /* CKPT_RESTORE of this launch, 0: a fresh start */
     struct channel chan;
     int sigfd;              /* signalfd for SIGCHLD and the forwarded signals */

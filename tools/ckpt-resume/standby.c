@@ -42,6 +42,7 @@ static int standby_vars(struct job *job)
         (rc = job_set_var(&sb->vars[1], "CKPT_JOB", job->opt->job_name)) < 0 ||
         (rc = job_set_var(&sb->vars[2], "CKPT_AGENT_SOCKET", sb->chan.path)) < 0 ||
         (rc = job_set_var(&sb->vars[3], "CKPT_FOLLOW", "1")) < 0 ||
+        (job->disk.log_dir[0] && (rc = job_set_var(&sb->vars[k++], "CKPT_REPLAY_LOG_DIR", job->disk.log_dir)) < 0) ||
         (job->opt->pythonpath && (rc = job_set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
         return rc;
     return 0;

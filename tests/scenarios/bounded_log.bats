@@ -1,0 +1,111 @@
+#!/usr/bin/env bats
+# The replay log on disk (CKPT_REPLAY_LOG_DIR, which ckpt-resume sets from
+# CKPT_PERSIST_DIRS): the arena holds one page of each rank's log however
+# old the job is, the disk holds it whole, and every way back reads it
+# there: a standby's takeover after 100,000 iterations, the cold path's
+# replay from the start, a restore from a generation on disk (after which
+# the log goes back to disk), ckpt-inspect verify.  A directory that is
+# not there stops the job before it trains.
+
+load output
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    CKPT=$BUILD/bin/ckpt-resume
+    TRAIN=$BUILD/examples/mlp-train
+    [ -x "$CKPT" ] && [ -x "$TRAIN" ] || { echo "missing $CKPT or $TRAIN: build first" >&2; return 1; }
+    D=$(mktemp -d /tmp/ckpt-boundlog-bats-XXXXXX)
+    unset CKPT_JOB CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_FAULT LD_PRELOAD CKPT_STANDBY \
+        CKPT_REPLAY_LOG_DIR CKPT_REPLAY_LOG_MAX MASTER_ADDR MASTER_PORT
+    mkdir -p "$D/ssd"
+    export CKPT_ARENA_DIR=$D/arena CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=10 CKPT_KEEP_ARENA=1
+    export CKPT_PERSIST_DIRS=$D/ssd CKPT_JOB=boundlog-$$-$RANDOM
+    ARENA=$D/arena/$(id -u)-$CKPT_JOB
+    DISK=$D/ssd/$(id -u)-$CKPT_JOB
+    ARGS="--hidden 4 --layers 1 --batch 2"
+}
+
+teardown() {
+    rm -rf "$D"
+}
+
+# The largest the arena's replay.log of rank 0 was, sampled until the job $1 ends.
+watch_arena_log() {
+    local max=0 s
+    while kill -0 "$1" 2>/dev/null; do
+        s=$(stat -c %s "$ARENA/rank0/replay.log" 2>/dev/null || echo 0)
+        [ "$s" -gt "$max" ] && max=$s
+        sleep 0.5
+    done
+    echo "$max"
+}
+
+@test "over 100,000 iterations the arena holds one page of the replay log, the disk all of it; a failure at the end is taken over bit-exact" {
+    "$TRAIN" --iters 100020 $ARGS >"$D/plain" 2>/dev/null
+    CKPT_STANDBY=1 CKPT_PERSIST_EVERY=5000 CKPT_FAULT=kill:rank=0:iter=100000 timeout -k 5 500 "$CKPT" --nproc 1 -- \
+        "$TRAIN" --iters 100020 $ARGS >"$D/out" 2>"$D/err" &
+    local job=$! max
+    max=$(watch_arena_log $job)
+    wait $job || { cat "$D/err"; return 1; }
+    echo "the arena's replay.log was at most $max bytes"
+    [ "$max" -gt 0 ] && [ "$max" -le 4096 ] || { cat "$D/err"; return 1; }
+    # The whole log is on disk: at least 100 bytes an iteration for this trainer.
+    [ "$(stat -c %s "$DISK/rank0.replay.log")" -gt 10000000 ]
+    grep -q '^ckpt-resume: the standbys take over at iteration ' "$D/err" || { cat "$D/err"; return 1; }
+    ! grep -q "replaying [0-9]* iterations\|cold path\|CKPT_REPLAY_LOG_MAX" "$D/err"
+    grep -Eq '^ckpt-resume: done exit=0 restarts=1 \(standby [0-9.]+ s\)$' "$D/err" || { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out") "$D/plain"
+    [ "$(stat -c %s "$ARENA/rank0/replay.log")" -le 4096 ]
+    # Every tool reads the log where it is.
+    run "$BUILD/bin/ckpt-inspect" verify
+    [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+    [[ $output == *"rank0 replay log (arena, kept on disk in $DISK/rank0.replay.log): verified through iteration 100020"* ]] ||
+        { echo "$output"; return 1; }
+}
+
+@test "the cold path replays from the start out of the log on disk, bit-exact, and the log stays there (1 and 2 ranks)" {
+    local n
+    for n in 1 2; do
+        CKPT_PERSIST_DIRS= timeout -k 5 120 "$CKPT" --nproc $n -- "$TRAIN" --iters 1500 $ARGS >"$D/plain.$n" 2>/dev/null
+        CKPT_FAULT=kill:rank=$((n - 1)):iter=1200 timeout -k 5 120 "$CKPT" --nproc $n -- "$TRAIN" --iters 1500 $ARGS \
+            >"$D/out.$n" 2>"$D/err.$n" || { cat "$D/err.$n"; return 1; }
+        grep -Eq "^libckpt\[rank 0\]: replaying 1[12][0-9]{2} iterations to restore generation " "$D/err.$n" ||
+            { cat "$D/err.$n"; return 1; }
+        diff <(resumed_output "$D/out.$n") "$D/plain.$n"
+        for ((r = 0; r < n; r++)); do
+            [ "$(stat -c %s "$ARENA/rank$r/replay.log")" -le 4096 ]
+            [ "$(stat -c %s "$DISK/rank$r.replay.log")" -gt 100000 ]
+        done
+        rm -rf "$ARENA" "$DISK"/rank*.replay.log
+    done
+}
+
+@test "a restore from a generation on disk (the arena wiped) goes live with its log back on disk" {
+    CKPT_PERSIST_DIRS= timeout -k 5 120 "$CKPT" --nproc 1 -- "$TRAIN" --iters 300 $ARGS >"$D/plain" 2>/dev/null
+    # The first launch's arena is wiped when it fails; the restored launch
+    # says, once its program ended, how large the arena's replay.log was.
+    local wrap='trap : TERM; "$0" "$@"; rc=$?
+        [ -n "$CKPT_RESTORE" ] || [ $rc -eq 0 ] || rm -rf "$CKPT_ARENA_DIR"/*/rank*
+        [ -z "$CKPT_RESTORE" ] || stat -c %s "$CKPT_ARENA_DIR"/*/rank0/replay.log >"$STUB"; exit $rc'
+    STUB=$D/stub CKPT_PERSIST_EVERY=1 CKPT_FAULT=kill:rank=0:iter=250 timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        sh -c "$wrap" "$TRAIN" --iters 300 $ARGS >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    grep -Eq "^ckpt-resume: restoring generation [0-9]+ \(iteration [0-9]+\) from disk$" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out") "$D/plain"
+    [ "$(cat "$D/stub")" -le 4096 ] || { echo "the arena held $(cat "$D/stub") bytes of log"; return 1; }
+    [ "$(stat -c %s "$DISK/rank0.replay.log")" -gt 20000 ]
+}
+
+@test "CKPT_REPLAY_LOG_DIR that is not a directory stops the job before it trains, naming it (ckpt-resume and libckpt alone)" {
+    local want="CKPT_REPLAY_LOG_DIR=$D/nowhere: not a directory; make it, or unset the variable"
+    CKPT_PERSIST_DIRS= CKPT_REPLAY_LOG_DIR=$D/nowhere run -2 --separate-stderr \
+        timeout -k 5 60 "$CKPT" --nproc 1 -- "$TRAIN" --iters 50 $ARGS
+    [ "$stderr" = "ckpt-resume: error: $want" ] || { echo "$stderr"; return 1; }
+    [ -z "$output" ]
+    CKPT_REPLAY_LOG_DIR=$D/nowhere LD_PRELOAD=$BUILD/lib/libckpt.so run -2 --separate-stderr \
+        timeout -k 5 60 "$TRAIN" --iters 50 $ARGS
+    [[ $stderr == *"libckpt[rank 0]: error: $want"* ]] || { echo "$stderr"; return 1; }
+    [[ $output != *"iter 1 "* ]] || { echo "it trained: $output"; return 1; }
+}
