@@ -834,13 +834,18 @@ void ckpt_before_capture(void)
     pthread_mutex_unlock(&S.lock);
 }
 
-/* The thread whose calls the boundary learner reads: the first that
- * made a token.  Another thread's syncs would interleave with its tokens
- * differently in every run, and a replaying run must end its iterations
- * at the same calls of the same thread as the recorded run. */
+/* The thread whose calls the boundary learner reads: the first of the
+ * program's threads that made a token, never one a library started (NCCL
+ * joins a nonblocking communicator on a thread of its own, which waits
+ * on its streams before the program's first iteration).  Another
+ * thread's syncs would interleave with its tokens differently in every
+ * run, and a replaying run must end its iterations at the same calls of
+ * the same thread as the recorded run. */
 static uint64_t token_thread;
 static bool tokens_mine(void)
 {
+    if (ckpt_thread_internal)
+        return false;
     uint64_t me = ckpt_thread_key(), none = 0;
     uint64_t owner = __atomic_load_n(&token_thread, __ATOMIC_RELAXED);
     if (!owner && __atomic_compare_exchange_n(&token_thread, &none, me, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))

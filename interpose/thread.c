@@ -63,6 +63,18 @@ static uintptr_t object_of(const void *fn)
     return fn && dladdr(fn, &info) ? (uintptr_t)info.dli_fbase : 0;
 }
 
+/* A function of NCCL's, once the program has called one (NCCL's threads
+ * start inside such a call: a communicator's init makes them): the real
+ * functions resolve as they are first called, whichever comes first. */
+static const void *nccl_function(void)
+{
+    const void *f = (const void *)real_ncclGroupStart;
+    f = f ? f : (const void *)real_ncclCommInitRank;
+    f = f ? f : (const void *)real_ncclCommInitRankConfig;
+    f = f ? f : (const void *)real_ncclCommSplit;
+    return f ? f : (const void *)real_ncclAllReduce;
+}
+
 bool ckpt_caller_is_library(const void *caller)
 {
     uintptr_t base = object_of(caller);
@@ -70,7 +82,7 @@ bool ckpt_caller_is_library(const void *caller)
         return false;
     /* The driver, NCCL (also when linked into another library: that
      * library is where its entry points resolve), and libckpt itself. */
-    return base == object_of((const void *)real_cuInit) || base == object_of((const void *)real_ncclGroupStart) ||
+    return base == object_of((const void *)real_cuInit) || base == object_of(nccl_function()) ||
            base == object_of((const void *)ckpt_caller_is_library);
 }
 

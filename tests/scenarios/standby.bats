@@ -275,3 +275,24 @@ run_killed() {
     [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=0" ]
     diff "$D/out" "$D/plain"
 }
+
+@test "communicators made nonblocking, split with splitShare, a registered buffer, state in ncclMemAlloc memory: the standbys take over, and the cold path restores, bit-exact (2 and 4 ranks)" {
+    local n mode prog=$BUILD/tests/progs/commsplit
+    for n in 2 4; do
+        CKPT_STANDBY=0 ckpt --nproc $n -- "$prog" --iters 300 >"$D/plain.$n" 2>/dev/null
+        for mode in 1 0; do
+            CKPT_STANDBY=$mode CKPT_FAULT=kill:rank=1:iter=200 ckpt --nproc $n -- "$prog" --iters 300 \
+                >"$D/out.$n.$mode" 2>"$D/err.$n.$mode" || { cat "$D/err.$n.$mode"; return 1; }
+            if [ $mode = 1 ]; then
+                grep -q '^ckpt-resume: the standbys take over at iteration 190 ' "$D/err.$n.$mode" ||
+                    { cat "$D/err.$n.$mode"; return 1; }
+                ! grep -q "replaying [0-9]* iterations\|cold path" "$D/err.$n.$mode"
+            else
+                grep -q '^libckpt\[rank 1\]: replaying 190 iterations to restore generation ' "$D/err.$n.$mode" ||
+                    { cat "$D/err.$n.$mode"; return 1; }
+            fi
+            # Each rank prints its digest at the end, in whatever order they finish.
+            diff <(resumed_output "$D/out.$n.$mode" | sort) <(sort "$D/plain.$n")
+        done
+    done
+}

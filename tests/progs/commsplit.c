@@ -1,0 +1,128 @@
+/*
+ * commsplit: a data-parallel step over communicators made the ways large
+ * frameworks make them.  The world communicator is initialised
+ * nonblocking (ncclCommInitRankConfig with blocking = 0, then
+ * ncclCommGetAsyncError polled until it leaves ncclInProgress, as
+ * PyTorch's ProcessGroupNCCL does with nonblocking init); a group of half
+ * the ranks is split from it by parity, sharing its resources
+ * (ncclCommSplit with splitShare = 1, nonblocking too), as a
+ * tensor-parallel group is; the gradient buffer is registered with the
+ * world (ncclCommRegister, user-buffer registration); and the weights live
+ * in memory from ncclMemAlloc (as NCCL's memory pool holds tensors).
+ *
+ * Each iteration every rank derives a gradient from the weights, its rank
+ * and the iteration; the world all-reduces it, the parity group
+ * all-reduces a second buffer; the weights take in both; rank 0 prints
+ * the loss, and at the end every rank's digest of its weights.  Integer
+ * sums only: the same on every run, whatever the order of arrival.
+ *
+ * Ranks from RANK and WORLD_SIZE, rank 0's unique id over TCP at
+ * MASTER_ADDR:MASTER_PORT (examples/mlp/rendezvous.h), as torchrun sets
+ * them; --iters and --die-at as fid.h says.
+ */
+#include <nccl.h>
+
+#include "fid.h"
+#include "../../examples/mlp/rendezvous.h"
+
+#define WORDS 2048
+
+#define NCHECK(call)                                                                                        \
+    do {                                                                                                    \
+        ncclResult_t r_ = (call);                                                                           \
+        if (r_ != ncclSuccess && r_ != ncclInProgress)                                                      \
+            fid_fail(#call, ncclGetErrorString(r_), __FILE__, __LINE__);                                    \
+    } while (0)
+
+/* A nonblocking communicator is usable once it leaves ncclInProgress. */
+static void wait_ready(ncclComm_t c)
+{
+    ncclResult_t state;
+    NCHECK(ncclCommGetAsyncError(c, &state));
+    while (state == ncclInProgress) {
+        fid_sleep_us(200);
+        NCHECK(ncclCommGetAsyncError(c, &state));
+    }
+    if (state != ncclSuccess)
+        fid_fail("nonblocking communicator", ncclGetErrorString(state), __FILE__, __LINE__);
+}
+
+KERNEL(gradient, (const uint32_t *, w), (uint32_t *, g), (uint32_t *, aux), (size_t, n), (uint32_t, salt))
+{
+    for (size_t i = KERNEL_INDEX; i < n; i += KERNEL_STRIDE) {
+        g[i] = w[(i * 5 + 1) % n] * 2654435761u + salt;
+        aux[i] = w[i] ^ (salt * 40503u);
+    }
+}
+
+KERNEL(update, (uint32_t *, w), (const uint32_t *, g), (const uint32_t *, aux), (size_t, n))
+{
+    for (size_t i = KERNEL_INDEX; i < n; i += KERNEL_STRIDE)
+        w[i] = (w[i] << 3 | w[i] >> 29) + g[i] - aux[i];
+}
+
+int main(int argc, char **argv)
+{
+    struct fid_opts o;
+    fid_parse(argc, argv, &o, "commsplit");
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *r = getenv("RANK"), *n = getenv("WORLD_SIZE");
+    int rank = r ? atoi(r) : 0, world = n ? atoi(n) : 1;
+
+    cudaStream_t s;
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclUniqueId id;
+    if (rank == 0)
+        NCHECK(ncclGetUniqueId(&id));
+    if (world > 1) {
+        rendezvous rv = {getenv("MASTER_ADDR"), getenv("MASTER_PORT"), rank, world};
+        if (!rv.addr || !rv.port)
+            fid_fail("rendezvous", "MASTER_ADDR and MASTER_PORT must be set", __FILE__, __LINE__);
+        if (rank == 0)
+            rendezvous_serve(&rv, &id);
+        else
+            rendezvous_fetch(&rv, &id);
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t comm, half;
+    NCHECK(ncclCommInitRankConfig(&comm, world, id, rank, &cfg));
+    wait_ready(comm);
+    ncclConfig_t split = NCCL_CONFIG_INITIALIZER;
+    split.blocking = 0;
+    split.splitShare = 1;
+    NCHECK(ncclCommSplit(comm, rank % 2, rank, &half, &split));
+    wait_ready(half);
+
+    uint32_t *w, *g, *aux, *dloss, *loss_h;
+    void *handle;
+    NCHECK(ncclMemAlloc((void **)&w, WORDS * sizeof(uint32_t)));
+    CHECK(cudaMalloc((void **)&g, WORDS * sizeof(uint32_t)));
+    CHECK(cudaMalloc((void **)&aux, WORDS * sizeof(uint32_t)));
+    CHECK(cudaMalloc((void **)&dloss, sizeof(uint32_t)));
+    CHECK(cudaMallocHost((void **)&loss_h, sizeof(uint32_t)));
+    NCHECK(ncclCommRegister(comm, g, WORDS * sizeof(uint32_t), &handle));
+    CHECK(cudaMemsetAsync(w, 0, WORDS * sizeof(uint32_t), s));
+    CHECK(fid_step_launch(DIM3(8), DIM3(256), s, w, WORDS, 7u)); /* the same start on every rank */
+
+    for (int it = 1; it <= o.iters; it++) {
+        CHECK(gradient_launch(DIM3(8), DIM3(256), s, w, g, aux, WORDS, (uint32_t)(it * 31 + rank)));
+        NCHECK(ncclAllReduce(g, g, WORDS, ncclUint32, ncclSum, comm, s));
+        NCHECK(ncclAllReduce(aux, aux, WORDS, ncclUint32, ncclSum, half, s));
+        CHECK(update_launch(DIM3(8), DIM3(256), s, w, g, aux, WORDS));
+        CHECK(fid_loss_launch(DIM3(1), DIM3(1), s, w, WORDS, dloss));
+        CHECK(cudaMemcpyAsync(loss_h, dloss, sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
+        CHECK(cudaStreamSynchronize(s));
+        if (rank == 0)
+            printf("iter %d loss 0x%08x\n", it, *loss_h);
+        fid_end_iteration(&o, it);
+    }
+    printf("rank %d digest %016llx\n", rank,
+           (unsigned long long)fid_hash_device(FID_HASH_INIT, w, WORDS * sizeof(uint32_t)));
+    NCHECK(ncclCommDeregister(comm, handle));
+    NCHECK(ncclMemFree(w));
+    NCHECK(ncclCommDestroy(half));
+    NCHECK(ncclCommDestroy(comm));
+    return 0;
+}
