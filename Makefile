@@ -105,6 +105,8 @@ REPLICA_TOOLS := ckpt-replica ckpt-resume
 $(addprefix $(B)/bin/,$(REPLICA_TOOLS)): $(call obj,$(REPLICA_SRC))
 $(addprefix $(B)/bin/,$(REPLICA_TOOLS)): TOOL_LIBS := -lfabric -lnettle
 $(foreach t,$(REPLICA_TOOLS),$(eval $(B)/obj/tools/$(t)/%.o: ALL_CFLAGS += -Ireplica))
+# The agents' control plane on several nodes: etcd, through its JSON gateway.
+$(B)/bin/ckpt-resume: TOOL_LIBS += -lcurl -ljson-c
 
 # ---- the test double of the GPU stack, with the real sonames.  Calls
 # inside one library bind to its own functions (-Bsymbolic-functions), as
@@ -168,6 +170,10 @@ $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(call obj,$(RUNTIME_SRC))
 $(B)/tests/unit/wire_auth: $(call obj,replica/auth.c replica/wire.c)
 $(B)/tests/unit/wire_auth: UNIT_LIBS := -lnettle
 $(B)/obj/tests/unit/wire_auth.o: ALL_CFLAGS += -Ireplica
+# The etcd client, against an etcd the test starts.
+$(B)/tests/unit/etcd: $(call obj,tools/ckpt-resume/etcd.c)
+$(B)/tests/unit/etcd: UNIT_LIBS := -lcurl -ljson-c -lnettle
+$(B)/obj/tests/unit/etcd.o: ALL_CFLAGS += -Itools/ckpt-resume
 
 # (build/bench/ is one level below build/, so its RUNPATH is ../fake.)
 $(B)/bench/%: $(B)/obj/bench/%.o $(FAKE_LIBS_OUT)

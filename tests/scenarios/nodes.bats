@@ -596,7 +596,7 @@ ROWS
     CKPT_REPLICAS=3 run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"CKPT_REPLICAS=3: the job has 2 nodes"* ]]
     run -2 "$CKPT" --coord nowhere --nnodes 2 --nproc 1 -- "$TRAIN"
-    [[ $output == *"--coord: expected HOST:PORT, got 'nowhere'"* ]]
+    [[ $output == *"--coord: expected HOST:PORT or etcd://HOST:PORT[,...], got 'nowhere'"* ]]
     CKPT_JOB_KEY=short run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"CKPT_JOB_KEY is too short: it must have at least 16 characters"* ]]
     [[ $output != *"short"*"short"* ]]

@@ -75,6 +75,7 @@ struct coord {
     double timeout_s, resume_at, gather_since;
     char master_addr[COORD_ADDR_MAX], master_port[16];
     char bound[128];                    /* the address listened on */
+    bool master_from_node0;             /* no master address given: node 0's (through etcd) */
     struct pollfd *pfd;                 /* one turn's: the stop pipe, the listener, pending, nodes */
     struct spawn *spawn;                /* the nodes started with CKPT_NODE_LAUNCHER; NULL: none */
 };
@@ -218,6 +219,15 @@ static void plan(struct coord *c)
         ckpt_log(CKPT_INFO, "restarting from the beginning: %s", why);
     }
     c->restore = it;
+    /* Through etcd the coordinator may run on any node: rank 0's rendezvous
+     * is at node 0's address, the one its agent takes replicas at. */
+    if (c->master_from_node0) {
+        const char *hp = c->nodes[0].addr.hostport, *colon = strrchr(hp, ':');
+        size_t n = colon ? (size_t)(colon - hp) : strlen(hp);
+        if (n >= 2 && hp[0] == '[' && hp[n - 1] == ']')
+            hp++, n -= 2;
+        snprintf(c->master_addr, sizeof(c->master_addr), "%.*s", (int)n, hp);
+    }
     /* a port another process took costs one launch, not every restart (env.c) */
     if (c->launches && job_master_port(c->master_port) < 0)
         ckpt_log(CKPT_WARN, "keeping rank 0's port %s: cannot find another free one", c->master_port);
@@ -716,6 +726,9 @@ int coord_open(struct coord **out, const struct options *opt, const char *master
         c->nodes[j].fd = -1;
     snprintf(c->master_addr, sizeof(c->master_addr), "%s", master_addr);
     snprintf(c->master_port, sizeof(c->master_port), "%s", master_port);
+    c->master_from_node0 = !*master_addr;
+    if (!*master_port && job_master_port(c->master_port) < 0)
+        return -EADDRINUSE;
     int rc = ckpt_wire_listen(opt->coord, &c->lfd, c->bound, sizeof(c->bound), why, sizeof(why));
     if (rc < 0) {
         ckpt_log(CKPT_ERROR, "cannot listen for the other nodes: %s (CKPT_COORD)", why);

@@ -236,7 +236,8 @@ static void warn_unknown(const char *name, const char *suggestion)
  */
 static int configure_nodes(struct options *opt, const bool given[4])
 {
-    char why[256];
+    char why[512];
+    int rc;
 
     const char *coord = ckpt_cfg_str(CFG_COORD);
     if (!opt->coord && coord && *coord)
@@ -256,8 +257,18 @@ static int configure_nodes(struct options *opt, const bool given[4])
         opt->node_rank = 0;
         return 0;
     }
-    if (!strrchr(opt->coord, ':') || !strrchr(opt->coord, ':')[1])
-        return usage_error("--coord: expected HOST:PORT, got '%s'", opt->coord);
+    if (strncmp(opt->coord, "etcd://", 7) == 0) {
+        opt->etcd = opt->coord + 7;
+        if (!*opt->etcd)
+            return usage_error("--coord etcd://: expected etcd://HOST:PORT[,HOST:PORT...]");
+        if (!given[3] && !getenv("CKPT_NODE_RANK"))
+            opt->node_rank = -1; /* whichever is free */
+    } else if (!strrchr(opt->coord, ':') || !strrchr(opt->coord, ':')[1]) {
+        return usage_error("--coord: expected HOST:PORT or etcd://HOST:PORT[,...], got '%s'", opt->coord);
+    }
+    if (opt->etcd && launcher && *launcher)
+        return usage_error("CKPT_NODE_LAUNCHER with --coord etcd://: not yet; start each node yourself (srun, ssh), "
+                           "or use --coord HOST:PORT");
     if (opt->node_rank >= opt->nnodes)
         return usage_error("--node-rank %d: expected 0 to %d (--nnodes %d)", opt->node_rank, opt->nnodes - 1,
                            opt->nnodes);
@@ -271,7 +282,6 @@ static int configure_nodes(struct options *opt, const bool given[4])
     if (ckpt_placement_check(ckpt_placement_choose(p, (unsigned)opt->nnodes, m), (unsigned)opt->nnodes, m, why,
                              sizeof(why)) < 0)
         return usage_error("CKPT_PLACEMENT: %s", why);
-    opt->first_rank = opt->node_rank * opt->nproc;
     if (ckpt_auth_set_key(ckpt_cfg_str(CFG_JOB_KEY)) < 0)
         return usage_error("CKPT_JOB_KEY is too short: it must have at least %d characters", CKPT_AUTH_KEY_MIN);
     if (opt->node_rank == 0 && launcher && *launcher)
@@ -294,6 +304,11 @@ static int configure_nodes(struct options *opt, const bool given[4])
             opt->job_name[k++] = (isalnum((unsigned char)*c) || *c == '.') ? *c : '-';
         opt->job_name[k] = '\0';
     }
+    if (opt->etcd && (rc = bridge_start(opt, why, sizeof(why))) < 0) {
+        ckpt_log(CKPT_ERROR, "cannot join the job through etcd: %s (CKPT_COORD)", why);
+        return rc;
+    }
+    opt->first_rank = opt->node_rank * opt->nproc;
     if (opt->node_rank == 0) {
         FILE *out = stderr;
         ckpt_placement_describe(out, ckpt_placement_choose(p, (unsigned)opt->nnodes, m), (unsigned)opt->nnodes, m);
@@ -394,8 +409,10 @@ int main(int argc, char **argv)
     }
     ckpt_log_init("ckpt-resume", (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
-    if (configure(&opt, restarts_given) < 0 || configure_nodes(&opt, given) < 0)
+    if (configure(&opt, restarts_given) < 0 || configure_nodes(&opt, given) < 0) {
+        bridge_stop();
         return USAGE_ERROR;
+    }
     /* Inherited by every process started from here on, launchers and
      * their ranks included: restore by replay needs each device allocation
      * back at its address. */
@@ -416,6 +433,7 @@ int main(int argc, char **argv)
     rc = job_open(&job, &opt);
     if (rc < 0) {
         ckpt_log(CKPT_ERROR, "cannot prepare the job: %s", strerror(-rc));
+        bridge_stop();
         job_close(&job);
         free(opt.preload);
         free(opt.pythonpath);
@@ -425,6 +443,7 @@ int main(int argc, char **argv)
     int code;
     if (opt.coord) {
         code = member_run(&job, &restarts);
+        bridge_stop();
         disk_finish(&job);
         job_settle(&opt, code);
     } else {

@@ -169,7 +169,9 @@ static int connect_coord(struct job *job, struct member *m)
             return -EINTR;
         }
     }
-    if (ckpt_wire_local_ip(m->fd, m->ip, sizeof(m->ip)) < 0)
+    if (bridge_ip())
+        snprintf(m->ip, sizeof(m->ip), "%s", bridge_ip()); /* the bridge is on loopback */
+    else if (ckpt_wire_local_ip(m->fd, m->ip, sizeof(m->ip)) < 0)
         snprintf(m->ip, sizeof(m->ip), "127.0.0.1");
     m->heard = m->sent = now_s();
     return 0;
@@ -719,7 +721,7 @@ int member_run(struct job *job, int *restarts)
             job->master_addr = dup;
         }
     }
-    if (opt->node_rank == 0 && coord_start(&m->coord, opt, job->master_addr, job->master_port) < 0)
+    if (opt->node_rank == 0 && !opt->etcd && coord_start(&m->coord, opt, job->master_addr, job->master_port) < 0)
         goto out;
     if (connect_coord(job, m) < 0 || rep_open(&m->rep, opt, m->ip, m->wake[1]) < 0)
         goto out;

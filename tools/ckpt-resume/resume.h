@@ -34,7 +34,9 @@
 struct options {
     int nproc;              /* local ranks to start, >= 1 */
     int first_rank;         /* RANK of the first of them: node_rank * nproc */
-    const char *coord;      /* CKPT_COORD: HOST:PORT where the nodes meet; NULL: one node */
+    const char *coord;      /* CKPT_COORD: HOST:PORT where the nodes meet; NULL: one node (with etcd: this
+                             * agent's bridge, bridge.c) */
+    const char *etcd;       /* CKPT_COORD=etcd://ENDPOINTS: the nodes meet through etcd; NULL: at coord */
     int nnodes, node_rank;  /* CKPT_NNODES, CKPT_NODE_RANK */
     bool wrap;              /* no --nproc: CMD is one process, maybe a launcher of the ranks */
     int max_restarts;       /* restarts allowed before giving up: --max-restarts, else CKPT_MAX_RESTARTS */
@@ -261,6 +263,14 @@ int member_prepare(struct job *job, struct pollfd *pfd);
 void member_events(struct job *job, const struct pollfd *pfd);
 void member_tick(struct job *job);
 void member_failed(struct job *job);
+
+/* bridge.c: the coordination carried by etcd (opt->etcd).  bridge_start
+ * claims a node rank (opt->node_rank: the one wanted, or -1 for any free
+ * one) and points opt->coord at the bridge; bridge_ip is this machine's
+ * address towards etcd (NULL: no bridge). */
+int bridge_start(struct options *opt, char *why, size_t whylen);
+const char *bridge_ip(void);
+void bridge_stop(void);
 
 /* coord.c: node 0's coordinator thread (coord_open and coord_turn: the same
  * without the thread, for a caller that turns its loop itself) */

@@ -1,0 +1,152 @@
+#!/usr/bin/env bats
+# ckpt-resume on several nodes meeting through etcd (--coord etcd://...):
+# a three-member etcd cluster the tests start on loopback ports, nodes as
+# agents with arenas of their own on this machine.  No node is special:
+# the node whose agent leads can be lost like any other, a replacement
+# machine takes the lost node's rank without being told it, and the job
+# ends exactly as an uninterrupted run; an etcd member lost goes unnoticed;
+# two jobs share one etcd, kept apart by their names; an etcd that cannot
+# be reached, or refuses the credentials, stops the job before it trains.
+
+load output
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+    BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
+    CKPT=$BUILD/bin/ckpt-resume
+    TRAIN=$BUILD/examples/mlp-train
+    [ -x "$CKPT" ] && [ -x "$TRAIN" ] || { echo "missing $CKPT or $TRAIN: build first" >&2; return 1; }
+    command -v etcd >/dev/null && command -v etcdctl >/dev/null || { echo "etcd is not installed (scripts/setup-deps)" >&2; return 1; }
+    D=$(mktemp -d /tmp/ckpt-etcd-bats-XXXXXX)
+    unset CKPT_JOB CKPT_RESTORE CKPT_LIB CKPT_KEEP_ARENA LD_PRELOAD MASTER_ADDR MASTER_PORT CKPT_COORD \
+        CKPT_NNODES CKPT_NODE_RANK CKPT_PERSIST_DIRS CKPT_ETCD_USER CKPT_ETCD_PASSWORD_FILE CKPT_ETCD_CA
+    export CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=5 CKPT_NODE_TIMEOUT=3 CKPT_JOB=etcdjob
+    export ETCDCTL_API=3
+    ARGS="--iters 3000 --hidden 16 --layers 2 --batch 30"
+    etcd_up 3
+}
+
+teardown() {
+    for f in "$D"/sid.*; do [ -f "$f" ] && pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
+    for i in 0 1 2; do [ -f "$D/etcd.pid.$i" ] && kill -KILL "$(cat "$D/etcd.pid.$i")" 2>/dev/null; done
+    rm -rf "$D"
+}
+
+# etcd_up N: an etcd cluster of N members on free loopback ports; ENDPOINTS lists their client addresses.
+etcd_up() {
+    local n=$1 i base cluster=""
+    base=$((20000 + RANDOM % 10000))
+    for ((i = 0; i < n; i++)); do cluster+="${cluster:+,}m$i=http://127.0.0.1:$((base + 2 * i + 1))"; done
+    ENDPOINTS=""
+    for ((i = 0; i < n; i++)); do
+        ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((base + 2 * i))"
+        echo "--name m$i --data-dir $D/etcd.$i --listen-client-urls http://127.0.0.1:$((base + 2 * i)) \
+--advertise-client-urls http://127.0.0.1:$((base + 2 * i)) --listen-peer-urls http://127.0.0.1:$((base + 2 * i + 1)) \
+--initial-advertise-peer-urls http://127.0.0.1:$((base + 2 * i + 1)) --initial-cluster $cluster \
+--heartbeat-interval 50 --election-timeout 500" >"$D/etcd.args.$i"
+        etcd_member $i
+    done
+    for _ in $(seq 100); do etcdctl --endpoints "$ENDPOINTS" endpoint health >/dev/null 2>&1 && return 0; sleep 0.1; done
+    echo "etcd did not come up" >&2
+    cat "$D"/etcd.log.* >&2
+    return 1
+}
+etcd_member() { # I: (re)starts member I
+    # shellcheck disable=SC2046
+    etcd $(cat "$D/etcd.args.$1") >>"$D/etcd.log.$1" 2>&1 &
+    echo $! >"$D/etcd.pid.$1"
+}
+
+# start TAG N [NODE_RANK]: an agent of N nodes x 1 rank in a session of its own, arena $D/arena.TAG;
+# out/err/rc in $D/{out,err,rc}.TAG.
+start() {
+    local tag=$1 n=$2 rank=()
+    [ -n "${3:-}" ] && rank=(--node-rank "$3")
+    CKPT_ARENA_DIR=$D/arena.$tag setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 150 "$@"; echo $? >"$rc"' \
+        _ "$D/sid.$tag" "$D/rc.$tag" "$CKPT" --coord "etcd://$ENDPOINTS" --nnodes "$n" "${rank[@]}" --nproc 1 -- \
+        "$TRAIN" $ARGS >"$D/out.$tag" 2>"$D/err.$tag" </dev/null &
+    for _ in $(seq 100); do [ -s "$D/sid.$tag" ] && return 0; sleep 0.01; done
+}
+
+wait_rc() { # TAG...: waits for each agent's exit status
+    local t
+    for t in "$@"; do
+        for _ in $(seq 1500); do [ -s "$D/rc.$t" ] && break; sleep 0.1; done
+        [ -s "$D/rc.$t" ] || { echo "node $t never ended" >&2; return 1; }
+    done
+}
+
+# The tag of the agent that is node rank $1 of job $2.
+tag_of() {
+    local f
+    for f in "$D"/err.*; do grep -q "^ckpt-resume: node $1 of [0-9]* in job $2, through etcd" "$f" && { echo "${f##*/err.}"; return 0; }; done
+    return 1
+}
+
+digests() { grep -h '^digest ' "$@" | sort -u; }
+show() { for f in "$D"/err.*; do echo "== $f"; grep -v '^libckpt' "$f" | tail -n 25; done; }
+
+plain() { timeout -k 5 120 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null; }
+
+@test "3 nodes through a 3-member etcd: the leader's node lost with its memory, a replacement that names no rank takes its place, a new leader, recovered from a peer's memory, as uninterrupted" {
+    plain 3
+    local t leader victim
+    for t in a b c; do start $t 3; done
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    leader=$(etcdctl --endpoints "$ENDPOINTS" get "/ckpt/$CKPT_JOB/leader" --print-value-only)
+    [ -n "$leader" ] || { show; return 1; }
+    victim=$(tag_of "$leader" "$CKPT_JOB") || { show; return 1; }
+    pkill -KILL -s "$(cat "$D/sid.$victim")"
+    rm -rf "$D/arena.$victim"
+    start new 3
+    local others=()
+    for t in a b c new; do [ "$t" = "$victim" ] || others+=("$t"); done
+    wait_rc "${others[@]}" || { show; return 1; }
+    for t in "${others[@]}"; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    # The replacement took the lost rank; another node led the recovery.
+    grep -q "^ckpt-resume: node $leader of 3 in job $CKPT_JOB, through etcd" "$D/err.new" || { show; return 1; }
+    grep -q "^ckpt-resume: rank $leader restores iteration [0-9]* from a peer's copy" "$D/err.new" || { show; return 1; }
+    grep -h "^ckpt-resume: this node ([0-9]*) leads the job" "$D"/err.* | grep -v "($leader)" | grep -q . || { show; return 1; }
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}
+
+@test "one etcd member lost while the job runs: the job does not notice; two jobs on one etcd are kept apart by their names" {
+    plain 2
+    local t
+    for t in a b; do CKPT_JOB=one start $t 2; done
+    for t in c d; do CKPT_JOB=two start $t 2; done
+    for _ in $(seq 300); do grep -q "^iter 200 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    kill -KILL "$(cat "$D/etcd.pid.0")"
+    wait_rc a b c d || { show; return 1; }
+    for t in a b c d; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    ! grep -q "restarting\|was lost\|is lost\|lost the coordinator" "$D"/err.*
+    [ "$(digests "$D/out.a" "$D/out.b")" = "$(digests "$D/plain")" ]
+    [ "$(digests "$D/out.c" "$D/out.d")" = "$(digests "$D/plain")" ]
+    grep -q "^ckpt-resume: done exit=0 restarts=0$" "$D/err.a"
+}
+
+@test "an etcd nobody answers at, a wrong password: a clear error naming it, before any rank starts" {
+    local port=$((33000 + RANDOM % 1000))
+    CKPT_ARENA_DIR=$D/arena.x run -2 --separate-stderr timeout -k 5 60 "$CKPT" --coord "etcd://127.0.0.1:$port" \
+        --nnodes 2 --nproc 1 -- "$TRAIN" $ARGS
+    [[ $stderr == *"ckpt-resume: error: cannot join the job through etcd: etcd at http://127.0.0.1:$port: "*"(CKPT_COORD)"* ]] ||
+        { echo "$stderr"; return 1; }
+    [[ $stderr != *"started 1 rank"* ]]
+    etcdctl --endpoints "$ENDPOINTS" user add root --new-user-password=s3cret --interactive=false >/dev/null
+    etcdctl --endpoints "$ENDPOINTS" auth enable >/dev/null
+    echo wrong >"$D/pw"
+    CKPT_ETCD_USER=root CKPT_ETCD_PASSWORD_FILE=$D/pw CKPT_ARENA_DIR=$D/arena.x run -2 --separate-stderr \
+        timeout -k 5 60 "$CKPT" --coord "etcd://$ENDPOINTS" --nnodes 2 --nproc 1 -- "$TRAIN" $ARGS
+    [[ $stderr == *"cannot join the job through etcd: "*"authentication failed"* ]] || { echo "$stderr"; return 1; }
+    [[ $stderr != *"started 1 rank"* ]]
+    # The right one: both nodes run through the authenticated etcd.
+    echo s3cret >"$D/pw"
+    plain 2
+    export CKPT_ETCD_USER=root CKPT_ETCD_PASSWORD_FILE=$D/pw
+    start a 2
+    start b 2
+    wait_rc a b || { show; return 1; }
+    [ "$(cat "$D/rc.a")" = 0 ] && [ "$(cat "$D/rc.b")" = 0 ] || { show; return 1; }
+    [ "$(digests "$D/out.a" "$D/out.b")" = "$(digests "$D/plain")" ]
+}

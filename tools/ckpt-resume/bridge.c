@@ -1,0 +1,475 @@
+/*
+ * The agents of a job on several nodes meeting through etcd (CKPT_COORD=
+ * etcd://HOST:PORT,...), so that no node is special.  The coordination
+ * protocol (coord.h) is unchanged; etcd carries it, and decides who runs
+ * the coordinator:
+ *
+ *   <job>/node/<I>             the agent that is node I, under its lease: a
+ *                              node rank is claimed by a transaction that
+ *                              creates the key, so a replacement machine, of
+ *                              any name, takes the rank of a node whose
+ *                              lease has expired;
+ *   <job>/leader               the node whose agent runs the coordinator,
+ *                              under its lease: won by the transaction that
+ *                              creates it, campaigned for again by every
+ *                              agent when it goes; its create revision is
+ *                              the epoch;
+ *   <job>/e<epoch>/up/<I>/<n>  node I's n-th message to the coordinator,
+ *   <job>/e<epoch>/down/<I>/<n> the coordinator's n-th to node I (a type
+ *                              and a payload, as on the wire); each taken
+ *                              once, in order, and deleted.
+ *
+ * The agent's member (member.c) connects to this bridge on loopback as it
+ * would to node 0; on the leader, the bridge connects to the coordinator
+ * for each node whose messages arrive, and carries the answers back.  A
+ * new epoch closes the member's connection: it stops its ranks and joins
+ * the new coordinator, as it does when it loses one.  The lease is renewed
+ * every third of its TTL (CKPT_NODE_TIMEOUT); an agent that could not
+ * renew it for the TTL less a margin takes itself as cut off and stops its
+ * ranks (self-fencing) before the others, who wait the whole TTL, restart
+ * without it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "etcd.h"
+#include "log.h"
+#include "resume.h"
+#include "wire.h"
+
+#define TURN_MS 20
+#define CLOSED 0xffff /* a message that says the connection it stands for was closed */
+#define MAX_NODES 65536
+
+struct link {
+    int fd;                 /* -1: none */
+    struct ckpt_wire_rx rx;
+    uint64_t seq;           /* the next message this side puts */
+    uint64_t taken;         /* the next one it takes */
+};
+
+struct bridge {
+    struct etcd *e;
+    struct options *opt;
+    struct options copt;    /* the coordinator's: it listens on loopback */
+    char prefix[256];
+    int64_t lease;
+    double ttl_s, renewed;
+    bool fenced;
+    unsigned node, n;
+    char ip[64];            /* this machine's address towards etcd */
+    int lfd;                /* where the member connects */
+    char local[64];
+    struct link member;
+    int64_t epoch;          /* the leader key's create revision, 0: none */
+    int64_t leading;        /* the epoch this agent leads, 0: none */
+    struct coord *coord;
+    struct link *nodes;     /* on the leader: a connection to the coordinator per node */
+    pthread_t thread;
+    int stop[2];
+    bool running;
+};
+
+static struct bridge B = { .lfd = -1, .stop = { -1, -1 } };
+
+static void close_link(struct link *l)
+{
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+    ckpt_wire_rx_clear(&l->rx);
+}
+
+/* ------------------------------------------------------------- mailboxes */
+
+static void box(char *out, size_t n, int64_t epoch, const char *dir, unsigned node)
+{
+    snprintf(out, n, "%se%" PRId64 "/%s/%u/", B.prefix, epoch, dir, node);
+}
+
+/* Puts one message into dir's box of node; while etcd elects a leader of
+ * its own (a member lost), tried again for up to half the lease's TTL: a
+ * message lost would leave the protocol waiting for it. */
+static int post(int64_t epoch, const char *dir, unsigned node, uint64_t seq, uint16_t type, const void *msg,
+                size_t len)
+{
+    char key[400], why[512];
+    box(key, sizeof(key), epoch, dir, node);
+    size_t k = strlen(key);
+    snprintf(key + k, sizeof(key) - k, "%016" PRIx64, seq);
+    char *v = malloc(len + 2);
+    if (!v)
+        return -ENOMEM;
+    memcpy(v, &type, 2);
+    if (len)
+        memcpy(v + 2, msg, len);
+    int rc;
+    for (double t0 = now_s(); (rc = etcd_put(B.e, key, v, len + 2, 0, why, sizeof(why))) < 0 &&
+                              now_s() - t0 < B.ttl_s / 2;)
+        usleep(100 * 1000);
+    free(v);
+    if (rc < 0)
+        ckpt_log(CKPT_WARN, "a message for the coordination did not reach etcd: %s", why);
+    return rc;
+}
+
+/* Takes every message in dir's box of node, in order: deliver(arg, type,
+ * msg, len) each, then deletes them.  Returns how many, or -errno. */
+static int take(int64_t epoch, const char *dir, unsigned node, uint64_t *next,
+                void (*deliver)(unsigned node, uint16_t type, const void *msg, size_t len))
+{
+    char key[400], why[512];
+    struct etcd_kv *kv;
+    size_t n;
+    box(key, sizeof(key), epoch, dir, node);
+    int rc = etcd_get(B.e, key, true, &kv, &n, NULL, why, sizeof(why));
+    if (rc < 0)
+        return rc;
+    struct etcd_op *del = calloc(n ? n : 1, sizeof(*del));
+    size_t nd = 0;
+    for (size_t i = 0; del && i < n; i++) {
+        uint64_t seq = strtoull(kv[i].key + strlen(key), NULL, 16);
+        del[nd++] = (struct etcd_op){ .key = kv[i].key };
+        if (seq < *next || kv[i].len < 2)
+            continue; /* taken before, or not ours */
+        uint16_t type;
+        memcpy(&type, kv[i].value, 2);
+        *next = seq + 1;
+        deliver(node, type, kv[i].value + 2, kv[i].len - 2);
+    }
+    if (nd && etcd_txn(B.e, NULL, 0, del, nd, NULL, why, sizeof(why)) < 0)
+        ckpt_log(CKPT_DEBUG, "taken messages not deleted: %s", why);
+    free(del);
+    etcd_kvs_free(kv, n);
+    return (int)n;
+}
+
+/* ------------------------------------------------------------ the member */
+
+static void to_member(unsigned node, uint16_t type, const void *msg, size_t len)
+{
+    (void)node;
+    if (B.member.fd < 0)
+        return;
+    if (type == CLOSED || ckpt_wire_send(B.member.fd, type, msg, len, NULL, 0) < 0)
+        close_link(&B.member);
+}
+
+/* The member's connection gone: the coordinator forgets it too. */
+static void member_gone(void)
+{
+    if (B.member.fd >= 0 && B.epoch)
+        post(B.epoch, "up", B.node, B.member.seq++, CLOSED, NULL, 0);
+    close_link(&B.member);
+}
+
+static void member_turn(void)
+{
+    if (B.member.fd < 0 && B.epoch && !B.fenced) {
+        struct pollfd p = { .fd = B.lfd, .events = POLLIN };
+        if (poll(&p, 1, 0) == 1 && ckpt_wire_accept(B.lfd, &B.member.fd) < 0)
+            B.member.fd = -1;
+    }
+    for (int k = 0; B.member.fd >= 0 && k < 64; k++) {
+        uint16_t type;
+        void *msg = NULL;
+        size_t len;
+        int rc = ckpt_wire_recv_some(B.member.fd, &B.member.rx, &type, &msg, &len);
+        if (rc < 0)
+            member_gone();
+        if (rc <= 0)
+            break;
+        post(B.epoch, "up", B.node, B.member.seq++, type, msg, len);
+        free(msg);
+    }
+    if (B.epoch)
+        take(B.epoch, "down", B.node, &B.member.taken, to_member);
+}
+
+/* ------------------------------------------------------------ the leader */
+
+static void to_coord(unsigned node, uint16_t type, const void *msg, size_t len)
+{
+    struct link *l = &B.nodes[node];
+    char why[256];
+    if (type == CLOSED) {
+        close_link(l);
+        return;
+    }
+    if (l->fd < 0 && ckpt_wire_connect(coord_address(B.coord), &l->fd, why, sizeof(why)) < 0) {
+        l->fd = -1;
+        ckpt_log(CKPT_WARN, "cannot reach this node's coordinator for node %u: %s", node, why);
+        return;
+    }
+    if (ckpt_wire_send(l->fd, type, msg, len, NULL, 0) < 0)
+        close_link(l);
+}
+
+static void stop_leading(void)
+{
+    if (!B.leading)
+        return;
+    for (unsigned j = 0; j < B.n; j++)
+        close_link(&B.nodes[j]);
+    coord_stop(B.coord);
+    B.coord = NULL;
+    B.leading = 0;
+}
+
+static void lead(int64_t epoch)
+{
+    B.copt = *B.opt;
+    B.copt.coord = "127.0.0.1:0";
+    B.copt.launcher = NULL;
+    /* Rank 0's rendezvous is on node 0, wherever the coordinator runs:
+     * its address comes from node 0's JOIN (coord.c). */
+    if (coord_start(&B.coord, &B.copt, "", "") < 0) {
+        ckpt_log(CKPT_ERROR, "cannot run the coordinator on this node");
+        coord_stop(B.coord);
+        B.coord = NULL;
+        return;
+    }
+    for (unsigned j = 0; j < B.n; j++)
+        B.nodes[j] = (struct link){ .fd = -1 };
+    B.leading = epoch;
+    ckpt_log(CKPT_INFO, "this node (%u) leads the job (etcd epoch %" PRId64 ")", B.node, epoch);
+}
+
+static void leader_turn(void)
+{
+    for (unsigned j = 0; j < B.n; j++)
+        take(B.leading, "up", j, &B.nodes[j].taken, to_coord);
+    for (unsigned j = 0; j < B.n; j++) {
+        struct link *l = &B.nodes[j];
+        for (int k = 0; l->fd >= 0 && k < 64; k++) {
+            uint16_t type;
+            void *msg = NULL;
+            size_t len;
+            int rc = ckpt_wire_recv_some(l->fd, &l->rx, &type, &msg, &len);
+            if (rc < 0) {
+                post(B.leading, "down", j, l->seq++, CLOSED, NULL, 0);
+                close_link(l);
+            }
+            if (rc <= 0)
+                break;
+            post(B.leading, "down", j, l->seq++, type, msg, len);
+            free(msg);
+        }
+    }
+}
+
+/* -------------------------------------------------- lease and leadership */
+
+static void fence(const char *why)
+{
+    if (B.fenced)
+        return;
+    B.fenced = true;
+    ckpt_log(CKPT_ERROR, "%s: this node stops its ranks before the others restart without it", why);
+    stop_leading();
+    close_link(&B.member);
+}
+
+static void renew(double now)
+{
+    char why[512];
+    if (now - B.renewed < B.ttl_s / 3)
+        return;
+    int rc = etcd_keepalive(B.e, B.lease, NULL, why, sizeof(why));
+    if (rc == 0) {
+        B.renewed = now;
+        return;
+    }
+    /* The others wait the whole TTL before they take the node as lost;
+     * a margin of a quarter of it leaves this one the time to stop. */
+    if (rc == -ENOENT || now - B.renewed > B.ttl_s * 3 / 4)
+        fence(rc == -ENOENT ? "this node's etcd lease has expired" : "this node cannot renew its etcd lease");
+}
+
+static void leadership(void)
+{
+    char key[300], why[512], me[16];
+    struct etcd_kv *kv;
+    size_t n;
+    snprintf(key, sizeof(key), "%sleader", B.prefix);
+    if (etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) < 0)
+        return;
+    int64_t epoch = n ? kv[0].create_revision : 0;
+    etcd_kvs_free(kv, n);
+    if (!epoch && !B.fenced) { /* campaign */
+        snprintf(me, sizeof(me), "%u", B.node);
+        struct etcd_cmp none = { key, ETCD_CREATE, 0, NULL };
+        struct etcd_op put = { key, me, strlen(me), B.lease };
+        if (etcd_txn(B.e, &none, 1, &put, 1, NULL, why, sizeof(why)) == 1 &&
+            etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) == 0) {
+            epoch = n ? kv[0].create_revision : 0;
+            if (n && kv[0].lease == B.lease)
+                lead(epoch);
+            etcd_kvs_free(kv, n);
+        }
+    }
+    if (epoch == B.epoch)
+        return;
+    /* A new coordinator: what the old one had not taken is its own. */
+    if (B.epoch)
+        take(B.epoch, "down", B.node, &B.member.taken, to_member);
+    if (B.leading && B.leading != epoch)
+        stop_leading();
+    if (B.epoch && epoch)
+        ckpt_log(CKPT_INFO, "the job has a new leader (etcd epoch %" PRId64 "): this node joins it", epoch);
+    else if (B.epoch)
+        ckpt_log(CKPT_INFO, "the job's leader is gone (its etcd lease ended): another is elected");
+    close_link(&B.member);
+    B.member.seq = B.member.taken = 0;
+    B.epoch = epoch;
+}
+
+static void *run(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct pollfd p = { .fd = B.stop[0], .events = POLLIN };
+        if (poll(&p, 1, TURN_MS) > 0)
+            break;
+        renew(now_s());
+        leadership();
+        if (B.leading)
+            leader_turn();
+        member_turn();
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------- API */
+
+/* Claims node rank @want, or with -1 the first free one: 1 when claimed,
+ * 0 when taken, -errno. */
+static int claim(int want, char *why, size_t whylen)
+{
+    for (unsigned i = want >= 0 ? (unsigned)want : 0; i < B.n; i++) {
+        char key[300];
+        snprintf(key, sizeof(key), "%snode/%u", B.prefix, i);
+        struct etcd_cmp none = { key, ETCD_CREATE, 0, NULL };
+        struct etcd_op put = { key, B.ip, strlen(B.ip), B.lease };
+        int rc = etcd_txn(B.e, &none, 1, &put, 1, NULL, why, whylen);
+        if (rc != 0) {
+            if (rc == 1)
+                B.node = i;
+            return rc;
+        }
+        if (want >= 0)
+            return 0;
+    }
+    return 0;
+}
+
+int bridge_start(struct options *opt, char *why, size_t whylen)
+{
+    struct etcd_opts o = { .endpoints = opt->etcd, .ca = ckpt_cfg_str(CFG_ETCD_CA),
+                           .cert = ckpt_cfg_str(CFG_ETCD_CERT), .key = ckpt_cfg_str(CFG_ETCD_KEY),
+                           .user = ckpt_cfg_str(CFG_ETCD_USER) };
+    char password[256] = "";
+    const char *pwfile = ckpt_cfg_str(CFG_ETCD_PASSWORD_FILE);
+    if (o.user && *o.user && pwfile && *pwfile) {
+        FILE *f = fopen(pwfile, "re");
+        if (!f || !fgets(password, sizeof(password), f)) {
+            snprintf(why, whylen, "CKPT_ETCD_PASSWORD_FILE=%s: %s", pwfile, f ? "empty" : strerror(errno));
+            if (f)
+                fclose(f);
+            return -EINVAL;
+        }
+        fclose(f);
+        password[strcspn(password, "\r\n")] = '\0';
+        o.password = password;
+    }
+    if (o.user && !*o.user)
+        o.user = NULL;
+    B.opt = opt;
+    B.n = (unsigned)opt->nnodes;
+    B.ttl_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
+    snprintf(B.prefix, sizeof(B.prefix), "/ckpt/%s/", opt->job_name);
+    int rc = etcd_open(&B.e, &o, why, whylen);
+    memset(password, 0, sizeof(password));
+    if (rc < 0)
+        return rc;
+    int ttl = B.ttl_s < 2 ? 2 : (int)B.ttl_s;
+    if ((rc = etcd_lease_grant(B.e, ttl, &B.lease, why, whylen)) < 0)
+        return rc;
+    B.ttl_s = ttl;
+    B.renewed = now_s();
+    if (etcd_local_ip(B.e, B.ip, sizeof(B.ip)) < 0)
+        snprintf(B.ip, sizeof(B.ip), "127.0.0.1");
+    /* A node rank whose lease has not expired yet is still taken: a
+     * replacement waits for it (up to 10 x the TTL). */
+    double give_up = now_s() + 10 * B.ttl_s;
+    bool said = false;
+    while ((rc = claim(opt->node_rank, why, whylen)) == 0) {
+        if (!said)
+            ckpt_log(CKPT_INFO, "%s: waiting for %s to be free", opt->etcd,
+                     opt->node_rank >= 0 ? "this node rank" : "a node rank");
+        said = true;
+        if (now_s() > give_up) {
+            snprintf(why, whylen, "no node rank of job %s came free in %g s: %d nodes are in it already",
+                     opt->job_name, 10 * B.ttl_s, opt->nnodes);
+            return -EBUSY;
+        }
+        etcd_keepalive(B.e, B.lease, NULL, why, whylen);
+        B.renewed = now_s();
+        usleep(500 * 1000);
+    }
+    if (rc < 0)
+        return rc;
+    opt->node_rank = (int)B.node;
+    if (!(B.nodes = calloc(B.n, sizeof(*B.nodes))))
+        return -ENOMEM;
+    B.member = (struct link){ .fd = -1 };
+    if ((rc = ckpt_wire_listen("127.0.0.1:0", &B.lfd, B.local, sizeof(B.local), why, whylen)) < 0)
+        return rc;
+    opt->coord = B.local;
+    if (pipe2(B.stop, O_CLOEXEC) < 0)
+        return -errno;
+    if ((rc = pthread_create(&B.thread, NULL, run, NULL)) != 0)
+        return -rc;
+    B.running = true;
+    ckpt_log(CKPT_INFO, "node %u of %u in job %s, through etcd at %s", B.node, B.n, opt->job_name, opt->etcd);
+    return 0;
+}
+
+const char *bridge_ip(void)
+{
+    return B.e ? B.ip : NULL;
+}
+
+void bridge_stop(void)
+{
+    char why[256];
+    if (B.running && write(B.stop[1], "x", 1) == 1)
+        pthread_join(B.thread, NULL);
+    B.running = false;
+    /* The last messages out (the coordinator's FINISH) before the lease goes. */
+    if (B.leading)
+        leader_turn();
+    stop_leading();
+    close_link(&B.member);
+    if (B.e && B.lease)
+        etcd_lease_revoke(B.e, B.lease, why, sizeof(why));
+    etcd_close(B.e);
+    B.e = NULL;
+    free(B.nodes);
+    B.nodes = NULL;
+    if (B.lfd >= 0)
+        close(B.lfd);
+    B.lfd = -1;
+    for (int i = 0; i < 2; i++)
+        if (B.stop[i] >= 0)
+            close(B.stop[i]);
+    B.stop[0] = B.stop[1] = -1;
+}
