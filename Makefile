@@ -205,7 +205,7 @@ $(B)/examples/mlp-train-cuda-shared: $(MLP_SRC) $(wildcard examples/common/*.h e
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
 
 # ---- set-up, tests, demo, benchmarks, install.
-.PHONY: all deps test check demo bench install clean abi-check check-sanitize check-tsan fuzz soak
+.PHONY: all deps test check demo demo-nodes bench install clean abi-check check-sanitize check-tsan fuzz soak
 deps:
 	$(Q)scripts/setup-deps
 
@@ -291,6 +291,10 @@ abi-check:
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)scripts/demo
+
+demo-nodes: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)scripts/demo-nodes
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all

@@ -14,10 +14,16 @@
  *                              creates it, campaigned for again by every
  *                              agent when it goes; its create revision is
  *                              the epoch;
- *   <job>/e<epoch>/up/<I>/<n>  node I's n-th message to the coordinator,
- *   <job>/e<epoch>/down/<I>/<n> the coordinator's n-th to node I (a type
- *                              and a payload, as on the wire); each taken
- *                              once, in order, and deleted.
+ *   <job>/e<epoch>/up/<I>/<lease>/<n>
+ *                              the n-th message to the coordinator of the
+ *                              agent that is node I under that lease,
+ *   <job>/e<epoch>/down/<I>/<lease>/<n>
+ *                              the coordinator's n-th to it (a type and a
+ *                              payload, as on the wire); each taken once, in
+ *                              order, and deleted.  A new agent for node I
+ *                              (a replacement, or one back from a
+ *                              partition with a new lease) has boxes of its
+ *                              own: nothing of its predecessor's reaches it.
  *
  * The agent's member (member.c) connects to this bridge on loopback as it
  * would to node 0; on the leader, the bridge connects to the coordinator
@@ -45,12 +51,17 @@
 #include "resume.h"
 #include "wire.h"
 
-#define TURN_MS 20
+/* etcd is read every TURN_MIN_MS while messages move, less often (up to
+ * TURN_MAX_MS) while none do; what the member or the coordinator sends
+ * goes out at once. */
+#define TURN_MIN_MS 10
+#define TURN_MAX_MS 80
 #define CLOSED 0xffff /* a message that says the connection it stands for was closed */
 #define MAX_NODES 65536
 
 struct link {
     int fd;                 /* -1: none */
+    int64_t lease;          /* on the leader: the lease of the agent that is the node, 0: none */
     struct ckpt_wire_rx rx;
     uint64_t seq;           /* the next message this side puts */
     uint64_t taken;         /* the next one it takes */
@@ -76,6 +87,7 @@ struct bridge {
     pthread_t thread;
     int stop[2];
     bool running;
+    unsigned moved;         /* messages taken or put, for the pace of the turns */
 };
 
 static struct bridge B = { .lfd = -1, .stop = { -1, -1 } };
@@ -90,19 +102,19 @@ static void close_link(struct link *l)
 
 /* ------------------------------------------------------------- mailboxes */
 
-static void box(char *out, size_t n, int64_t epoch, const char *dir, unsigned node)
+static void box(char *out, size_t n, int64_t epoch, const char *dir, unsigned node, int64_t lease)
 {
-    snprintf(out, n, "%se%" PRId64 "/%s/%u/", B.prefix, epoch, dir, node);
+    snprintf(out, n, "%se%" PRId64 "/%s/%u/%" PRIx64 "/", B.prefix, epoch, dir, node, (uint64_t)lease);
 }
 
 /* Puts one message into dir's box of node; while etcd elects a leader of
  * its own (a member lost), tried again for up to half the lease's TTL: a
  * message lost would leave the protocol waiting for it. */
-static int post(int64_t epoch, const char *dir, unsigned node, uint64_t seq, uint16_t type, const void *msg,
-                size_t len)
+static int post(int64_t epoch, const char *dir, unsigned node, int64_t lease, uint64_t seq, uint16_t type,
+                const void *msg, size_t len)
 {
     char key[400], why[512];
-    box(key, sizeof(key), epoch, dir, node);
+    box(key, sizeof(key), epoch, dir, node, lease);
     size_t k = strlen(key);
     snprintf(key + k, sizeof(key) - k, "%016" PRIx64, seq);
     char *v = malloc(len + 2);
@@ -118,18 +130,19 @@ static int post(int64_t epoch, const char *dir, unsigned node, uint64_t seq, uin
     free(v);
     if (rc < 0)
         ckpt_log(CKPT_WARN, "a message for the coordination did not reach etcd: %s", why);
+    B.moved++;
     return rc;
 }
 
 /* Takes every message in dir's box of node, in order: deliver(arg, type,
  * msg, len) each, then deletes them.  Returns how many, or -errno. */
-static int take(int64_t epoch, const char *dir, unsigned node, uint64_t *next,
+static int take(int64_t epoch, const char *dir, unsigned node, int64_t lease, uint64_t *next,
                 void (*deliver)(unsigned node, uint16_t type, const void *msg, size_t len))
 {
     char key[400], why[512];
     struct etcd_kv *kv;
     size_t n;
-    box(key, sizeof(key), epoch, dir, node);
+    box(key, sizeof(key), epoch, dir, node, lease);
     int rc = etcd_get(B.e, key, true, &kv, &n, NULL, why, sizeof(why));
     if (rc < 0)
         return rc;
@@ -143,6 +156,7 @@ static int take(int64_t epoch, const char *dir, unsigned node, uint64_t *next,
         uint16_t type;
         memcpy(&type, kv[i].value, 2);
         *next = seq + 1;
+        B.moved++;
         deliver(node, type, kv[i].value + 2, kv[i].len - 2);
     }
     if (nd && etcd_txn(B.e, NULL, 0, del, nd, NULL, why, sizeof(why)) < 0)
@@ -167,7 +181,7 @@ static void to_member(unsigned node, uint16_t type, const void *msg, size_t len)
 static void member_gone(void)
 {
     if (B.member.fd >= 0 && B.epoch)
-        post(B.epoch, "up", B.node, B.member.seq++, CLOSED, NULL, 0);
+        post(B.epoch, "up", B.node, B.lease, B.member.seq++, CLOSED, NULL, 0);
     close_link(&B.member);
 }
 
@@ -187,11 +201,11 @@ static void member_turn(void)
             member_gone();
         if (rc <= 0)
             break;
-        post(B.epoch, "up", B.node, B.member.seq++, type, msg, len);
+        post(B.epoch, "up", B.node, B.lease, B.member.seq++, type, msg, len);
         free(msg);
     }
     if (B.epoch)
-        take(B.epoch, "down", B.node, &B.member.taken, to_member);
+        take(B.epoch, "down", B.node, B.lease, &B.member.taken, to_member);
 }
 
 /* ------------------------------------------------------------ the leader */
@@ -243,10 +257,44 @@ static void lead(int64_t epoch)
     ckpt_log(CKPT_INFO, "this node (%u) leads the job (etcd epoch %" PRId64 ")", B.node, epoch);
 }
 
+/* Which agent is each node now: the lease its node key is under.  A node
+ * with another agent than before talks to the coordinator afresh, on a
+ * connection of its own (coord.c then drops the old one, if still there). */
+static void agents(void)
+{
+    char key[300], why[512];
+    struct etcd_kv *kv;
+    size_t n;
+    snprintf(key, sizeof(key), "%snode/", B.prefix);
+    if (etcd_get(B.e, key, true, &kv, &n, NULL, why, sizeof(why)) < 0)
+        return;
+    int64_t *now = calloc(B.n, sizeof(*now));
+    for (size_t i = 0; now && i < n; i++) {
+        unsigned long j = strtoul(kv[i].key + strlen(key), NULL, 10);
+        if (j < B.n)
+            now[j] = kv[i].lease;
+    }
+    for (unsigned j = 0; now && j < B.n; j++) {
+        struct link *l = &B.nodes[j];
+        if (now[j] == l->lease)
+            continue;
+        if (l->lease) {
+            box(key, sizeof(key), B.leading, "up", j, l->lease);
+            etcd_delete(B.e, key, true, why, sizeof(why));
+        }
+        close_link(l);
+        *l = (struct link){ .fd = -1, .lease = now[j] };
+    }
+    free(now);
+    etcd_kvs_free(kv, n);
+}
+
 static void leader_turn(void)
 {
+    agents();
     for (unsigned j = 0; j < B.n; j++)
-        take(B.leading, "up", j, &B.nodes[j].taken, to_coord);
+        if (B.nodes[j].lease)
+            take(B.leading, "up", j, B.nodes[j].lease, &B.nodes[j].taken, to_coord);
     for (unsigned j = 0; j < B.n; j++) {
         struct link *l = &B.nodes[j];
         for (int k = 0; l->fd >= 0 && k < 64; k++) {
@@ -255,12 +303,12 @@ static void leader_turn(void)
             size_t len;
             int rc = ckpt_wire_recv_some(l->fd, &l->rx, &type, &msg, &len);
             if (rc < 0) {
-                post(B.leading, "down", j, l->seq++, CLOSED, NULL, 0);
+                post(B.leading, "down", j, l->lease, l->seq++, CLOSED, NULL, 0);
                 close_link(l);
             }
             if (rc <= 0)
                 break;
-            post(B.leading, "down", j, l->seq++, type, msg, len);
+            post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
             free(msg);
         }
     }
@@ -278,9 +326,44 @@ static void fence(const char *why)
     close_link(&B.member);
 }
 
+static int claim(int want, char *why, size_t whylen);
+
+/* Fenced, and etcd answers again: a new lease, and the node's rank if no
+ * one took it meanwhile; the member then joins the job again. */
+static void regain(double now)
+{
+    char why[512];
+    static bool said;
+    static double tried;
+    int64_t lease;
+    if (now - tried < B.ttl_s / 3)
+        return;
+    tried = now;
+    if (etcd_lease_grant(B.e, (int)B.ttl_s, &lease, why, sizeof(why)) < 0)
+        return;
+    etcd_lease_revoke(B.e, B.lease, why, sizeof(why));
+    B.lease = lease;
+    B.renewed = now;
+    int rc = claim((int)B.node, why, sizeof(why));
+    if (rc == 1) {
+        B.fenced = false;
+        said = false;
+        B.member.seq = B.member.taken = 0; /* the boxes of the new lease */
+        ckpt_log(CKPT_INFO, "this node reaches etcd again: it is back in the job as node %u", B.node);
+    } else if (rc == 0 && !said) {
+        said = true;
+        ckpt_log(CKPT_ERROR, "node %u was taken by another agent while this one was cut off: this one stays out "
+                 "of the job", B.node);
+    }
+}
+
 static void renew(double now)
 {
     char why[512];
+    if (B.fenced) {
+        regain(now);
+        return;
+    }
     if (now - B.renewed < B.ttl_s / 3)
         return;
     int rc = etcd_keepalive(B.e, B.lease, NULL, why, sizeof(why));
@@ -320,7 +403,7 @@ static void leadership(void)
         return;
     /* A new coordinator: what the old one had not taken is its own. */
     if (B.epoch)
-        take(B.epoch, "down", B.node, &B.member.taken, to_member);
+        take(B.epoch, "down", B.node, B.lease, &B.member.taken, to_member);
     if (B.leading && B.leading != epoch)
         stop_leading();
     if (B.epoch && epoch)
@@ -334,17 +417,26 @@ static void leadership(void)
 
 static void *run(void *arg)
 {
+    struct pollfd *p = calloc(3 + B.n, sizeof(*p));
+    int wait_ms = TURN_MIN_MS;
     (void)arg;
-    for (;;) {
-        struct pollfd p = { .fd = B.stop[0], .events = POLLIN };
-        if (poll(&p, 1, TURN_MS) > 0)
+    for (; p;) {
+        int k = 0;
+        p[k++] = (struct pollfd){ .fd = B.stop[0], .events = POLLIN };
+        p[k++] = (struct pollfd){ .fd = B.member.fd < 0 ? B.lfd : B.member.fd, .events = POLLIN };
+        for (unsigned j = 0; B.leading && j < B.n; j++)
+            p[k++] = (struct pollfd){ .fd = B.nodes[j].fd, .events = POLLIN };
+        if (poll(p, k, wait_ms) > 0 && p[0].revents)
             break;
+        unsigned moved = B.moved;
         renew(now_s());
         leadership();
         if (B.leading)
             leader_turn();
         member_turn();
+        wait_ms = B.moved != moved ? TURN_MIN_MS : wait_ms * 2 > TURN_MAX_MS ? TURN_MAX_MS : wait_ms * 2;
     }
+    free(p);
     return NULL;
 }
 
