@@ -31,12 +31,9 @@
 
 #include "log.h"
 #include "replay.h"
+#include "replay_int.h"
 
-#define FILE_MAGIC "CKPTRLG2"
-#define FILE_VERSION 2u
 #define FILE_HEADER 64
-#define STUB_MAGIC "CKPTRLGD" /* a stub: then the version, then the path of the log on disk */
-#define STUB_BYTES 4096
 #define DISK_MAX (1ULL << 40) /* a log on disk: bounded by the address space a standby reserves to follow it */
 
 struct rec {
@@ -126,102 +123,6 @@ static int pread_all(int fd, void *buf, size_t n, off_t off)
     return 0;
 }
 
-static void path_of(char *out, size_t n, const char *dir)
-{
-    snprintf(out, n, "%s/replay.log", dir);
-}
-
-/* Points the arena's replay.log of dir at disk, by rename: a reader sees
- * the old file or the stub, never half of one. */
-static int write_stub(const char *dir, const char *disk, char *why, size_t whylen)
-{
-    char path[PATH_MAX + 16], tmp[PATH_MAX + 24], stub[STUB_BYTES] = STUB_MAGIC;
-    uint32_t version = FILE_VERSION;
-    size_t n = strlen(disk);
-
-    if (16 + n + 1 > sizeof(stub)) {
-        snprintf(why, whylen, "the replay log path %s is too long", disk);
-        return -ENAMETOOLONG;
-    }
-    memcpy(stub + 8, &version, sizeof(version));
-    memcpy(stub + 16, disk, n + 1);
-    path_of(path, sizeof(path), dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int f = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    bool ok = f >= 0 && write(f, stub, 16 + n + 1) == (ssize_t)(16 + n + 1);
-    int e = errno;
-    if (f >= 0 && close(f) < 0)
-        ok = false;
-    if (!ok || rename(tmp, path) < 0) {
-        e = ok ? errno : e;
-        snprintf(why, whylen, "cannot write %s: %s", path, strerror(e));
-        unlink(tmp);
-        return -e;
-    }
-    return 0;
-}
-
-/* Opens the log of the rank directory dir with flags: the arena's
- * replay.log, or the file on disk its stub names, into *disk (NULL: none).
- * Returns the descriptor, or -errno with why. */
-static int open_log(const char *dir, int flags, char *disk, size_t disklen, char *why, size_t whylen)
-{
-    char path[PATH_MAX + 16], stub[STUB_BYTES];
-    struct stat st;
-
-    path_of(path, sizeof(path), dir);
-    if (disk)
-        *disk = '\0';
-    int f = open(path, flags | O_NOFOLLOW | O_CLOEXEC);
-    if (f < 0) {
-        int e = errno;
-        snprintf(why, whylen, "no replay log %s: %s", path, strerror(e));
-        return -e;
-    }
-    ssize_t n = pread(f, stub, sizeof(stub) - 1, 0);
-    if (n < 17 || memcmp(stub, STUB_MAGIC, 8) != 0)
-        return f;
-    close(f);
-    stub[n] = '\0';
-    const char *on = stub + 16;
-    f = open(on, flags | O_NOFOLLOW | O_CLOEXEC);
-    if (f < 0 || fstat(f, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
-        int e = f < 0 ? errno : EPERM;
-        snprintf(why, whylen, "%s names the replay log %s on disk, which %s", path, on,
-                 f < 0 ? strerror(e) : "is not this user's with mode 0600");
-        if (f >= 0)
-            close(f);
-        return -e;
-    }
-    if (disk)
-        snprintf(disk, disklen, "%s", on);
-    return f;
-}
-
-int ckpt_rlog_open_fd(const char *dir, char *why, size_t whylen)
-{
-    return open_log(dir, O_RDONLY, NULL, 0, why, whylen);
-}
-
-int ckpt_rlog_where(const char *dir, char *disk, size_t disklen)
-{
-    char why[64];
-    int f = open_log(dir, O_RDONLY, disk, disklen, why, sizeof(why));
-    if (f < 0)
-        return f;
-    close(f);
-    return *disk ? 1 : 0;
-}
-
-void ckpt_rlog_remove(const char *dir)
-{
-    char path[PATH_MAX + 16], disk[PATH_MAX];
-    if (ckpt_rlog_where(dir, disk, sizeof(disk)) > 0)
-        unlink(disk);
-    path_of(path, sizeof(path), dir);
-    unlink(path);
-}
-
 /* Remembers where this rank's log is to live (lock not needed: before any
  * append). */
 static void remember(const char *dir, const char *disk, uint64_t max_bytes)
@@ -238,7 +139,7 @@ int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char
 
     ckpt_rlog_close();
     remember(dir, disk, max_bytes);
-    path_of(path, sizeof(path), dir);
+    rlog_path(path, sizeof(path), dir);
     const char *file = disk ? disk : path;
     int f = open(file, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (f < 0) {
@@ -252,7 +153,7 @@ int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char
         close(f);
         return -EIO;
     }
-    int rc = disk ? write_stub(dir, disk, why, whylen) : 0;
+    int rc = disk ? rlog_write_stub(dir, disk, why, whylen) : 0;
     if (rc < 0) {
         close(f);
         return rc;
@@ -390,12 +291,12 @@ int ckpt_rlog_open_replay(const char *dir, const char *disk, uint64_t iteration,
     ckpt_rlog_close();
     *why = '\0';
     remember(dir, disk, max_bytes);
-    int f = open_log(dir, O_RDWR, path, sizeof(path), why, whylen);
+    int f = rlog_open_log(dir, O_RDWR, path, sizeof(path), why, whylen);
     if (f < 0)
         return -ENOENT;
     bool from_disk = *path;
     if (!from_disk)
-        path_of(path, sizeof(path), dir);
+        rlog_path(path, sizeof(path), dir);
     if (fstat(f, &st) < 0) {
         int e = errno;
         snprintf(why, whylen, "cannot read the replay log %s: %s", path, strerror(e));
@@ -484,7 +385,7 @@ int ckpt_rlog_open_follow(const char *dir, const char *disk, uint64_t max_bytes,
 
     ckpt_rlog_close();
     remember(dir, disk, max_bytes);
-    int f = open_log(dir, O_RDWR, path, sizeof(path), why, whylen);
+    int f = rlog_open_log(dir, O_RDWR, path, sizeof(path), why, whylen);
     if (f < 0)
         return f;
     bool from_disk = *path;
@@ -879,7 +780,7 @@ static void move_to_disk(void)
     int e = errno;
     if (f < 0 || done < end) {
         snprintf(why, sizeof(why), "cannot write %s: %s", disk_path, strerror(f < 0 || !e ? e ? e : EIO : e));
-    } else if (write_stub(rank_dir, disk_path, why, sizeof(why)) == 0) {
+    } else if (rlog_write_stub(rank_dir, disk_path, why, sizeof(why)) == 0) {
         close(fd);
         fd = f;
         on_disk = true;
@@ -941,11 +842,11 @@ int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_
     struct stat st;
 
     *last_iteration = 0;
-    int f = open_log(dir, O_RDONLY, path, sizeof(path), why, whylen);
+    int f = rlog_open_log(dir, O_RDONLY, path, sizeof(path), why, whylen);
     if (f < 0)
         return f;
     if (!*path)
-        path_of(path, sizeof(path), dir);
+        rlog_path(path, sizeof(path), dir);
     if (fstat(f, &st) < 0) {
         int rc = -errno;
         snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));

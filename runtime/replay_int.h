@@ -1,0 +1,23 @@
+/*
+ * Between the replay log's files (replay.c) and the place they live
+ * (replay_where.c): the file's identity, its path in a rank directory, and
+ * the stub that points the arena at a log on disk.
+ */
+#ifndef CKPT_REPLAY_INT_H
+#define CKPT_REPLAY_INT_H
+
+#include <stddef.h>
+
+#define FILE_MAGIC "CKPTRLG2"
+#define FILE_VERSION 2u
+
+/* dir's replay.log. */
+void rlog_path(char *out, size_t n, const char *dir);
+/* Points dir's replay.log at the log on disk, by rename.  0 or -errno with why. */
+int rlog_write_stub(const char *dir, const char *disk, char *why, size_t whylen);
+/* Opens dir's log with flags, wherever it lives (the file a stub names into
+ * disk, "" when in the arena; disk may be NULL).  The descriptor, or -errno
+ * with why. */
+int rlog_open_log(const char *dir, int flags, char *disk, size_t disklen, char *why, size_t whylen);
+
+#endif

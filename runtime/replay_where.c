@@ -1,0 +1,119 @@
+/*
+ * Where a rank's replay log lives (replay.h): the arena's replay.log
+ * itself, or, for a log kept on disk, a stub there of one page: the magic
+ * CKPTRLGD, the version, and the path of the file on disk, NUL-terminated.
+ * A stub is replaced by rename, so a reader sees the old file or the new
+ * one; the file it names must be this user's and 0600.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "replay.h"
+#include "replay_int.h"
+
+#define STUB_MAGIC "CKPTRLGD"
+#define STUB_BYTES 4096
+
+void rlog_path(char *out, size_t n, const char *dir)
+{
+    snprintf(out, n, "%s/replay.log", dir);
+}
+
+/* Points the arena's replay.log of dir at disk, by rename: a reader sees
+ * the old file or the stub, never half of one. */
+int rlog_write_stub(const char *dir, const char *disk, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 16], tmp[PATH_MAX + 24], stub[STUB_BYTES] = STUB_MAGIC;
+    uint32_t version = FILE_VERSION;
+    size_t n = strlen(disk);
+
+    if (16 + n + 1 > sizeof(stub)) {
+        snprintf(why, whylen, "the replay log path %s is too long", disk);
+        return -ENAMETOOLONG;
+    }
+    memcpy(stub + 8, &version, sizeof(version));
+    memcpy(stub + 16, disk, n + 1);
+    rlog_path(path, sizeof(path), dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int f = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool ok = f >= 0 && write(f, stub, 16 + n + 1) == (ssize_t)(16 + n + 1);
+    int e = errno;
+    if (f >= 0 && close(f) < 0)
+        ok = false;
+    if (!ok || rename(tmp, path) < 0) {
+        e = ok ? errno : e;
+        snprintf(why, whylen, "cannot write %s: %s", path, strerror(e));
+        unlink(tmp);
+        return -e;
+    }
+    return 0;
+}
+
+/* Opens the log of the rank directory dir with flags: the arena's
+ * replay.log, or the file on disk its stub names, into *disk (NULL: none).
+ * Returns the descriptor, or -errno with why. */
+int rlog_open_log(const char *dir, int flags, char *disk, size_t disklen, char *why, size_t whylen)
+{
+    char path[PATH_MAX + 16], stub[STUB_BYTES];
+    struct stat st;
+
+    rlog_path(path, sizeof(path), dir);
+    if (disk)
+        *disk = '\0';
+    int f = open(path, flags | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0) {
+        int e = errno;
+        snprintf(why, whylen, "no replay log %s: %s", path, strerror(e));
+        return -e;
+    }
+    ssize_t n = pread(f, stub, sizeof(stub) - 1, 0);
+    if (n < 17 || memcmp(stub, STUB_MAGIC, 8) != 0)
+        return f;
+    close(f);
+    stub[n] = '\0';
+    const char *on = stub + 16;
+    f = open(on, flags | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0 || fstat(f, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        int e = f < 0 ? errno : EPERM;
+        snprintf(why, whylen, "%s names the replay log %s on disk, which %s", path, on,
+                 f < 0 ? strerror(e) : "is not this user's with mode 0600");
+        if (f >= 0)
+            close(f);
+        return -e;
+    }
+    if (disk)
+        snprintf(disk, disklen, "%s", on);
+    return f;
+}
+
+int ckpt_rlog_open_fd(const char *dir, char *why, size_t whylen)
+{
+    return rlog_open_log(dir, O_RDONLY, NULL, 0, why, whylen);
+}
+
+int ckpt_rlog_where(const char *dir, char *disk, size_t disklen)
+{
+    char why[64];
+    int f = rlog_open_log(dir, O_RDONLY, disk, disklen, why, sizeof(why));
+    if (f < 0)
+        return f;
+    close(f);
+    return *disk ? 1 : 0;
+}
+
+void ckpt_rlog_remove(const char *dir)
+{
+    char path[PATH_MAX + 16], disk[PATH_MAX];
+    if (ckpt_rlog_where(dir, disk, sizeof(disk)) > 0)
+        unlink(disk);
+    rlog_path(path, sizeof(path), dir);
+    unlink(path);
+}
+
