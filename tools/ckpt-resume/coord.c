@@ -420,7 +420,9 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
         snprintf(why, sizeof(why), "node %d joins again as node %u", self, jn->node);
     else if (strncmp(jn->job, c->opt->job_name, sizeof(jn->job)) != 0)
         snprintf(why, sizeof(why), "node %u belongs to job '%.64s', not '%s'", jn->node, jn->job, c->opt->job_name);
-    else if (c->nodes[jn->node].fd >= 0 && c->nodes[jn->node].fd != fd &&
+    /* Through etcd only the agent holding the node's rank reaches here
+     * (bridge.c): a JOIN on a new connection is that node's new agent. */
+    else if (!c->opt->etcd && c->nodes[jn->node].fd >= 0 && c->nodes[jn->node].fd != fd &&
              now_s() - c->nodes[jn->node].heard < 2 * HEARTBEAT_S)
         snprintf(why, sizeof(why), "node %u is already in the job", jn->node);
     else if (memchr(jn->replica.hostport, '\0', sizeof(jn->replica.hostport)) == NULL)
