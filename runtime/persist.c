@@ -317,7 +317,8 @@ int pdir_generations(const char *jobdir, uint64_t **out, size_t *n, char *why, s
         its[(*n)++] = it;
     }
     closedir(d);
-    qsort(its, *n, sizeof(*its), by_iteration_desc);
+    if (*n) /* none: its is NULL, which qsort may not be given */
+        qsort(its, *n, sizeof(*its), by_iteration_desc);
     *out = its;
     return 0;
 }
