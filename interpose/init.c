@@ -101,6 +101,11 @@ static void wake(void)
         return;
     }
     int agent = ckpt_agent_connect(ckpt_cfg_str(CFG_AGENT_SOCKET), rank ? (uint32_t)atoi(rank) : 0);
+    if (arena < 0 && !follow && ckpt_unprotected_refused()) { /* said by ckpt_snapshot_open */
+        ckpt_agent_send(CKPT_MSG_NO_ROOM, restore, 0);
+        fflush(NULL);
+        _exit(CKPT_EXIT_ARENA);
+    }
     if (arena == 0) {
         ckpt_fault_init(dir);
         ckpt_history_init(dir, restore);
@@ -115,6 +120,12 @@ static void wake(void)
     ckpt_agent_send(CKPT_MSG_HELLO, 0, 0);
     __atomic_store_n(&ckpt_active, true, __ATOMIC_RELEASE);
     ckpt_log(CKPT_DEBUG, "awake: CUDA initialised");
+}
+
+bool ckpt_unprotected_refused(void)
+{
+    const char *agent = getenv("CKPT_AGENT_SOCKET");
+    return agent && *agent && !ckpt_cfg_int(CFG_ALLOW_UNPROTECTED);
 }
 
 void ckpt_wake(void)

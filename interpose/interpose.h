@@ -124,6 +124,9 @@ bool ckpt_caller_is_library(const void *caller);
  * not a child forked after CUDA initialised. */
 extern bool ckpt_active;
 void ckpt_wake(void);
+/* Under ckpt-resume without CKPT_ALLOW_UNPROTECTED=1: a rank that cannot
+ * be protected (no arena, no room for it) stops rather than train on. */
+bool ckpt_unprotected_refused(void);
 
 /* Registers an allocation the program made (or NCCL made for itself:
  * caller inside libnccl, or a thread inside an NCCL call). */

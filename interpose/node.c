@@ -82,13 +82,13 @@ bool ckpt_node_pinned(const struct ckpt_pins *p, uint64_t it)
 }
 
 /* The slot files the job holds already count as room.  Run by hand (no
- * agent socket), the rank trains on, and the snapshots that find no room
- * are skipped and said (snapshot.c). */
+ * agent socket) or with CKPT_ALLOW_UNPROTECTED=1, the rank trains on, and
+ * the snapshots that find no room are skipped and said (snapshot.c). */
 void ckpt_node_check_room(const char *rank_dir, uint64_t iter, size_t total)
 {
     char job_dir[PATH_MAX];
     uint64_t room = 0, size = 0;
-    if (!getenv("CKPT_AGENT_SOCKET") || ckpt_arena_room(rank_dir, &room, &size) < 0)
+    if (!ckpt_unprotected_refused() || ckpt_arena_room(rank_dir, &room, &size) < 0)
         return;
     snprintf(job_dir, sizeof(job_dir), "%s", rank_dir);
     char *slash = strrchr(job_dir, '/');

@@ -352,7 +352,7 @@ static void *committer(void *arg)
 /* First snapshot: the stream and events live in the program's context,
  * current on the thread that reached the boundary.  Returns 0 or -errno;
  * on failure checkpointing is off for good, said once. */
-static int prepare(void)
+static int prepare_engine(void)
 {
     static const char *const needed[] = {
         "cuCtxGetCurrent", "cuCtxSetCurrent", "cuStreamCreate", "cuEventCreate", "cuEventRecord",
@@ -396,6 +396,16 @@ static int prepare(void)
     return 0;
 }
 
+/* The same; the agent hears once that this rank runs unprotected. */
+static int prepare(void)
+{
+    bool first = !S.ready && !S.broken;
+    int rc = prepare_engine();
+    if (rc < 0 && first)
+        ckpt_agent_send(CKPT_MSG_UNPROTECTED, 0, 0);
+    return rc;
+}
+
 /* Whether @pid started this process, or started one of its ancestors. */
 static bool started_by(pid_t pid)
 {
@@ -435,10 +445,13 @@ int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen)
                  why, rank ? rank : "0", ckpt_cfg_str(CFG_JOB));
         return rc;
     }
-    if (rc < 0) {
+    if (rc < 0 && ckpt_unprotected_refused())
+        ckpt_log(CKPT_ERROR, "no arena (%s): the rank stops rather than train unprotected; make CKPT_ARENA_DIR a "
+                 "directory this user can write to, or set CKPT_ALLOW_UNPROTECTED=1", why);
+    else if (rc < 0)
         ckpt_log(CKPT_ERROR, "no arena (%s): checkpointing is off for this run", why);
+    if (rc < 0)
         return rc;
-    }
     S.arena_ok = true;
     snprintf(dir, dirlen, "%s", S.arena.dir);
     if (fresh) { /* a new run's timeline starts empty, not with the last run's */
@@ -782,7 +795,10 @@ static void boundary(void)
 {
     uint64_t iter = ckpt_bd_iteration();
     ckpt_log(CKPT_DEBUG, "iteration %llu ended", (unsigned long long)iter);
-    ckpt_agent_send(CKPT_MSG_BOUNDARY, iter, 0);
+    pthread_mutex_lock(&S.lock);
+    uint64_t skipped = S.skipped;
+    pthread_mutex_unlock(&S.lock);
+    ckpt_agent_send(CKPT_MSG_BOUNDARY, iter, skipped);
     ckpt_fault_point(CKPT_FAULT_BOUNDARY, iter);
     ckpt_fault_point(CKPT_FAULT_PERSIST, iter);
     ckpt_reg_set_iteration(iter);

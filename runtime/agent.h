@@ -15,11 +15,12 @@
 
 enum ckpt_msg_kind {
     CKPT_MSG_HELLO = 1,     /* the rank woke (CUDA initialised) */
-    CKPT_MSG_BOUNDARY = 2,  /* iteration ended */
+    CKPT_MSG_BOUNDARY = 2,  /* iteration ended; generation: the snapshots this process skipped so far */
     CKPT_MSG_COMMITTED = 3, /* generation holding iteration committed */
     CKPT_MSG_RESTORED = 4,  /* iteration restored; the rank is live */
     CKPT_MSG_REFUSED = 5,   /* the restore of iteration was refused; the rank exits with status 75 */
-    CKPT_MSG_NO_ROOM = 6,   /* at its first snapshot the host cannot hold the arena; the rank exits with status 78 */
+    CKPT_MSG_NO_ROOM = 6,   /* the host cannot hold the rank's arena, or it cannot be made; the rank exits with status 78 */
+    CKPT_MSG_UNPROTECTED = 7, /* checkpointing is off for the rest of the run (CKPT_ALLOW_UNPROTECTED, or no agent) */
 };
 
 struct ckpt_msg {

@@ -175,6 +175,33 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
     return rc;
 }
 
+int ckpt_arena_usable(const char *root, const char *job, char *why, size_t whylen)
+{
+    char name[CKPT_JOB_MAX + 32], shown[PATH_MAX + 16];
+    int rootfd = open_dir(AT_FDCWD, root, root, 01777, false, why, whylen);
+    if (rootfd < 0)
+        return rootfd;
+    snprintf(name, sizeof(name), "%u-%s", (unsigned)geteuid(), job);
+    snprintf(shown, sizeof(shown), "%s/%s", root, name);
+    int jobfd = open_dir(rootfd, name, shown, 0700, true, why, whylen);
+    close(rootfd);
+    if (jobfd < 0)
+        return jobfd;
+    /* A file that takes a page, as a slot does: root may create files in
+     * a directory whose mode says no, not on a read-only mount. */
+    int rc = 0, fd = openat(jobfd, ".probe", O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || (rc = posix_fallocate(fd, 0, 4096)) != 0) {
+        rc = fd < 0 ? errno : rc;
+        snprintf(why, whylen, "cannot write a file in %s: %s", shown, strerror(rc));
+        rc = -rc;
+    }
+    if (fd >= 0)
+        close(fd);
+    unlinkat(jobfd, ".probe", 0);
+    close(jobfd);
+    return rc;
+}
+
 int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved)
 {
     *moved = 0;

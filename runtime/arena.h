@@ -76,6 +76,11 @@ uint64_t ckpt_arena_held(const char *job_dir);
     "make it larger (Docker: --shm-size; Kubernetes: an emptyDir volume with medium: Memory and a " \
     "sizeLimit, mounted at /dev/shm) or set CKPT_ARENA_DIR to a larger tmpfs"
 
+/* Can this user's arena of @job be made under @root, and written to?
+ * Makes the directories ckpt_arena_open would, writes a page there and
+ * removes it.  Returns 0, or -errno with why naming the path. */
+int ckpt_arena_usable(const char *root, const char *job, char *why, size_t whylen);
+
 /* The directory of a rank, as ckpt_arena_open names it. */
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank);
 

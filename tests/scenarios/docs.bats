@@ -59,6 +59,8 @@ man_text() { # page
     local known named v unknown=
     known=$(sed -n 's/^CKPT_VAR(\([A-Z0-9_]*\),.*/CKPT_\1/p' "$ROOT/runtime/config.def")
     [ "$(echo "$known" | wc -l)" -gt 10 ]
+    # Not configuration: what ckpt-resume gives the fence command (tools/ckpt-resume/fence.c).
+    known=$(printf '%s\n' "$known" CKPT_FENCE_NODE CKPT_FENCE_ADDR)
     named=$(grep -oE 'CKPT_[A-Z0-9][A-Z0-9_]*' "$ROOT/docs/guide.md" | sort -u)
     [ -n "$named" ]
     for v in $named; do

@@ -30,7 +30,7 @@ setup() {
 teardown() {
     for f in "$D"/sid.*; do [ -f "$f" ] && pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
     for i in 0 1 2; do [ -f "$D/etcd.pid.$i" ] && kill -KILL "$(cat "$D/etcd.pid.$i")" 2>/dev/null; done
-    rm -rf "$D"
+    [ -n "${KEEP_D:-}" ] && cp -r "$D" "$KEEP_D"; rm -rf "$D"
 }
 
 # etcd_up N: an etcd cluster of N members on free loopback ports; ENDPOINTS lists their client addresses.
@@ -156,6 +156,55 @@ plain() { timeout -k 5 120 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>
     [ "$(digests "$D/out.a" "$D/out.b")" = "$(digests "$D/plain")" ]
 }
 
+# cert NAME CA USAGE: a key and a certificate for 127.0.0.1 signed by CA ($D/tls/CA.pem), in $D/tls/NAME.{key,pem}.
+cert() {
+    openssl req -newkey rsa:2048 -nodes -keyout "$D/tls/$1.key" -out "$D/tls/$1.csr" -subj "/CN=$1" 2>/dev/null &&
+        printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=%s\n' "$3" >"$D/tls/$1.ext" &&
+        openssl x509 -req -in "$D/tls/$1.csr" -CA "$D/tls/$2.pem" -CAkey "$D/tls/$2.key" -CAcreateserial \
+            -out "$D/tls/$1.pem" -days 2 -extfile "$D/tls/$1.ext" 2>/dev/null
+}
+
+@test "etcd over TLS with client certificates (CKPT_ETCD_CA, CERT, KEY): the job runs through it; no CA, or a certificate another CA signed: a clear error before any rank starts" {
+    command -v openssl >/dev/null || { echo "openssl is not installed (scripts/setup-deps)" >&2; return 1; }
+    mkdir -p "$D/tls"
+    local ca other port=$((34000 + RANDOM % 1000))
+    for ca in ca rogue-ca; do
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout "$D/tls/$ca.key" -out "$D/tls/$ca.pem" -days 2 -subj "/CN=$ca" 2>/dev/null
+    done
+    cert server ca serverAuth,clientAuth && cert client ca clientAuth && cert rogue rogue-ca clientAuth
+    kill "$(cat "$D/etcd.pid.1")" "$(cat "$D/etcd.pid.2")" # room on the two cores: this test uses its own member
+    etcd --name t --data-dir "$D/etcd.tls" --listen-client-urls "https://127.0.0.1:$port" \
+        --advertise-client-urls "https://127.0.0.1:$port" --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" --initial-cluster "t=http://127.0.0.1:$((port + 1))" \
+        --cert-file "$D/tls/server.pem" --key-file "$D/tls/server.key" --trusted-ca-file "$D/tls/ca.pem" \
+        --client-cert-auth >"$D/etcd.log.tls" 2>&1 &
+    echo $! >"$D/etcd.pid.2" # for teardown
+    for _ in $(seq 100); do
+        etcdctl --endpoints "127.0.0.1:$port" --cacert "$D/tls/ca.pem" --cert "$D/tls/client.pem" --key "$D/tls/client.key" \
+            endpoint health >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    # No CA: plain http to a TLS member.
+    CKPT_ARENA_DIR=$D/arena.x run -2 --separate-stderr timeout -k 5 60 "$CKPT" --coord "etcd://127.0.0.1:$port" \
+        --nnodes 2 --nproc 1 -- "$TRAIN" $ARGS
+    [[ $stderr == *"ckpt-resume: error: cannot join the job through etcd: etcd at http://127.0.0.1:$port: "* ]] &&
+        [[ $stderr != *"started 1 rank"* ]] || { echo "$stderr"; return 1; }
+    # A client certificate the members' CA did not sign.
+    CKPT_ETCD_CA=$D/tls/ca.pem CKPT_ETCD_CERT=$D/tls/rogue.pem CKPT_ETCD_KEY=$D/tls/rogue.key CKPT_ARENA_DIR=$D/arena.x \
+        run -2 --separate-stderr timeout -k 5 60 "$CKPT" --coord "etcd://127.0.0.1:$port" --nnodes 2 --nproc 1 -- "$TRAIN" $ARGS
+    [[ $stderr == *"ckpt-resume: error: cannot join the job through etcd: etcd at https://127.0.0.1:$port: "* ]] &&
+        [[ $stderr != *"started 1 rank"* ]] || { echo "$stderr"; return 1; }
+    # The right ones: both nodes run through it.
+    plain 2
+    export CKPT_ETCD_CA=$D/tls/ca.pem CKPT_ETCD_CERT=$D/tls/client.pem CKPT_ETCD_KEY=$D/tls/client.key
+    ENDPOINTS=127.0.0.1:$port start a 2
+    ENDPOINTS=127.0.0.1:$port start b 2
+    wait_rc a b || { show; return 1; }
+    [ "$(cat "$D/rc.a")" = 0 ] && [ "$(cat "$D/rc.b")" = 0 ] || { show; return 1; }
+    [ "$(digests "$D/out.a" "$D/out.b")" = "$(digests "$D/plain")" ] || { show; return 1; }
+    grep -q "^ckpt-resume: node [01] of 2 in job $CKPT_JOB, through etcd at 127.0.0.1:$port$" "$D/err.a" || { show; return 1; }
+}
+
 @test "a node cut off from etcd (a proxy the test cuts) stops its ranks by itself and says so; back, it takes its rank again; the job ends as uninterrupted" {
     plain 3
     local proxy_port=$((30000 + RANDOM % 2000)) first=${ENDPOINTS%%,*}
@@ -177,13 +226,10 @@ plain() { timeout -k 5 120 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>
     for _ in $(seq 100); do grep -q "back in the job" "$D/err.c" && break; sleep 0.1; done
     grep -q "^ckpt-resume: this node reaches etcd again: it is back in the job as node 2$" "$D/err.c" ||
         { kill $proxy; show; return 1; }
-    # Its machine is then lost for good; a replacement takes node 2.
-    pkill -KILL -s "$(cat "$D/sid.c")"
+    # Its agent joins the job again: the job ends with all three, as uninterrupted.
+    wait_rc a b c || { kill $proxy; show; return 1; }
     kill $proxy
-    rm -rf "$D/arena.c"
-    start new 3
-    wait_rc a b new || { show; return 1; }
-    for t in a b new; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    for t in a b c; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
 }
 
@@ -209,6 +255,39 @@ plain() { timeout -k 5 120 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>
     for t in "${others[@]}" new again; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
     leaders_elected_twice || { show; return 1; }
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}
+
+@test "a node frozen (SIGSTOP: it cannot fence itself) is fenced by CKPT_FENCE_CMD, tried again until it succeeds, before the job restarts; a replacement takes its place, as uninterrupted" {
+    plain 3
+    # The fence fails once, then kills the frozen node's session; what it was given is kept.
+    export CKPT_FENCE_CMD='echo "$CKPT_FENCE_NODE $CKPT_FENCE_ADDR $CKPT_JOB" >>"$FENCE_DIR/fenced"
+        [ -e "$FENCE_DIR/tried" ] || { touch "$FENCE_DIR/tried"; exit 1; }
+        pkill -KILL -s "$(cat "$FENCE_DIR/sid.$(cat "$FENCE_DIR/tag.$CKPT_FENCE_NODE")")"'
+    export FENCE_DIR=$D
+    local t leader lead victim rank
+    for t in a b c; do start $t 3; done
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    leader=$(etcdctl --endpoints "$ENDPOINTS" get "/ckpt/$CKPT_JOB/leader" --print-value-only)
+    lead=$(tag_of "$leader" "$CKPT_JOB") || { show; return 1; }
+    for t in a b c; do [ "$t" != "$lead" ] && { victim=$t; break; }; done
+    for rank in 0 1 2; do [ "$(tag_of $rank "$CKPT_JOB")" = "$victim" ] && echo "$victim" >"$D/tag.$rank"; done
+    pkill -STOP -s "$(cat "$D/sid.$victim")"
+    rm -rf "$D/arena.$victim" # its machine is gone for good
+    start new 3
+    local others=()
+    for t in a b c; do [ "$t" = "$victim" ] || others+=("$t"); done
+    wait_rc "${others[@]}" new || { show; return 1; }
+    for t in "${others[@]}" new; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+    # Fenced twice (a failure, then the kill), given the node rank, its address and the job.
+    rank=$(ls "$D"/tag.* | sed 's/.*tag\.//')
+    [ "$(sort -u "$D/fenced")" = "$rank 127.0.0.1 $CKPT_JOB" ] && [ "$(wc -l <"$D/fenced")" -eq 2 ] || { cat "$D/fenced"; show; return 1; }
+    grep -q "^ckpt-resume: warning: CKPT_FENCE_CMD against node $rank failed (exit status 1): trying again$" "$D/err.$lead" ||
+        { show; return 1; }
+    # The restart came after the fence, and the frozen node's processes are gone.
+    sed -n "/node $rank fenced by CKPT_FENCE_CMD/,\$p" "$D/err.$lead" | grep -q "^ckpt-resume: restarting from iteration" ||
+        { show; return 1; }
+    ! pgrep -s "$(cat "$D/sid.$victim")" >/dev/null || { echo "the frozen node still has processes"; return 1; }
 }
 
 @test "8 nodes on loopback through etcd: one lost and replaced, as uninterrupted" {

@@ -5,9 +5,13 @@
 #   input                                          expected                                   where
 #   every CKPT_* variable: malformed, out of       the job does not start; the error names    here (rows generated from
 #     range, empty (generated from config.def)       the variable and what it accepts           `ckpt-inspect env`)
-#   CKPT_ARENA_DIR missing, a file, unwritable,    no arena, said with the path; the job      here
-#     foreign-owned, a symlink; a symlink planted    trains on unprotected; no symlink is
-#     for a slot or a rank directory                 followed
+#   CKPT_ARENA_DIR missing, a file, unwritable,    no arena, said with the path; by hand      here
+#     foreign-owned, a symlink; a symlink planted    the job trains on unprotected; no
+#     for a slot or a rank directory                 symlink is followed
+#   the same under ckpt-resume                     refused before training, naming the        here
+#                                                    variable and the fix; with
+#                                                    CKPT_ALLOW_UNPROTECTED=1 it trains, and
+#                                                    the end-of-job line says UNPROTECTED
 #   CKPT_PERSIST_DIRS missing, a file,             persisting refused, said with the path;    here
 #     foreign-owned, its job directory a symlink     training goes on; nothing written there
 #   persisted files and arena files                0600 in 0700 directories                   here
@@ -134,6 +138,44 @@ EOF
     grep -q "no arena ($D/open is writable by others (mode 777) and not sticky" "$D/err"
 }
 
+@test "under ckpt-resume an arena that cannot be made is refused before training, naming CKPT_ARENA_DIR and the fix; allowed, the job trains and its last line says UNPROTECTED" {
+    touch "$D/file"
+    local plain dir rc
+    plain=$("$TRAIN" $ARGS 2>/dev/null | grep '^digest')
+    for dir in "$D/file" "$D/no/such/dir" /proc/ckpt-arena; do
+        rc=0
+        CKPT_ARENA_DIR=$dir timeout -k 5 60 "$RESUME" --nproc 1 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || rc=$?
+        [ "$rc" -eq 2 ] || { echo "CKPT_ARENA_DIR=$dir: exit $rc"; cat "$D/err"; return 1; }
+        grep -q "^ckpt-resume: error: CKPT_ARENA_DIR=$dir: .*$dir.*: the job would train with checkpointing off; point CKPT_ARENA_DIR at a directory on a tmpfs this user can write to (the default is /dev/shm/ckpt), or set CKPT_ALLOW_UNPROTECTED=1 to train without protection$" "$D/err" ||
+            { echo "CKPT_ARENA_DIR=$dir"; cat "$D/err"; return 1; }
+        ! grep -q "started" "$D/err" && [ ! -s "$D/out" ] || { echo "CKPT_ARENA_DIR=$dir: a rank started"; cat "$D/err"; return 1; }
+    done
+    CKPT_ALLOW_UNPROTECTED=1 CKPT_ARENA_DIR=$D/file timeout -k 5 60 "$RESUME" --nproc 1 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" ||
+        { cat "$D/err"; return 1; }
+    [ "$(grep '^digest' "$D/out")" = "$plain" ] || { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: warning: CKPT_ARENA_DIR=$D/file: .*: the job trains UNPROTECTED (CKPT_ALLOW_UNPROTECTED=1)" "$D/err" &&
+        grep -q "^ckpt-resume: summary: no snapshot committed (UNPROTECTED); not persisted" "$D/err" &&
+        [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=0 UNPROTECTED: rank 0 ran with checkpointing off (said above)" ] ||
+        { cat "$D/err"; return 1; }
+}
+
+@test "under ckpt-resume a rank that cannot open its arena stops before training rather than train unprotected, and is not restarted; allowed, it trains and the job says so" {
+    touch "$D/file"
+    local rc=0 plain
+    plain=$("$TRAIN" $ARGS 2>/dev/null | grep '^digest')
+    # ckpt-resume's arena is fine; the rank's is not (the command changes it).
+    timeout -k 5 60 "$RESUME" --nproc 1 -- env CKPT_ARENA_DIR="$D/file" "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || rc=$?
+    [ "$rc" -eq 78 ] || { echo "exit $rc"; cat "$D/err"; return 1; }
+    grep -q "^libckpt\[rank 0\]: error: no arena ($D/file is not a directory .*): the rank stops rather than train unprotected; make CKPT_ARENA_DIR a directory this user can write to, or set CKPT_ALLOW_UNPROTECTED=1$" "$D/err" &&
+        grep -q "ckpt-resume: error: rank 0 stopped the job: it cannot have its arena on this host (said above); not restarted, as a restart would not either" "$D/err" &&
+        [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=78 restarts=0" ] && ! grep -q "^iter" "$D/out" || { cat "$D/err"; return 1; }
+    CKPT_ALLOW_UNPROTECTED=1 timeout -k 5 60 "$RESUME" --nproc 1 -- env CKPT_ARENA_DIR="$D/file" "$TRAIN" $ARGS >"$D/out" 2>"$D/err" ||
+        { cat "$D/err"; return 1; }
+    [ "$(grep '^digest' "$D/out")" = "$plain" ] &&
+        [ "$(tail -n 1 "$D/err")" = "ckpt-resume: done exit=0 restarts=0 UNPROTECTED: rank 0 ran with checkpointing off (said above)" ] ||
+        { cat "$D/err"; return 1; }
+}
+
 @test "a symlink planted for a slot or a rank directory is refused, never followed" {
     mkdir -p "$D/arena/$(id -u)-plant/rank0" "$D/elsewhere"
     chmod 0700 "$D/arena/$(id -u)-plant" "$D/arena/$(id -u)-plant/rank0"
@@ -205,7 +247,7 @@ $D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be t
     [ "$rc" -eq 78 ] || { echo "exit $rc"; cat "$D/err"; return 1; }
     grep -Eq "error: iteration [0-9]+: this host cannot hold the arena: a snapshot of this rank is [0-9.]+ MiB, and 2 ranks x 2 slots need [0-9.]+ MiB in $D/shm/.*, whose filesystem has [0-9.]+ MiB free of 1.0 MiB .*; make it larger \(Docker: --shm-size; .*, or set CKPT_SLOTS=1 .*; the rank stops rather than train unprotected" "$D/err" ||
         { cat "$D/err"; return 1; }
-    grep -Eq "ckpt-resume: error: rank [01] stopped the job: this host cannot hold its arena" "$D/err" || { cat "$D/err"; return 1; }
+    grep -Eq "ckpt-resume: error: rank [01] stopped the job: it cannot have its arena on this host" "$D/err" || { cat "$D/err"; return 1; }
     grep -q "ckpt-resume: done exit=78 restarts=0" "$D/err" || { cat "$D/err"; return 1; }
 }
 
@@ -222,8 +264,22 @@ $D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be t
     for i in 0 1; do
         grep -q "ckpt-resume: done exit=78 restarts=0" "$D/err.$i" || { cat "$D/err.0" "$D/err.1"; return 1; }
     done
-    grep -Eq "ckpt-resume: the coordinator ends the job: rank [01] on node [01] cannot hold its arena in that node's host memory \(said there\): not restarted, as it would find no more room" "$D/err.0" ||
+    grep -Eq "ckpt-resume: the coordinator ends the job: rank [01] on node [01] cannot have its arena on that node \(said there\): not restarted, as a restart would not either" "$D/err.0" ||
         { cat "$D/err.0"; return 1; }
+}
+
+@test "a usage error on a node of several (the same exit status before any boundary, twice): the coordinator ends the job, saying so, without using up the restarts" {
+    local port=$((10000 + RANDOM % 22000)) i
+    for i in 0 1; do
+        CKPT_ARENA_DIR=$D/node$i CKPT_NODE_TIMEOUT=10 timeout -k 5 60 "$RESUME" --coord 127.0.0.1:$port \
+            --nnodes 2 --node-rank $i --nproc 1 --max-restarts 5 -- "$TRAIN" --no-such-option >"$D/out.$i" 2>"$D/err.$i" &
+    done
+    wait
+    for i in 0 1; do
+        [ "$(tail -n 1 "$D/err.$i")" = "ckpt-resume: done exit=2 restarts=1" ] || { cat "$D/err.0" "$D/err.1"; return 1; }
+        grep -Eq "^ckpt-resume: the coordinator ends the job: rank [01] on node [01] exited with status 2 before any rank reached an iteration boundary, on two launches in a row: an error in the command or its set-up \(its output on that node says which\), which a restart would repeat; not restarted again$" "$D/err.$i" ||
+            { cat "$D/err.$i"; return 1; }
+    done
 }
 
 @test "CKPT_HOST_MEM: ckpt-resume refuses to start ranks the arena's filesystem cannot hold, naming the numbers; CKPT_SLOTS=1 needs half" {

@@ -190,6 +190,9 @@ wiping() {
         it=$(sed -n 's/^ckpt-resume: restoring generation [0-9]* (iteration \(15\|20\)) from disk$/\1/p' "$D/err")
         [ -n "$it" ] || { cat "$D/err"; false; }
         grep -q "^ckpt-resume: persisted [1-9][0-9]* generations (skipped [0-9]*, failed 0), [0-9]* bytes, " "$D/err"
+        # The line before the last says how the job was protected.
+        grep -q "^ckpt-resume: summary: snapshots [1-9][0-9]* committed, [0-9]* skipped; in memory through iteration [1-9][0-9]* (a boundary at most [0-9]* iterations past its rank's newest commit); persisted through iteration 30 (at most [0-9]* iterations behind the commits; [1-9][0-9]* generations, [0-9]* skipped, 0 failed); 1 restart$" "$D/err" ||
+            { cat "$D/err"; false; }
         restored_tail "$(cat "$D/plain.$n")" "$(cat "$D/out.$it.0")"
         [ -s "$(gen "$D/ssd0" 30)/manifest" ] && [ -s "$(gen "$D/ssd1" 30)/stripe-1" ]
         [ ! -e "$CKPT_ARENA_DIR/$(id -u)-p" ] # removed after success, pin included

@@ -246,8 +246,9 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
 }
 
 @test "each launch draws rank 0 a free port of its own, outside the ephemeral ports; MASTER_PORT, when set, is every launch's" {
-    # the first launch fails, as a rank 0 that finds its port taken does
-    local cmd='echo "$MASTER_PORT" >>"$0/ports"; [ "$(wc -l <"$0/ports")" -ge 3 ]'
+    # the first launches fail, as a rank 0 that finds its port taken does (each with another status:
+    # the same early failure twice in a row is not restarted again, as the next test shows)
+    local cmd='echo "$MASTER_PORT" >>"$0/ports"; n=$(wc -l <"$0/ports"); [ "$n" -ge 3 ] || exit $((10 + n))'
     run --separate-stderr ckpt --nproc 1 --max-restarts 2 -- sh -c "$cmd" "$D"
     [ "$status" -eq 0 ] || { echo "$stderr"; false; }
     [ "$(wc -l <"$D/ports")" -eq 3 ]
@@ -259,12 +260,28 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     [ "$(sort -u "$D/ports")" = 29555 ]
 }
 
+@test "a rank that fails before any boundary with the same exit status on two launches in a row (a usage error) stops the job, said; different statuses use up the restarts" {
+    run --separate-stderr ckpt --nproc 2 --max-restarts 5 -- "$TRAIN" --no-such-option
+    [ "$status" -eq 2 ] || { echo "$stderr"; false; }
+    # two launches, no more
+    [ "$(grep -c "^ckpt-resume: started 2 ranks" <<<"$stderr")" -eq 2 ] &&
+        grep -q "^mlp-train: .*unknown option '--no-such-option'" <<<"$stderr" || { echo "$stderr"; false; }
+    [[ $stderr == *"ckpt-resume: error: rank "[01]" exited with status 2 before any rank reached an iteration boundary, on two launches in a row: an error in the command or its set-up (its output above says which), which a restart would repeat; not restarted again"* ]] ||
+        { echo "$stderr"; false; }
+    [ "$(tail -n 1 <<<"$stderr")" = "ckpt-resume: done exit=2 restarts=1 (from the start)" ] || { echo "$stderr"; false; }
+    # A rank that fails after a boundary is restarted as many times as allowed, whatever its status.
+    run --separate-stderr ckpt --nproc 1 --max-restarts 2 -- sh -c '"$0" --iters 12 --hidden 16 --layers 2 >/dev/null; exit 3' "$TRAIN"
+    [ "$status" -eq 3 ] && [[ $stderr == *"giving up after 2 restarts"* ]] && ! [[ $stderr == *"two launches in a row"* ]] ||
+        { echo "$stderr"; false; }
+}
+
 @test "restarts wait CKPT_RESTART_BACKOFF, twice as long each time" {
     export CKPT_RESTART_BACKOFF=0.4
     t0=$(date +%s%N)
-    run --separate-stderr ckpt --max-restarts 2 -- sh -c 'exit 3'
+    # each launch fails with another status: 3, 4, 5
+    run --separate-stderr ckpt --max-restarts 2 -- sh -c 'n=$(cat "$0/n" 2>/dev/null || echo 0); echo $((n + 1)) >"$0/n"; exit $((3 + n))' "$D"
     t1=$(date +%s%N)
-    [ "$status" -eq 3 ]
+    [ "$status" -eq 5 ]
     [[ $stderr == *"restart 1 of 2 in 0.4 s"*"restart 2 of 2 in 0.8 s"*"giving up after 2 restarts"* ]]
     [ $(((t1 - t0) / 1000000)) -ge 1200 ]
 }

@@ -41,6 +41,7 @@ int channel_open(struct channel *c)
     c->fd = -1;
     c->refused_rank = -1;
     c->no_room_rank = -1;
+    c->unprotected_rank = -1;
     if (!tmp || !*tmp)
         tmp = "/tmp";
     /* sun_path is short: a long TMPDIR cannot hold the socket, /tmp can. */
@@ -99,6 +100,8 @@ static void drain(struct channel *c)
 void channel_reset(struct channel *c)
 {
     drain(c);
+    for (int i = 0; i < c->nreports; i++)
+        c->skipped += c->reports[i].skipped;
     if (c->reports)
         memset(c->reports, 0, c->nreports * sizeof(*c->reports));
     c->restored = 0;
@@ -145,9 +148,16 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
         r->ticking = true;
         r->boundary_s = now_s();
         r->iteration = m->iteration;
+        r->skipped = m->generation;
+        if (r->committed_iteration && m->iteration - r->committed_iteration > c->worst_lag &&
+            m->iteration > r->committed_iteration)
+            c->worst_lag = m->iteration - r->committed_iteration;
         break;
     case CKPT_MSG_COMMITTED:
         r->committed_iteration = m->iteration;
+        c->committed++;
+        if (m->iteration > c->newest)
+            c->newest = m->iteration;
         ckpt_log(CKPT_DEBUG, "rank %u committed generation %llu (iteration %llu)", m->rank,
                  (unsigned long long)m->generation, (unsigned long long)m->iteration);
         break;
@@ -173,9 +183,35 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
         if (c->no_room_rank < 0)
             c->no_room_rank = (int)m->rank;
         break;
+    case CKPT_MSG_UNPROTECTED:
+        if (c->unprotected_rank < 0)
+            c->unprotected_rank = (int)m->rank;
+        break;
     default:
         ckpt_log_once(CKPT_DEBUG, "agent message of unknown kind %u ignored", m->kind);
     }
+}
+
+void channel_carry(struct channel *to, struct channel *from)
+{
+    for (int i = 0; i < from->nreports; i++)
+        from->skipped += from->reports[i].skipped, from->reports[i].skipped = 0;
+    to->committed += from->committed;
+    to->skipped += from->skipped;
+    to->newest = from->newest > to->newest ? from->newest : to->newest;
+    to->worst_lag = from->worst_lag > to->worst_lag ? from->worst_lag : to->worst_lag;
+    if (to->unprotected_rank < 0)
+        to->unprotected_rank = from->unprotected_rank;
+    from->committed = from->skipped = from->newest = from->worst_lag = 0;
+    from->unprotected_rank = -1;
+}
+
+bool channel_ticked(const struct channel *c)
+{
+    for (int i = 0; i < c->nreports; i++)
+        if (c->reports[i].ticking)
+            return true;
+    return false;
 }
 
 /* Reads every datagram waiting; malformed ones are dropped. */

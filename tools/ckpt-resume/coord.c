@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -47,6 +48,9 @@ struct node {
     struct coord_held h;
     double heard, sent;
     struct ckpt_wire_rx rx;     /* a message on its way in */
+    bool unfenced;              /* declared lost with CKPT_FENCE_CMD set: not fenced yet */
+    pid_t fence;                /* the fence command running against it, 0: none */
+    double fence_due, fence_since; /* when to run it (again), and since when it is wanted */
 };
 
 /* A connection that has not joined yet: its JOIN must come whole within
@@ -70,6 +74,8 @@ struct coord {
     uint64_t restore, below, durable, target, replicating;
     bool ever_durable, failed_launch;
     char no_room[128]; /* a rank stopped for want of host memory: the job ends, not restarted */
+    int early, early_before; /* the exit status of this launch's and the last one's failure before any boundary, -1: none */
+    char early_why[128];     /* which rank that was */
     int launches, restarts, exit_code, user_signal;
     unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
     double timeout_s, resume_at, gather_since;
@@ -265,6 +271,51 @@ static void plan(struct coord *c)
     c->phase = FETCH;
 }
 
+/*
+ * Runs CKPT_FENCE_CMD against each node declared lost (fence.c), again
+ * each second while it fails; the job is not restarted before every such
+ * node is fenced, and ends when one cannot be within 10 x CKPT_NODE_TIMEOUT.
+ */
+static void fences(struct coord *c, double now)
+{
+    for (unsigned j = 0; j < c->n && c->phase != OVER; j++) {
+        struct node *nd = &c->nodes[j];
+        int status;
+        if (nd->fence > 0 && fence_poll(nd->fence, &status) != 0) {
+            nd->fence = 0;
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+                nd->unfenced = false;
+                ckpt_log(CKPT_INFO, "node %u fenced by CKPT_FENCE_CMD in %.1f s", j, now - nd->fence_since);
+                continue;
+            }
+            ckpt_log(CKPT_WARN, "CKPT_FENCE_CMD against node %u failed (%s %d): trying again", j,
+                     WIFSIGNALED(status) ? "killed by signal" : "exit status",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            nd->fence_due = now + 1;
+        }
+        if (!nd->unfenced)
+            continue;
+        if (now - nd->fence_since > 10 * c->timeout_s) {
+            char why[192];
+            fence_cancel(nd->fence);
+            nd->fence = 0;
+            nd->unfenced = false;
+            snprintf(why, sizeof(why), "node %u could not be fenced (CKPT_FENCE_CMD) in %g s: the job stops rather "
+                     "than restart beside a node that may still run its ranks", j, 10 * c->timeout_s);
+            finish(c, c->exit_code ? c->exit_code : 1, why);
+            return;
+        }
+        if (nd->fence <= 0 && now >= nd->fence_due) {
+            nd->fence = fence_start(j, nd->addr.hostport, c->opt->job_name);
+            if (nd->fence < 0) {
+                ckpt_log(CKPT_WARN, "cannot run CKPT_FENCE_CMD against node %u: %s", j, strerror(-nd->fence));
+                nd->fence = 0;
+                nd->fence_due = now + 1;
+            }
+        }
+    }
+}
+
 /* In GATHER: when every node is in and the backoff is over, decides what comes next. */
 static void gathered(struct coord *c)
 {
@@ -274,6 +325,9 @@ static void gathered(struct coord *c)
         finish(c, 128 + c->user_signal, why);
         return;
     }
+    for (unsigned j = 0; j < c->n; j++)
+        if (c->nodes[j].unfenced)
+            return; /* fences() ends the job if it cannot be */
     for (unsigned j = 0; j < c->n; j++) {
         if (c->nodes[j].joined)
             continue;
@@ -287,12 +341,22 @@ static void gathered(struct coord *c)
     }
     if (c->failed_launch && c->no_room[0]) {
         char why[192];
-        snprintf(why, sizeof(why), "%s: not restarted, as it would find no more room", c->no_room);
+        snprintf(why, sizeof(why), "%s: not restarted, as a restart would not either", c->no_room);
         finish(c, c->exit_code ? c->exit_code : 1, why);
+        return;
+    }
+    if (c->failed_launch && c->early > 0 && c->early == c->early_before) {
+        char why[384];
+        snprintf(why, sizeof(why), "%s before any rank reached an iteration boundary, on two launches in a row: an "
+                 "error in the command or its set-up (its output on that node says which), which a restart would "
+                 "repeat; not restarted again", c->early_why);
+        finish(c, c->early, why);
         return;
     }
     if (c->failed_launch) {
         c->failed_launch = false;
+        c->early_before = c->early;
+        c->early = -1;
         uint64_t refused = 0;
         for (unsigned j = 0; j < c->n; j++)
             if (c->nodes[j].refused)
@@ -439,12 +503,14 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
         return -1;
     /* Its old connection has gone quiet (the node's agent gave up on it
      * first, across a partition that kept the close from coming here):
-     * the new one is the node, and the job stops as for a lost node,
-     * before the new one is counted in. */
-    if (nd->fd >= 0 && nd->fd != fd) {
+     * the new one is the node. */
+    if (nd->fd >= 0 && nd->fd != fd)
         drop(c, jn->node, "it joined again on a new connection");
+    /* A node that joins while the others run has stopped: so must they,
+     * before it is counted in.  Told to stop once joined, it would wait
+     * for a plan while the others waited for it to join again. */
+    if (c->phase == RUN || c->phase == FETCH)
         stop_all(c, "a node's ranks stopped");
-    }
     memcpy(h, jn + 1, jn->nheld * sizeof(*h));
     free(nd->held);
     nd->held = h;
@@ -457,9 +523,6 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     nd->heard = now_s();
     ckpt_log(CKPT_DEBUG, "node %u joined (%u copies held, replicas at %s)", jn->node, jn->nheld,
              jn->replica.hostport);
-    /* A node that joins while the others run has stopped: so must they. */
-    if (c->phase == RUN || c->phase == FETCH)
-        stop_all(c, "a node's ranks stopped");
     return (int)jn->node;
 }
 
@@ -543,8 +606,12 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
             snprintf(why, sizeof(why), "rank %llu on node %u failed (exit %d)", (unsigned long long)st->value, j,
                      st->status);
             if (st->flags & COORD_NO_ROOM)
-                snprintf(c->no_room, sizeof(c->no_room), "rank %llu on node %u cannot hold its arena in that "
-                         "node's host memory (said there)", (unsigned long long)st->value, j);
+                snprintf(c->no_room, sizeof(c->no_room), "rank %llu on node %u cannot have its arena on that "
+                         "node (said there)", (unsigned long long)st->value, j);
+            c->early = st->flags & COORD_EARLY ? st->status : -1;
+            if (c->early > 0)
+                snprintf(c->early_why, sizeof(c->early_why), "rank %llu on node %u exited with status %d",
+                         (unsigned long long)st->value, j, st->status);
             stop_all(c, why);
             return;
         }
@@ -677,11 +744,16 @@ bool coord_turn(struct coord *c, int timeout_ms)
         if (nd->fd < 0 && (c->phase == RUN || c->phase == FETCH)) {
             char why[64];
             snprintf(why, sizeof(why), "node %u was lost", j);
+            if (fence_wanted() && !nd->unfenced) {
+                nd->unfenced = true;
+                nd->fence_due = nd->fence_since = now;
+            }
             if (!c->exit_code)
                 c->exit_code = 1;
             stop_all(c, why);
         }
     }
+    fences(c, now);
     if (c->phase == GATHER)
         gathered(c);
     char why[256];
@@ -716,6 +788,7 @@ int coord_open(struct coord **out, const struct options *opt, const char *master
         return -ENOMEM;
     c->opt = opt;
     c->lfd = c->stop[0] = c->stop[1] = -1;
+    c->early = c->early_before = -1;
     c->n = (unsigned)opt->nnodes;
     c->nproc = (unsigned)opt->nproc;
     c->replicas = (unsigned)ckpt_cfg_int(CFG_REPLICAS);
@@ -784,6 +857,7 @@ void coord_stop(struct coord *c)
     for (unsigned j = 0; c->nodes && j < c->n; j++) {
         if (c->nodes[j].fd >= 0)
             close(c->nodes[j].fd);
+        fence_cancel(c->nodes[j].fence);
         free(c->nodes[j].held);
     }
     free(c->nodes);

@@ -58,6 +58,7 @@ enum coord_msg {
 #define COORD_ADDR_MAX 64
 #define COORD_AGAIN 1 /* REPLICATE of what the ranks restored: sent where missing, not persisted again */
 #define COORD_NO_ROOM 1u /* FAILED: libckpt stopped the rank, its host cannot hold its arena: no restart would find room */
+#define COORD_EARLY 2u   /* FAILED: an exit status, before any rank of the node reached an iteration boundary */
 
 struct coord_addr {
     char hostport[COORD_ADDR_MAX];     /* where the node's agent takes replicas, NUL-terminated */

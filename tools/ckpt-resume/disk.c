@@ -126,6 +126,8 @@ static void *worker(void *arg)
             if (ckpt_arena_path(dir, sizeof(dir), d->arena, d->job, d->ranks[i]) == 0)
                 ckpt_tl_agent_add(dir, &e);
         d->persisted++;
+        if (st.iteration > d->newest)
+            d->newest = st.iteration;
         d->bytes += st.logical_bytes;
         d->seconds += st.seconds;
         ckpt_log(CKPT_DEBUG, "persisted iteration %llu: %llu bytes in %.3f s", (unsigned long long)st.iteration,
@@ -248,6 +250,8 @@ void disk_tick(struct job *job)
     if (k <= d->seen)
         return;
     d->seen = k;
+    if (d->newest && k - d->newest > d->worst_lag)
+        d->worst_lag = k - d->newest;
     if (++d->commits % d->every)
         return;
     if (d->running) {

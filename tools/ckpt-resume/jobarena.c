@@ -283,8 +283,8 @@ int arena_remove(const struct options *opt)
         return rc;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) {
-        if (errno == ENOENT)
-            return 0;
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 0; /* none; a root that cannot hold one is refused by main.c */
         rc = -errno;
         ckpt_log(CKPT_WARN, "cannot remove %s: %s", dir, strerror(-rc));
         return rc;

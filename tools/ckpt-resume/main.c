@@ -4,10 +4,12 @@
  * job's name and libckpt.so, then the job.  Usage and configuration errors
  * are found here, before any rank starts, and end with exit status 2 and
  * one message that names the option or variable and what it accepts.
- * Whatever happens once the job has been launched, the last line on
+ * Whatever happens once the job has been launched, the line before the
+ * last says how the job was protected (summary()), and the last line on
  * stderr is "ckpt-resume: done exit=C restarts=N", followed, when there
  * were recoveries, by how each was made and how long it took ("(standby
- * 0.006 s, cold 0.212 s)"), and the exit status is C.
+ * 0.006 s, cold 0.212 s)"), and by "UNPROTECTED: ..." when a rank ran
+ * with checkpointing off; the exit status is C.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -368,6 +370,27 @@ static int arena_preflight(const struct options *opt)
     return -ENOSPC;
 }
 
+/*
+ * Can the ranks of this host make their arenas?  A job whose arena cannot
+ * be made would train with checkpointing off: refused, unless the user
+ * allows it (CKPT_ALLOW_UNPROTECTED=1).
+ */
+static int arena_usable(const struct options *opt)
+{
+    char why[PATH_MAX + 128];
+    if (ckpt_arena_usable(opt->arena_root, opt->job_name, why, sizeof(why)) == 0)
+        return 0;
+    if (ckpt_cfg_int(CFG_ALLOW_UNPROTECTED)) {
+        ckpt_log(CKPT_WARN, "CKPT_ARENA_DIR=%s: %s: the job trains UNPROTECTED (CKPT_ALLOW_UNPROTECTED=1): no "
+                 "snapshot will be taken, and a failure loses all its training", opt->arena_root, why);
+        return 0;
+    }
+    ckpt_log(CKPT_ERROR, "CKPT_ARENA_DIR=%s: %s: the job would train with checkpointing off; point CKPT_ARENA_DIR at "
+             "a directory on a tmpfs this user can write to (the default is /dev/shm/ckpt), or set "
+             "CKPT_ALLOW_UNPROTECTED=1 to train without protection", opt->arena_root, why);
+    return -EACCES;
+}
+
 static int configure(struct options *opt, bool restarts_given)
 {
     if (!restarts_given)
@@ -393,6 +416,39 @@ static int configure(struct options *opt, bool restarts_given)
         return rc;
     rc = preload_value(&opt->preload, ckpt_cfg_str(CFG_LIB));
     return rc < 0 ? rc : pythonpath_value(&opt->pythonpath, opt->preload, ckpt_cfg_int(CFG_TORCH_HELPER));
+}
+
+/*
+ * The line before the last: how well the job was protected.  Counted from
+ * what the ranks reported (every commit, the snapshots they skipped, how
+ * far a boundary got past its rank's newest commit) and what this agent
+ * persisted.
+ */
+static void summary(const struct job *job, int restarts)
+{
+    const struct channel *c = &job->chan;
+    const struct disk *d = &job->disk;
+    char disk[160];
+    uint64_t skipped = c->skipped;
+    for (int i = 0; i < c->nreports; i++)
+        skipped += c->reports[i].skipped;
+    if (!d->engine || !d->every)
+        snprintf(disk, sizeof(disk), "not persisted (CKPT_PERSIST_DIRS unset or unusable)");
+    else if (!d->newest)
+        snprintf(disk, sizeof(disk), "nothing persisted (%llu failed)", (unsigned long long)d->failed);
+    else
+        snprintf(disk, sizeof(disk), "persisted through iteration %llu (at most %llu iterations behind the "
+                 "commits; %llu generations, %llu skipped, %llu failed)", (unsigned long long)d->newest,
+                 (unsigned long long)d->worst_lag, (unsigned long long)d->persisted, (unsigned long long)d->skipped,
+                 (unsigned long long)d->failed);
+    if (!c->committed)
+        ckpt_log(CKPT_INFO, "summary: no snapshot committed%s; %s; %d restart%s",
+                 c->unprotected_rank >= 0 ? " (UNPROTECTED)" : "", disk, restarts, restarts == 1 ? "" : "s");
+    else
+        ckpt_log(CKPT_INFO, "summary: snapshots %llu committed, %llu skipped; in memory through iteration %llu (a "
+                 "boundary at most %llu iterations past its rank's newest commit); %s; %d restart%s",
+                 (unsigned long long)c->committed, (unsigned long long)skipped, (unsigned long long)c->newest,
+                 (unsigned long long)c->worst_lag, disk, restarts, restarts == 1 ? "" : "s");
 }
 
 int main(int argc, char **argv)
@@ -433,6 +489,10 @@ int main(int argc, char **argv)
      */
     if (!opt.coord && !opt.first_restore && arena_remove(&opt) > 0)
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", opt.job_name);
+    if (arena_usable(&opt) < 0) {
+        bridge_stop();
+        return USAGE_ERROR;
+    }
 
     rc = job_open(&job, &opt);
     if (rc < 0) {
@@ -453,13 +513,18 @@ int main(int argc, char **argv)
     } else {
         code = job_run(&job, &restarts);
     }
+    summary(&job, restarts);
+    char unprotected[96] = "";
+    if (job.chan.unprotected_rank >= 0)
+        snprintf(unprotected, sizeof(unprotected), " UNPROTECTED: rank %d ran with checkpointing off (said above)",
+                 job.chan.unprotected_rank);
     if (job.recovered[0] && job.recovered_more)
-        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d (%s, and %d more)", code, restarts, job.recovered,
-                 job.recovered_more);
+        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d (%s, and %d more)%s", code, restarts, job.recovered,
+                 job.recovered_more, unprotected);
     else if (job.recovered[0])
-        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d (%s)", code, restarts, job.recovered);
+        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d (%s)%s", code, restarts, job.recovered, unprotected);
     else
-        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d", code, restarts);
+        ckpt_log(CKPT_INFO, "done exit=%d restarts=%d%s", code, restarts, unprotected);
     job_close(&job);
     free(opt.preload);
     free(opt.pythonpath);

@@ -324,7 +324,8 @@ void member_failed(struct job *job)
     if (m->stopped || m->failed_sent)
         return;
     struct coord_status st = { .status = job->out.exit_code, .value = (uint64_t)job->out.failed_rank,
-                               .flags = job->out.no_room_rank >= 0 ? COORD_NO_ROOM : 0 };
+                               .flags = (job->out.no_room_rank >= 0 ? COORD_NO_ROOM : 0) |
+                                        (job->out.early ? COORD_EARLY : 0) };
     m->failed_sent = true;
     send_msg(m, COORD_FAILED, &st, sizeof(st), NULL, 0);
 }

@@ -168,6 +168,7 @@ int job_run(struct job *job, int *restarts)
     uint64_t restore = opt->first_restore, newest = restore;
 
     bool took_over = false;
+    int early_code = -1;    /* the last launch failed with this exit status before any boundary */
     const char *how = NULL; /* a recovery under way: how it is made */
     double since = 0;       /* and when its failure was seen */
 
@@ -186,8 +187,8 @@ int job_run(struct job *job, int *restarts)
         if (!started)
             break; /* what could not be started will not start on a restart either */
         if (out->no_room_rank >= 0) {
-            ckpt_log(CKPT_ERROR, "rank %d stopped the job: this host cannot hold its arena (said above); not "
-                     "restarted, as it would find no more room", out->no_room_rank);
+            ckpt_log(CKPT_ERROR, "rank %d stopped the job: it cannot have its arena on this host (said above); "
+                     "not restarted, as a restart would not either", out->no_room_rank);
             break;
         }
         if (out->refused_rank >= 0) {
@@ -197,6 +198,13 @@ int job_run(struct job *job, int *restarts)
                 break;
             continue;
         }
+        if (out->early && out->exit_code == early_code) {
+            ckpt_log(CKPT_ERROR, "rank %d exited with status %d before any rank reached an iteration boundary, on "
+                     "two launches in a row: an error in the command or its set-up (its output above says which), "
+                     "which a restart would repeat; not restarted again", out->failed_rank, out->exit_code);
+            break;
+        }
+        early_code = out->early ? out->exit_code : -1;
         if (*restarts >= opt->max_restarts) {
             if (opt->max_restarts > 0)
                 ckpt_log(CKPT_INFO, "giving up after %d restart%s", *restarts, *restarts == 1 ? "" : "s");

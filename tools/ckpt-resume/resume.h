@@ -63,6 +63,7 @@ struct report {
     double boundary_s;      /* CLOCK_MONOTONIC seconds of its last BOUNDARY */
     uint64_t iteration;     /* of its last BOUNDARY */
     uint64_t committed_iteration; /* of its last COMMITTED */
+    uint64_t skipped;       /* snapshots its process skipped, as its last BOUNDARY said */
 };
 
 struct channel {
@@ -75,6 +76,11 @@ struct channel {
     double restored_s;      /* when the last of the ranks did (with --nproc), 0: not yet */
     int refused_rank;       /* the first rank that sent REFUSED in this launch, -1: none */
     int no_room_rank;       /* the first rank that sent NO_ROOM in this launch, -1: none */
+    int unprotected_rank;   /* the first rank that said it runs with checkpointing off, in any launch, -1: none */
+    uint64_t committed;     /* COMMITTED reports, in every launch */
+    uint64_t skipped;       /* snapshots the ranks skipped, in the launches before this one */
+    uint64_t newest;        /* the newest iteration a rank committed, in any launch */
+    uint64_t worst_lag;     /* the most iterations a rank's boundary was past its newest commit */
 };
 
 struct rank {
@@ -88,6 +94,7 @@ struct outcome {
     int stop_signal;        /* signal that asked the job to stop (forwarded), 0 if none */
     int refused_rank;       /* first rank that exited RESUME_EXIT_REFUSED in a restore, else -1 */
     int no_room_rank;       /* first rank that stopped because the host cannot hold the arena, else -1 */
+    bool early;             /* the first failure was an exit status, before any rank reached a boundary */
     double failed_s;        /* when the first failure was seen, 0: none */
 };
 
@@ -110,6 +117,8 @@ struct disk {
     uint64_t iteration;     /* being persisted, or last persisted */
     uint64_t restored;      /* the iteration last read back from disk, 0: none */
     uint64_t persisted, skipped, failed, bytes;
+    uint64_t newest;        /* the newest iteration persisted whole, 0: none */
+    uint64_t worst_lag;     /* the most iterations every rank had committed past it, seen at a commit */
     double seconds;         /* spent persisting what was persisted */
     uint64_t warned;        /* fault kinds (errno, 63: others) said once */
 };
@@ -204,6 +213,12 @@ void channel_read(struct channel *c, const struct options *opt);
 void channel_ended(struct channel *c, pid_t pid);
 void channel_committed(const struct channel *c, char *out, size_t outlen);
 int channel_hung(struct channel *c, double timeout_s, double *next_s);
+/* What @from counted over the job (commits, skips, the newest commit, the
+ * worst lag, an unprotected rank) goes on in @to: the standbys' channel
+ * becomes the job's at a takeover. */
+void channel_carry(struct channel *to, struct channel *from);
+/* Has a rank reached an iteration boundary in this launch? */
+bool channel_ticked(const struct channel *c);
 
 /* restart.c */
 int job_run(struct job *job, int *restarts);
@@ -277,6 +292,14 @@ void bridge_stop(void);
 struct coord;
 /* spawn.c: node 0 starting the other nodes (CKPT_NODE_LAUNCHER), from the coordinator's thread. */
 struct spawn;
+/* The external fence (fence.c): CKPT_FENCE_CMD run against node @node,
+ * which joined from @hostport.  Returns its pid or -errno; fence_poll()
+ * is 1 once it ended (*status as waitpid's), 0 while it runs. */
+bool fence_wanted(void);
+pid_t fence_start(unsigned node, const char *hostport, const char *job);
+int fence_poll(pid_t pid, int *status);
+void fence_cancel(pid_t pid);
+
 /* Prepares; *out stays NULL without a launcher.  Nothing starts before spawn_turn(). */
 int spawn_open(struct spawn **out, const struct options *opt);
 /* Reaps, and starts what is due unless the job is @over, for each node

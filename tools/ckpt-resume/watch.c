@@ -141,6 +141,7 @@ static void reaped(struct job *job, pid_t pid, int status)
     job->out.exit_code = code;
     job->out.failed_rank = rank;
     job->out.failed_s = now_s();
+    job->out.early = !WIFSIGNALED(status) && !channel_ticked(&job->chan);
     if (WIFSIGNALED(status))
         ckpt_log(CKPT_INFO, "rank %d (pid %d) was killed by %s", rank, (int)pid, sig_name(WTERMSIG(status)));
     else
