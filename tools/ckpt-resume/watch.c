@@ -141,7 +141,9 @@ static void reaped(struct job *job, pid_t pid, int status)
     job->out.exit_code = code;
     job->out.failed_rank = rank;
     job->out.failed_s = now_s();
-    job->out.early = !WIFSIGNALED(status) && !channel_ticked(&job->chan);
+    /* A refused restore and a host without room are said and handled apart. */
+    job->out.early = !WIFSIGNALED(status) && code != RESUME_EXIT_REFUSED && code != RESUME_EXIT_NO_ROOM &&
+                     !channel_ticked(&job->chan);
     if (WIFSIGNALED(status))
         ckpt_log(CKPT_INFO, "rank %d (pid %d) was killed by %s", rank, (int)pid, sig_name(WTERMSIG(status)));
     else
