@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "coord.h"
 #include "etcd.h"
 #include "log.h"
 #include "resume.h"
@@ -65,6 +66,13 @@ struct link {
     struct ckpt_wire_rx rx;
     uint64_t seq;           /* the next message this side puts */
     uint64_t taken;         /* the next one it takes */
+};
+
+/* A message that etcd did not take yet: put again, in order, next turn. */
+struct outgoing {
+    char key[400];
+    char *value;
+    size_t len;
 };
 
 struct bridge {
@@ -88,9 +96,19 @@ struct bridge {
     int stop[2];
     bool running;
     unsigned moved;         /* messages taken or put, for the pace of the turns */
+    struct outgoing *out;   /* messages etcd did not take yet, in the order they were posted */
+    size_t nout, capout;
+    bool paused;            /* etcd has no quorum: nothing moves, and nobody is fenced for it */
+    bool finished;          /* the coordinator ended the job: no more campaigns */
+    int leader_node;        /* the node whose agent leads (B.epoch), -1: none */
+    char leader_ip[64];     /* its address (its node key's value) */
+    int lost_leader;        /* a leader whose lease ended while the job ran, -1: none; whoever leads
+                             * next fences it (CKPT_FENCE_CMD): it may be frozen, not gone */
+    char lost_leader_ip[64];
+    double paused_since;
 };
 
-static struct bridge B = { .lfd = -1, .stop = { -1, -1 } };
+static struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1 };
 
 static void close_link(struct link *l)
 {
@@ -107,31 +125,80 @@ static void box(char *out, size_t n, int64_t epoch, const char *dir, unsigned no
     snprintf(out, n, "%se%" PRId64 "/%s/%u/%" PRIx64 "/", B.prefix, epoch, dir, node, (uint64_t)lease);
 }
 
-/* Puts one message into dir's box of node; while etcd elects a leader of
- * its own (a member lost), tried again for up to half the lease's TTL: a
- * message lost would leave the protocol waiting for it. */
+/* Puts what etcd did not take yet, in order, until it refuses one. */
+static void flush(void)
+{
+    char why[512];
+    size_t done = 0;
+    static bool said;
+    for (; done < B.nout && !B.paused; done++) {
+        struct outgoing *o = &B.out[done];
+        if (etcd_put(B.e, o->key, o->value, o->len, 0, why, sizeof(why)) < 0) {
+            if (!said)
+                ckpt_log(CKPT_WARN, "messages for the coordination wait for etcd: %s", why);
+            said = true;
+            break;
+        }
+        free(o->value);
+        B.moved++;
+    }
+    if (done == B.nout && said)
+        ckpt_log(CKPT_DEBUG, "the messages that waited for etcd are in it (%zu)", done);
+    if (done == B.nout)
+        said = false;
+    memmove(B.out, B.out + done, (B.nout - done) * sizeof(*B.out));
+    B.nout -= done;
+}
+
+/* Drops what waits for boxes under @prefix: an epoch or an agent gone. */
+static void unpost(const char *prefix)
+{
+    size_t k = 0, n = strlen(prefix);
+    for (size_t i = 0; i < B.nout; i++) {
+        if (strncmp(B.out[i].key, prefix, n) == 0)
+            free(B.out[i].value);
+        else
+            B.out[k++] = B.out[i];
+    }
+    if (k < B.nout)
+        ckpt_log(CKPT_DEBUG, "%zu messages for %s dropped: their reader is gone", B.nout - k, prefix);
+    B.nout = k;
+}
+
+static void unpost_epoch(int64_t epoch)
+{
+    char prefix[300];
+    snprintf(prefix, sizeof(prefix), "%se%" PRId64 "/", B.prefix, epoch);
+    unpost(prefix);
+}
+
+/* Puts one message into dir's box of node, after whatever waits: a
+ * message lost would leave the protocol waiting for it, and one taken out
+ * of order would be skipped (take()). */
 static int post(int64_t epoch, const char *dir, unsigned node, int64_t lease, uint64_t seq, uint16_t type,
                 const void *msg, size_t len)
 {
-    char key[400], why[512];
-    box(key, sizeof(key), epoch, dir, node, lease);
-    size_t k = strlen(key);
-    snprintf(key + k, sizeof(key) - k, "%016" PRIx64, seq);
-    char *v = malloc(len + 2);
-    if (!v)
+    if (B.nout == B.capout) {
+        size_t cap = B.capout ? 2 * B.capout : 64;
+        struct outgoing *o = realloc(B.out, cap * sizeof(*o));
+        if (!o)
+            return -ENOMEM;
+        B.out = o;
+        B.capout = cap;
+    }
+    struct outgoing *o = &B.out[B.nout];
+    if (!(o->value = malloc(len + 2)))
         return -ENOMEM;
-    memcpy(v, &type, 2);
+    box(o->key, sizeof(o->key), epoch, dir, node, lease);
+    size_t k = strlen(o->key);
+    snprintf(o->key + k, sizeof(o->key) - k, "%016" PRIx64, seq);
+    memcpy(o->value, &type, 2);
     if (len)
-        memcpy(v + 2, msg, len);
-    int rc;
-    for (double t0 = now_s(); (rc = etcd_put(B.e, key, v, len + 2, 0, why, sizeof(why))) < 0 &&
-                              now_s() - t0 < B.ttl_s / 2;)
-        usleep(100 * 1000);
-    free(v);
-    if (rc < 0)
-        ckpt_log(CKPT_WARN, "a message for the coordination did not reach etcd: %s", why);
-    B.moved++;
-    return rc;
+        memcpy(o->value + 2, msg, len);
+    o->len = len + 2;
+    B.nout++;
+    flush();
+    return 0;
 }
 
 /* Takes every message in dir's box of node, in order: deliver(arg, type,
@@ -171,6 +238,8 @@ static int take(int64_t epoch, const char *dir, unsigned node, int64_t lease, ui
 static void to_member(unsigned node, uint16_t type, const void *msg, size_t len)
 {
     (void)node;
+    if (type == COORD_FINISH)
+        B.finished = true;
     if (B.member.fd < 0)
         return;
     if (type == CLOSED || ckpt_wire_send(B.member.fd, type, msg, len, NULL, 0) < 0)
@@ -201,10 +270,12 @@ static void member_turn(void)
             member_gone();
         if (rc <= 0)
             break;
-        post(B.epoch, "up", B.node, B.lease, B.member.seq++, type, msg, len);
+        /* Through etcd a node lives while its lease does: heartbeats stay here. */
+        if (type != COORD_HEARTBEAT)
+            post(B.epoch, "up", B.node, B.lease, B.member.seq++, type, msg, len);
         free(msg);
     }
-    if (B.epoch)
+    if (B.epoch && !B.paused)
         take(B.epoch, "down", B.node, B.lease, &B.member.taken, to_member);
 }
 
@@ -244,8 +315,13 @@ static void lead(int64_t epoch)
     B.copt.coord = "127.0.0.1:0";
     B.copt.launcher = NULL;
     /* Rank 0's rendezvous is on node 0, wherever the coordinator runs:
-     * its address comes from node 0's JOIN (coord.c). */
-    if (coord_start(&B.coord, &B.copt, "", "") < 0) {
+     * its address comes from node 0's JOIN (coord.c).  The leader before
+     * this one, if its lease ended while the job ran, is fenced first. */
+    int rc = coord_open(&B.coord, &B.copt, "", "");
+    if (rc == 0 && B.lost_leader >= 0 && (unsigned)B.lost_leader != B.node)
+        coord_lost(B.coord, (unsigned)B.lost_leader, B.lost_leader_ip);
+    B.lost_leader = -1;
+    if (rc < 0 || coord_run(B.coord) < 0) {
         ckpt_log(CKPT_ERROR, "cannot run the coordinator on this node");
         coord_stop(B.coord);
         B.coord = NULL;
@@ -281,6 +357,8 @@ static void agents(void)
         if (l->lease) {
             box(key, sizeof(key), B.leading, "up", j, l->lease);
             etcd_delete(B.e, key, true, why, sizeof(why));
+            box(key, sizeof(key), B.leading, "down", j, l->lease);
+            unpost(key);
         }
         close_link(l);
         *l = (struct link){ .fd = -1, .lease = now[j] };
@@ -308,7 +386,8 @@ static void leader_turn(void)
             }
             if (rc <= 0)
                 break;
-            post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
+            if (type != COORD_HEARTBEAT)
+                post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
             free(msg);
         }
     }
@@ -348,6 +427,7 @@ static void regain(double now)
     if (rc == 1) {
         B.fenced = false;
         said = false;
+        unpost_epoch(B.epoch);
         B.member.seq = B.member.taken = 0; /* the boxes of the new lease */
         ckpt_log(CKPT_INFO, "this node reaches etcd again: it is back in the job as node %u", B.node);
     } else if (rc == 0 && !said) {
@@ -357,6 +437,22 @@ static void regain(double now)
     }
 }
 
+/*
+ * etcd answers, but has no leader: no lease can be renewed, and none
+ * expires until it has one again (a new leader gives every lease its
+ * TTL).  Nobody is fenced for it: the ranks train on, and the
+ * coordination (checkpoints made durable, restarts) waits.
+ */
+static void pause_for_quorum(double now, const char *why)
+{
+    if (B.paused)
+        return;
+    B.paused = true;
+    B.paused_since = now;
+    ckpt_log(CKPT_WARN, "etcd has lost its quorum (%s): replication and restarts pause until it is back; the ranks "
+             "train on", why);
+}
+
 static void renew(double now)
 {
     char why[512];
@@ -364,17 +460,61 @@ static void renew(double now)
         regain(now);
         return;
     }
+    if (B.paused) { /* its status is a local answer: cheap to ask each turn */
+        if (etcd_quorum(B.e, why, sizeof(why)) == 0)
+            return;
+        B.renewed = 0; /* renew at once */
+    }
     if (now - B.renewed < B.ttl_s / 3)
         return;
     int rc = etcd_keepalive(B.e, B.lease, NULL, why, sizeof(why));
+    char quorum[256], what[800];
+    if (rc < 0 && rc != -ENOENT) {
+        /* A request may have waited for a member that does not answer,
+         * or for a quorum that came back meanwhile (with every lease
+         * given its TTL again): asked again when etcd has a leader. */
+        int q = etcd_quorum(B.e, quorum, sizeof(quorum));
+        if (q == 0) {
+            pause_for_quorum(now, quorum);
+            return;
+        }
+        if (q == 1)
+            rc = etcd_keepalive(B.e, B.lease, NULL, why, sizeof(why));
+    }
     if (rc == 0) {
-        B.renewed = now;
+        if (B.paused)
+            ckpt_log(CKPT_INFO, "etcd has its quorum again after %.1f s: the job's coordination goes on",
+                     now_s() - B.paused_since);
+        B.paused = false;
+        B.renewed = now_s();
         return;
     }
     /* The others wait the whole TTL before they take the node as lost;
      * a margin of a quarter of it leaves this one the time to stop. */
+    snprintf(what, sizeof(what), "this node cannot renew its etcd lease (%s)", why);
     if (rc == -ENOENT || now - B.renewed > B.ttl_s * 3 / 4)
-        fence(rc == -ENOENT ? "this node's etcd lease has expired" : "this node cannot renew its etcd lease");
+        fence(rc == -ENOENT ? "this node's etcd lease has expired" : what);
+}
+
+/* The node that leads now, and its address, for the next leader to fence
+ * should its lease end; another that leads fences the one lost before. */
+static void whose(int leader)
+{
+    char key[300], why[512];
+    struct etcd_kv *kv;
+    size_t n;
+    B.leader_node = leader;
+    B.leader_ip[0] = '\0';
+    if (leader < 0)
+        return;
+    if ((unsigned)leader != B.node)
+        B.lost_leader = -1;
+    snprintf(key, sizeof(key), "%snode/%d", B.prefix, leader);
+    if (etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) < 0)
+        return;
+    if (n)
+        snprintf(B.leader_ip, sizeof(B.leader_ip), "%.*s", (int)kv[0].len, kv[0].value);
+    etcd_kvs_free(kv, n);
 }
 
 static void leadership(void)
@@ -386,16 +526,26 @@ static void leadership(void)
     if (etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) < 0)
         return;
     int64_t epoch = n ? kv[0].create_revision : 0;
+    int leader = n && kv[0].len ? atoi(kv[0].value) : -1;
     etcd_kvs_free(kv, n);
-    if (!epoch && !B.fenced) { /* campaign */
+    if (!epoch && B.epoch) { /* what the last leader said last (its FINISH) comes first */
+        take(B.epoch, "down", B.node, B.lease, &B.member.taken, to_member);
+        if (!B.finished && B.leader_node >= 0) {
+            B.lost_leader = B.leader_node;
+            snprintf(B.lost_leader_ip, sizeof(B.lost_leader_ip), "%s", B.leader_ip);
+        }
+    }
+    if (!epoch && !B.fenced && !B.finished) { /* campaign */
         snprintf(me, sizeof(me), "%u", B.node);
         struct etcd_cmp none = { key, ETCD_CREATE, 0, NULL };
         struct etcd_op put = { key, me, strlen(me), B.lease };
         if (etcd_txn(B.e, &none, 1, &put, 1, NULL, why, sizeof(why)) == 1 &&
             etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) == 0) {
             epoch = n ? kv[0].create_revision : 0;
-            if (n && kv[0].lease == B.lease)
+            if (n && kv[0].lease == B.lease) {
                 lead(epoch);
+                leader = (int)B.node;
+            }
             etcd_kvs_free(kv, n);
         }
     }
@@ -411,8 +561,10 @@ static void leadership(void)
     else if (B.epoch)
         ckpt_log(CKPT_INFO, "the job's leader is gone (its etcd lease ended): another is elected");
     close_link(&B.member);
+    unpost_epoch(B.epoch);
     B.member.seq = B.member.taken = 0;
     B.epoch = epoch;
+    whose(epoch ? leader : -1);
 }
 
 static void *run(void *arg)
@@ -430,8 +582,11 @@ static void *run(void *arg)
             break;
         unsigned moved = B.moved;
         renew(now_s());
-        leadership();
-        if (B.leading)
+        if (!B.paused) {
+            leadership();
+            flush();
+        }
+        if (B.leading && !B.paused)
             leader_turn();
         member_turn();
         wait_ms = B.moved != moved ? TURN_MIN_MS : wait_ms * 2 > TURN_MAX_MS ? TURN_MAX_MS : wait_ms * 2;
@@ -555,6 +710,11 @@ void bridge_stop(void)
         etcd_lease_revoke(B.e, B.lease, why, sizeof(why));
     etcd_close(B.e);
     B.e = NULL;
+    for (size_t i = 0; i < B.nout; i++)
+        free(B.out[i].value);
+    free(B.out);
+    B.out = NULL;
+    B.nout = B.capout = 0;
     free(B.nodes);
     B.nodes = NULL;
     if (B.lfd >= 0)

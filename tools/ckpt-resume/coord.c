@@ -28,6 +28,7 @@
 
 #define HEARTBEAT_S 1.0
 #define MAX_PENDING 64
+#define LEAD_MAX 65536 /* iterations: the farthest a target is aimed past the nodes' newest commit */
 #define HELD_MAX 1024 /* copies a JOIN may list per rank of the job: 2 slots, 2 replicas, CKPT_PERSIST_KEEP (<= 1000) generations */
 
 enum phase {
@@ -76,6 +77,7 @@ struct coord {
     char no_room[128]; /* a rank stopped for want of host memory: the job ends, not restarted */
     int early, early_before; /* the exit status of this launch's and the last one's failure before any boundary, -1: none */
     char early_why[128];     /* which rank that was */
+    uint64_t lead;           /* iterations a new target lies past the nodes' newest commit: doubled at each miss */
     int launches, restarts, exit_code, user_signal;
     unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
     double timeout_s, resume_at, gather_since;
@@ -419,11 +421,17 @@ static void held(struct coord *c)
     if (it) {
         struct coord_iter m = { .iteration = it };
         c->replicating = it;
+        c->lead /= 2;
         broadcast(c, COORD_REPLICATE, &m, sizeof(m));
         return;
     }
-    /* The nodes kept different iterations: aim past all of them. */
-    c->target = top;
+    /* The nodes kept different iterations: aim past all of them, further
+     * ahead each time they miss.  The target must reach every node before
+     * its ranks get there, and through etcd that takes as long as many
+     * iterations: nodes that learn it late keep later iterations, and
+     * never meet. */
+    c->lead = c->lead ? (c->lead < LEAD_MAX ? 2 * c->lead : LEAD_MAX) : (uint64_t)ckpt_cfg_int(CFG_EVERY);
+    c->target = top + c->lead - 1;
     struct coord_iter m = { .iteration = c->durable, .value = c->target };
     ckpt_log(CKPT_DEBUG, "the nodes keep different iterations; next target %llu", (unsigned long long)c->target);
     broadcast(c, COORD_DURABLE, &m, sizeof(m));
@@ -737,7 +745,9 @@ bool coord_turn(struct coord *c, int timeout_ms)
         struct pollfd *p = &pfd[k - n + j];
         if (nd->fd >= 0 && p->fd == nd->fd && p->revents)
             take_from(c, j, now);
-        if (nd->fd >= 0 && now - nd->heard > c->timeout_s)
+        /* Through etcd a node lives while its lease does: its bridge
+         * connection closes when the lease ends (bridge.c). */
+        if (nd->fd >= 0 && !c->opt->etcd && now - nd->heard > c->timeout_s)
             drop(c, j, "not heard from in time");
         if (nd->fd >= 0 && now - nd->sent >= HEARTBEAT_S)
             send_to(c, j, COORD_HEARTBEAT, NULL, 0, NULL, 0);
@@ -827,16 +837,31 @@ const char *coord_address(const struct coord *c)
     return c->bound;
 }
 
+int coord_run(struct coord *c)
+{
+    int rc = pthread_create(&c->thread, NULL, run, c);
+    if (rc != 0)
+        return -rc;
+    c->started = true;
+    return 0;
+}
+
 /* Opens the coordinator and starts its thread.  The caller calls coord_stop() whatever this returns. */
 int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port)
 {
     int rc = coord_open(out, opt, master_addr, master_port);
-    if (rc < 0)
-        return rc;
-    if ((rc = pthread_create(&(*out)->thread, NULL, run, *out)) != 0)
-        return -rc;
-    (*out)->started = true;
-    return 0;
+    return rc < 0 ? rc : coord_run(*out);
+}
+
+void coord_lost(struct coord *c, unsigned node, const char *host)
+{
+    if (node >= c->n || !fence_wanted())
+        return;
+    struct node *nd = &c->nodes[node];
+    snprintf(nd->addr.hostport, sizeof(nd->addr.hostport), strchr(host, ':') ? "[%s]:0" : "%s:0", host);
+    nd->unfenced = true;
+    nd->fence_due = nd->fence_since = now_s();
+    ckpt_log(CKPT_INFO, "node %u led the job until its lease ended: it is fenced before the job goes on", node);
 }
 
 void coord_stop(struct coord *c)

@@ -26,6 +26,7 @@ struct etcd {
     CURL *curl;
     char *endpoints[MAX_ENDPOINTS];
     unsigned n, cur;
+    int timeout_ms;         /* of a request */
     char *user, *password, *token;
     struct { char *data; size_t len, cap; } body;
     char curl_err[CURL_ERROR_SIZE];
@@ -132,45 +133,62 @@ enum { CODE_UNAVAILABLE = 14, CODE_PERMISSION = 7, CODE_UNAUTHENTICATED = 16, CO
 
 static int authenticate(struct etcd *e, char *why, size_t whylen);
 
+/* One POST of text to path at member @ep: its JSON answer into *out and
+ * the HTTP status into *status.  Returns 0, -ECONNREFUSED or -ETIMEDOUT
+ * (not reached, not in time), -EPROTO (no JSON). */
+static int post_at(struct etcd *e, const char *ep, const char *path, const char *text, long *status,
+                   json_object **out, char *why, size_t whylen)
+{
+    char url[512], auth[600];
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    if (e->token) {
+        snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
+        headers = curl_slist_append(headers, auth);
+    }
+    snprintf(url, sizeof(url), "%s%s", ep, path);
+    e->body.len = 0;
+    e->curl_err[0] = '\0';
+    curl_easy_setopt(e->curl, CURLOPT_URL, url);
+    curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, text);
+    curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, headers);
+    CURLcode c = curl_easy_perform(e->curl);
+    curl_slist_free_all(headers);
+    *status = 0;
+    *out = NULL;
+    curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, status);
+    if (c != CURLE_OK) {
+        snprintf(why, whylen, "etcd at %s: %s", ep, e->curl_err[0] ? e->curl_err : curl_easy_strerror(c));
+        return c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED;
+    }
+    if (!(*out = e->body.len ? json_tokener_parse(e->body.data) : NULL)) {
+        snprintf(why, whylen, "etcd at %s answered %s with HTTP %ld and no JSON", ep, path, *status);
+        return -EPROTO;
+    }
+    return 0;
+}
+
 /* One POST of req to path at the members in turn; the answer into *out.
  * Takes req. */
 static int call(struct etcd *e, const char *path, json_object *req, json_object **out, char *why, size_t whylen)
 {
     const char *text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
-    char url[512], auth[600];
     int rc = -ECONNREFUSED;
-    bool reauthed = false;
+    bool reauthed = false, no_quorum = false;
+    char quorum_why[256] = "";
     *out = NULL;
     snprintf(why, whylen, "no etcd endpoint");
     for (unsigned tried = 0; tried < e->n; tried++) {
         const char *ep = e->endpoints[e->cur];
-        struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-        if (e->token) {
-            snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
-            headers = curl_slist_append(headers, auth);
-        }
-        snprintf(url, sizeof(url), "%s%s", ep, path);
-        e->body.len = 0;
-        e->curl_err[0] = '\0';
-        curl_easy_setopt(e->curl, CURLOPT_URL, url);
-        curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, text);
-        curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, headers);
-        CURLcode c = curl_easy_perform(e->curl);
-        curl_slist_free_all(headers);
-        long status = 0;
-        curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
-        if (c != CURLE_OK) {
-            rc = c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED;
-            snprintf(why, whylen, "etcd at %s: %s", ep, e->curl_err[0] ? e->curl_err : curl_easy_strerror(c));
+        long status;
+        json_object *ans;
+        rc = post_at(e, ep, path, text, &status, &ans, why, whylen);
+        if (rc == -ETIMEDOUT || rc == -ECONNREFUSED) {
+            rc = no_quorum ? -EAGAIN : rc;
             e->cur = (e->cur + 1) % e->n;
             continue;
         }
-        json_object *ans = e->body.len ? json_tokener_parse(e->body.data) : NULL;
-        if (!ans) {
-            snprintf(why, whylen, "etcd at %s answered %s with HTTP %ld and no JSON", ep, path, status);
-            rc = -EPROTO;
+        if (rc < 0)
             break;
-        }
         json_object *err;
         if (status == 200 && !json_object_object_get_ex(ans, "error", &err)) {
             *out = ans;
@@ -196,8 +214,13 @@ static int call(struct etcd *e, const char *path, json_object *req, json_object 
             tried--; /* the same member, with the new token */
             continue;
         }
-        if (code == CODE_UNAVAILABLE || status == 503) { /* no leader, no quorum: the next member */
+        /* No leader, no quorum (a request that timed out inside etcd
+         * says the same): the next member; if none does better, -EAGAIN. */
+        if (code == CODE_UNAVAILABLE || status == 503 || strstr(why, "request timed out") ||
+            strstr(why, "context deadline exceeded")) {
             rc = -EAGAIN;
+            no_quorum = true;
+            snprintf(quorum_why, sizeof(quorum_why), "%s", why);
             e->cur = (e->cur + 1) % e->n;
             continue;
         }
@@ -208,6 +231,8 @@ static int call(struct etcd *e, const char *path, json_object *req, json_object 
                                                                       : -EPROTO;
         break;
     }
+    if (rc == -EAGAIN)
+        snprintf(why, whylen, "%s", quorum_why);
     json_object_put(req);
     return rc;
 }
@@ -233,6 +258,29 @@ static int authenticate(struct etcd *e, char *why, size_t whylen)
 }
 
 /* ------------------------------------------------------------------- API */
+
+int etcd_quorum(struct etcd *e, char *why, size_t whylen)
+{
+    int rc = -ECONNREFUSED;
+    unsigned answered = 0;
+    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)CONNECT_MS);
+    snprintf(why, whylen, "no etcd endpoint");
+    for (unsigned i = 0; i < e->n && rc != 1; i++) {
+        long status;
+        json_object *ans, *leader;
+        if (post_at(e, e->endpoints[i], "/v3/maintenance/status", "{}", &status, &ans, why, whylen) < 0)
+            continue;
+        /* A member without a leader says none (and an error "no leader"). */
+        bool led = json_object_object_get_ex(ans, "leader", &leader) && strcmp(json_object_get_string(leader), "0");
+        rc = led ? 1 : 0;
+        answered++;
+        json_object_put(ans);
+    }
+    if (rc == 0)
+        snprintf(why, whylen, "%u of %u etcd members answer, and none has a leader", answered, e->n);
+    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+    return rc;
+}
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_start(void)
@@ -267,7 +315,7 @@ int etcd_open(struct etcd **out, const struct etcd_opts *o, char *why, size_t wh
         etcd_close(e);
         return -EINVAL;
     }
-    int ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
+    int ms = e->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
     curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
     curl_easy_setopt(e->curl, CURLOPT_ERRORBUFFER, e->curl_err);

@@ -9,9 +9,11 @@
  *
  * Every function returns 0 (etcd_txn: 1 when the transaction's compares
  * held, 0 when they did not) or -errno with why naming the endpoint and
- * what it answered: -ECONNREFUSED (no member reachable), -EACCES (wrong
- * credentials or permissions), -ETIMEDOUT, -EPROTO (an answer we cannot
- * read), -ENOENT (etcd_keepalive: the lease has expired).
+ * what it answered: -ECONNREFUSED (no member reachable), -EAGAIN (a
+ * member answered, but the cluster has no quorum: no leader, or the
+ * request timed out inside etcd; a write may or may not have been done),
+ * -EACCES (wrong credentials or permissions), -ETIMEDOUT, -EPROTO (an
+ * answer we cannot read), -ENOENT (etcd_keepalive: the lease has expired).
  */
 #ifndef CKPT_ETCD_H
 #define CKPT_ETCD_H
@@ -80,5 +82,11 @@ int etcd_lease_grant(struct etcd *e, int ttl_s, int64_t *id, char *why, size_t w
  * expired (its keys are gone). */
 int etcd_keepalive(struct etcd *e, int64_t id, int *ttl_s, char *why, size_t whylen);
 int etcd_lease_revoke(struct etcd *e, int64_t id, char *why, size_t whylen);
+
+/* Has the cluster a leader?  Asks each member's status (a local answer,
+ * at once even without a quorum): 1 when one has a leader, 0 when members
+ * answer but none has (the quorum is lost: renewals and writes wait for
+ * it, and no lease expires meanwhile), -ECONNREFUSED when none answers. */
+int etcd_quorum(struct etcd *e, char *why, size_t whylen);
 
 #endif

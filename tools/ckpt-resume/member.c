@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -39,6 +40,8 @@ struct member {
     struct coord *coord;            /* node 0 only */
     struct rep *rep;
     double heard, sent, timeout_s;
+    double silence_s;               /* the coordinator silent this long is lost; through etcd never: its
+                                     * lease says whether it lives, and the bridge closes the connection */
     uint64_t durable, target, replicating, persisting;
     unsigned rounds;                /* replication rounds started, for CKPT_PERSIST_EVERY */
     struct coord_held last_held;
@@ -459,6 +462,8 @@ static void take(struct job *job, struct member *m, uint16_t type, const void *m
             break;
         m->durable = ci->iteration;
         m->target = ci->value;
+        ckpt_log(CKPT_DEBUG, "durable: iteration %llu; the ranks keep what they commit from iteration %llu",
+                 (unsigned long long)m->durable, (unsigned long long)m->target);
         memset(&m->last_held, 0, sizeof(m->last_held));
         write_pins(job, m);
         member_tick(job);
@@ -503,7 +508,7 @@ void member_events(struct job *job, const struct pollfd *pfd)
         m->persisting = 0;
         write_pins(job, m);
     }
-    if (m->fd >= 0 && now - m->heard > m->timeout_s)
+    if (m->fd >= 0 && now - m->heard > m->silence_s)
         lose(job, m, "not heard from in time");
     if (m->fd >= 0 && now - m->sent >= HEARTBEAT_S)
         send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
@@ -556,7 +561,7 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
             free(*msg);
             *msg = NULL;
         }
-        if (now - m->heard > m->timeout_s) {
+        if (now - m->heard > m->silence_s) {
             hang_up(m);
             ckpt_log(CKPT_WARN, "lost the coordinator: not heard from in time");
             return -ETIMEDOUT;
@@ -701,6 +706,7 @@ int member_run(struct job *job, int *restarts)
         return 1;
     m->fd = m->wake[0] = m->wake[1] = -1;
     m->timeout_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
+    m->silence_s = job->opt->etcd ? INFINITY : m->timeout_s;
     pthread_mutex_init(&m->beat.lock, NULL);
     pthread_cond_init(&m->beat.cond, NULL);
     job->member = m;

@@ -313,6 +313,11 @@ void spawn_close(struct spawn *s, double wait_s);
 int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
 int coord_open(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
 bool coord_turn(struct coord *c, int timeout_ms);
+/* coord_start() in two steps: open, then run its thread. */
+int coord_run(struct coord *c);
+/* Before coord_run(): node @node (at @host) was lost while the job ran,
+ * and is fenced (CKPT_FENCE_CMD) before the job goes on. */
+void coord_lost(struct coord *c, unsigned node, const char *host);
 const char *coord_address(const struct coord *c);
 void coord_stop(struct coord *c);
 

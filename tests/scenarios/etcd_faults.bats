@@ -1,0 +1,111 @@
+#!/usr/bin/env bats
+# ckpt-resume through etcd when things go wrong beyond a lost node: a node
+# cut off from etcd (it fences itself, comes back, rejoins), the leading
+# agent killed in the middle of an agreement, a frozen node (a follower, the
+# leader) fenced by CKPT_FENCE_CMD.  The cluster and the agents as in
+# etcd.bats (etcd.bash); etcd losing its quorum is etcd_quorum.bats.
+
+load output
+load etcd
+
+bats_require_minimum_version 1.5.0
+
+@test "a node cut off from etcd (a proxy the test cuts) stops its ranks by itself and says so; back, it takes its rank again; the job ends as uninterrupted" {
+    plain 3
+    local proxy_port=$((30000 + RANDOM % 2000)) first=${ENDPOINTS%%,*}
+    python3 "$BATS_TEST_DIRNAME/tcpcut.py" "$proxy_port" "$first" >"$D/proxy.log" 2>&1 &
+    local proxy=$!
+    for _ in $(seq 50); do grep -q listening "$D/proxy.log" && break; sleep 0.1; done
+    start a 3 0
+    start b 3 1
+    ENDPOINTS=127.0.0.1:$proxy_port start c 3 2
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    kill -USR1 $proxy
+    for _ in $(seq 100); do grep -q "this node stops its ranks" "$D/err.c" && break; sleep 0.1; done
+    grep -q "^ckpt-resume: error: this node cannot renew its etcd lease (etcd at http://127.0.0.1:$proxy_port: .*): this node stops its ranks before the others restart without it$" "$D/err.c" ||
+        { kill $proxy; show; return 1; }
+    sleep 2
+    # Its member saw the coordinator go, and stopped the rank (member.c).
+    grep -q "^ckpt-resume: warning: lost the coordinator" "$D/err.c" || { kill $proxy; show; return 1; }
+    kill -USR2 $proxy
+    for _ in $(seq 100); do grep -q "back in the job" "$D/err.c" && break; sleep 0.1; done
+    grep -q "^ckpt-resume: this node reaches etcd again: it is back in the job as node 2$" "$D/err.c" ||
+        { kill $proxy; show; return 1; }
+    # Its agent joins the job again: the job ends with all three, as uninterrupted.
+    wait_rc a b c || { kill $proxy; show; return 1; }
+    kill $proxy
+    for t in a b c; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}
+
+@test "the leader's agent killed during an agreement (it has planned the restart, the nodes have not launched): another leads, as uninterrupted" {
+    plain 3
+    local t leader lead victim
+    for t in a b c; do start $t 3; done
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    leader=$(etcdctl --endpoints "$ENDPOINTS" get "/ckpt/$CKPT_JOB/leader" --print-value-only)
+    lead=$(tag_of "$leader" "$CKPT_JOB") || { show; return 1; }
+    for t in a b c; do [ "$t" != "$lead" ] && { victim=$t; break; }; done
+    # A node lost: the leader gathers the nodes and plans; then it dies, its machine's memory kept.
+    pkill -KILL -s "$(cat "$D/sid.$victim")"
+    rm -rf "$D/arena.$victim"
+    start new 3
+    for _ in $(seq 3000); do grep -q "^ckpt-resume: restarting from iteration" "$D/err.$lead" && break; sleep 0.01; done
+    grep -q "^ckpt-resume: restarting from iteration" "$D/err.$lead" || { show; return 1; }
+    pkill -KILL -s "$(cat "$D/sid.$lead")"
+    ARENA_OF=$lead start again 3
+    local others=()
+    for t in a b c; do [ "$t" = "$victim" ] || [ "$t" = "$lead" ] || others+=("$t"); done
+    wait_rc "${others[@]}" new again || { show; return 1; }
+    for t in "${others[@]}" new again; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    leaders_elected_twice || { show; return 1; }
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}
+
+# frozen_and_fenced follower|leader: 3 nodes, one of them frozen (SIGSTOP: it cannot fence itself) and its
+# machine gone for good; CKPT_FENCE_CMD fails once, then kills the frozen node's session. The job restarts
+# only after the fence, with a replacement, as uninterrupted.
+frozen_and_fenced() {
+    plain 3
+    export CKPT_FENCE_CMD='echo "$CKPT_FENCE_NODE $CKPT_FENCE_ADDR $CKPT_JOB" >>"$FENCE_DIR/fenced"
+        [ -e "$FENCE_DIR/tried" ] || { touch "$FENCE_DIR/tried"; exit 1; }
+        pkill -KILL -s "$(cat "$FENCE_DIR/sid.$(cat "$FENCE_DIR/tag.$CKPT_FENCE_NODE")")"'
+    export FENCE_DIR=$D
+    local t leader lead victim rank fencer
+    for t in a b c; do start $t 3; done
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    leader=$(etcdctl --endpoints "$ENDPOINTS" get "/ckpt/$CKPT_JOB/leader" --print-value-only)
+    lead=$(tag_of "$leader" "$CKPT_JOB") || { show; return 1; }
+    if [ "$1" = leader ]; then victim=$lead; else
+        for t in a b c; do [ "$t" != "$lead" ] && { victim=$t; break; }; done
+    fi
+    for rank in 0 1 2; do [ "$(tag_of $rank "$CKPT_JOB")" = "$victim" ] && echo "$victim" >"$D/tag.$rank"; done
+    pkill -STOP -s "$(cat "$D/sid.$victim")"
+    rm -rf "$D/arena.$victim" # its machine is gone for good
+    start new 3
+    local others=()
+    for t in a b c; do [ "$t" = "$victim" ] || others+=("$t"); done
+    wait_rc "${others[@]}" new || { show; return 1; }
+    for t in "${others[@]}" new; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+    # Fenced twice (a failure, then the kill), given the node rank, its address and the job.
+    rank=$(ls "$D"/tag.* | sed 's/.*tag\.//')
+    [ "$(sort -u "$D/fenced")" = "$rank 127.0.0.1 $CKPT_JOB" ] && [ "$(wc -l <"$D/fenced")" -eq 2 ] || { cat "$D/fenced"; show; return 1; }
+    fencer=$(grep -l "^ckpt-resume: node $rank fenced by CKPT_FENCE_CMD" "$D"/err.*) || { show; return 1; }
+    grep -q "^ckpt-resume: warning: CKPT_FENCE_CMD against node $rank failed (exit status 1): trying again$" "$fencer" ||
+        { show; return 1; }
+    # The restart came after the fence, and the frozen node's processes are gone.
+    sed -n "/node $rank fenced by CKPT_FENCE_CMD/,\$p" "$fencer" | grep -q "^ckpt-resume: restarting from iteration" ||
+        { show; return 1; }
+    ! pgrep -s "$(cat "$D/sid.$victim")" >/dev/null || { echo "the frozen node still has processes"; return 1; }
+}
+
+@test "a node frozen (SIGSTOP: it cannot fence itself) is fenced by CKPT_FENCE_CMD, tried again until it succeeds, before the job restarts; a replacement takes its place, as uninterrupted" {
+    frozen_and_fenced follower
+}
+
+@test "the leading node frozen: the agent that leads next fences it before the job restarts, as uninterrupted" {
+    frozen_and_fenced leader
+    grep -q "^ckpt-resume: node [0-9] led the job until its lease ended: it is fenced before the job goes on$" "$D"/err.* ||
+        { show; return 1; }
+}

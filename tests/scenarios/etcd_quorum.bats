@@ -1,0 +1,38 @@
+#!/usr/bin/env bats
+# ckpt-resume through etcd while etcd has lost its quorum: no lease can be
+# renewed and none expires, so no agent fences itself; the ranks train on,
+# replication and restarts wait, and go on once etcd is back.  The cluster
+# and the agents as in etcd.bats (etcd.bash).
+
+load output
+load etcd
+
+bats_require_minimum_version 1.5.0
+
+@test "two of three etcd members killed: the ranks train on, replication and restarts pause, said; the members restarted, replication goes on and the job ends as uninterrupted, with no restart" {
+    ARGS="--iters 25000 --hidden 16 --layers 2 --batch 30"
+    plain 3
+    local t before during durable
+    for t in a b c; do start $t 3; done
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    kill -KILL "$(cat "$D/etcd.pid.1")" "$(cat "$D/etcd.pid.2")"
+    before=$(newest_iter)
+    for _ in $(seq 200); do [ "$(grep -l "etcd has lost its quorum" "$D"/err.* | wc -l)" -eq 3 ] && break; sleep 0.1; done
+    sleep 3 # a whole CKPT_NODE_TIMEOUT more: a lease that could expire has
+    during=$(newest_iter)
+    etcd_member 1
+    etcd_member 2
+    wait_rc a b c || { show; return 1; }
+    for t in a b c; do
+        [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }
+        grep -q "^ckpt-resume: warning: etcd has lost its quorum (1 of 3 etcd members answer, and none has a leader): replication and restarts pause until it is back; the ranks train on$" "$D/err.$t" &&
+            grep -q "^ckpt-resume: etcd has its quorum again after [0-9.]* s: the job's coordination goes on$" "$D/err.$t" &&
+            grep -q "^ckpt-resume: done exit=0 restarts=0$" "$D/err.$t" || { show; return 1; }
+    done
+    ! grep -q "stops its ranks\|restarting\|was lost\|is lost (not\|lost the coordinator" "$D"/err.* || { show; return 1; }
+    [ "$during" -gt "$before" ] || { echo "the ranks did not train while etcd had no quorum ($before, then $during)"; return 1; }
+    # Replication went on once etcd was back: an iteration past the pause was made durable.
+    durable=$(sed -n 's/^ckpt-resume: replication: .*newest durable iteration \([0-9]*\)$/\1/p' "$D"/err.* | sort -n | tail -n 1)
+    [ -n "$durable" ] && [ "$durable" -gt "$during" ] || { echo "newest durable iteration ${durable:-none}, paused at $during"; show; return 1; }
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}
