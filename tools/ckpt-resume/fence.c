@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,15 +65,7 @@ pid_t fence_start(unsigned node, const char *hostport, const char *job)
     char *argv[] = { "sh", "-c", (char *)ckpt_cfg_str(CFG_FENCE_CMD), NULL };
     pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
-        sigset_t none;
-        setsid();
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        close_range(3, ~0U, 0);
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
+        child_detach(parent, SIGKILL);
         execve("/bin/sh", argv, env);
         _exit(127);
     }

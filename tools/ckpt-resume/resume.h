@@ -292,6 +292,12 @@ void bridge_stop(void);
 struct coord;
 /* spawn.c: node 0 starting the other nodes (CKPT_NODE_LAUNCHER), from the coordinator's thread. */
 struct spawn;
+/* In a child just forked by a process with threads, before its exec: a
+ * session of its own, @deathsig when the agent (@parent) dies (or _exit
+ * if it is gone already), none of the agent's descriptors, the default
+ * signal mask and SIGPIPE (spawn.c). */
+void child_detach(pid_t parent, int deathsig);
+
 /* The external fence (fence.c): CKPT_FENCE_CMD run against node @node,
  * which joined from @hostport.  Returns its pid or -errno; fence_poll()
  * is 1 once it ended (*status as waitpid's), 0 while it runs. */

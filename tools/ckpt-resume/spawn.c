@@ -107,6 +107,20 @@ static void node_env_free(char **env)
     free(env);
 }
 
+void child_detach(pid_t parent, int deathsig)
+{
+    /* Only async-signal-safe calls from here: the parent has threads. */
+    sigset_t none;
+    setsid();
+    prctl(PR_SET_PDEATHSIG, deathsig);
+    if (getppid() != parent)
+        _exit(127);
+    close_range(3, ~0U, 0); /* a library's descriptor without O_CLOEXEC is no child's business */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+}
+
 static void start(struct spawn *s, unsigned j)
 {
     struct launched *l = &s->node[j];
@@ -121,16 +135,7 @@ static void start(struct spawn *s, unsigned j)
     }
     pid_t pid = fork();
     if (pid == 0) {
-        /* Only async-signal-safe calls from here: the parent has threads. */
-        sigset_t none;
-        setsid();
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(127);
-        close_range(3, ~0U, 0); /* a library's descriptor without O_CLOEXEC is no node's business */
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
+        child_detach(parent, SIGTERM);
         execve("/bin/sh", s->argv, env);
         _exit(127);
     }
