@@ -295,6 +295,31 @@ EOF
     [ -f "$D/bad/rank0.safetensors" ] && [ ! -e "$D/bad/rank1.safetensors" ] && [ ! -e "$D/bad/rank1.safetensors.tmp" ]
 }
 
+@test "export without a generation takes the newest one every rank has a verified image of; a damaged newest falls back to the older" {
+    train two 2
+    local g0 g1 newest older f
+    g0=$(u64 "$(slot two 0 0)" 88) g1=$(u64 "$(slot two 0 1)" 88)
+    newest=$((g0 > g1 ? g0 : g1)) older=$((g0 > g1 ? g1 : g0))
+    run "$INSPECT" --job two export "$D/out"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    echo "$output" | grep -q "^generation $newest (iteration [0-9]*): the newest with a verified image of every rank$" ||
+        { echo "$output"; false; }
+    for r in 0 1; do
+        s=0
+        [ "$(u64 "$(slot two $r 1)" 88)" = "$newest" ] && s=1
+        exported "$D/out/rank$r.safetensors" "$(slot two $r $s)" 0
+    done
+    # Rank 1's newest damaged: the older generation, which both ranks hold, is exported.
+    f=$(slot two 1 0)
+    [ "$(u64 "$f" 88)" = "$newest" ] || f=$(slot two 1 1)
+    flip "$f" $(($(u64 "$f" 120) + 7))
+    run "$INSPECT" --job two export "$D/old"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    echo "$output" | grep -q "^generation $older (iteration [0-9]*): the newest with a verified image of every rank$" ||
+        { echo "$output"; false; }
+    [ -f "$D/old/rank0.safetensors" ] && [ -f "$D/old/rank1.safetensors" ]
+}
+
 @test "gc removes a dead job's arena, leaves a live job's and a recent one's" {
     CKPT_JOB=dead LD_PRELOAD=$LIB "$BUILD/tests/progs/frozen" --iters 5 >/dev/null 2>&1
     CKPT_JOB=live LD_PRELOAD=$LIB "$TRAIN" --iters 100000000 --hidden 16 --layers 1 >/dev/null 2>&1 &

@@ -1,6 +1,7 @@
 /*
- * `ckpt-inspect export GEN [--format safetensors] DIR [--rank N]`: each
- * rank's image of a generation as DIR/rank<N>.safetensors, one tensor of
+ * `ckpt-inspect export [GEN] [--format safetensors] DIR [--rank N]`: each
+ * rank's image of a generation (without GEN, the newest of which every
+ * rank exported has an image that verifies) as DIR/rank<N>.safetensors, one tensor of
  * bytes (dtype U8, shape [size]) per allocation, named rank<N>/alloc<ordinal>,
  * and what the image's header says (job, rank, world, iteration,
  * generation; each allocation's ordinal, kind and birth) in __metadata__.
@@ -119,13 +120,37 @@ out:
     return rc;
 }
 
+/* The newest generation of which every rank asked for (@rank, or all of
+ * @world) has a copy that verifies, its images in img[]; 0 when none. */
+static uint64_t newest_verified(struct catalog *cat, int world, uint64_t rank, struct image **img)
+{
+    uint64_t below = UINT64_MAX;
+    for (;;) {
+        uint64_t gen = 0;
+        for (size_t i = 0; i < cat->n; i++)
+            if (cat->v[i].state >= IMG_HEADER_OK && cat->v[i].h.generation < below && cat->v[i].h.generation > gen)
+                gen = cat->v[i].h.generation;
+        if (!gen)
+            return 0;
+        bool all = true;
+        for (int r = 0; r < world; r++) {
+            img[r] = rank == UINT64_MAX || (uint64_t)r == rank ? image_find(cat, r, gen, NULL) : NULL;
+            all = all && (img[r] || (rank != UINT64_MAX && (uint64_t)r != rank));
+        }
+        if (all)
+            return gen;
+        below = gen;
+    }
+}
+
 int cmd_export(const struct options *o, int argc, char **argv)
 {
     struct tier tiers[MAX_TIERS];
     struct names keep = {0};
     struct catalog cat = {0};
     struct progress p;
-    const char *job, *dir = NULL;
+    const char *job, *dir = NULL, *pos[2];
+    int npos = 0;
     uint64_t gen = 0, rank = UINT64_MAX;
     int rc = EXIT_OK;
 
@@ -140,17 +165,20 @@ int cmd_export(const struct options *o, int argc, char **argv)
                 ckpt_log(CKPT_ERROR, "--rank takes a rank number, not '%s'", argv[i]);
                 return EXIT_USAGE;
             }
-        } else if (!gen && parse_u64(argv[i], 1, UINT64_MAX, &gen) == 0) {
-            continue;
-        } else if (gen && !dir && argv[i][0] != '-') {
-            dir = argv[i];
+        } else if (argv[i][0] != '-' && npos < 2) {
+            pos[npos++] = argv[i];
         } else {
-            gen = 0;
+            npos = 3;
             break;
         }
     }
-    if (!gen || !dir) {
-        ckpt_log(CKPT_ERROR, "usage: ckpt-inspect export GEN [--format safetensors] DIR [--rank N]");
+    /* GEN DIR, or DIR alone: the newest generation every rank exported has verified. */
+    if (npos == 2 && parse_u64(pos[0], 1, UINT64_MAX, &gen) == 0)
+        dir = pos[1];
+    else if (npos == 1)
+        dir = pos[0];
+    if (!dir) {
+        ckpt_log(CKPT_ERROR, "usage: ckpt-inspect export [GEN] [--format safetensors] DIR [--rank N]");
         return EXIT_USAGE;
     }
     if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
@@ -163,6 +191,7 @@ int cmd_export(const struct options *o, int argc, char **argv)
         return EXIT_ERROR;
     }
     int world = catalog_world(&cat);
+    bool given = gen != 0;
     struct image **img = calloc(world > 0 ? (size_t)world : 1, sizeof(*img));
     if (!img || (rank != UINT64_MAX && rank >= (uint64_t)world)) {
         rc = img ? EXIT_USAGE : EXIT_ERROR;
@@ -176,19 +205,29 @@ int cmd_export(const struct options *o, int argc, char **argv)
         return rc;
     }
     uint64_t total = 0;
-    for (size_t i = 0; i < cat.n; i++)
-        if (cat.v[i].state == IMG_HEADER_OK && cat.v[i].h.generation == gen)
-            total += image_check_work(&cat.v[i]);
-    progress_start(&p, "verifying", total);
-    for (int r = 0; r < world; r++) {
-        img[r] = rank == UINT64_MAX || (uint64_t)r == rank ? image_find(&cat, r, gen, &p) : NULL;
-        if (!img[r] && (rank == UINT64_MAX || (uint64_t)r == rank)) {
-            progress_pause(&p);
-            printf("rank%d: no verified image of generation %llu: not exported\n", r, (unsigned long long)gen);
-            rc = EXIT_DAMAGED;
+    if (!gen && !(gen = newest_verified(&cat, world, rank, img))) {
+        printf("no generation of job %s has a verified image of %s: nothing exported\n", job,
+               rank == UINT64_MAX ? "every rank" : "that rank");
+        rc = EXIT_DAMAGED;
+    } else if (given) {
+        for (size_t i = 0; i < cat.n; i++)
+            if (cat.v[i].state == IMG_HEADER_OK && cat.v[i].h.generation == gen)
+                total += image_check_work(&cat.v[i]);
+        progress_start(&p, "verifying", total);
+        for (int r = 0; r < world; r++) {
+            img[r] = rank == UINT64_MAX || (uint64_t)r == rank ? image_find(&cat, r, gen, &p) : NULL;
+            if (!img[r] && (rank == UINT64_MAX || (uint64_t)r == rank)) {
+                progress_pause(&p);
+                printf("rank%d: no verified image of generation %llu: not exported\n", r, (unsigned long long)gen);
+                rc = EXIT_DAMAGED;
+            }
         }
+        progress_end(&p);
+    } else {
+        printf("generation %llu (iteration %llu): the newest with a verified image of %s\n",
+               (unsigned long long)gen, (unsigned long long)img[rank == UINT64_MAX ? 0 : rank]->h.iteration,
+               rank == UINT64_MAX ? "every rank" : "that rank");
     }
-    progress_end(&p);
     total = 0;
     for (int r = 0; r < world; r++)
         total += img[r] ? image_data_work(img[r]) : 0;

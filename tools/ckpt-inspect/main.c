@@ -29,7 +29,7 @@ static const char usage_text[] =
     "  verify [GEN|all]            checks every chunk of a generation (default: the newest every rank\n"
     "                              holds) in every tier, and every replay log; exit 1 on any damage\n"
     "  diff G1 G2 [--rank N]       which allocations changed between two generations\n"
-    "  export GEN [--format safetensors] DIR [--rank N]\n"
+    "  export [GEN] [--format safetensors] DIR [--rank N]\n"
     "                              writes DIR/rank<N>.safetensors, one U8 tensor per allocation\n"
     "  gc [--yes] [--min-age S]    lists the arenas of dead jobs; --yes removes them\n"
     "  timeline [--iters A..B] [--rank N] [-o FILE.svg]\n"
