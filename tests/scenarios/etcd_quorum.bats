@@ -17,18 +17,23 @@ bats_require_minimum_version 1.5.0
     for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
     kill -KILL "$(cat "$D/etcd.pid.1")" "$(cat "$D/etcd.pid.2")"
     before=$(newest_iter)
-    for _ in $(seq 200); do [ "$(grep -l "etcd has lost its quorum" "$D"/err.* | wc -l)" -eq 3 ] && break; sleep 0.1; done
-    sleep 3 # a whole CKPT_NODE_TIMEOUT more: a lease that could expire has
+    # An agent busy in a request to a dead member may find etcd back before it finds it lost: at least one says so.
+    for _ in $(seq 200); do grep -q "etcd has lost its quorum" "$D"/err.* && break; sleep 0.1; done
+    sleep 6 # twice CKPT_NODE_TIMEOUT more: a lease that could expire has
     during=$(newest_iter)
     etcd_member 1
     etcd_member 2
     wait_rc a b c || { show; return 1; }
+    local said=0
     for t in a b c; do
-        [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }
+        [ "$(cat "$D/rc.$t")" = 0 ] && grep -q "^ckpt-resume: done exit=0 restarts=0$" "$D/err.$t" || { show; return 1; }
+        grep -q "^ckpt-resume: warning: etcd has lost its quorum" "$D/err.$t" || continue
+        said=$((said + 1))
         grep -q "^ckpt-resume: warning: etcd has lost its quorum (1 of 3 etcd members answer, and none has a leader): replication and restarts pause until it is back; the ranks train on$" "$D/err.$t" &&
-            grep -q "^ckpt-resume: etcd has its quorum again after [0-9.]* s: the job's coordination goes on$" "$D/err.$t" &&
-            grep -q "^ckpt-resume: done exit=0 restarts=0$" "$D/err.$t" || { show; return 1; }
+            grep -q "^ckpt-resume: etcd has its quorum again after [0-9.]* s: the job's coordination goes on$" "$D/err.$t" ||
+            { show; return 1; }
     done
+    [ "$said" -ge 1 ] || { echo "no agent said etcd lost its quorum"; show; return 1; }
     ! grep -q "stops its ranks\|restarting\|was lost\|is lost (not\|lost the coordinator" "$D"/err.* || { show; return 1; }
     [ "$during" -gt "$before" ] || { echo "the ranks did not train while etcd had no quorum ($before, then $during)"; return 1; }
     # Replication went on once etcd was back: an iteration past the pause was made durable.
