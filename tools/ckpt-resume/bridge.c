@@ -146,7 +146,8 @@ static void flush(void)
         ckpt_log(CKPT_DEBUG, "the messages that waited for etcd are in it (%zu)", done);
     if (done == B.nout)
         said = false;
-    memmove(B.out, B.out + done, (B.nout - done) * sizeof(*B.out));
+    if (done) /* B.out is NULL before the first post */
+        memmove(B.out, B.out + done, (B.nout - done) * sizeof(*B.out));
     B.nout -= done;
 }
 
