@@ -20,13 +20,18 @@ __thread int ckpt_rt_depth;
 __thread int ckpt_nccl_depth;
 __thread int ckpt_self_depth;
 
+/* NCCL's own threads (a nonblocking init, the proxy) allocate outside any
+ * wrapped NCCL call: by the thread, or by the code that called. */
+static bool internal_call(const void *caller)
+{
+    return ckpt_nccl_depth > 0 || ckpt_thread_internal || ckpt_caller_is_library(caller);
+}
+
 void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_kind kind, CUstream stream)
 {
     if (!ckpt_active || ckpt_self_depth)
         return;
-    /* NCCL's own threads (a nonblocking init, the proxy) allocate outside
-     * any wrapped NCCL call: by the thread, or by the code that called. */
-    bool internal = ckpt_nccl_depth > 0 || ckpt_thread_internal || ckpt_caller_is_library(caller);
+    bool internal = internal_call(caller);
     /* Replaying, a thread past its point at the snapshot allocates for the
      * resumed run: counted once the restore went live, not in it. */
     if (__builtin_expect(ckpt_replaying, 0) && !internal)
@@ -48,6 +53,14 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
 }
 
 #define track(...) ckpt_track(__builtin_return_address(0), __VA_ARGS__)
+
+/* A standby answers the program's allocations with address reservations
+ * (standby_mem.c); a library's are made for real.  True when it answered. */
+static bool standby_alloc(const void *caller, CUresult *r, CUdeviceptr *dptr, size_t size)
+{
+    return ckpt_active && !ckpt_self_depth && ckpt_standby_mem_on() && !internal_call(caller) &&
+           ckpt_standby_mem_alloc(r, dptr, size);
+}
 
 /* A free is device work for replay's count (ckpt_history_work): a thread
  * past its point at the snapshot frees nothing until the restore (the
@@ -192,7 +205,9 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char *
 __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     NEED_REAL(cuMemAlloc_v2, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuMemAlloc_v2(dptr, bytesize);
+    CUresult r;
+    if (!standby_alloc(__builtin_return_address(0), &r, dptr, bytesize))
+        r = real_cuMemAlloc_v2(dptr, bytesize);
     if (r == CUDA_SUCCESS)
         track(*dptr, bytesize, CKPT_ALLOC_PLAIN, NULL);
     return r;
@@ -238,7 +253,9 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
         ckpt_before_free(NULL, false);
         ckpt_reg_find(dptr, &a);
     }
-    CUresult r = real_cuMemFree_v2(dptr);
+    CUresult r;
+    if (!ckpt_standby_mem_free(&r, dptr, NULL, false))
+        r = real_cuMemFree_v2(dptr);
     if (r == CUDA_SUCCESS) {
         if (a.addr && a.kind == CKPT_ALLOC_MANAGED && !a.internal)
             __atomic_sub_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
@@ -254,8 +271,11 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
     __attribute__((visibility("default"))) CUresult name params                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
-        CUresult r = real_##name args;                                         \
         CUstream s_ = ckpt_stream_or(hStream, null_means);                     \
+        CUresult r;                                                            \
+        if ((ckpt_active && ckpt_stream_capturing(s_)) ||                      \
+            !standby_alloc(__builtin_return_address(0), &r, dptr, bytesize))   \
+            r = real_##name args;                                              \
         if (r == CUDA_SUCCESS && ckpt_active && ckpt_stream_capturing(s_))     \
             ckpt_graphmem_alloc(s_, *dptr, bytesize);                          \
         else if (r == CUDA_SUCCESS)                                            \
@@ -284,7 +304,9 @@ static CUresult free_async(__typeof__(&cuMemFreeAsync) real, CUstream null_means
     before_untrack();
     if (ckpt_active)
         ckpt_before_free(ckpt_stream_or(hStream, null_means), true);
-    CUresult r = real(dptr, hStream);
+    CUresult r;
+    if (!ckpt_standby_mem_free(&r, dptr, ckpt_stream_or(hStream, null_means), true))
+        r = real(dptr, hStream);
     if (r == CUDA_SUCCESS)
         untrack(dptr);
     return r;

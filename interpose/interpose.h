@@ -331,6 +331,21 @@ void ckpt_history_poller_changes(const char *what);
 /* Replaying: when this thread has had all its records, waits for the
  * restore and returns true (the caller then makes its call for real). */
 bool ckpt_history_dry_wait(void);
+/* Replaying: the address the recorded run's next allocation on this
+ * thread got, when its next record is one (its size checked later, by
+ * ckpt_track); 0 when it is not, or the thread went live. */
+uint64_t ckpt_history_alloc_at(void);
+
+/* A standby's device memory (standby_mem.c): while it stands by, the
+ * program's allocations are address reservations at the recorded
+ * addresses.  _alloc and _free return true when they answered the call
+ * (its result in *r); _back gives every reservation memory at takeover:
+ * 0, or -1 with why. */
+void ckpt_standby_mem_begin(void);
+bool ckpt_standby_mem_on(void);
+bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size);
+bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ordered);
+int ckpt_standby_mem_back(char *why, size_t whylen);
 
 /* What the host observed (the answer's meaning, in the log). */
 enum ckpt_obs {

@@ -98,9 +98,17 @@ __attribute__((visibility("default"))) ncclResult_t ncclCommFinalize(ncclComm_t 
 __attribute__((visibility("default"))) ncclResult_t ncclMemAlloc(void **ptr, size_t size)
 {
     NEED_REAL(ncclMemAlloc, ncclSystemError);
-    ckpt_nccl_depth++;
-    ncclResult_t r = real_ncclMemAlloc(ptr, size);
-    ckpt_nccl_depth--;
+    CUresult held;
+    CUdeviceptr at = 0;
+    ncclResult_t r;
+    if (ckpt_active && ptr && ckpt_standby_mem_on() && ckpt_standby_mem_alloc(&held, &at, size)) {
+        *ptr = (void *)(uintptr_t)at; /* a standby's: reserved, backed at takeover */
+        r = ncclSuccess;
+    } else {
+        ckpt_nccl_depth++;
+        r = real_ncclMemAlloc(ptr, size);
+        ckpt_nccl_depth--;
+    }
     if (r == ncclSuccess && ckpt_active && ptr && *ptr) {
         ckpt_reg_remove((uint64_t)(uintptr_t)*ptr);
         ckpt_track(NULL, (uint64_t)(uintptr_t)*ptr, size, CKPT_ALLOC_PLAIN, NULL);
@@ -110,6 +118,12 @@ __attribute__((visibility("default"))) ncclResult_t ncclMemAlloc(void **ptr, siz
 
 __attribute__((visibility("default"))) ncclResult_t ncclMemFree(void *ptr)
 {
+    CUresult freed;
+    if (ckpt_standby_mem_free(&freed, (CUdeviceptr)(uintptr_t)ptr, NULL, false)) {
+        if (ckpt_active)
+            ckpt_reg_remove((uint64_t)(uintptr_t)ptr);
+        return freed == CUDA_SUCCESS ? ncclSuccess : ncclUnhandledCudaError;
+    }
     FORWARD(ncclMemFree, (ptr));
 }
 

@@ -196,6 +196,7 @@ static void follow_init(const char *dir, uint64_t max)
         ckpt_refuse("%s", why);
     ckpt_replaying = 1;
     recording = true;
+    ckpt_standby_mem_begin();
     replay_start = now_s();
     target = UINT64_MAX; /* not known until the orders name it */
     ckpt_log(CKPT_INFO, "standing by: following the replay log in %s", dir);
@@ -280,6 +281,23 @@ bool ckpt_history_dry_wait(void)
             return false;
         if (!wait_live(cut0))
             return true;
+    }
+}
+
+uint64_t ckpt_history_alloc_at(void)
+{
+    uint64_t thread = ckpt_thread_key();
+    struct ckpt_rl_rec rec;
+    char why[256];
+    for (;;) {
+        uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
+        while (ckpt_rlog_peek(thread, NULL) == CKPT_RL_WORK)
+            ckpt_rlog_next(thread, CKPT_RL_WORK, &rec, why, sizeof(why));
+        int type = ckpt_rlog_peek(thread, &rec);
+        if (type)
+            return type == CKPT_RL_ALLOC ? rec.c : 0;
+        if (!wait_live(cut0))
+            return 0;
     }
 }
 
@@ -473,6 +491,9 @@ static void take_over(uint64_t it)
     if (ckpt_snapshot_open(false, dir, sizeof(dir)) < 0)
         ckpt_refuse("the standby cannot take the rank's arena (said above)");
     load_image(follow_dir);
+    char why[512];
+    if (ckpt_standby_mem_back(why, sizeof(why)) < 0)
+        ckpt_refuse("%s", why);
     ckpt_history_release_pollers();
     ckpt_log(CKPT_INFO, "taking over at iteration %llu (%.1f s after it started to follow; arena taken in %.3f s)",
              (unsigned long long)it, start - replay_start, now_s() - start);

@@ -296,3 +296,36 @@ run_killed() {
         done
     done
 }
+
+@test "a standby holds no device memory: beside a rank that fills most of the GPU they share, it reserves the rank's addresses, gets memory at the takeover and ends bit-exact" {
+    # alloc_train caching: PyTorch's caching allocator, 2 MiB segments.  One
+    # GPU of 10 MiB for the rank and its standby: the rank holds 6 MiB, so a
+    # standby that allocated as the rank does would run out of memory.
+    local gpu=$D/gpu pgid pid i held
+    mkdir "$gpu"
+    export FAKEGPU_SHARED_GPU=$gpu FAKEGPU_MEM_MB=10 PROG=alloc_train
+    local prog=$BUILD/tests/progs/$PROG
+    CKPT_STANDBY=0 ckpt --nproc 1 -- "$prog" caching --iters 3000 >"$D/plain" 2>"$D/plain.err" ||
+        { cat "$D/plain.err"; return 1; }
+    ckpt --nproc 1 -- "$prog" caching --iters 3000 >"$D/out" 2>"$D/err" &
+    local job=$!
+    pgid=$(standbys_pgid "$D/err") || { kill $job; cat "$D/err"; return 1; }
+    for i in $(seq 100); do
+        pid=$(pgrep -g "$pgid" -x "$PROG" | head -n 1) && [ -n "$pid" ] && [ -s "$gpu/$pid" ] && break
+        sleep 0.1
+    done
+    [ -n "$pid" ] && [ -s "$gpu/$pid" ] || { echo "no standby on the GPU"; kill $job; cat "$D/err"; return 1; }
+    sleep 1 # the standby has replayed the allocator's first segments
+    held=$(od -An -tu8 "$gpu/$pid" | tr -d ' ')
+    live=$(live_pid 0) || { kill $job; cat "$D/err"; return 1; }
+    echo "the standby holds $held bytes of device memory, the rank $(od -An -tu8 "$gpu/$live" | tr -d ' ')"
+    [ "$held" -lt $((1 << 20)) ]
+    [ "$(od -An -tu8 "$gpu/$live" | tr -d ' ')" -ge $((4 << 20)) ]
+    kill -KILL "$live"
+    wait $job || { cat "$D/err"; return 1; }
+    grep -q '^ckpt-resume: the standbys\? took over at iteration [0-9]* in ' "$D/err" || { cat "$D/err"; return 1; }
+    grep -q '^libckpt\[rank 0\]: device memory for the takeover: [0-9]* ranges, [4-9]\.[0-9] MiB$' "$D/err" ||
+        { cat "$D/err"; return 1; }
+    ! grep -q "replaying [0-9]* iterations\|cold path\|out of memory" "$D/err"
+    diff <(resumed_output "$D/out") "$D/plain"
+}

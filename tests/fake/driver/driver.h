@@ -245,8 +245,14 @@ int fg_mem_is_device(enum fg_mem_kind kind);
  * Accounts bytes of device memory: 0, or -ENOMEM when the device (of
  * FAKEGPU_MEM_GB) would be over-full.  Lock held.
  */
+/* Device memory held against the device's total (share.c: one GPU may be
+ * shared by processes, FAKEGPU_SHARED_GPU): 0 or -ENOMEM.  Lock held. */
 int fg_mem_reserve(size_t bytes);
 void fg_mem_unreserve(size_t bytes);
+/* What cuMemGetInfo says is free.  Lock held. */
+size_t fg_mem_free(void);
+/* Reads FAKEGPU_SHARED_GPU at cuInit.  Lock held. */
+void fg_share_init(void);
 
 /* Anonymous page-aligned memory standing in for pinned host memory, or NULL. */
 void *fg_pages_alloc(size_t bytes);

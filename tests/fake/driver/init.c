@@ -4,6 +4,7 @@
  * as a 132-SM compute capability 9.0 GPU named "fakegpu".  Nothing here may
  * depend on a real GPU or on any other library of the double.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "driver.h"
@@ -73,6 +74,9 @@ CUresult cuInit(unsigned int Flags)
         double gbps = fg_env_double("FAKEGPU_COPY_GBPS", 0);
 
         drv.total_mem = (size_t)fg_env_u64("FAKEGPU_MEM_GB", 16) << 30;
+        if (getenv("FAKEGPU_MEM_MB"))
+            drv.total_mem = (size_t)fg_env_u64("FAKEGPU_MEM_MB", drv.total_mem >> 20) << 20;
+        fg_share_init();
         fg_link_init(&drv.h2d, gbps);
         fg_link_init(&drv.d2h, gbps);
         if (fg_va_init(drv.total_mem) || fg_pool_init() || pthread_atfork(fork_prepare, fork_parent, fork_child))

@@ -92,19 +92,6 @@ int fg_mem_is_device(enum fg_mem_kind kind)
            kind == FG_MEM_GRAPH;
 }
 
-int fg_mem_reserve(size_t bytes)
-{
-    if (bytes > drv.total_mem - drv.used_mem)
-        return -ENOMEM;
-    drv.used_mem += bytes;
-    return 0;
-}
-
-void fg_mem_unreserve(size_t bytes)
-{
-    drv.used_mem -= bytes;
-}
-
 /*
  * Fresh pages for every pinned allocation: freed memory is unmapped, so a
  * use after free faults instead of silently reading someone else's data.
@@ -264,7 +251,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     if (!rc && (!free_bytes || !total))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc) {
-        *free_bytes = drv.total_mem - drv.used_mem;
+        *free_bytes = fg_mem_free();
         *total = drv.total_mem;
     }
     fg_unlock();

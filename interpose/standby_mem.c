@@ -1,0 +1,291 @@
+/*
+ * A standby's device memory: address reservations, no memory.  A standby
+ * replays its rank with device work suppressed, so nothing ever reads or
+ * writes the program's allocations until it goes live; holding them for
+ * real would take as much device memory again as the rank holds, on the
+ * rank's own GPU.  So while a process stands by, each allocation the
+ * program makes (cuMemAlloc, stream-ordered and pool allocations,
+ * ncclMemAlloc) is answered with the address the recorded run got, from
+ * the log, held by cuMemAddressReserve at that address: the program sees
+ * the same pointers, the driver's address space has them taken, and no
+ * physical memory backs them.  At the takeover each reserved range gets
+ * memory (cuMemCreate on the device the context is on, cuMemMap,
+ * cuMemSetAccess read-write) before the snapshot is copied in.
+ *
+ * Reservations are whole granules (2 MiB on NVIDIA GPUs).  The driver
+ * packs allocations smaller than a granule into 2 MiB pages it shares with
+ * its own and the libraries' allocations, so those are made for real, as
+ * is any allocation not at a granule's start: the address space the
+ * driver sees is then laid out as the rank's was.  (A framework's caching
+ * allocator asks for 2 MiB or more: its segments are reserved.)  A range
+ * is a run of granules no earlier range covered, released (unmapped, its
+ * memory released, its addresses freed) with the last allocation that
+ * touches it.  An allocation the log does not have (libraries' own, a run
+ * past the log) is made for real, as before.  Managed and pitched memory,
+ * graph-owned memory and the program's own virtual-memory calls are made
+ * for real too (said in the guide).
+ * A free of a reserved allocation after the takeover waits for the
+ * stream of a stream-ordered free first: the memory is released at once.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "interpose.h"
+#include "log.h"
+
+struct range {
+    CUdeviceptr base;
+    size_t size;
+    unsigned refs;
+    CUmemGenericAllocationHandle mem; /* 0 until backed */
+};
+
+struct held {
+    CUdeviceptr addr;
+    size_t size;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct range *ranges; /* sorted by base, disjoint */
+static size_t nranges, ranges_cap;
+static struct held *helds;
+static size_t nhelds, helds_cap;
+static size_t granule;
+static bool standing, backed; /* reserving; and ranges get memory as they are made */
+static CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                   .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE}};
+
+static bool grow(void **a, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return true;
+    size_t c = *cap ? *cap * 2 : 64;
+    void *p = realloc(*a, c * elem);
+    if (!p)
+        return false;
+    *a = p;
+    *cap = c;
+    return true;
+}
+
+void ckpt_standby_mem_begin(void)
+{
+    standing = true;
+}
+
+bool ckpt_standby_mem_on(void)
+{
+    return __atomic_load_n(&standing, __ATOMIC_ACQUIRE);
+}
+
+/* Memory and access for one range.  Lock held. */
+static CUresult back(struct range *r)
+{
+    CUresult e = real_cuMemCreate(&r->mem, r->size, &prop, 0);
+    if (e != CUDA_SUCCESS) {
+        r->mem = 0;
+        return e;
+    }
+    CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    e = real_cuMemMap(r->base, r->size, 0, r->mem, 0);
+    if (e == CUDA_SUCCESS && (e = real_cuMemSetAccess(r->base, r->size, &access, 1)) != CUDA_SUCCESS)
+        real_cuMemUnmap(r->base, r->size);
+    if (e != CUDA_SUCCESS) {
+        real_cuMemRelease(r->mem);
+        r->mem = 0;
+    }
+    return e;
+}
+
+/* The range gone: its memory, then its addresses.  Lock held. */
+static void release(struct range *r)
+{
+    if (r->mem) {
+        real_cuMemUnmap(r->base, r->size);
+        real_cuMemRelease(r->mem);
+    }
+    real_cuMemAddressFree(r->base, r->size);
+}
+
+/* The first range at or after base.  Lock held. */
+static size_t first_at(CUdeviceptr base)
+{
+    size_t lo = 0, hi = nranges;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ranges[mid].base + ranges[mid].size <= base)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Reserves [base, end) at exactly that address, as range i.  Lock held. */
+static CUresult reserve(size_t i, CUdeviceptr base, CUdeviceptr end)
+{
+    CUdeviceptr got = 0;
+    if (!grow((void **)&ranges, &ranges_cap, nranges, sizeof(*ranges)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult e = real_cuMemAddressReserve(&got, end - base, granule, base, 0);
+    if (e != CUDA_SUCCESS)
+        return e;
+    if (got != base) {
+        real_cuMemAddressFree(got, end - base);
+        return CUDA_ERROR_ALREADY_MAPPED;
+    }
+    memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof(*ranges));
+    ranges[i] = (struct range){base, end - base, 0, 0};
+    nranges++;
+    if (backed && (e = back(&ranges[i])) != CUDA_SUCCESS) {
+        real_cuMemAddressFree(base, end - base);
+        memmove(&ranges[i], &ranges[i + 1], (--nranges - i) * sizeof(*ranges));
+    }
+    return e;
+}
+
+static CUresult granularity(void)
+{
+    if (granule)
+        return CUDA_SUCCESS;
+    if (ckpt_resolve("cuCtxGetDevice") < 0 || ckpt_resolve("cuMemGetAllocationGranularity") < 0 ||
+        ckpt_resolve("cuMemAddressReserve") < 0 || ckpt_resolve("cuMemAddressFree") < 0 ||
+        ckpt_resolve("cuMemCreate") < 0 || ckpt_resolve("cuMemRelease") < 0 ||
+        ckpt_resolve("cuMemSetAccess") < 0 || ckpt_resolve("cuMemMap") < 0 || ckpt_resolve("cuMemUnmap") < 0)
+        return CUDA_ERROR_NOT_FOUND;
+    CUdevice dev;
+    CUresult e = real_cuCtxGetDevice(&dev);
+    if (e != CUDA_SUCCESS)
+        return e;
+    prop.location.id = dev;
+    return real_cuMemGetAllocationGranularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+}
+
+/* Takes every granule of [addr, addr + size) that no range covers yet,
+ * and a reference on each range the allocation touches.  Lock held. */
+static CUresult hold(CUdeviceptr addr, size_t size)
+{
+    CUdeviceptr lo = addr & ~(CUdeviceptr)(granule - 1);
+    CUdeviceptr hi = (addr + size + granule - 1) & ~(CUdeviceptr)(granule - 1);
+    size_t i = first_at(lo), first = i;
+    for (CUdeviceptr at = lo; at < hi;) {
+        if (i < nranges && ranges[i].base <= at) {
+            at = ranges[i].base + ranges[i].size;
+            i++;
+            continue;
+        }
+        CUdeviceptr end = i < nranges && ranges[i].base < hi ? ranges[i].base : hi;
+        CUresult e = reserve(i, at, end);
+        if (e != CUDA_SUCCESS) {
+            /* Undo the ranges this call made (none has a reference yet). */
+            for (size_t k = first; k < i;) {
+                if (ranges[k].refs) {
+                    k++;
+                    continue;
+                }
+                release(&ranges[k]);
+                memmove(&ranges[k], &ranges[k + 1], (--nranges - k) * sizeof(*ranges));
+                i--;
+            }
+            return e;
+        }
+        at = end;
+        i++;
+    }
+    for (size_t k = first; k < nranges && ranges[k].base < hi; k++)
+        ranges[k].refs++;
+    return CUDA_SUCCESS;
+}
+
+/* Drops the allocation's references; a range no allocation touches goes.  Lock held. */
+static void unhold(CUdeviceptr addr, size_t size)
+{
+    CUdeviceptr lo = addr & ~(CUdeviceptr)(granule - 1);
+    CUdeviceptr hi = (addr + size + granule - 1) & ~(CUdeviceptr)(granule - 1);
+    for (size_t k = first_at(lo); k < nranges && ranges[k].base < hi;) {
+        if (--ranges[k].refs) {
+            k++;
+            continue;
+        }
+        release(&ranges[k]);
+        memmove(&ranges[k], &ranges[k + 1], (--nranges - k) * sizeof(*ranges));
+    }
+}
+
+bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size)
+{
+    if (!ckpt_standby_mem_on() || !dptr || !size)
+        return false;
+    pthread_mutex_lock(&lock);
+    CUresult e = granularity();
+    pthread_mutex_unlock(&lock);
+    if (e != CUDA_SUCCESS || size < granule)
+        return false; /* packed into pages the driver shares: made for real */
+    uint64_t addr = ckpt_history_alloc_at();
+    if (!addr || addr % granule)
+        return false;
+    pthread_mutex_lock(&lock);
+    if (!grow((void **)&helds, &helds_cap, nhelds, sizeof(*helds)))
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+    if (e == CUDA_SUCCESS)
+        e = hold(addr, size);
+    if (e == CUDA_SUCCESS)
+        helds[nhelds++] = (struct held){addr, size};
+    pthread_mutex_unlock(&lock);
+    if (e != CUDA_SUCCESS)
+        ckpt_refuse("the standby cannot reserve the addresses of the rank's allocation at 0x%llx (%zu bytes): "
+                    "CUDA error %d%s", (unsigned long long)addr, size, (int)e,
+                    e == CUDA_ERROR_ALREADY_MAPPED ? " (the driver has them in use)" : "");
+    *dptr = addr;
+    *r = CUDA_SUCCESS;
+    return true;
+}
+
+bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ordered)
+{
+    if (!__atomic_load_n(&nhelds, __ATOMIC_ACQUIRE))
+        return false;
+    pthread_mutex_lock(&lock);
+    size_t i = 0;
+    while (i < nhelds && helds[i].addr != p)
+        i++;
+    if (i == nhelds) {
+        pthread_mutex_unlock(&lock);
+        return false;
+    }
+    struct held h = helds[i];
+    helds[i] = helds[--nhelds];
+    bool wait = ordered && backed;
+    pthread_mutex_unlock(&lock);
+    /* Work queued before a stream-ordered free may still use the memory. */
+    *r = wait ? real_cuStreamSynchronize(stream) : CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    unhold(h.addr, h.size);
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+int ckpt_standby_mem_back(char *why, size_t whylen)
+{
+    double bytes = 0;
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    __atomic_store_n(&standing, false, __ATOMIC_RELEASE);
+    backed = true;
+    for (size_t i = 0; i < nranges && !rc; i++) {
+        CUresult e = ranges[i].mem ? CUDA_SUCCESS : back(&ranges[i]);
+        if (e != CUDA_SUCCESS) {
+            snprintf(why, whylen, "cannot give the standby's reserved range at 0x%llx (%zu bytes) device memory: "
+                     "CUDA error %d%s", (unsigned long long)ranges[i].base, ranges[i].size, (int)e,
+                     e == CUDA_ERROR_OUT_OF_MEMORY ? " (out of device memory)" : "");
+            rc = -1;
+        }
+        bytes += (double)ranges[i].size;
+    }
+    size_t n = nranges;
+    pthread_mutex_unlock(&lock);
+    if (!rc && n)
+        ckpt_log(CKPT_INFO, "device memory for the takeover: %zu ranges, %.1f MiB", n, bytes / (1 << 20));
+    return rc;
+}
