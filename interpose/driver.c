@@ -20,18 +20,11 @@ __thread int ckpt_rt_depth;
 __thread int ckpt_nccl_depth;
 __thread int ckpt_self_depth;
 
-/* NCCL's own threads (a nonblocking init, the proxy) allocate outside any
- * wrapped NCCL call: by the thread, or by the code that called. */
-static bool internal_call(const void *caller)
-{
-    return ckpt_nccl_depth > 0 || ckpt_thread_internal || ckpt_caller_is_library(caller);
-}
-
 void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_kind kind, CUstream stream)
 {
     if (!ckpt_active || ckpt_self_depth)
         return;
-    bool internal = internal_call(caller);
+    bool internal = ckpt_internal_call(caller);
     /* Replaying, a thread past its point at the snapshot allocates for the
      * resumed run: counted once the restore went live, not in it. */
     if (__builtin_expect(ckpt_replaying, 0) && !internal)
@@ -58,7 +51,7 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
  * (standby_mem.c); a library's are made for real.  True when it answered. */
 static bool standby_alloc(const void *caller, CUresult *r, CUdeviceptr *dptr, size_t size)
 {
-    return ckpt_active && !ckpt_self_depth && ckpt_standby_mem_on() && !internal_call(caller) &&
+    return ckpt_active && !ckpt_self_depth && ckpt_standby_mem_on() && !ckpt_internal_call(caller) &&
            ckpt_standby_mem_alloc(r, dptr, size);
 }
 

@@ -9,10 +9,23 @@
  * serve: kernel launches taint the log while such memory is live.
  * libckpt's own registrations (the arena) are not the program's and are
  * not here.  A sorted table; lookups are a binary search under a lock.
+ *
+ * A standby pins nothing until it takes over: while it stands by, the
+ * program's pinned allocations are ordinary pages (mmap) and its
+ * registrations are only written down; at the takeover each is registered
+ * with the flags the program asked for (cuMemHostRegister: portable,
+ * mapped), and a free after that unregisters it first.  Write-combined
+ * memory cannot be made by registering, so it is allocated for real.
+ * While standing by the driver does not know these pages: a program that
+ * asks it about them (cuMemHostGetDevicePointer, cuMemHostGetFlags) gets
+ * an error where the rank got an answer, and its standby diverges.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "interpose.h"
 #include "log.h"
@@ -23,6 +36,9 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range {
     uintptr_t start, end;
     bool mapped;
+    bool later;         /* a standby's: registered at takeover, with flags */
+    bool ours;          /* a standby's allocation: pages libckpt mapped */
+    unsigned int flags; /* cuMemHostRegister's */
 } *ranges;
 static size_t nranges, cap;
 int ckpt_host_visible;
@@ -41,7 +57,7 @@ static size_t lower(uintptr_t p)
     return lo;
 }
 
-static void add(const void *p, size_t size, bool mapped)
+static void add_range(const void *p, size_t size, bool mapped, bool later, bool ours, unsigned int flags)
 {
     if (!ckpt_active || ckpt_self_depth || !size)
         return;
@@ -60,11 +76,16 @@ static void add(const void *p, size_t size, bool mapped)
     }
     size_t i = lower((uintptr_t)p);
     memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof(*ranges));
-    ranges[i] = (struct range){(uintptr_t)p, (uintptr_t)p + size, mapped};
+    ranges[i] = (struct range){(uintptr_t)p, (uintptr_t)p + size, mapped, later, ours, flags};
     nranges++;
     if (mapped)
         __atomic_add_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
+}
+
+static void add(const void *p, size_t size, bool mapped)
+{
+    add_range(p, size, mapped, false, false, 0);
 }
 
 static void drop(const void *p)
@@ -90,9 +111,52 @@ bool ckpt_host_pinned(const void *p, size_t size)
     return in;
 }
 
+/* While a standby stands by, the program's pinned memory waits for the
+ * takeover: its range, or none (found: false). */
+static bool standing(const void *caller)
+{
+    return ckpt_active && !ckpt_self_depth && ckpt_standby_mem_on() && !ckpt_internal_call(caller);
+}
+
+static struct range find(const void *p, bool *found)
+{
+    struct range r = {0};
+    pthread_mutex_lock(&lock);
+    size_t i = lower((uintptr_t)p);
+    *found = i < nranges && ranges[i].start == (uintptr_t)p;
+    if (*found)
+        r = ranges[i];
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static size_t page_span(size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + page - 1) & ~(page - 1);
+}
+
+/* A standby's allocation: ordinary pages, registered at takeover. */
+static CUresult standby_alloc(void **pp, size_t bytesize, unsigned int flags)
+{
+    if (!pp || !bytesize)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = mmap(NULL, page_span(bytesize), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pp = p;
+    add_range(p, bytesize, flags & CU_MEMHOSTREGISTER_DEVICEMAP, true, true, flags);
+    return CUDA_SUCCESS;
+}
+
+/* cuMemHostAlloc's PORTABLE and DEVICEMAP are cuMemHostRegister's. */
+#define HOSTALLOC_AS_REGISTER (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)
+
 EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     NEED_REAL(cuMemHostAlloc, CUDA_ERROR_NOT_INITIALIZED);
+    if (!(Flags & ~HOSTALLOC_AS_REGISTER) && standing(__builtin_return_address(0)))
+        return standby_alloc(pp, bytesize, Flags);
     CUresult r = real_cuMemHostAlloc(pp, bytesize, Flags);
     if (r == CUDA_SUCCESS)
         add(*pp, bytesize, Flags & CU_MEMHOSTALLOC_DEVICEMAP);
@@ -102,6 +166,8 @@ EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
     NEED_REAL(cuMemAllocHost_v2, CUDA_ERROR_NOT_INITIALIZED);
+    if (standing(__builtin_return_address(0)))
+        return standby_alloc(pp, bytesize, 0);
     CUresult r = real_cuMemAllocHost_v2(pp, bytesize);
     if (r == CUDA_SUCCESS)
         add(*pp, bytesize, false);
@@ -111,15 +177,31 @@ EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 EXPORT CUresult cuMemFreeHost(void *p)
 {
     NEED_REAL(cuMemFreeHost, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuMemFreeHost(p);
-    if (r == CUDA_SUCCESS)
+    bool found;
+    struct range r = find(p, &found);
+    if (found && r.ours) {
+        CUresult e = r.later ? CUDA_SUCCESS : real_cuMemHostUnregister(p);
+        if (e != CUDA_SUCCESS)
+            return e;
         drop(p);
-    return r;
+        munmap(p, page_span(r.end - r.start));
+        return CUDA_SUCCESS;
+    }
+    CUresult e = real_cuMemFreeHost(p);
+    if (e == CUDA_SUCCESS)
+        drop(p);
+    return e;
 }
 
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
     NEED_REAL(cuMemHostRegister_v2, CUDA_ERROR_NOT_INITIALIZED);
+    if (p && bytesize && standing(__builtin_return_address(0))) {
+        if (ckpt_host_pinned(p, 1) || ckpt_host_pinned((const char *)p + bytesize - 1, 1))
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        add_range(p, bytesize, Flags & CU_MEMHOSTREGISTER_DEVICEMAP, true, false, Flags);
+        return CUDA_SUCCESS;
+    }
     CUresult r = real_cuMemHostRegister_v2(p, bytesize, Flags);
     if (r == CUDA_SUCCESS)
         add(p, bytesize, Flags & CU_MEMHOSTREGISTER_DEVICEMAP);
@@ -129,8 +211,41 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flag
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
     NEED_REAL(cuMemHostUnregister, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuMemHostUnregister(p);
-    if (r == CUDA_SUCCESS)
+    bool found;
+    struct range r = find(p, &found);
+    if (found && r.later && !r.ours) {
         drop(p);
-    return r;
+        return CUDA_SUCCESS;
+    }
+    CUresult e = real_cuMemHostUnregister(p);
+    if (e == CUDA_SUCCESS)
+        drop(p);
+    return e;
+}
+
+int ckpt_standby_host_back(char *why, size_t whylen)
+{
+    size_t n = 0;
+    double bytes = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nranges; i++) {
+        if (!ranges[i].later)
+            continue;
+        size_t len = ranges[i].end - ranges[i].start;
+        CUresult e = real_cuMemHostRegister_v2((void *)ranges[i].start, len, ranges[i].flags);
+        if (e != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&lock);
+            snprintf(why, whylen, "cannot pin the program's host buffer at %p (%zu bytes) at the takeover: CUDA "
+                     "error %d%s", (void *)ranges[i].start, len, (int)e,
+                     e == CUDA_ERROR_OUT_OF_MEMORY ? " (RLIMIT_MEMLOCK or host memory)" : "");
+            return -1;
+        }
+        ranges[i].later = false;
+        n++;
+        bytes += (double)len;
+    }
+    pthread_mutex_unlock(&lock);
+    if (n)
+        ckpt_log(CKPT_INFO, "host memory pinned for the takeover: %zu buffers, %.1f MiB", n, bytes / (1 << 20));
+    return 0;
 }

@@ -119,6 +119,13 @@ uint64_t ckpt_thread_ordinal(bool take);
 extern __thread bool ckpt_thread_internal;
 /* True when caller (a return address) is in the driver, NCCL or libckpt. */
 bool ckpt_caller_is_library(const void *caller);
+/* A call a library made for itself, not the program: inside a wrapped NCCL
+ * call, on a library's thread, or from a library's code (NCCL's own
+ * threads allocate outside any wrapped call). */
+static inline bool ckpt_internal_call(const void *caller)
+{
+    return ckpt_nccl_depth > 0 || ckpt_thread_internal || ckpt_caller_is_library(caller);
+}
 
 /* True once the program's cuInit succeeded, CKPT_DISABLE is off and this is
  * not a child forked after CUDA initialised. */
@@ -346,6 +353,9 @@ bool ckpt_standby_mem_on(void);
 bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size);
 bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ordered);
 int ckpt_standby_mem_back(char *why, size_t whylen);
+/* A standby's pinned host memory (hostmem.c): ordinary memory while it
+ * stands by, registered at takeover (0, or -1 with why). */
+int ckpt_standby_host_back(char *why, size_t whylen);
 
 /* What the host observed (the answer's meaning, in the log). */
 enum ckpt_obs {

@@ -492,7 +492,7 @@ static void take_over(uint64_t it)
         ckpt_refuse("the standby cannot take the rank's arena (said above)");
     load_image(follow_dir);
     char why[512];
-    if (ckpt_standby_mem_back(why, sizeof(why)) < 0)
+    if (ckpt_standby_mem_back(why, sizeof(why)) < 0 || ckpt_standby_host_back(why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_history_release_pollers();
     ckpt_log(CKPT_INFO, "taking over at iteration %llu (%.1f s after it started to follow; arena taken in %.3f s)",

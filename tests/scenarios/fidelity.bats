@@ -68,7 +68,8 @@ show_job() {
 #   with a reason matching REGEX, grep -iE, and nothing is restored) or
 #   "either:REGEX" (one of the two: a restore, exact, or a refusal whose
 #   reason matches REGEX, for a program whose restorability depends on
-#   how its threads happened to interleave).
+#   how its threads happened to interleave).  FID_STANDBY=1: the job
+#   runs with a standby, and "restore" asks that the standby took over.
 fidelity() {
     local prog=$1 expect=$2 low=$3 high=$4 from=${5:-0} rc=0
     local bin=$BUILD/tests/progs/$prog
@@ -81,8 +82,8 @@ fidelity() {
     diff "$D/plain" "$D/plain2" || { echo "two plain runs differ: the program or the double is not deterministic"; return 1; }
     grep -q '^digest [0-9a-f]*$' "$D/plain" && grep -q "^iter $k " "$D/plain" || { echo "no digest or iteration $k in the plain run"; return 1; }
 
-    FID_DIE_ONCE=$D/died LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- "$bin" --die-at "$k" \
-        >"$D/out" 2>"$D/err" || rc=$?
+    FID_DIE_ONCE=$D/died CKPT_STANDBY=${FID_STANDBY:-0} LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        "$bin" --die-at "$k" >"$D/out" 2>"$D/err" || rc=$?
     echo "the job exited $rc"
     [ -e "$D/died" ] || { echo "the program never got to the end of iteration $k, where it was to die"; show_job; return 1; }
     program_lines "$D/out" >"$D/lines"
@@ -105,6 +106,8 @@ fidelity() {
         [ -n "$restored" ] || { echo "the job completed, but from a clean start: no snapshot was restored"; show_job; return 1; }
         [ "$restored" -ge "$from" ] ||
             { echo "restored iteration $restored: no snapshot of iteration $from or later was there"; show_job; return 1; }
+        [ "${FID_STANDBY:-0}" = 0 ] || grep -q '^ckpt-resume: the standby took over at iteration ' "$D/err" ||
+            { echo "the standby did not take over"; show_job; return 1; }
         ;;
     refuse:*)
         local why=${expect#refuse:}
@@ -317,4 +320,20 @@ diverge() {
     done
     [ "$(grep -c "^iter $s " "$D/out")" -eq 2 ] && [ "$(grep -cx "progress $s" "$D/err")" -eq 2 ]
     diff <(resumed_output "$D/out") "$D/plain/out" >"$D/diff" 2>&1 || { show_job; return 1; }
+}
+
+@test "standby: the programs that restore are taken over by their standby, which held their large allocations as reservations and their pinned buffers unpinned, bit-exact" {
+    local prog
+    for prog in fid_evalloc fid_pinpool fid_poll fid_pageable fid_graph fid_graphupdate fid_hostfn fid_bgthread \
+        fid_ema fid_ptrtable devvars fid_twoctx; do
+        FID_STANDBY=1 fidelity $prog restore 12 27 || return 1
+        rm -f "$D/died"
+        # The pool's buffers were ordinary memory until the takeover pinned them.
+        [ $prog != fid_pinpool ] ||
+            grep -q '^libckpt\[rank 0\]: host memory pinned for the takeover: [0-9]* buffers, ' "$D/err" ||
+            { show_job; return 1; }
+    done
+    FID_STANDBY=1 fidelity fid_autotune restore 20 28
+    rm -f "$D/died"
+    FID_STANDBY=1 fidelity fid_vmm restore 26 30 18
 }

@@ -253,6 +253,9 @@ void fg_mem_unreserve(size_t bytes);
 size_t fg_mem_free(void);
 /* Reads FAKEGPU_SHARED_GPU at cuInit.  Lock held. */
 void fg_share_init(void);
+/* Host memory pinned (cuMemHostAlloc, cuMemHostRegister) grew or shrank by
+ * delta bytes: published beside the device bytes.  Lock held. */
+void fg_share_pinned(ptrdiff_t delta);
 
 /* Anonymous page-aligned memory standing in for pinned host memory, or NULL. */
 void *fg_pages_alloc(size_t bytes);
@@ -316,6 +319,7 @@ struct fg_driver {
     int forked; /* this process is a child forked after cuInit */
     size_t total_mem, used_mem;
     size_t registered_bytes; /* pages pinned by cuMemHostRegister, against RLIMIT_MEMLOCK */
+    size_t pinned_host;      /* all host memory pinned: cuMemHostAlloc's and registered (share.c) */
     struct fg_link h2d, d2h;
     struct fg_ctx *primary;
     int primary_refs;

@@ -351,6 +351,7 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             *pp = p;
+            fg_share_pinned((ptrdiff_t)bytesize);
         }
     }
     fg_unlock();
@@ -386,6 +387,7 @@ CUresult cuMemFreeHost(void *p)
 
             fg_alloc_remove(a->base);
             fg_pages_free(p, size);
+            fg_share_pinned(-(ptrdiff_t)size);
         } else {
             rc = CUDA_ERROR_INVALID_VALUE;
         }
@@ -441,8 +443,10 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rc && fg_alloc_insert(base, bytesize, FG_MEM_REGISTERED, NULL))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (!rc)
+    if (!rc) {
         drv.registered_bytes += pinned_span(base, bytesize);
+        fg_share_pinned((ptrdiff_t)pinned_span(base, bytesize));
+    }
     fg_unlock();
     return rc;
 }
@@ -463,6 +467,7 @@ CUresult cuMemHostUnregister(void *p)
             rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
         } else {
             drv.registered_bytes -= pinned_span(a->base, a->size);
+            fg_share_pinned(-(ptrdiff_t)pinned_span(a->base, a->size));
             fg_alloc_remove(a->base);
         }
     }

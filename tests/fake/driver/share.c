@@ -6,7 +6,8 @@
  * it.  Each process publishes the device memory it holds in DIR/<pid>
  * (8 bytes, rewritten on each change); what the others hold is the sum of
  * the files of processes still alive (a dead process's memory is freed,
- * as the driver frees it, and its file removed).  A check and the update
+ * as the driver frees it, and its file removed).  The file's second
+ * 8 bytes say how much host memory the process holds pinned.  A check and the update
  * that follows it are one step under flock(DIR).  Unset: the device is
  * the process's own, as when every rank has a GPU.
  */
@@ -15,6 +16,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,12 +82,14 @@ static size_t others(void)
     return sum;
 }
 
-/* What this process holds, for the others.  A failed write leaves them an
- * older figure: the double's loss, never the program's. */
+/* What this process holds, for the others: device bytes, then the host
+ * bytes it holds pinned (not part of the device's total; for tests to
+ * read).  A failed write leaves them an older figure: the double's loss,
+ * never the program's. */
 static void publish(void)
 {
-    uint64_t v = drv.used_mem;
-    if (pwrite(own_fd, &v, sizeof(v), 0) != (ssize_t)sizeof(v))
+    uint64_t v[2] = {drv.used_mem, drv.pinned_host};
+    if (pwrite(own_fd, v, sizeof(v), 0) != (ssize_t)sizeof(v))
         fprintf(stderr, "fakegpu: cannot publish the device memory this process holds: %s\n", strerror(errno));
 }
 
@@ -125,4 +129,14 @@ size_t fg_mem_free(void)
     if (dir_fd >= 0)
         flock(dir_fd, LOCK_UN);
     return used < drv.total_mem ? drv.total_mem - used : 0;
+}
+
+void fg_share_pinned(ptrdiff_t delta)
+{
+    drv.pinned_host += (size_t)delta;
+    if (dir_fd >= 0) {
+        flock(dir_fd, LOCK_EX);
+        publish();
+        flock(dir_fd, LOCK_UN);
+    }
 }
