@@ -106,7 +106,7 @@ $(addprefix $(B)/bin/,$(REPLICA_TOOLS)): $(call obj,$(REPLICA_SRC))
 $(addprefix $(B)/bin/,$(REPLICA_TOOLS)): TOOL_LIBS := -lfabric -lnettle
 $(foreach t,$(REPLICA_TOOLS),$(eval $(B)/obj/tools/$(t)/%.o: ALL_CFLAGS += -Ireplica))
 # The agents' control plane on several nodes: etcd, through its JSON gateway.
-$(B)/bin/ckpt-resume: TOOL_LIBS += -lcurl -ljson-c
+$(B)/bin/ckpt-resume: TOOL_LIBS += -lcurl -ljson-c -lmicrohttpd
 
 # ---- the test double of the GPU stack, with the real sonames.  Calls
 # inside one library bind to its own functions (-Bsymbolic-functions), as

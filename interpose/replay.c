@@ -14,11 +14,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -192,6 +194,11 @@ static void follow_init(const char *dir, uint64_t max)
     if (!(orders = ckpt_follow_map(dir, 0)))
         ckpt_refuse("no orders for a standby in %s/%s: %s", dir, CKPT_FOLLOW_FILE, strerror(errno));
     ckpt_follow_set(&orders->pid, (uint64_t)getpid());
+    /* A standby dies with its agent: nothing would ever order it live, and
+     * it holds a context on the GPU.  (Its parent gone already: init's.) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        ckpt_refuse("the standby's agent (ckpt-resume) is gone");
     if (ckpt_rlog_open_follow(dir, disk_log(dir), max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_replaying = 1;
@@ -471,7 +478,8 @@ static void restore_now(void)
              "copying back %.3f s (%.2f GB/s), reading it back to check it %.3f s", (unsigned long long)target,
              (unsigned long long)image_hdr.generation, (unsigned long long)image_hdr.data_bytes,
              copy_start - replay_start, copy_s, copy_s > 0 ? image_hdr.data_bytes / copy_s / 1e9 : 0.0, check_s);
-    ckpt_agent_send(CKPT_MSG_RESTORED, target, image_hdr.generation);
+    ckpt_agent_report(CKPT_MSG_RESTORED, target, image_hdr.generation, image_hdr.data_bytes, copy_s * 1e3,
+                      (copy_start - replay_start) * 1e3);
     munmap((void *)image, image_len);
     image = NULL;
     pthread_mutex_lock(&live_lock);
@@ -498,6 +506,7 @@ static void take_over(uint64_t it)
     ckpt_log(CKPT_INFO, "taking over at iteration %llu (%.1f s after it started to follow; arena taken in %.3f s)",
              (unsigned long long)it, start - replay_start, now_s() - start);
     replay_start = start;
+    prctl(PR_SET_PDEATHSIG, 0); /* a rank now: it outlives its agent as ranks do */
     ckpt_follow_set(&orders->live_at, it);
     ckpt_follow_unmap(orders);
     orders = NULL;

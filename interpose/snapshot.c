@@ -333,7 +333,7 @@ static void *committer(void *arg)
                 S.copy_ms_max = ms;
             stats_line(ms, S.held_ms_last, sched, S.skipped - S.skipped_at_commit);
             S.skipped_at_commit = S.skipped;
-            ckpt_agent_send(CKPT_MSG_COMMITTED, S.hdr.iteration, S.hdr.generation);
+            ckpt_agent_report(CKPT_MSG_COMMITTED, S.hdr.iteration, S.hdr.generation, S.hdr.data_bytes, ms, S.held_ms_last);
             ckpt_log(CKPT_DEBUG, "committed generation %llu (iteration %llu, %llu bytes, copy %.2f ms)",
                      (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
                      (unsigned long long)S.hdr.data_bytes, ms);

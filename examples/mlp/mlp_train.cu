@@ -110,12 +110,13 @@ static void usage(FILE *f)
 __attribute__((noreturn, format(printf, 1, 2))) static void bad_usage(const char *fmt, ...)
 {
     va_list ap;
+    char msg[512];
 
-    fprintf(stderr, "mlp-train: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n(mlp-train --help lists the options)\n");
+    /* One write: stderr is unbuffered, and other ranks write to the same pipe. */
+    fprintf(stderr, "mlp-train: %s\n(mlp-train --help lists the options)\n", msg);
     exit(2);
 }
 

@@ -329,3 +329,18 @@ run_killed() {
     ! grep -q "replaying [0-9]* iterations\|cold path\|out of memory" "$D/err"
     diff <(resumed_output "$D/out") "$D/plain"
 }
+
+@test "a standby ends with its ckpt-resume: killed with SIGKILL, it leaves no standby behind (the ranks are left as without standbys)" {
+    "$CKPT" --nproc 2 -- "$TRAIN" --iters 100000 --hidden 32 --layers 2 >"$D/out" 2>"$D/err" &
+    local job=$! pgid rpgid i
+    pgid=$(standbys_pgid "$D/err") || { kill $job; cat "$D/err"; return 1; }
+    rpgid=$(sed -n 's/^ckpt-resume: started 2 ranks of .* (process group \([0-9]*\),.*/\1/p' "$D/err")
+    [ -n "$(pgrep -g "$pgid")" ]
+    kill -KILL $job
+    for i in $(seq 50); do
+        [ -z "$(pgrep -g "$pgid")" ] && break
+        sleep 0.1
+    done
+    [ -n "$rpgid" ] && kill -KILL -- -"$rpgid" 2>/dev/null || true
+    [ -z "$(pgrep -g "$pgid")" ] || { ps -o pid,stat,args -g "$pgid"; return 1; }
+}

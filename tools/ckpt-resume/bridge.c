@@ -40,6 +40,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -684,7 +685,15 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     opt->coord = B.local;
     if (pipe2(B.stop, O_CLOEXEC) < 0)
         return -errno;
-    if ((rc = pthread_create(&B.thread, NULL, run, NULL)) != 0)
+    /* The thread takes no signal: SIGCHLD and the ones passed on to the
+     * job are the agent loop's (its signalfd), and it starts before the
+     * loop blocks them. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&B.thread, NULL, run, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
         return -rc;
     B.running = true;
     ckpt_log(CKPT_INFO, "node %u of %u in job %s, through etcd at %s", B.node, B.n, opt->job_name, opt->etcd);

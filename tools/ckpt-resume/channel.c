@@ -231,6 +231,7 @@ void channel_read(struct channel *c, const struct options *opt)
             continue;
         }
         take(c, &m, opt);
+        metrics_note(&m);
     }
 }
 

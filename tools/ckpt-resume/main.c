@@ -489,7 +489,7 @@ int main(int argc, char **argv)
      */
     if (!opt.coord && !opt.first_restore && arena_remove(&opt) > 0)
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", opt.job_name);
-    if (arena_usable(&opt) < 0) {
+    if (arena_usable(&opt) < 0 || metrics_start() < 0) {
         bridge_stop();
         return USAGE_ERROR;
     }
@@ -502,6 +502,7 @@ int main(int argc, char **argv)
         free(opt.preload);
         free(opt.pythonpath);
         ckpt_log(CKPT_INFO, "done exit=1 restarts=0");
+        metrics_stop();
         return 1;
     }
     int code;
@@ -514,6 +515,7 @@ int main(int argc, char **argv)
         code = job_run(&job, &restarts);
     }
     summary(&job, restarts);
+    metrics_update(&job, true);
     char unprotected[96] = "";
     if (job.chan.unprotected_rank >= 0)
         snprintf(unprotected, sizeof(unprotected), " UNPROTECTED: rank %d ran with checkpointing off (said above)",
@@ -525,6 +527,7 @@ int main(int argc, char **argv)
         ckpt_log(CKPT_INFO, "done exit=%d restarts=%d (%s)%s", code, restarts, job.recovered, unprotected);
     else
         ckpt_log(CKPT_INFO, "done exit=%d restarts=%d%s", code, restarts, unprotected);
+    metrics_stop();
     job_close(&job);
     free(opt.preload);
     free(opt.pythonpath);

@@ -47,6 +47,7 @@ struct member {
     struct coord_held last_held;
     bool stopped, failed_sent, finished;
     int finish_code, restarts;
+    unsigned launches;      /* of the ranks on this node: every one after the first is a restart */
     struct coord_addr *addrs;
     unsigned naddrs;
     char ip[64];
@@ -321,6 +322,11 @@ static void write_pins(struct job *job, struct member *m)
 /* ------------------------------------------------------------- while the ranks run */
 
 /* Called by watch.c at a rank's failure: the coordinator stops the others. */
+uint64_t member_durable(const struct job *job)
+{
+    return job->member ? job->member->durable : 0;
+}
+
 void member_failed(struct job *job)
 {
     struct member *m = job->member;
@@ -683,6 +689,8 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
     m->stopped = m->failed_sent = false;
     memset(&m->last_held, 0, sizeof(m->last_held));
     write_pins(job, m);
+    if (m->launches++)
+        metrics_restart();
     job_launch(job, restore);
     job_watch(job);
     settle(job, m);

@@ -211,18 +211,22 @@ int job_run(struct job *job, int *restarts)
             break;
         }
         ++*restarts;
+        metrics_restart();
         since = out->failed_s > 0 ? out->failed_s : now_s();
         if (!backoff(job, *restarts))
             break;
         restore = restart_point(job);
         if (restore > newest)
             newest = restore;
+        job->recovering = restore ? "standby" : NULL; /* a start from the beginning restores nothing */
+        job->recovering_since = since;
         if (restore && standby_take_over(job, restore) == 0) {
             took_over = true;
             how = "standby";
             continue;
         }
         how = "cold";
+        job->recovering = restore ? how : NULL;
         if (job->out.stop_signal)
             break;
         if (job->sb.on)

@@ -167,6 +167,9 @@ struct job {
     enum job_phase phase;
     bool term_sent;         /* SIGTERM has gone to the job */
     double deadline;        /* CLOCK_MONOTONIC seconds at which the phase times out */
+    double stopped_s;       /* when the last launch's ranks were all gone */
+    const char *recovering; /* a recovery by restore under way: how ("standby", "cold"), else NULL */
+    double recovering_since; /* when its failure was seen */
     struct outcome out;
     struct disk disk;
     struct member *member;  /* a job on several nodes: this node's agent (member.c); NULL on one node */
@@ -278,6 +281,21 @@ int member_prepare(struct job *job, struct pollfd *pfd);
 void member_events(struct job *job, const struct pollfd *pfd);
 void member_tick(struct job *job);
 void member_failed(struct job *job);
+/* The newest iteration every rank of the job holds in a peer's memory (0: none). */
+uint64_t member_durable(const struct job *job);
+
+/* metrics.c: the Prometheus endpoint at CKPT_METRICS_ADDR (docs/metrics.md).
+ * _start: 0, or -EINVAL after saying why; without the variable it does
+ * nothing, and neither do the others.  _note takes every rank's message,
+ * _restart the job's restarts; _update renders the page (at most every
+ * 0.25 s unless now), and counts a recovery once its ranks are restored
+ * (job->recovering). */
+struct ckpt_msg;
+int metrics_start(void);
+void metrics_note(const struct ckpt_msg *m);
+void metrics_restart(void);
+void metrics_update(const struct job *job, bool now);
+void metrics_stop(void);
 
 /* bridge.c: the coordination carried by etcd (opt->etcd).  bridge_start
  * claims a node rank (opt->node_rank: the one wanted, or -1 for any free

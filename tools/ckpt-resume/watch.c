@@ -318,6 +318,7 @@ static void watch(struct job *job)
             if (member_ms >= 0 && (wait_ms < 0 || member_ms < wait_ms))
                 wait_ms = member_ms;
         }
+        metrics_update(job, false);
         int n = poll(pfd, nfds, wait_ms);
         if (job->member)
             member_events(job, pfd + 3);
@@ -352,5 +353,7 @@ static void watch(struct job *job)
 void job_watch(struct job *job)
 {
     watch(job);
+    job->stopped_s = now_s();
+    metrics_update(job, true);
     take_refusal(job);
 }
