@@ -56,19 +56,6 @@ static bool standing, backed; /* reserving; and ranges get memory as they are ma
 static CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE}};
 
-static bool grow(void **a, size_t *cap, size_t n, size_t elem)
-{
-    if (n < *cap)
-        return true;
-    size_t c = *cap ? *cap * 2 : 64;
-    void *p = realloc(*a, c * elem);
-    if (!p)
-        return false;
-    *a = p;
-    *cap = c;
-    return true;
-}
-
 void ckpt_standby_mem_begin(void)
 {
     standing = true;
@@ -126,7 +113,7 @@ static size_t first_at(CUdeviceptr base)
 static CUresult reserve(size_t i, CUdeviceptr base, CUdeviceptr end)
 {
     CUdeviceptr got = 0;
-    if (!grow((void **)&ranges, &ranges_cap, nranges, sizeof(*ranges)))
+    if (!ckpt_grow((void **)&ranges, &ranges_cap, nranges, sizeof(*ranges)))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult e = real_cuMemAddressReserve(&got, end - base, granule, base, 0);
     if (e != CUDA_SUCCESS)
@@ -226,7 +213,7 @@ bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size)
     if (!addr || addr % granule)
         return false;
     pthread_mutex_lock(&lock);
-    if (!grow((void **)&helds, &helds_cap, nhelds, sizeof(*helds)))
+    if (!ckpt_grow((void **)&helds, &helds_cap, nhelds, sizeof(*helds)))
         e = CUDA_ERROR_OUT_OF_MEMORY;
     if (e == CUDA_SUCCESS)
         e = hold(addr, size);

@@ -38,14 +38,6 @@ int ckpt_agent_connect(const char *path, uint32_t rank)
     return 0;
 }
 
-static void send_msg(struct ckpt_msg *m)
-{
-    int saved = errno;
-    ssize_t n = send(sock, m, sizeof(*m), MSG_DONTWAIT | MSG_NOSIGNAL);
-    (void)n; /* a lost message is only a lost heartbeat */
-    errno = saved;
-}
-
 static uint32_t us_of(double ms)
 {
     return ms <= 0 ? 0 : ms >= 4294967.0 ? UINT32_MAX : (uint32_t)(ms * 1000.0 + 0.5);
@@ -68,21 +60,13 @@ void ckpt_agent_report(enum ckpt_msg_kind kind, uint64_t iteration, uint64_t gen
         .copy_us = us_of(copy_ms),
         .held_us = us_of(held_ms),
     };
-    send_msg(&m);
+    int saved = errno;
+    ssize_t n = send(sock, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)n; /* a lost message is only a lost heartbeat */
+    errno = saved;
 }
 
 void ckpt_agent_send(enum ckpt_msg_kind kind, uint64_t iteration, uint64_t generation)
 {
-    if (sock < 0)
-        return;
-    struct ckpt_msg m = {
-        .magic = CKPT_MSG_MAGIC,
-        .version = CKPT_MSG_VERSION,
-        .kind = (uint32_t)kind,
-        .rank = my_rank,
-        .iteration = iteration,
-        .generation = generation,
-        .pid = (int64_t)getpid(),
-    };
-    send_msg(&m);
+    ckpt_agent_report(kind, iteration, generation, 0, 0, 0);
 }

@@ -6,6 +6,8 @@
 # safetensors files whose bytes are the arena's; gc removes only dead
 # jobs' arenas; docs/configuration.md is the generated table.
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -24,15 +26,6 @@ teardown() {
     for pid in $(cat "$D/pids" 2>/dev/null); do
         kill -KILL "$pid" 2>/dev/null || true
     done
-}
-
-free_port() {
-    local p
-    for _ in $(seq 100); do
-        p=$((10000 + RANDOM % 22000)) # below the ephemeral ports
-        [ -z "$(ss -Htan "sport = :$p")" ] && { echo "$p"; return 0; }
-    done
-    return 1
 }
 
 # train JOB N: N ranks of the trainer under libckpt, to the end.

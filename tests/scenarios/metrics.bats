@@ -31,15 +31,6 @@ teardown() {
     rm -rf "$D"
 }
 
-free_port() {
-    local p
-    for _ in $(seq 100); do
-        p=$((10000 + RANDOM % 22000)) # below the ephemeral ports
-        [ -z "$(ss -Htan "sport = :$p")" ] && { echo "$p"; return 0; }
-    done
-    return 1
-}
-
 # scrape OUT: the page, once the agent serves one with a committed snapshot.
 scrape() {
     local i

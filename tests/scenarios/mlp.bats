@@ -5,6 +5,8 @@
 # bad flags, and a rank survives no peer's death by hanging.  Ranks are
 # started here with the torchrun variables, or by ckpt-resume --nproc.
 
+load output
+
 bats_require_minimum_version 1.5.0
 
 BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
@@ -26,14 +28,6 @@ teardown() {
 }
 
 # A TCP port on 127.0.0.1 that no socket uses now.
-free_port() {
-    local p
-    for _ in $(seq 100); do
-        p=$((10000 + RANDOM % 22000)) # below the ephemeral ports
-        [ -z "$(ss -Htan "sport = :$p")" ] && { echo "$p"; return 0; }
-    done
-    return 1
-}
 
 # ranks N NAME ARGS...: starts N ranks of the trainer on a fresh port, each
 # under a timeout, writing $D/NAME.out.R and $D/NAME.err.R.  Waits for all

@@ -34,3 +34,13 @@ fresh_ports() {
         [ "$p" -lt "$lo" ] || { echo "port $p is ephemeral (from $lo)"; return 1; }
     done
 }
+
+# free_port: a TCP port nothing on this machine uses, below the ephemeral ones.
+free_port() {
+    local p
+    for _ in $(seq 100); do
+        p=$((10000 + RANDOM % 22000))
+        [ -z "$(ss -Htan "sport = :$p")" ] && { echo "$p"; return 0; }
+    done
+    return 1
+}
