@@ -20,11 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
 
 #include "agent.h"
+#include "arena.h"
 #include "config.h"
 #include "follow.h"
 #include "log.h"
@@ -226,6 +228,23 @@ static uint64_t standby_at(const struct job *job, int i)
     return sb->on && sb->started_s && sb->orders && sb->orders[i] ? ckpt_follow_get(&sb->orders[i]->at) : 0;
 }
 
+/* The size of local rank i's replay log, wherever it is kept: on disk
+ * (CKPT_REPLAY_LOG_DIR, the arena then holding a page that names it) or
+ * in the arena. */
+static uint64_t log_bytes(const struct job *job, int i)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    struct stat st;
+    int rank = job->opt->first_rank + i;
+    if (job->disk.log_dir[0])
+        snprintf(path, sizeof(path), "%s/rank%d.replay.log", job->disk.log_dir, rank);
+    else if (ckpt_arena_path(dir, sizeof(dir), job->opt->arena_root, job->opt->job_name, rank) == 0)
+        snprintf(path, sizeof(path), "%s/replay.log", dir);
+    else
+        return 0;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
 static void render(const struct job *job)
 {
     const struct options *opt = job->opt;
@@ -245,6 +264,8 @@ static void render(const struct job *job)
     PER_RANK("ckpt_iteration", "gauge", "The last iteration boundary the rank reported.", r->iteration);
     PER_RANK("ckpt_committed_iteration", "gauge", "The newest iteration the rank holds committed in host memory.",
              r->committed_iteration);
+    PER_RANK("ckpt_replay_log_bytes", "gauge", "The size of the rank's replay log, on disk or in the arena.",
+             log_bytes(job, i));
     if (job->sb.on)
         PER_RANK("ckpt_standby_lag_iterations", "gauge",
                  "Iterations the rank's standby is behind the rank's last boundary (the rank's iteration while it "
