@@ -68,6 +68,8 @@ value() {
     [ "$(value "$D/m2" ckpt_committed_iteration "$labels")" -ge "$(value "$D/m1" ckpt_iteration "$labels")" ]
     [ -n "$(value "$D/m2" ckpt_standby_lag_iterations "$labels")" ]
     [ "$(value "$D/m2" ckpt_replay_log_bytes "$labels")" -gt "$(value "$D/m1" ckpt_replay_log_bytes "$labels")" ]
+    [ "$(value "$D/m2" ckpt_standby_resident_bytes "$labels")" -gt $((1 << 20)) ]
+    [ -n "$(value "$D/m2" ckpt_standby_cpu_seconds_total "$labels")" ]
     [ "$(value "$D/m2" ckpt_snapshot_copy_seconds_count "ckpt_job=\"$CKPT_JOB\",node=\"0\"")" -gt 0 ]
     [ "$(value "$D/m2" ckpt_ranks_running "ckpt_job=\"$CKPT_JOB\",node=\"0\"")" = 2 ]
     [ "$(value "$D/m2" ckpt_restarts_total "ckpt_job=\"$CKPT_JOB\",node=\"0\"")" = 0 ]

@@ -245,6 +245,52 @@ static uint64_t log_bytes(const struct job *job, int i)
     return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
+/* Local rank i's standby: the CPU time it used and its resident memory,
+ * from /proc (0 when none runs). */
+static void standby_usage(const struct job *job, int i, double *cpu_s, uint64_t *rss)
+{
+    char path[64], buf[1024];
+    *cpu_s = 0;
+    *rss = 0;
+    pid_t pid = job->sb.on && job->sb.ranks ? job->sb.ranks[i].pid : 0;
+    if (pid <= 0)
+        return;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    /* utime and stime are fields 14 and 15, counted after the command's closing parenthesis (field 2). */
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut, st;
+    if (p && sscanf(p + 2, "%*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu", &ut, &st) == 2)
+        *cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+    unsigned long long size, resident;
+    if ((f = fopen(path, "r"))) {
+        if (fscanf(f, "%llu %llu", &size, &resident) == 2)
+            *rss = resident * (uint64_t)sysconf(_SC_PAGESIZE);
+        fclose(f);
+    }
+}
+
+static double standby_cpu(const struct job *job, int i)
+{
+    double cpu;
+    uint64_t rss;
+    standby_usage(job, i, &cpu, &rss);
+    return cpu;
+}
+
+static uint64_t standby_rss(const struct job *job, int i)
+{
+    double cpu;
+    uint64_t rss;
+    standby_usage(job, i, &cpu, &rss);
+    return rss;
+}
+
 static void render(const struct job *job)
 {
     const struct options *opt = job->opt;
@@ -271,6 +317,14 @@ static void render(const struct job *job)
                  "Iterations the rank's standby is behind the rank's last boundary (the rank's iteration while it "
                  "has none).",
                  r->iteration > standby_at(job, i) ? r->iteration - standby_at(job, i) : 0);
+    if (job->sb.on) {
+        family("ckpt_standby_cpu_seconds_total", "counter", "CPU time the rank's standby used (user and system; a new "
+               "standby starts again from 0).");
+        for (int i = 0; i < opt->nproc; i++)
+            put("ckpt_standby_cpu_seconds_total{%s,rank=\"%d\"} %.2f\n", labels, opt->first_rank + i,
+                standby_cpu(job, i));
+        PER_RANK("ckpt_standby_resident_bytes", "gauge", "Resident memory of the rank's standby.", standby_rss(job, i));
+    }
     histogram("ckpt_snapshot_copy_seconds", "Device time of each committed snapshot's copies.", &M.copy);
     histogram("ckpt_program_stall_seconds", "How long the program waited for each committed snapshot at its "
               "boundary.", &M.stall);
