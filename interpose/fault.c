@@ -68,11 +68,11 @@ void ckpt_fault_point(int phase, uint64_t iteration)
     };
     if (!__atomic_load_n(&armed, __ATOMIC_ACQUIRE) || phase != fault.phase)
         return;
-    /* A restore or a replay may never pass I itself: it fires at the first
-     * point at or past it (the replay passes UINT64_MAX at its last step). */
-    if (phase == CKPT_FAULT_RESTORE || phase == CKPT_FAULT_REPLAY || phase == CKPT_FAULT_PERSIST
-            ? iteration < fault.iteration
-            : iteration != fault.iteration)
+    /* A restore or a replay may never pass I itself, and iteration I's
+     * snapshot may be skipped (its slot still being persisted): those fire
+     * at the first point at or past it (the replay passes UINT64_MAX at its
+     * last step). */
+    if (phase == CKPT_FAULT_BOUNDARY ? iteration != fault.iteration : iteration < fault.iteration)
         return;
     if (phase == CKPT_FAULT_PERSIST && !persisting())
         return; /* no persist started: try again at the next boundary */
