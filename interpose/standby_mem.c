@@ -206,19 +206,22 @@ bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size)
         return false;
     pthread_mutex_lock(&lock);
     CUresult e = granularity();
+    size_t g = granule;
     pthread_mutex_unlock(&lock);
-    if (e != CUDA_SUCCESS || size < granule)
+    if (e != CUDA_SUCCESS || size < g)
         return false; /* packed into pages the driver shares: made for real */
     uint64_t addr = ckpt_history_alloc_at();
-    if (!addr || addr % granule)
+    if (!addr || addr % g)
         return false;
     pthread_mutex_lock(&lock);
     if (!ckpt_grow((void **)&helds, &helds_cap, nhelds, sizeof(*helds)))
         e = CUDA_ERROR_OUT_OF_MEMORY;
     if (e == CUDA_SUCCESS)
         e = hold(addr, size);
-    if (e == CUDA_SUCCESS)
-        helds[nhelds++] = (struct held){addr, size};
+    if (e == CUDA_SUCCESS) {
+        helds[nhelds] = (struct held){addr, size};
+        __atomic_store_n(&nhelds, nhelds + 1, __ATOMIC_RELEASE); /* read unlocked by ckpt_standby_mem_free */
+    }
     pthread_mutex_unlock(&lock);
     if (e != CUDA_SUCCESS)
         ckpt_refuse("the standby cannot reserve the addresses of the rank's allocation at 0x%llx (%zu bytes): "
@@ -242,7 +245,8 @@ bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ord
         return false;
     }
     struct held h = helds[i];
-    helds[i] = helds[--nhelds];
+    helds[i] = helds[nhelds - 1];
+    __atomic_store_n(&nhelds, nhelds - 1, __ATOMIC_RELEASE);
     bool wait = ordered && backed;
     pthread_mutex_unlock(&lock);
     /* Work queued before a stream-ordered free may still use the memory. */
