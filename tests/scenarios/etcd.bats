@@ -145,3 +145,25 @@ bats_require_minimum_version 1.5.0
     durable=$(sed -n 's/^ckpt-resume: replication: .*newest durable iteration \([0-9]*\)$/\1/p' "$D"/err.*)
     [ -n "$durable" ] && [ "$durable" -ge 11500 ] || { echo "newest durable iteration: ${durable:-none}"; show; return 1; }
 }
+
+@test "standbys through etcd, 3 nodes: a rank killed, the standbys of every node take over at the leader's word, as uninterrupted" {
+    export CKPT_STANDBY=1 CKPT_JOB=etcd-sb-$$-$RANDOM
+    plain 3
+    local t it k
+    for t in a b c; do start $t 3; done
+    for t in a b c; do
+        for k in $(seq 600); do grep -q "^ckpt-resume: started 1 standby " "$D/err.$t" 2>/dev/null && break; sleep 0.1; done
+        grep -q "^ckpt-resume: started 1 standby " "$D/err.$t" || { show; return 1; }
+    done
+    local pid
+    pid=$(live_pid 1) || { echo "no live rank 1"; show; return 1; }
+    kill -KILL "$pid"
+    wait_rc a b c || { show; return 1; }
+    for t in a b c; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    it=$(sed -n 's/^ckpt-resume: the standbys of every node take over at iteration \([0-9]*\)$/\1/p' "$D"/err.* | head -n 1)
+    [ -n "$it" ] || { show; return 1; }
+    for t in a b c; do
+        grep -q "^ckpt-resume: the standby took over at iteration $it in " "$D/err.$t" || { show; return 1; }
+    done
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}

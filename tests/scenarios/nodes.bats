@@ -72,6 +72,12 @@ plain() { # N P: the same job on one node
     timeout -k 5 120 "$CKPT" --nproc $(($1 * $2)) -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err"
 }
 
+# done_line HOW: node 0's last line ends the job after one recovery made HOW (standby, cold).
+done_line() {
+    [[ $(tail -n 1 "$D/err.0") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \($1\ [0-9.]+\ s\)$ ]] ||
+        { echo "last line: $(tail -n 1 "$D/err.0")"; return 1; }
+}
+
 show() { for f in "$D"/err.*; do echo "== $f"; grep -v '^libckpt' "$f" | tail -n 30; done; }
 
 # A lost node comes back from its peers' memory, bit-exact.
@@ -92,7 +98,7 @@ recover_from_peers() { # N P LOST
         grep -q "^ckpt-resume: rank $r restores iteration [0-9]* from a peer's copy (moved into its arena)$" "$D/err.$lost.new" ||
             { show; return 1; }
     done
-    [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
+    done_line "cold" || { show; return 1; }
     fresh_ports "$D/err.0" # the coordinator drew the restart another port
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
@@ -270,7 +276,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
     grep -q "node 1 is lost (not heard from in time)" "$D/err.0" || { show; return 1; }
     grep -q "^ckpt-resume: restarting from iteration [0-9]*$" "$D/err.0" || { show; return 1; }
-    [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
+    done_line "cold" || { show; return 1; }
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
@@ -403,7 +409,7 @@ EOF
     lose 2
     wait_rc "$D/rc.0" || { show; return 1; }
     [ "$(cat "$D/rc.0")" = 0 ] || { show; return 1; }
-    [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=1" ] || { show; return 1; }
+    done_line "cold" || { show; return 1; }
     grep -q "CKPT_JOB_KEY is not set: made one for this job" "$D/err.0" || { show; return 1; }
     grep -q "node 2's command ended (killed by signal 9) before the job did; starting it again" "$D/err.0" ||
         { show; return 1; }
@@ -556,6 +562,87 @@ ROWS
     first=$(sed -n '/^ckpt-resume: restarting from iteration/,$p' "$D/err.0" |
         sed -n 's/^ckpt-resume: debug: iteration \([0-9]*\) is held by every node and its replicas$/\1/p' | head -n 1)
     [ "$first" = "$restored" ] || { echo "restored $restored, first durable after it: ${first:-none}"; show; return 1; }
+    diff <(resumed_output "$D/out.0") "$D/plain"
+}
+
+# standbys_on_every_node N P: waits until each of the N nodes has started its P standbys.
+standbys_on_every_node() {
+    local i k
+    for i in $(seq 0 $(($1 - 1))); do
+        for k in $(seq 600); do
+            grep -q "^ckpt-resume: started $2 standbys\? " "$D/err.$i" 2>/dev/null && break
+            sleep 0.1
+        done
+        grep -q "^ckpt-resume: started $2 standbys\? " "$D/err.$i" || { echo "node $i started no standbys"; return 1; }
+    done
+}
+
+@test "standbys on every node (2 nodes x 2 ranks): a rank killed, the standbys of both nodes take over at the same iteration, no rank replays from the start, as uninterrupted" {
+    export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
+    ARGS="--iters 400 --hidden 64 --layers 3"
+    plain 2 2 || { cat "$D/plain.err"; return 1; }
+    start 0 2 2
+    start 1 2 2
+    standbys_on_every_node 2 2 || { show; return 1; }
+    local pid it
+    pid=$(live_pid 3) || { echo "no live rank 3"; show; return 1; }
+    kill -KILL "$pid"
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    it=$(sed -n 's/^ckpt-resume: the standbys of every node take over at iteration \([0-9]*\)$/\1/p' "$D/err.0")
+    [ -n "$it" ] || { show; return 1; }
+    for i in 0 1; do
+        grep -q "^ckpt-resume: the standbys took over at iteration $it in " "$D/err.$i" || { show; return 1; }
+        ! grep -q "^ckpt-resume: rank [0-9]* restores iteration" "$D/err.$i" || { show; return 1; }
+    done
+    ! grep -q "no takeover by the standbys" "$D/err.0" || { show; return 1; }
+    done_line "standby" || { show; return 1; }
+    diff <(resumed_output "$D/out.0") "$D/plain"
+}
+
+@test "standbys on every node: a node lost with its standbys, the replacement has none: every node recovers by the cold path, said, as uninterrupted" {
+    export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
+    ARGS="--iters 400 --hidden 64 --layers 3"
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    start 0 2 1
+    start 1 2 1
+    standbys_on_every_node 2 1 || { show; return 1; }
+    lose 1
+    start 1 2 1 .new
+    wait_rc "$D/rc.0" "$D/rc.1.new" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.new")" = 0 ] || { show; return 1; }
+    grep -q "^ckpt-resume: no takeover by the standbys (node 1 has no standbys ready\|rank 1 restores from a copy outside its node's arena): every node recovers by the cold path$" \
+        "$D/err.0" || { show; return 1; }
+    ! grep -q "took over" "$D/err.0" || { show; return 1; }
+    grep -q "^ckpt-resume: rank 1 restores iteration [0-9]* from a peer's copy" "$D/err.1.new" || { show; return 1; }
+    done_line "cold" || { show; return 1; }
+    diff <(resumed_output "$D/out.0") "$D/plain"
+}
+
+@test "standbys on every node: one node's standby killed during the takeover, the other's already live: every node goes on by the cold path, said, as uninterrupted" {
+    export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
+    ARGS="--iters 400 --hidden 64 --layers 3"
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    start 0 2 1
+    CKPT_FAULT=kill:rank=1:iter=1:phase=restore start 1 2 1
+    standbys_on_every_node 2 1 || { show; return 1; }
+    local pid
+    pid=$(live_pid 0) || { echo "no live rank 0"; show; return 1; }
+    kill -KILL "$pid"
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    grep -q "^ckpt-resume: the standbys of every node take over at iteration [0-9]*$" "$D/err.0" || { show; return 1; }
+    grep -q "^ckpt-resume: warning: the standby of rank 1 (pid [0-9]*) was killed by SIGKILL: a failure now recovers by replaying from the start$" \
+        "$D/err.1" || { show; return 1; }
+    grep -q "^ckpt-resume: stopping the job on every node: the standbys of node 1 could not take over (said there): every node recovers by the cold path$" \
+        "$D/err.0" || { show; return 1; }
+    for i in 0 1; do grep -q "^ckpt-resume: rank $i restores iteration [0-9]* from this node's arena$" "$D/err.$i" || { show; return 1; }; done
+    # The failed takeover is not another restart: node 0's ranks were its
+    # standbys for a moment, then cold ones; node 1's were cold at once.
+    local r0 r1
+    r0=$(sed -n 's/^ckpt-resume: done exit=0 restarts=\([0-9]*\) (.*standby [0-9.]* s, cold [0-9.]* s)$/\1/p' "$D/err.0")
+    r1=$(sed -n 's/^ckpt-resume: done exit=0 restarts=\([0-9]*\) (.*cold [0-9.]* s)$/\1/p' "$D/err.1")
+    [ -n "$r0" ] && [ "$r0" = "$r1" ] && [ "$(grep -c "^ckpt-resume: restart [0-9]* of " "$D/err.0")" = "$r0" ] || { show; return 1; }
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 

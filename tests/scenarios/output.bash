@@ -44,3 +44,15 @@ free_port() {
     done
     return 1
 }
+
+# live_pid RANK: the live process of RANK in job $CKPT_JOB (not its standby),
+# a $PROG (else mlp-train).
+live_pid() {
+    local p env
+    for p in $(pgrep -x "${PROG:-mlp-train}"); do
+        env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+        grep -qx "CKPT_JOB=$CKPT_JOB" <<<"$env" && grep -qx "RANK=$1" <<<"$env" &&
+            ! grep -q '^CKPT_FOLLOW=' <<<"$env" && { echo "$p"; return 0; }
+    done
+    return 1
+}

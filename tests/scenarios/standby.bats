@@ -31,17 +31,6 @@ teardown() {
 
 ckpt() { timeout -k 5 120 "$CKPT" "$@"; }
 
-# live_pid RANK: the live process of RANK in job $CKPT_JOB (not its standby).
-live_pid() {
-    local p env
-    for p in $(pgrep -x "${PROG:-mlp-train}"); do
-        env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
-        grep -qx "CKPT_JOB=$CKPT_JOB" <<<"$env" && grep -qx "RANK=$1" <<<"$env" &&
-            ! grep -q '^CKPT_FOLLOW=' <<<"$env" && { echo "$p"; return 0; }
-    done
-    return 1
-}
-
 # kill_when_standing N ERR RANK: once ckpt-resume says (in ERR) that it
 # started its N standbys, SIGKILLs the live RANK, as a machine fails.
 kill_when_standing() {

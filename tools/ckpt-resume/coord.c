@@ -43,6 +43,7 @@ struct node {
     bool joined, done, fetched, held_in, replicated, repl_warned;
     int fetch_status, repl_status;
     uint64_t refused;
+    uint64_t standby;           /* its JOIN: its standbys replay up to here, 0: it has none ready */
     struct coord_addr addr;
     struct ckpt_held *held;
     uint32_t nheld;
@@ -74,6 +75,7 @@ struct coord {
     enum phase phase;
     uint64_t restore, below, durable, target, replicating;
     bool ever_durable, failed_launch;
+    bool takeover_failed;    /* a node's standbys could not take over: the next plan is cold, no new restart */
     char no_room[128]; /* a rank stopped for want of host memory: the job ends, not restarted */
     int early, early_before; /* the exit status of this launch's and the last one's failure before any boundary, -1: none */
     char early_why[128];     /* which rank that was */
@@ -82,6 +84,7 @@ struct coord {
     unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
     double timeout_s, resume_at, gather_since;
     char master_addr[COORD_ADDR_MAX], master_port[16];
+    char standby_port[16];              /* the standbys' rank 0 port: the next takeover's master port */
     char bound[128];                    /* the address listened on */
     bool master_from_node0;             /* no master address given: node 0's (through etcd) */
     struct pollfd *pfd;                 /* one turn's: the stop pipe, the listener, pending, nodes */
@@ -169,6 +172,38 @@ static void forget_replicas(struct node *nd, uint64_t it)
     nd->nheld = k;
 }
 
+/*
+ * Whether the standbys take over at @it: every node's run and may not
+ * have replayed past it, every rank restores from its own node's arena
+ * (a copy that must travel, or a node that lost its memory, means a node
+ * whose standbys did not follow these ranks), and the last takeover did
+ * not fail.  When some node has standbys and they cannot, says why.
+ */
+static bool by_standbys(const struct coord *c, uint64_t it, const struct ckpt_source *src)
+{
+    char why[160] = "";
+    bool any = false;
+
+    for (unsigned j = 0; j < c->n; j++)
+        any |= c->nodes[j].standby > 0;
+    if (!it || c->below || !any)
+        return false;
+    if (c->takeover_failed)
+        snprintf(why, sizeof(why), "the last takeover failed");
+    for (unsigned j = 0; j < c->n && !*why; j++)
+        if (!c->nodes[j].standby)
+            snprintf(why, sizeof(why), "node %u has no standbys ready", j);
+        else if (c->nodes[j].standby > it)
+            snprintf(why, sizeof(why), "the standbys of node %u may be past iteration %llu", j,
+                     (unsigned long long)it);
+    for (unsigned r = 0; r < c->n * c->nproc && !*why; r++)
+        if (src[r].tier != CKPT_TIER_ARENA || src[r].node != r / c->nproc)
+            snprintf(why, sizeof(why), "rank %u restores from a copy outside its node's arena", r);
+    if (*why)
+        ckpt_log(CKPT_INFO, "no takeover by the standbys (%s): every node recovers by the cold path", why);
+    return !*why;
+}
+
 /* Every node has joined: decide where to go and send the plan. */
 static void plan(struct coord *c)
 {
@@ -227,6 +262,10 @@ static void plan(struct coord *c)
         ckpt_log(CKPT_INFO, "restarting from the beginning: %s", why);
     }
     c->restore = it;
+    bool by_standby = by_standbys(c, it, src);
+    c->takeover_failed = false;
+    if (by_standby)
+        ckpt_log(CKPT_INFO, "the standbys of every node take over at iteration %llu", (unsigned long long)it);
     /* Through etcd the coordinator may run on any node: rank 0's rendezvous
      * is at node 0's address, the one its agent takes replicas at. */
     if (c->master_from_node0) {
@@ -236,13 +275,20 @@ static void plan(struct coord *c)
             hp++, n -= 2;
         snprintf(c->master_addr, sizeof(c->master_addr), "%.*s", (int)n, hp);
     }
-    /* a port another process took costs one launch, not every restart (env.c) */
-    if (c->launches && job_master_port(c->master_port) < 0)
+    /* a port another process took costs one launch, not every restart (env.c);
+     * standbys that take over are the job at their own port, and the next
+     * ones get another */
+    if (by_standby)
+        memcpy(c->master_port, c->standby_port, sizeof(c->master_port));
+    else if (c->launches && job_master_port(c->master_port) < 0)
         ckpt_log(CKPT_WARN, "keeping rank 0's port %s: cannot find another free one", c->master_port);
+    if ((by_standby || c->launches) && job_spare_port(c->standby_port) < 0)
+        ckpt_log(CKPT_WARN, "keeping the standbys' port %s: cannot find another free one", c->standby_port);
     c->launches++;
     for (unsigned j = 0; j < c->n; j++) {
         struct coord_addr *addrs = calloc(c->n, sizeof(*addrs));
-        struct coord_plan p = { .restore = it, .launch = (uint64_t)c->launches, .nnodes = c->n };
+        struct coord_plan p = { .restore = it, .launch = (uint64_t)c->launches, .nnodes = c->n,
+                                .by_standby = by_standby };
         size_t ns = 0;
         if (!addrs) {
             free(all), free(src), free(sends);
@@ -257,6 +303,7 @@ static void plan(struct coord *c)
         p.nsend = (uint32_t)ns;
         snprintf(p.master_addr, sizeof(p.master_addr), "%s", c->master_addr);
         snprintf(p.master_port, sizeof(p.master_port), "%s", c->master_port);
+        snprintf(p.standby_port, sizeof(p.standby_port), "%s", c->standby_port);
         /* One payload: the plan, the addresses, the sends. */
         size_t len = c->n * sizeof(*addrs) + ns * sizeof(*sends);
         char *tail = malloc(len ? len : 1);
@@ -367,6 +414,8 @@ static void gathered(struct coord *c)
             ckpt_log(CKPT_INFO, "the restore of iteration %llu was refused: trying an older one",
                      (unsigned long long)refused);
             c->below = refused;
+        } else if (c->takeover_failed) {
+            c->below = 0; /* the same restart goes on, by the cold path */
         } else {
             c->below = 0;
             if (c->restarts >= c->opt->max_restarts) {
@@ -526,6 +575,7 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     nd->fd = fd;
     nd->addr = jn->replica;
     nd->refused = jn->refused;
+    nd->standby = jn->standby;
     nd->joined = true;
     nd->done = false;
     nd->heard = now_s();
@@ -613,6 +663,11 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
             char why[128];
             snprintf(why, sizeof(why), "rank %llu on node %u failed (exit %d)", (unsigned long long)st->value, j,
                      st->status);
+            if (st->flags & COORD_TAKEOVER) {
+                c->takeover_failed = true;
+                snprintf(why, sizeof(why), "the standbys of node %u could not take over (said there): every node "
+                         "recovers by the cold path", j);
+            }
             if (st->flags & COORD_NO_ROOM)
                 snprintf(c->no_room, sizeof(c->no_room), "rank %llu on node %u cannot have its arena on that "
                          "node (said there)", (unsigned long long)st->value, j);
@@ -812,7 +867,7 @@ int coord_open(struct coord **out, const struct options *opt, const char *master
     snprintf(c->master_addr, sizeof(c->master_addr), "%s", master_addr);
     snprintf(c->master_port, sizeof(c->master_port), "%s", master_port);
     c->master_from_node0 = !*master_addr;
-    if (!*master_port && job_master_port(c->master_port) < 0)
+    if ((!*master_port && job_master_port(c->master_port) < 0) || job_spare_port(c->standby_port) < 0)
         return -EADDRINUSE;
     int rc = ckpt_wire_listen(opt->coord, &c->lfd, c->bound, sizeof(c->bound), why, sizeof(why));
     if (rc < 0) {

@@ -6,10 +6,12 @@
  *
  *   member                                  coordinator
  *   JOIN {node, shape, replica address,
- *         what it holds}              --->  waits for every node, then
+ *         what it holds, its standbys} -->  waits for every node, then
  *                                     <---  PLAN {restore point, master,
  *                                                 replica addresses, copies
- *                                                 this member must send}
+ *                                                 this member must send,
+ *                                                 the standbys' port, and
+ *                                                 whether they take over}
  *   sends the copies peers lack,
  *   FETCHED {status}                  --->  once every member fetched:
  *                                     <---  LAUNCH {restore point}, then
@@ -23,6 +25,9 @@
  *   FAILED {rank, exit code}          --->  STOP to every member
  *   DONE (all its ranks succeeded)    --->  FINISH {exit code} when all are
  *   after a STOP or a failure: JOIN again, with what it holds now
+ *   (a plan by standby: at LAUNCH every node's standbys go live instead
+ *   of new ranks; a node whose standbys cannot sends FAILED {TAKEOVER},
+ *   and the next plan is cold)
  *   HEARTBEAT both ways, every second while idle.
  *
  * A member that loses the coordinator stops its ranks and joins again (a
@@ -59,6 +64,7 @@ enum coord_msg {
 #define COORD_AGAIN 1 /* REPLICATE of what the ranks restored: sent where missing, not persisted again */
 #define COORD_NO_ROOM 1u /* FAILED: libckpt stopped the rank, its host cannot hold its arena: no restart would find room */
 #define COORD_EARLY 2u   /* FAILED: an exit status, before any rank of the node reached an iteration boundary */
+#define COORD_TAKEOVER 4u /* FAILED: the node's standbys could not take over (said there): the cold path, at once */
 
 struct coord_addr {
     char hostport[COORD_ADDR_MAX];     /* where the node's agent takes replicas, NUL-terminated */
@@ -70,6 +76,7 @@ struct coord_join {
     struct coord_addr replica;
     uint64_t refused;                  /* the restore its ranks refused in the last launch, 0: none */
     uint32_t nheld, placement;
+    uint64_t standby;                  /* its standbys all run and replay up to this iteration; 0: none */
 };
 
 struct coord_plan {
@@ -78,6 +85,8 @@ struct coord_plan {
     char master_addr[COORD_ADDR_MAX];
     char master_port[16];
     uint32_t nnodes, nsend;
+    char standby_port[16];             /* the standbys' rank 0 port (at master_addr) */
+    uint32_t by_standby, reserved;     /* 1: the standbys take over at restore, no rank is launched */
 };
 
 /* Copy rank's replica of iteration from this member's peer store to node's agent. */
@@ -104,8 +113,8 @@ struct coord_status {
     uint64_t value;
 };
 
-_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 16, "join layout");
-_Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8, "plan layout");
+_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 24, "join layout");
+_Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8 + 16 + 8, "plan layout");
 _Static_assert(sizeof(struct coord_send) == 16, "send layout");
 _Static_assert(sizeof(struct coord_status) == 24, "status layout");
 

@@ -129,6 +129,17 @@ int job_master_port(char *port)
     return 1;
 }
 
+/* A free port for the standbys' rank 0, in @port (16 bytes): never
+ * MASTER_PORT, which the live rank 0 holds.  0, or a negative errno. */
+int job_spare_port(char *port)
+{
+    int n = 0, rc = free_port(&n);
+    if (rc < 0)
+        return rc;
+    snprintf(port, 16, "%d", n);
+    return 0;
+}
+
 /*
  * Decides where rank 0 listens: MASTER_ADDR and MASTER_PORT from our own
  * environment when set (a wrapping scheduler chose them), else 127.0.0.1

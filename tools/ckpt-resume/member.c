@@ -48,6 +48,8 @@ struct member {
     bool stopped, failed_sent, finished;
     int finish_code, restarts;
     unsigned launches;      /* of the ranks on this node: every one after the first is a restart */
+    bool by_standby;                /* the last plan: the standbys take over */
+    char standby_port[16];          /* the last plan's port for the standbys' rank 0 */
     struct coord_addr *addrs;
     unsigned naddrs;
     char ip[64];
@@ -270,7 +272,7 @@ static int join(struct job *job, struct member *m, uint64_t refused)
     struct holdings hs = { 0 };
     struct coord_join jn = { .node = (uint32_t)opt->node_rank, .nnodes = (uint32_t)opt->nnodes,
                              .nproc = (uint32_t)opt->nproc, .replicas = (uint32_t)ckpt_cfg_int(CFG_REPLICAS),
-                             .refused = refused };
+                             .refused = refused, .standby = standby_ready(job) };
 
     busy_begin(m);
     inventory(job, m, &hs);
@@ -603,6 +605,9 @@ static int take_plan(struct job *job, struct member *m, const void *msg, size_t 
     job->master_addr = maddr;
     job->master_port = mport;
     *restore = p->restore;
+    m->by_standby = p->by_standby == 1;
+    memcpy(m->standby_port, p->standby_port, sizeof(m->standby_port));
+    m->standby_port[sizeof(m->standby_port) - 1] = '\0';
     /* The first launch of a fresh job: what an earlier run left here is not ours. */
     if (p->launch == 1 && !p->restore && arena_remove(job->opt) > 0)
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", job->opt->job_name);
@@ -677,12 +682,30 @@ static void settle(struct job *job, struct member *m)
     }
 }
 
-/* One launch, from LAUNCH to the end of its ranks.  Returns the restore it refused, else 0. */
+/*
+ * One launch, from LAUNCH to the end of its ranks: new ranks, or this
+ * node's standbys going live at @restore when the plan says so (a node
+ * whose standbys cannot tells the coordinator, and every node goes on by
+ * the cold path).  Returns the restore it refused, else 0.
+ */
 static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, uint64_t target)
 {
-    busy_begin(m);
-    prepare_arena(job, m, restore);
-    busy_end(m);
+    const char *how = restore && m->launches ? (m->by_standby ? "standby" : "cold") : NULL;
+    double since = job->out.failed_s > 0 ? job->out.failed_s : job->stopped_s;
+    job->recovering = how;
+    job->recovering_since = how ? since : 0;
+    if (m->by_standby && standby_take_over(job, restore) < 0) {
+        struct coord_status st = { .status = 1, .flags = COORD_TAKEOVER, .iteration = restore };
+        m->failed_sent = true;
+        send_msg(m, COORD_FAILED, &st, sizeof(st), NULL, 0);
+        job->out.exit_code = 1;
+        return 0;
+    }
+    if (!m->by_standby) {
+        busy_begin(m);
+        prepare_arena(job, m, restore);
+        busy_end(m);
+    }
     m->durable = restore;
     m->target = target;
     m->replicating = m->persisting = 0;
@@ -691,8 +714,13 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
     write_pins(job, m);
     if (m->launches++)
         metrics_restart();
-    job_launch(job, restore);
+    if (!m->by_standby)
+        job_launch(job, restore);
+    if (standby_set_port(job, m->standby_port) < 0)
+        ckpt_log(CKPT_WARN, "cannot start standbys after this launch: %s", strerror(ENOMEM));
     job_watch(job);
+    if (how)
+        job_recovered(job, how, since);
     settle(job, m);
     m->replicating = m->persisting = 0;
     return job->out.refused_rank >= 0 ? restore : 0;

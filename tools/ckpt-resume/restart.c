@@ -139,7 +139,7 @@ void job_settle(const struct options *opt, int code)
  * Adds to the end-of-job line how the recovery from the failure seen at
  * @since was made, and how long it took until every rank was restored.
  */
-static void recovered(struct job *job, const char *how, double since)
+void job_recovered(struct job *job, const char *how, double since)
 {
     char one[64];
     size_t len = strlen(job->recovered);
@@ -178,7 +178,7 @@ int job_run(struct job *job, int *restarts)
         took_over = false;
         job_watch(job);
         if (how && (job->chan.restored_s > 0 || out->refused_rank < 0)) {
-            recovered(job, how, since); /* a refused restore falls back: the same recovery goes on */
+            job_recovered(job, how, since); /* a refused restore falls back: the same recovery goes on */
             how = NULL;
         }
         /* A restore into the arena must not race the persist reading it. */

@@ -185,6 +185,7 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
 void rank_env_free(char **env);
 int job_master(char **addr, char **port);
 int job_master_port(char *port);
+int job_spare_port(char *port);
 int preload_value(char **out, const char *lib);
 
 /* The PYTHONPATH of the ranks in *out (NULL when there is none; the caller
@@ -224,6 +225,7 @@ void channel_carry(struct channel *to, struct channel *from);
 bool channel_ticked(const struct channel *c);
 
 /* restart.c */
+void job_recovered(struct job *job, const char *how, double since);
 int job_run(struct job *job, int *restarts);
 
 /* launch.c: starts process @i of a job (a rank, or its standby) with
@@ -240,6 +242,8 @@ void standby_tick(struct job *job);
 bool standby_reaped(struct job *job, pid_t pid, int status);
 bool standby_owns(const struct job *job, pid_t pid);
 int standby_take_over(struct job *job, uint64_t iteration);
+int standby_set_port(struct job *job, const char *port);
+uint64_t standby_ready(const struct job *job);
 void standby_stop(struct job *job, const char *why);
 
 /* disk.c */

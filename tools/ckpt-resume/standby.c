@@ -11,6 +11,12 @@
  * there, and they become the job's ranks without a replay from the start.
  * A standby that died, or a takeover that fails, leaves the cold path: a
  * restart that replays from the start, as without standbys, said with why.
+ *
+ * On several nodes each agent runs its own ranks' standbys, and together
+ * they are the shadow job: the coordinator hands out their rank 0 port
+ * with each plan (standby_set_port), lets them replay no further than the
+ * iteration every node keeps (member_durable), and a takeover happens on
+ * every node or on none (member.c).
  */
 #include <errno.h>
 #include <poll.h>
@@ -58,9 +64,9 @@ int standby_open(struct job *job)
     sb->chan.fd = -1;
     if (!ckpt_cfg_int(CFG_STANDBY))
         return 0;
-    if (opt->wrap || opt->coord) {
-        ckpt_log(CKPT_INFO, "CKPT_STANDBY: %s gets no standbys yet; a failure recovers by replaying from the start",
-                 opt->wrap ? "a job started through its own launcher (no --nproc)" : "a job on several nodes");
+    if (opt->wrap) {
+        ckpt_log(CKPT_INFO, "CKPT_STANDBY: a job started through its own launcher (no --nproc) gets no standbys "
+                 "yet; a failure recovers by replaying from the start");
         return 0;
     }
     sb->ranks = calloc(opt->nproc, sizeof(*sb->ranks));
@@ -68,7 +74,7 @@ int standby_open(struct job *job)
     if (!sb->ranks || !sb->orders)
         return -ENOMEM;
     int rc = channel_open(&sb->chan);
-    if (rc < 0 || (rc = job_master_port(port)) < 0 || !(sb->master_port = strdup(port)) || standby_vars(job) < 0)
+    if (rc < 0 || (rc = job_spare_port(port)) < 0 || !(sb->master_port = strdup(port)) || standby_vars(job) < 0)
         return rc < 0 ? rc : -ENOMEM;
     sb->lag_s = ckpt_cfg_seconds(CFG_STANDBY_LAG);
     sb->on = true;
@@ -91,16 +97,36 @@ void standby_close(struct job *job)
 }
 
 /* Every rank of this launch has committed a snapshot: the lowest of their
- * newest commits, else 0. */
+ * newest commits (on several nodes, no further than what every node keeps),
+ * else 0. */
 static uint64_t committed_by_all(const struct job *job)
 {
-    uint64_t low = UINT64_MAX;
+    uint64_t low = job->member ? member_durable(job) : UINT64_MAX;
     for (int i = 0; i < job->opt->nproc; i++) {
         int r = job->opt->first_rank + i;
         uint64_t c = r < job->chan.nreports ? job->chan.reports[r].committed_iteration : 0;
         low = c < low ? c : low;
     }
     return low == UINT64_MAX ? 0 : low;
+}
+
+/* The shadow job's rank 0 port, as the coordinator chose it (several nodes). */
+int standby_set_port(struct job *job, const char *port)
+{
+    char *p = strdup(port);
+    if (!p)
+        return -ENOMEM;
+    free(job->sb.master_port);
+    job->sb.master_port = p;
+    return 0;
+}
+
+/* The iteration this node's standbys may replay to, when every one of them
+ * runs and none is lost; else 0: no takeover here. */
+uint64_t standby_ready(const struct job *job)
+{
+    const struct standby *sb = &job->sb;
+    return sb->on && !sb->lost[0] && sb->started_s && sb->running == job->opt->nproc ? sb->allowed : 0;
 }
 
 static void start(struct job *job)
@@ -278,7 +304,7 @@ static int swap_in(struct job *job, uint64_t iteration)
     channel_reset(&sb->chan);
     job->master_port = sb->master_port;
     sb->master_port = p;
-    if (job_master_port(port) > 0 && (p = strdup(port))) {
+    if (job_spare_port(port) == 0 && (p = strdup(port))) {
         free(sb->master_port);
         sb->master_port = p;
     }
