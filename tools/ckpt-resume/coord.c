@@ -79,7 +79,7 @@ struct coord {
     char no_room[128]; /* a rank stopped for want of host memory: the job ends, not restarted */
     int early, early_before; /* the exit status of this launch's and the last one's failure before any boundary, -1: none */
     char early_why[128];     /* which rank that was */
-    uint64_t lead;           /* iterations a new target lies past the nodes' newest commit: doubled at each miss */
+    uint64_t lead;           /* iterations a new target lies past the nodes' newest commit, set at each miss */
     int launches, restarts, exit_code, user_signal;
     unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
     double timeout_s, resume_at, gather_since;
@@ -474,15 +474,31 @@ static void held(struct coord *c)
         broadcast(c, COORD_REPLICATE, &m, sizeof(m));
         return;
     }
-    /* The nodes kept different iterations: aim past all of them, further
-     * ahead each time they miss.  The target must reach every node before
-     * its ranks get there, and through etcd that takes as long as many
-     * iterations: nodes that learn it late keep later iterations, and
-     * never meet. */
-    c->lead = c->lead ? (c->lead < LEAD_MAX ? 2 * c->lead : LEAD_MAX) : (uint64_t)ckpt_cfg_int(CFG_EVERY);
+    /* The nodes kept different iterations: aim past all of them.  The
+     * target must reach every node before its ranks get there, and through
+     * etcd, or on a loaded machine, that takes as long as many iterations:
+     * nodes that learn it late keep later iterations, and never meet.  How
+     * late the latest learned it (what it kept, past the target) says how
+     * far ahead to aim: twice that.  Doubling instead overshot, and left a
+     * busy job's newest durable iteration a thousand iterations behind. */
+    uint64_t every = (uint64_t)ckpt_cfg_int(CFG_EVERY), late = 0;
+    bool measured = false;
+    for (unsigned j = 0; j < c->n; j++)
+        if (c->nodes[j].h.newest >= c->target) {
+            uint64_t l = c->nodes[j].h.newest - c->target;
+            late = l > late ? l : late;
+            measured = true;
+        }
+    if (measured)
+        c->lead = 2 * late + every;
+    else
+        c->lead = c->lead ? 2 * c->lead : every;
+    if (c->lead > LEAD_MAX)
+        c->lead = LEAD_MAX;
     c->target = top + c->lead - 1;
     struct coord_iter m = { .iteration = c->durable, .value = c->target };
-    ckpt_log(CKPT_DEBUG, "the nodes keep different iterations; next target %llu", (unsigned long long)c->target);
+    ckpt_log(CKPT_DEBUG, "the nodes keep different iterations (the latest learned the target %llu iterations "
+             "late); next target %llu", (unsigned long long)late, (unsigned long long)c->target);
     broadcast(c, COORD_DURABLE, &m, sizeof(m));
 }
 
