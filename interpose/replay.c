@@ -129,6 +129,42 @@ static void nap_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/*
+ * CKPT_STANDBY_CPU: the CPU time this standby (all its threads) may use
+ * per second while it follows.  A bucket of at most one second's
+ * allowance: at a boundary, a standby that has spent more than it earned
+ * waits until it has earned it back.  A takeover ordered meanwhile wakes
+ * it, and from then on nothing holds it back.
+ */
+static void within_budget(void)
+{
+    static bool started;
+    static double allowance, wall0, cpu0;
+    double rate = ckpt_cfg_seconds(CFG_STANDBY_CPU);
+    if (rate <= 0)
+        return;
+    for (;;) {
+        double wall = clock_s(CLOCK_MONOTONIC), cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        allowance = started ? allowance + (wall - wall0) * rate - (cpu - cpu0) : rate;
+        if (allowance > rate)
+            allowance = rate;
+        started = true;
+        wall0 = wall, cpu0 = cpu;
+        uint32_t seen = ckpt_follow_seen(orders);
+        if (allowance >= 0 || ckpt_follow_get(&orders->takeover))
+            return;
+        double wait_ms = -allowance / rate * 1000;
+        ckpt_follow_wait(orders, seen, wait_ms < FOLLOW_WAIT_MS ? (int)wait_ms + 1 : FOLLOW_WAIT_MS);
+    }
+}
+
 /* At the boundary of iteration at (0: before the first), moves the cut to
  * the end of the next iteration as soon as the orders allow and the log
  * holds it: false when the orders say go live here instead. */
@@ -136,6 +172,7 @@ static bool follow_on(uint64_t at)
 {
     char why[512];
     uint64_t next;
+    within_budget();
     for (;;) {
         uint32_t seen = ckpt_follow_seen(orders);
         uint64_t takeover = ckpt_follow_get(&orders->takeover), allowed = ckpt_follow_get(&orders->allowed);
