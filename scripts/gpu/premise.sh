@@ -93,13 +93,21 @@ premise_unportable() {
     fi
 }
 
-# premise_fid_case PROG: "EXPECT K FROM" for a fidelity program, from its
+# premise_fid_case PROG: "K FROM EXPECT" for a fidelity program, from its
 # line in tests/scenarios/fidelity.bats ("fidelity PROG EXPECT LOW HIGH
-# [FROM]"), K the middle of LOW..HIGH; "restore 14 0" for one not there.
+# [FROM]"), K the middle of LOW..HIGH; "14 0 restore" for one not there.
+# (The expectation comes last: it may hold spaces.)
 premise_fid_case() {
-    awk -v p="$1" '$1 == "fidelity" && $2 == p {
-            e = $3; gsub(/^'"'"'|'"'"'$/, "", e); print e, int(($4 + $5) / 2), ($6 == "" ? 0 : $6); found = 1; exit }
-        END { if (!found) print "restore", 14, 0 }' "$ROOT/tests/scenarios/fidelity.bats" 2>/dev/null
+    local f=() line
+    # xargs splits the line as the shell would (an expectation is quoted
+    # and may hold spaces).
+    line=$(grep -m 1 -E "^[[:space:]]*fidelity $1 " "$ROOT/tests/scenarios/fidelity.bats" 2>/dev/null)
+    [ -n "$line" ] && mapfile -t f < <(xargs -n 1 printf '%s\n' <<<"$line" 2>/dev/null)
+    if [ ${#f[@]} -ge 5 ]; then
+        echo "$(((f[3] + f[4]) / 2)) ${f[5]:-0} ${f[2]}"
+    else
+        echo "14 0 restore"
+    fi
 }
 
 # premise_fid_build NAME FILE: nvcc FILE -> $P_BIN/NAME (the real headers
@@ -179,23 +187,27 @@ premise_fid() {
             row "premise fidelity: $name" "" "" "skipped: out of time (GPU_CHECK_PREMISE_BUDGET=$PREMISE_BUDGET)"
             continue
         fi
-        read -r expect k from <<<"$(premise_fid_case "$name")"
-        run "premise.fid.$name.plain" 30 "$bin"
+        read -r k from expect <<<"$(premise_fid_case "$name")"
+        # A program that writes files of its own (fid_files) gets a fresh
+        # directory for each run; they are compared with the output.
+        mkdir -p "$SCRATCH/fidfiles/$name."{plain,plain2,job}
+        FID_FILES_DIR=$SCRATCH/fidfiles/$name.plain run "premise.fid.$name.plain" 30 "$bin"
         rc=$?
         plain=$LOGS/premise.fid.$name.plain.out
         if [ "$rc" -ne 0 ]; then
             row "premise fidelity: $name" "$(why "$rc")" "" "FAILED without libckpt: $(err "premise.fid.$name.plain")"
             continue
         fi
-        run "premise.fid.$name.plain2" 30 "$bin"
-        if ! diff -q "$plain" "$LOGS/premise.fid.$name.plain2.out" >/dev/null; then
+        FID_FILES_DIR=$SCRATCH/fidfiles/$name.plain2 run "premise.fid.$name.plain2" 30 "$bin"
+        if ! diff -q "$plain" "$LOGS/premise.fid.$name.plain2.out" >/dev/null ||
+            ! diff -qr "$SCRATCH/fidfiles/$name.plain" "$SCRATCH/fidfiles/$name.plain2" >/dev/null; then
             row "premise fidelity: $name" "$(digest_of "$plain")" "" \
                 "not judged: two plain runs differ on this GPU (logs/premise.fid.$name.plain*.out)"
             continue
         fi
         out=$LOGS/premise.fid.$name.job
         rm -f "$SCRATCH/fid-$name.died"
-        FID_DIE_ONCE=$SCRATCH/fid-$name.died CKPT_EVERY=3 CKPT_LOG=info CKPT_JOB=gc-fid-$name \
+        FID_FILES_DIR=$SCRATCH/fidfiles/$name.job FID_DIE_ONCE=$SCRATCH/fid-$name.died CKPT_EVERY=3 CKPT_LOG=info CKPT_JOB=gc-fid-$name \
             run "premise.fid.$name.job" 90 "$RESUME" --nproc 1 -- "$bin" --die-at "$k"
         rc=$?
         lines=$(grep -v -e '^libckpt' -e '^ckpt-resume' "$out.out")
@@ -206,6 +218,18 @@ premise_fid() {
         elif [ "$rc" -eq 0 ] && [ "$last" != "$(cat "$plain")" ]; then
             row "premise fidelity: $name" "$(digest_of "$plain")" "$(digest_of <(echo "$last"))" \
                 "DIFFERENT: WRONG STATE: the job exited 0 with other output than the plain run (killed after $k)"
+        elif [ "$rc" -eq 0 ] && ! diff -qr "$SCRATCH/fidfiles/$name.plain" "$SCRATCH/fidfiles/$name.job" >/dev/null; then
+            row "premise fidelity: $name" "$(digest_of "$plain")" "$(digest_of <(echo "$last"))" \
+                "DIFFERENT: WRONG STATE: the job exited 0 with other files than the plain run wrote (killed after $k)"
+        elif [ "${expect%%:*}" = either ] && [ -z "$restored" ]; then
+            # Either restored exactly (the branch below) or refused for this reason.
+            local reason
+            reason=$(grep -E '^(libckpt|ckpt-resume)' "$out.err" | grep -i 'refused' | grep -iE -m 1 -- "${expect#either:}" | cut -c1-140)
+            if [ -n "$reason" ]; then
+                row "premise fidelity: $name" "$(digest_of "$plain")" "refused" "refused as it may be: $reason"
+            else
+                row "premise fidelity: $name" "$(digest_of "$plain")" "$(why "$rc")" "FAILED: neither restored nor refused matching '${expect#either:}' (logs/premise.fid.$name.job.err)"
+            fi
         elif [ "${expect%%:*}" = refuse ]; then
             local reason
             reason=$(grep -E '^(libckpt|ckpt-resume)' "$out.err" | grep -iE 'refus|unrestorable|not restorable|cannot be restored|cannot restore' |
@@ -255,9 +279,9 @@ premise_part() {
     local cpu=()
     [ "$MODE" = double ] && [ "${GPU_CHECK_PREMISE_CPU:-0}" = 1 ] && [ "$torch" = nocuda ] && cpu=(--device cpu --steps 3)
 
-    premise_py addresses 120 premise_addresses.py --torch "$torch"
-    premise_py determinism 100 premise_determinism.py --torch "$torch" --lib "$LIB" ${cpu[@]+"${cpu[@]}"}
-    premise_py context 45 premise_context.py --torch "$torch"
+    # What judges libckpt itself first, then the cheap checks, then the
+    # long ones: when the budget is short, what is cut is the last.
+    premise_fid
 
     # The entry points: the program built with the rest (build_into), else
     # prebuilt; for the double, built here against it.
@@ -274,12 +298,14 @@ premise_part() {
     fi
     premise_py entrypoints 30 premise_entrypoints.py --bin "$ep" --lib "$LIB"
 
+    premise_py context 45 premise_context.py --torch "$torch"
+    premise_py addresses 120 premise_addresses.py --torch "$torch"
+    premise_py determinism 100 premise_determinism.py --torch "$torch" --lib "$LIB" ${cpu[@]+"${cpu[@]}"}
     if [ ${#cpu[@]} -gt 0 ]; then
         premise_py allocators 120 premise_allocators.py --torch "$torch" --lib "$LIB" --resume "$RESUME" --device cpu --steps 6
     else
         premise_py allocators 180 premise_allocators.py --torch "$torch" --lib "$LIB" --resume "$RESUME"
     fi
-    premise_fid
     premise_json
     # The arenas the runs under LD_PRELOAD alone (no ckpt-resume to remove them) left.
     rm -rf "${CKPT_ARENA_DIR:?}/$(id -u)-gc-premise-"* "${CKPT_ARENA_DIR:?}/$(id -u)-gc-fid-"*
