@@ -222,9 +222,7 @@ __attribute__((visibility("default"))) CUresult cuMemAllocManaged(CUdeviceptr *d
     CUresult r = real_cuMemAllocManaged(dptr, bytesize, flags);
     if (r == CUDA_SUCCESS) {
         track(*dptr, bytesize, CKPT_ALLOC_MANAGED, NULL);
-        struct ckpt_alloc a;
-        if (ckpt_active && ckpt_reg_find(*dptr, &a) == 0 && !a.internal)
-            __atomic_add_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
+        ckpt_host_managed(__builtin_return_address(0), *dptr, bytesize, true);
     }
     return r;
 }
@@ -250,8 +248,8 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
     if (!ckpt_standby_mem_free(&r, dptr, NULL, false))
         r = real_cuMemFree_v2(dptr);
     if (r == CUDA_SUCCESS) {
-        if (a.addr && a.kind == CKPT_ALLOC_MANAGED && !a.internal)
-            __atomic_sub_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
+        if (a.addr && a.kind == CKPT_ALLOC_MANAGED)
+            ckpt_host_managed(NULL, dptr, 0, false);
         untrack(dptr);
     }
     return r;

@@ -4,11 +4,17 @@
  * it.  Is an asynchronous copy's destination pinned?  Into pageable memory
  * CUDA's asynchronous device-to-host copy has completed when the call
  * returns, so the host may read it at once (history.c logs it there).  And
- * is any of it mapped for the device (zero-copy)?  A kernel may then write
- * host memory that the host reads with no copy call, which replay cannot
- * serve: kernel launches taint the log while such memory is live.
- * libckpt's own registrations (the arena) are not the program's and are
- * not here.  A sorted table; lookups are a binary search under a lock.
+ * can a kernel reach it?  Under unified addressing every pinned buffer is
+ * device-accessible, mapped or not (the runtime's cudaMallocHost is a
+ * cuMemHostAlloc), and so is managed memory, which the table also holds.
+ * A kernel may then write host memory that the host reads with no copy
+ * call, which replay cannot serve.  The rule is a heuristic: a launch
+ * whose parameters carry a pointer into such memory the program holds
+ * taints the log (ckpt_launch_reaches_host); a pointer the kernel finds in
+ * device memory is not seen.  Libraries' own buffers (NCCL's mapped flags
+ * and FIFOs) are theirs, not the program's: held, never counted.
+ * libckpt's own registrations (the arena) are not here either.  A sorted
+ * table; lookups are a binary search under a lock.
  *
  * A standby pins nothing until it takes over: while it stands by, the
  * program's pinned allocations are ordinary pages (mmap) and its
@@ -35,7 +41,9 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range {
     uintptr_t start, end;
-    bool mapped;
+    bool mapped;        /* asked for with DEVICEMAP (named so when it taints) */
+    bool managed;       /* managed memory: reachable, but not pinned */
+    bool internal;      /* a library's own (NCCL's): never taints */
     bool later;         /* a standby's: registered at takeover, with flags */
     bool ours;          /* a standby's allocation: pages libckpt mapped */
     unsigned int flags; /* cuMemHostRegister's */
@@ -57,8 +65,10 @@ static size_t lower(uintptr_t p)
     return lo;
 }
 
-static void add_range(const void *p, size_t size, bool mapped, bool later, bool ours, unsigned int flags)
+static void add_range(struct range r)
 {
+    const void *p = (const void *)r.start;
+    size_t size = r.end - r.start;
     if (!ckpt_active || ckpt_self_depth || !size)
         return;
     ckpt_history_poller_changes("allocated pinned host memory");
@@ -76,16 +86,17 @@ static void add_range(const void *p, size_t size, bool mapped, bool later, bool 
     }
     size_t i = lower((uintptr_t)p);
     memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof(*ranges));
-    ranges[i] = (struct range){(uintptr_t)p, (uintptr_t)p + size, mapped, later, ours, flags};
+    ranges[i] = r;
     nranges++;
-    if (mapped)
+    if (!r.internal)
         __atomic_add_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
 }
 
-static void add(const void *p, size_t size, bool mapped)
+static void add(const void *caller, const void *p, size_t size, bool mapped)
 {
-    add_range(p, size, mapped, false, false, 0);
+    add_range((struct range){.start = (uintptr_t)p, .end = (uintptr_t)p + size, .mapped = mapped,
+                             .internal = ckpt_internal_call(caller)});
 }
 
 static void drop(const void *p)
@@ -94,7 +105,7 @@ static void drop(const void *p)
     pthread_mutex_lock(&lock);
     size_t i = lower((uintptr_t)p);
     if (i < nranges && ranges[i].start == (uintptr_t)p) {
-        if (ranges[i].mapped)
+        if (!ranges[i].internal)
             __atomic_sub_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
         memmove(&ranges[i], &ranges[i + 1], (nranges - i - 1) * sizeof(*ranges));
         nranges--;
@@ -106,9 +117,19 @@ bool ckpt_host_pinned(const void *p, size_t size)
 {
     pthread_mutex_lock(&lock);
     size_t i = lower((uintptr_t)p);
-    bool in = i < nranges && ranges[i].start <= (uintptr_t)p && (uintptr_t)p + size <= ranges[i].end;
+    bool in = i < nranges && ranges[i].start <= (uintptr_t)p && (uintptr_t)p + size <= ranges[i].end &&
+              !ranges[i].managed;
     pthread_mutex_unlock(&lock);
     return in;
+}
+
+void ckpt_host_managed(const void *caller, uint64_t addr, uint64_t size, bool allocated)
+{
+    if (!allocated)
+        drop((const void *)(uintptr_t)addr);
+    else
+        add_range((struct range){.start = addr, .end = addr + size, .managed = true,
+                                 .internal = ckpt_internal_call(caller)});
 }
 
 /* While a standby stands by, the program's pinned memory waits for the
@@ -145,7 +166,8 @@ static CUresult standby_alloc(void **pp, size_t bytesize, unsigned int flags)
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *pp = p;
-    add_range(p, bytesize, flags & CU_MEMHOSTREGISTER_DEVICEMAP, true, true, flags);
+    add_range((struct range){.start = (uintptr_t)p, .end = (uintptr_t)p + bytesize,
+                             .mapped = flags & CU_MEMHOSTREGISTER_DEVICEMAP, .later = true, .ours = true, .flags = flags});
     return CUDA_SUCCESS;
 }
 
@@ -159,7 +181,7 @@ EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
         return standby_alloc(pp, bytesize, Flags);
     CUresult r = real_cuMemHostAlloc(pp, bytesize, Flags);
     if (r == CUDA_SUCCESS)
-        add(*pp, bytesize, Flags & CU_MEMHOSTALLOC_DEVICEMAP);
+        add(__builtin_return_address(0), *pp, bytesize, Flags & CU_MEMHOSTALLOC_DEVICEMAP);
     return r;
 }
 
@@ -170,7 +192,7 @@ EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
         return standby_alloc(pp, bytesize, 0);
     CUresult r = real_cuMemAllocHost_v2(pp, bytesize);
     if (r == CUDA_SUCCESS)
-        add(*pp, bytesize, false);
+        add(__builtin_return_address(0), *pp, bytesize, false);
     return r;
 }
 
@@ -199,12 +221,13 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flag
     if (p && bytesize && standing(__builtin_return_address(0))) {
         if (ckpt_host_pinned(p, 1) || ckpt_host_pinned((const char *)p + bytesize - 1, 1))
             return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-        add_range(p, bytesize, Flags & CU_MEMHOSTREGISTER_DEVICEMAP, true, false, Flags);
+        add_range((struct range){.start = (uintptr_t)p, .end = (uintptr_t)p + bytesize,
+                                 .mapped = Flags & CU_MEMHOSTREGISTER_DEVICEMAP, .later = true, .flags = Flags});
         return CUDA_SUCCESS;
     }
     CUresult r = real_cuMemHostRegister_v2(p, bytesize, Flags);
     if (r == CUDA_SUCCESS)
-        add(p, bytesize, Flags & CU_MEMHOSTREGISTER_DEVICEMAP);
+        add(__builtin_return_address(0), p, bytesize, Flags & CU_MEMHOSTREGISTER_DEVICEMAP);
     return r;
 }
 
@@ -248,4 +271,134 @@ int ckpt_standby_host_back(char *why, size_t whylen)
     if (n)
         ckpt_log(CKPT_INFO, "host memory pinned for the takeover: %zu buffers, %.1f MiB", n, bytes / (1 << 20));
     return 0;
+}
+
+/* ---- kernels passed a pointer into host memory the program holds */
+
+/* A kernel's parameter sizes, as cuFuncGetParamInfo gives them, learnt at
+ * its first launch while such memory is live and kept for the process: an
+ * insert-only table read without a lock.  n < 0: the driver could not say. */
+struct layout {
+    CUfunction f;
+    int n;
+    uint32_t size[];
+};
+#define LAYOUTS 4096 /* kernels; past it the driver is asked at each launch */
+#define MAX_PARAMS 4096
+static struct layout *layouts[LAYOUTS];
+
+static struct layout *layout_of(CUfunction f, bool *kept)
+{
+    size_t h = ((uintptr_t)f >> 4) * 0x9e3779b97f4a7c15ull % LAYOUTS;
+    for (size_t k = 0; k < LAYOUTS; k++) {
+        struct layout *l = __atomic_load_n(&layouts[(h + k) % LAYOUTS], __ATOMIC_ACQUIRE);
+        if (!l)
+            break;
+        if (l->f == f) {
+            *kept = true;
+            return l;
+        }
+    }
+    *kept = false;
+    size_t cap = 16, n = 0, off, size;
+    struct layout *l = malloc(sizeof(*l) + cap * sizeof(l->size[0]));
+    if (!l)
+        return NULL;
+    l->f = f;
+    CUresult e = CUDA_SUCCESS;
+    if (!real_cuFuncGetParamInfo && ckpt_resolve("cuFuncGetParamInfo") < 0)
+        e = CUDA_ERROR_NOT_SUPPORTED;
+    while (e == CUDA_SUCCESS && n < MAX_PARAMS && (e = real_cuFuncGetParamInfo(f, n, &off, &size)) == CUDA_SUCCESS) {
+        if (n == cap) {
+            struct layout *m = realloc(l, sizeof(*l) + (cap *= 2) * sizeof(l->size[0]));
+            if (!m) {
+                free(l);
+                return NULL;
+            }
+            l = m;
+        }
+        l->size[n++] = (uint32_t)size;
+    }
+    /* Past the last parameter the driver says INVALID_VALUE; anything else
+     * (no such call, a handle it does not take) leaves the layout unknown. */
+    l->n = e == CUDA_SUCCESS || e == CUDA_ERROR_INVALID_VALUE ? (int)n : -1;
+    for (size_t k = 0; k < LAYOUTS; k++) {
+        struct layout *none = NULL;
+        if (__atomic_compare_exchange_n(&layouts[(h + k) % LAYOUTS], &none, l, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            *kept = true;
+            return l;
+        }
+        if (none->f == f) { /* another thread learnt it first */
+            free(l);
+            *kept = true;
+            return none;
+        }
+    }
+    return l; /* the table is full: the caller frees it */
+}
+
+/* The range holding @a (lock held), or NULL. */
+static const struct range *holding(uintptr_t a)
+{
+    size_t i = lower(a);
+    return i < nranges && ranges[i].start <= a ? &ranges[i] : NULL;
+}
+
+/* Whether any aligned word of [p, p + bytes) points into the program's
+ * pinned or managed memory; the range found in *hit. Lock held. */
+static bool words_reach(const void *p, size_t bytes, struct range *hit)
+{
+    for (size_t o = 0; o + sizeof(uintptr_t) <= bytes; o += sizeof(uintptr_t)) {
+        uintptr_t w;
+        memcpy(&w, (const char *)p + o, sizeof(w));
+        const struct range *r = holding(w);
+        if (r && !r->internal) {
+            *hit = *r;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool ckpt_launch_reaches_host(CUfunction f, void **params, void **extra, char *why, size_t whylen)
+{
+    bool kept = false, reach = false, unknown = false;
+    struct range hit = {0};
+    struct layout *l = params ? layout_of(f, &kept) : NULL;
+    pthread_mutex_lock(&lock);
+    if (params && (!l || l->n < 0)) {
+        unknown = true;
+    } else if (params) {
+        /* kernelParams[i] points at parameter i, l->size[i] bytes.  The
+         * CPU double ends the array with NULL and takes no count. */
+        for (int i = 0; i < l->n && params[i] && !reach; i++)
+            reach = words_reach(params[i], l->size[i], &hit);
+    }
+    /* extra: CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, ..., END */
+    const void *buf = NULL;
+    size_t bufsize = 0;
+    for (size_t k = 0; extra && extra[k] != CU_LAUNCH_PARAM_END && k < 16; k += 2) {
+        if (extra[k] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[k + 1];
+        else if (extra[k] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[k + 1])
+            memcpy(&bufsize, extra[k + 1], sizeof(bufsize));
+    }
+    if (!reach && buf)
+        reach = words_reach(buf, bufsize, &hit);
+    pthread_mutex_unlock(&lock);
+    if (l && !kept)
+        free(l);
+    if (reach)
+        snprintf(why, whylen, "a kernel was passed a pointer into %s (%p, %zu bytes), which the kernel may write and "
+                 "the host read without a copy call that replay could serve",
+                 hit.managed ? "managed memory"
+                 : hit.mapped ? "pinned host memory mapped for the device (zero-copy)"
+                              : "pinned host memory (under unified addressing a kernel can write it: zero-copy)",
+                 (void *)hit.start, (size_t)(hit.end - hit.start));
+    else if (unknown)
+        snprintf(why, whylen, "a kernel whose parameters the driver cannot describe (cuFuncGetParamInfo) ran while the "
+                 "program holds managed or pinned host memory, which a kernel may write and the host read without a "
+                 "copy call that replay could serve");
+    return reach || unknown;
 }

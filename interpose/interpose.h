@@ -139,11 +139,16 @@ bool ckpt_unprotected_refused(void);
  * caller inside libnccl, or a thread inside an NCCL call). */
 void ckpt_track(const void *caller, uint64_t addr, uint64_t size, enum ckpt_alloc_kind kind, CUstream stream);
 
-/* Live managed or device-mapped host allocations of the program: while
- * there are any, a kernel launch taints replay (hostmem.c, driver.c). */
+/* Live managed or pinned host allocations of the program (hostmem.c): while
+ * there are any, each kernel launch's parameters are looked at. */
 extern int ckpt_host_visible;
 /* True when [p, p + size) is in pinned host memory the program holds. */
 bool ckpt_host_pinned(const void *p, size_t size);
+/* A managed allocation made (or freed: allocated false) by @caller. */
+void ckpt_host_managed(const void *caller, uint64_t addr, uint64_t size, bool allocated);
+/* Whether a launch of @f passes a pointer into the program's managed or
+ * pinned host memory, or cannot be told; @why says which. */
+bool ckpt_launch_reaches_host(CUfunction f, void **params, void **extra, char *why, size_t whylen);
 
 /* ---- the snapshot engine (snapshot.c), driven by the hooks. */
 

@@ -358,24 +358,27 @@ EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
     return elapsed(real_cuEventElapsedTime, pMilliseconds, hStart, hEnd);
 }
 
-static void host_visible_launch(void)
+/* A kernel launch, from whichever library: counted (hookstats.c), and,
+ * while the program holds memory a kernel can write and the host read
+ * without a copy call, looked at (hostmem.c). */
+static void launched(const void *caller, CUfunction f, void **params, void **extra)
 {
-    ckpt_history_taint("a kernel ran while the program has managed or host-mapped (zero-copy) memory, which the "
-                       "host reads without a copy call that replay could serve");
+    ckpt_hookstat(CKPT_HS_LAUNCH, caller, false);
+    if (__builtin_expect(__atomic_load_n(&ckpt_host_visible, __ATOMIC_RELAXED) > 0, 0) && observed()) {
+        char why[400];
+        if (ckpt_launch_reaches_host(f, params, extra, why, sizeof(why)))
+            ckpt_history_taint(why);
+    }
 }
+#define LAUNCHED launched(__builtin_return_address(0), f, kernelParams, extra)
+#define NOT_A_LAUNCH (void)0
 
-/* Work that only changes the device: noted, or suppressed in replay.
- * Kernel launches, from whichever library, are also counted (hookstats.c). */
-#define IS_LAUNCH(name) (__builtin_strncmp(name, "cuLaunchKernel", 14) == 0)
-#define QUEUE_HOOK_(name, stream, null_means, params, args)                    \
+/* Work that only changes the device: noted, or suppressed in replay. */
+#define QUEUE_HOOK_(name, stream, null_means, launch, params, args)            \
     EXPORT CUresult name params                                                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
-        if (IS_LAUNCH(#name)) {                                                \
-            ckpt_hookstat(CKPT_HS_LAUNCH, __builtin_return_address(0), false); \
-            if (__builtin_expect(__atomic_load_n(&ckpt_host_visible, __ATOMIC_RELAXED) > 0, 0) && observed()) \
-                host_visible_launch();                                         \
-        }                                                                      \
+        launch;                                                                \
         if (observed()) {                                                      \
             CUstream s_ = ckpt_stream_or(stream, null_means);                  \
             bool live_ = capturing(s_) || ckpt_history_work();                 \
@@ -386,17 +389,18 @@ static void host_visible_launch(void)
         }                                                                      \
         return real_##name args;                                               \
     }
-#define QUEUE_HOOK(name, sfx, stream, params, args)                            \
-    QUEUE_HOOK_(name, stream, NULL, params, args)                              \
-    QUEUE_HOOK_(name##sfx, stream, CU_STREAM_PER_THREAD, params, args)
+#define QUEUE_HOOK(name, sfx, stream, params, args) LAUNCH_HOOK(name, sfx, stream, NOT_A_LAUNCH, params, args)
+#define LAUNCH_HOOK(name, sfx, stream, launch, params, args)                   \
+    QUEUE_HOOK_(name, stream, NULL, launch, params, args)                      \
+    QUEUE_HOOK_(name##sfx, stream, CU_STREAM_PER_THREAD, launch, params, args)
 
-QUEUE_HOOK(cuLaunchKernel, _ptsz, hStream,
+LAUNCH_HOOK(cuLaunchKernel, _ptsz, hStream, LAUNCHED,
            (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
             unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
             void **kernelParams, void **extra),
            (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams,
             extra))
-QUEUE_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL,
+LAUNCH_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL, LAUNCHED,
            (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
            (config, f, kernelParams, extra))
 QUEUE_HOOK(cuMemcpyHtoDAsync_v2, _ptsz, hStream,

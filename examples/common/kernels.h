@@ -98,7 +98,7 @@ typedef struct {
                                             cudaStream_t stream_,              \
                                             KMAP(KDECL, __VA_ARGS__))          \
     {                                                                          \
-        fakegpu_arg_slot slots_[KNARGS(__VA_ARGS__)];                          \
+        fakegpu_arg_slot slots_[KNARGS(__VA_ARGS__)] = {{{0}}};                 \
         void *args_[] = {KMAP(KSLOT, __VA_ARGS__), NULL};                      \
         return cudaLaunchKernel((const void *)name, grid_, block_, args_, 0,   \
                                 stream_);                                      \

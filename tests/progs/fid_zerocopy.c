@@ -42,7 +42,13 @@ int main(int argc, char **argv)
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     uint32_t *w, *mapped;
     CHECK(cudaMalloc((void **)&w, WORDS * sizeof(uint32_t)));
-    CHECK(cudaHostAlloc((void **)&mapped, 2 * sizeof(uint32_t), cudaHostAllocMapped));
+    /* FID_ZEROCOPY_PINNED=1: plain pinned memory, not asked to be mapped;
+     * under unified addressing a kernel writes it all the same. */
+    const char *plain = getenv("FID_ZEROCOPY_PINNED");
+    if (plain && *plain == '1')
+        CHECK(cudaMallocHost((void **)&mapped, 2 * sizeof(uint32_t)));
+    else
+        CHECK(cudaHostAlloc((void **)&mapped, 2 * sizeof(uint32_t), cudaHostAllocMapped));
     mapped[0] = mapped[1] = 0;
     uint32_t *dmapped = mapped;
     CUresult (*get_dptr)(CUdeviceptr *, void *, unsigned int) = NULL;

@@ -200,6 +200,21 @@ diverge() {
     fidelity fid_zerocopy 'refuse:zero-copy|mapped' 12 27
 }
 
+@test "fid_zerocopy: the same through pinned memory from cudaMallocHost, never asked to be mapped (under unified addressing a kernel writes it): refused, naming it" {
+    FID_ZEROCOPY_PINNED=1 fidelity fid_zerocopy 'refuse:pinned host memory' 12 27
+}
+
+@test "pinned memory only copied into, and NCCL's own mapped host memory, taint nothing: a program with both is restored exactly" {
+    # fid_pinpool copies into cudaHostAlloc'd blocks and never hands them to
+    # a kernel; the double's NCCL, as NCCL does, keeps mapped host flags.
+    fidelity fid_pinpool restore 12 27
+    run grep -c 'pinned host memory\|managed memory' "$D/err"
+    [ "$output" = 0 ]
+    rm -f "$D/died"
+    fidelity fid_nccl_zero 'either:allocation .* is at 0x[0-9a-f]* in the replaying run|diverged from the failed run' 12 27
+    ! grep -q 'pinned host memory\|mapped for the device' "$D/err" || { show_job; return 1; }
+}
+
 @test "fid_graph: a CUDA graph captured once after warm-up, launched every iteration" {
     fidelity fid_graph restore 12 27
 }

@@ -214,6 +214,9 @@ static int comm_setup(struct nf_comm *c)
     err = alloc_internal(&c->fifo, NF_FIFO_BYTES, "FIFO");
     if (!err)
         err = alloc_internal(&c->flags, NF_FLAGS_BYTES, "flags");
+    if (!err && nf_drv.cuMemHostAlloc(&c->host_flags, 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
+                    CUDA_SUCCESS)
+        err = nf_fail(-EIO, "cannot allocate the mapped host flags");
     if (err)
         return err;
     nf_prof_comm_init(c);
@@ -397,12 +400,14 @@ void nf_comm_release(struct nf_comm *c, bool abort)
         c->regs = reg->next;
         free(reg);
     }
-    if (c->fifo || c->flags) {
+    if (c->fifo || c->flags || c->host_flags) {
         nf_drv_enter();
         if (c->fifo)
             nf_drv.cuMemFree_v2(c->fifo);
         if (c->flags)
             nf_drv.cuMemFree_v2(c->flags);
+        if (c->host_flags)
+            nf_drv.cuMemFreeHost(c->host_flags);
     }
     if (c->joined)
         nf_seg_leave(&c->seg);

@@ -49,6 +49,8 @@
     X(cuCtxGetDevice, )                                                        \
     X(cuMemAlloc, _v2)                                                         \
     X(cuMemFree, _v2)                                                          \
+    X(cuMemHostAlloc, )                                                        \
+    X(cuMemFreeHost, )                                                         \
     X(cuMemsetD8Async, )                                                       \
     X(cuStreamCreate, )                                                        \
     X(cuStreamDestroy, _v2)                                                    \
@@ -272,6 +274,10 @@ struct nf_comm {
     /* Library-owned device memory, written by every collective. */
     CUdeviceptr fifo;
     CUdeviceptr flags;
+    /* Host memory mapped for the device, as NCCL's ncclCudaHostCalloc
+     * makes its abort flag and proxy FIFOs: the library's, not the
+     * program's (nothing reads it here). */
+    void *host_flags;
 
     /* Nonblocking init runs in this thread. */
     pthread_t init_thread;
