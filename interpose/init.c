@@ -11,6 +11,7 @@
  * the rank started (it inherits RANK and LD_PRELOAD) that uses CUDA.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -75,10 +76,49 @@ static void forked_child(void)
     disabled = true;
 }
 
+/*
+ * torchrun's own process, the elastic agent that starts the ranks: it may
+ * initialise CUDA (torchrun asks how many GPUs there are) under the RANK
+ * that ckpt-resume gave the command, but it trains nothing and must not
+ * take that rank's arena from the worker that does.  It is a Python
+ * script (argv[0] or argv[1] is ".../torchrun") or `python -m
+ * torch.distributed.run` (or .launch); its workers have
+ * TORCHELASTIC_RUN_ID, which it does not.
+ */
+static bool elastic_agent(void)
+{
+    if (getenv("TORCHELASTIC_RUN_ID"))
+        return false;
+    char buf[4096];
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *prev = "";
+    int i = 0;
+    for (const char *a = buf; a < buf + n; a += strlen(a) + 1, i++) {
+        const char *base = strrchr(a, '/') ? strrchr(a, '/') + 1 : a;
+        if (i < 2 && strcmp(base, "torchrun") == 0)
+            return true;
+        if (strcmp(prev, "-m") == 0)
+            return strcmp(a, "torch.distributed.run") == 0 || strcmp(a, "torch.distributed.launch") == 0;
+        prev = a;
+    }
+    return false;
+}
+
 static void wake(void)
 {
     if (disabled) {
         ckpt_log(CKPT_INFO, "CKPT_DISABLE is set: pass-through");
+        return;
+    }
+    if (elastic_agent()) {
+        ckpt_log(CKPT_DEBUG, "torchrun's own process: no rank, pass-through (its workers checkpoint)");
+        disabled = true;
         return;
     }
     const char *b = ckpt_cfg_str(CFG_BOUNDARY);

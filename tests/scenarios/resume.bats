@@ -81,6 +81,27 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     [ "$(cat "$CKPT_ARENA_DIR/$(id -u)-other/rank0/slot0")" = keep ]
 }
 
+@test "under torchrun, whose own process initialises CUDA: the worker checkpoints, not torchrun; killed, it is resumed bit-exact" {
+    # A stand-in for torchrun as it runs: a Python script named torchrun
+    # that touches the driver (torchrun counts the GPUs) and starts its
+    # worker with TORCHELASTIC_RUN_ID.
+    cat >"$D/torchrun" <<SCRIPT
+#!/usr/bin/env python3
+import ctypes, os, subprocess, sys
+assert ctypes.CDLL("$BUILD/fake/libcuda.so.1").cuInit(0) == 0
+sys.exit(subprocess.call(sys.argv[1:], env=dict(os.environ, TORCHELASTIC_RUN_ID="bats")))
+SCRIPT
+    chmod +x "$D/torchrun"
+    ckpt -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
+    (crash 0 "$D/crashed" 29 && CKPT_LOG=debug ckpt -- "$D/torchrun" "$TRAIN" $ARGS >"$D/out" 2>"$D/err") ||
+        { echo "exit $?"; cat "$D/err"; return 1; }
+    [ -e "$D/crashed" ]
+    grep -q "torchrun's own process: no rank, pass-through" "$D/err" || { cat "$D/err"; return 1; }
+    ! grep -q "in use by process" "$D/err" || { cat "$D/err"; return 1; }
+    grep -q '^libckpt\[rank 0\]: restored iteration 25 ' "$D/err" || { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out") "$D/plain"
+}
+
 @test "a launcher that starts the ranks itself is restarted from what every rank directory holds" {
     # A failed launch of this launcher damages rank 1's snapshot of
     # iteration 20: only a restore point that counts rank1/ finds 15.
