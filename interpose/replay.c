@@ -12,6 +12,7 @@
  * state that did not verify.
  */
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -77,6 +78,56 @@ void ckpt_refuse(const char *fmt, ...)
     /* Said to the agent too: a launcher between us may not pass the exit status on. */
     ckpt_agent_send(CKPT_MSG_REFUSED, target, 0);
     _exit(CKPT_EXIT_RESTORE);
+}
+
+/*
+ * A program that crashes while it replays did not see what its recorded
+ * run saw: that is a refusal (ckpt-resume falls back to an older snapshot,
+ * said with the frames of the crash), not a failure to try again with the
+ * same snapshot.  The handlers are libckpt's from the first replayed call
+ * until the restore goes live, then the program's again.
+ */
+static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+#define NFATAL (sizeof(fatal) / sizeof(fatal[0]))
+static struct sigaction program_handlers[NFATAL];
+static char crash_line[NFATAL][400]; /* made before: a handler may only write */
+static bool guarded;
+
+static void crashed(int sig)
+{
+    int fd = ckpt_log_fd(); /* the program's stderr is set aside while it replays */
+    for (size_t i = 0; i < NFATAL; i++)
+        if (fatal[i] == sig && write(fd, crash_line[i], strlen(crash_line[i])) < 0)
+            break;
+    void *frames[48];
+    int n = backtrace(frames, 48);
+    backtrace_symbols_fd(frames, n, fd);
+    ckpt_agent_send(CKPT_MSG_REFUSED, target, 0);
+    _exit(CKPT_EXIT_RESTORE);
+}
+
+static void guard(bool on)
+{
+    if (on == guarded)
+        return;
+    if (on) {
+        void *warm[1];
+        backtrace(warm, 1); /* loads the unwinder now, not in the handler */
+        const char *rank = getenv("RANK");
+        struct sigaction sa = {.sa_handler = crashed};
+        sigemptyset(&sa.sa_mask);
+        for (size_t i = 0; i < NFATAL; i++) {
+            snprintf(crash_line[i], sizeof(crash_line[i]),
+                     "libckpt[rank %s]: error: restore of iteration %llu refused: the program crashed while it "
+                     "replayed (%s), where its recorded run went on; where it crashed:\n",
+                     rank ? rank : "0", (unsigned long long)target, strsignal(fatal[i]));
+            sigaction(fatal[i], &sa, &program_handlers[i]);
+        }
+    } else {
+        for (size_t i = 0; i < NFATAL; i++)
+            sigaction(fatal[i], &program_handlers[i], NULL);
+    }
+    guarded = on;
 }
 
 /* Maps the slot holding iteration k, verified; refuses otherwise. */
@@ -269,6 +320,7 @@ void ckpt_history_init(const char *dir, uint64_t restore)
     if (ckpt_rlog_open_replay(dir, disk_log(dir), restore, max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_replaying = 1;
+    guard(true);
     recording = true;
     ckpt_world_quiet();
     ckpt_history_release_pollers();
@@ -523,6 +575,7 @@ static void restore_now(void)
     __atomic_store_n(&ckpt_replaying, 0, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&live_cond);
     pthread_mutex_unlock(&live_lock);
+    guard(false);
 }
 
 /* The orders say go live at iteration it, where this standby is: the

@@ -25,6 +25,11 @@ void ckpt_log_to(int fd)
     __atomic_store_n(&log_fd, fd, __ATOMIC_RELEASE);
 }
 
+int ckpt_log_fd(void)
+{
+    return __atomic_load_n(&log_fd, __ATOMIC_ACQUIRE);
+}
+
 void ckpt_log_write(int level, const char *fmt, ...)
 {
     static const char *const names[] = {"error", "warning", "info", "debug"};

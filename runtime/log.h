@@ -19,6 +19,8 @@ extern int ckpt_log_level;
 void ckpt_log_init(const char *prefix, int level);
 /* Where the lines go from now on (stderr's descriptor until then). */
 void ckpt_log_to(int fd);
+/* Where the lines go (for a signal handler, which may only write). */
+int ckpt_log_fd(void);
 void ckpt_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define ckpt_log(level, ...)                                                   \

@@ -18,6 +18,9 @@
  *                 makes (4 KiB, freed at once): a run that differs from
  *                 the recorded one only after a restore went live, which
  *                 the resumed run's check must catch.
+ *   --segv-at J   at iteration J's end, dereference a NULL pointer: a
+ *                 program that crashes (given it only in restarted
+ *                 launches, it crashes while it replays).
  *   --die-at K    right after iteration K's end, SIGKILL itself, once:
  *                 only when the file named by FID_DIE_ONCE does not exist
  *                 yet (it is created first), so that a restarted job runs
@@ -50,11 +53,12 @@ struct fid_opts {
     int iters;
     int die_at;   /* 0: never */
     int stray_at; /* 0: never */
+    int segv_at;  /* 0: never */
 };
 
 static inline void fid_usage(const char *name)
 {
-    fprintf(stderr, "usage: %s [--iters N] [--die-at K] [--stray-at J]  (--die-at needs FID_DIE_ONCE=FILE)\n", name);
+    fprintf(stderr, "usage: %s [--iters N] [--die-at K] [--stray-at J] [--segv-at J]  (--die-at needs FID_DIE_ONCE=FILE)\n", name);
     exit(2);
 }
 
@@ -62,7 +66,7 @@ static inline void fid_parse(int argc, char **argv, struct fid_opts *o, const ch
 {
     o->name = name;
     o->iters = 40;
-    o->die_at = o->stray_at = 0;
+    o->die_at = o->stray_at = o->segv_at = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
             o->iters = atoi(argv[++i]);
@@ -70,10 +74,12 @@ static inline void fid_parse(int argc, char **argv, struct fid_opts *o, const ch
             o->die_at = atoi(argv[++i]);
         else if (strcmp(argv[i], "--stray-at") == 0 && i + 1 < argc)
             o->stray_at = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--segv-at") == 0 && i + 1 < argc)
+            o->segv_at = atoi(argv[++i]);
         else
             fid_usage(name);
     }
-    if (o->iters < 1 || o->iters > 100000 || o->die_at < 0 || o->stray_at < 0)
+    if (o->iters < 1 || o->iters > 100000 || o->die_at < 0 || o->stray_at < 0 || o->segv_at < 0)
         fid_usage(name);
     if (o->die_at && !getenv("FID_DIE_ONCE"))
         fid_usage(name);
@@ -88,6 +94,8 @@ static inline void fid_end_iteration(const struct fid_opts *o, int it)
         if (cudaMalloc(&p, 4096) != cudaSuccess || cudaFree(p) != cudaSuccess)
             exit(1);
     }
+    if (it == o->segv_at)
+        *(volatile int *)(uintptr_t)(o->segv_at - it) = 1;
     if (it != o->die_at)
         return;
     int fd = open(getenv("FID_DIE_ONCE"), O_WRONLY | O_CREAT | O_EXCL, 0600);

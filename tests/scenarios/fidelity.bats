@@ -161,6 +161,21 @@ diverge() {
     fi
 }
 
+@test "a program that crashes while it replays: each restore is refused, saying where it crashed; the older snapshot is tried, then the job stops, never restarted into the same crash" {
+    local bin=$BUILD/tests/progs/fid_evalloc rc=0
+    local launch='if [ -n "$CKPT_RESTORE" ]; then set -- "$@" --segv-at 5; fi; exec "$0" "$@"'
+    FID_DIE_ONCE=$D/died LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        sh -c "$launch" "$bin" --die-at 20 >"$D/out" 2>"$D/err" || rc=$?
+    echo "the job exited $rc"
+    [ "$rc" -ne 0 ] || { show_job; return 1; }
+    [ "$(grep -c '^libckpt\[rank 0\]: error: restore of iteration 1[58] refused: the program crashed while it replayed (Segmentation fault), where its recorded run went on; where it crashed:$' "$D/err")" -eq 2 ] ||
+        { show_job; return 1; }
+    grep -q 'fid_evalloc(' "$D/err" || { echo "no frame of the program"; show_job; return 1; }
+    grep -q "falling back to generation [0-9]* (iteration 15)" "$D/err" || { show_job; return 1; }
+    grep -q "error: no snapshot of this job can be restored" "$D/err" || { show_job; return 1; }
+    ! grep -q "killed by SIGSEGV\|giving up after" "$D/err" || { show_job; return 1; }
+}
+
 @test "a run that diverges after its restore went live is stopped, naming the difference, and falls back; then stops" {
     diverge stop
 }
