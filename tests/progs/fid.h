@@ -64,6 +64,14 @@ static inline void fid_usage(const char *name)
 
 static inline void fid_parse(int argc, char **argv, struct fid_opts *o, const char *name)
 {
+#ifdef __CUDACC__
+    /* fid_busy spins until the host writes fid_released.  With lazy module
+     * loading (CUDA's default since 12.2) the first use of a kernel or of
+     * that variable loads its module, which waits for the device to idle:
+     * a spinning kernel then never ends.  Programs that make kernels wait
+     * on the host load eagerly, as this one does (before CUDA starts). */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+#endif
     o->name = name;
     o->iters = 40;
     o->die_at = o->stray_at = o->segv_at = 0;

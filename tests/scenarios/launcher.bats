@@ -87,6 +87,16 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
     [ "$(cat "$D/env.0")" = "unset|unset|0" ] || { cat "$D/env.0"; echo "$output"; false; }
 }
 
+@test "ranks load their kernels eagerly (CUDA_MODULE_LOADING=EAGER), so a replay, whose launches load nothing, finds its allocations where they were; a user's setting is kept" {
+    local show='echo "${CUDA_MODULE_LOADING-unset}" > "$0/env.$RANK"'
+    unset CUDA_MODULE_LOADING
+    run ckpt --nproc 2 -- sh -c "$show" "$D"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    for r in 0 1; do [ "$(cat "$D/env.$r")" = EAGER ]; done
+    CUDA_MODULE_LOADING=LAZY run ckpt --nproc 1 -- sh -c "$show" "$D"
+    [ "$(cat "$D/env.0")" = LAZY ]
+}
+
 @test "CKPT_TORCH_ALLOCATOR=async gives the ranks backend:cudaMallocAsync, and never changes a PyTorch allocator setting the user made" {
     local show='echo "${PYTORCH_CUDA_ALLOC_CONF-unset}|${PYTORCH_ALLOC_CONF-unset}" > "$0/env.$RANK"'
     unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF

@@ -187,7 +187,7 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
         n++;
     while (vars[nvars])
         nvars++;
-    char **env = calloc(n + nvars + N_RANK_VARS + 1, sizeof(*env));
+    char **env = calloc(n + nvars + 1 + N_RANK_VARS + 1, sizeof(*env));
     if (!env)
         return -ENOMEM;
 
@@ -197,6 +197,14 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
             env[k++] = environ[i];
     for (size_t i = 0; i < nvars; i++)
         env[k++] = vars[i];
+    /* Kernels loaded at context creation, unless the user chose: with lazy
+     * loading (CUDA's default) a kernel's first launch loads it, taking
+     * device memory between the program's allocations, and a replay, whose
+     * launches are suppressed, would find its allocations elsewhere (seen
+     * on an H200: 2 MiB apart, the restore refused).  A kernel that spins
+     * until another runs can also wait forever for that one's loading. */
+    if (!getenv("CUDA_MODULE_LOADING"))
+        env[k++] = (char *)"CUDA_MODULE_LOADING=EAGER";
     size_t ours = k;
 
     /* One per rank_vars entry, in the same order. */
