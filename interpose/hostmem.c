@@ -287,7 +287,47 @@ struct layout {
 #define MAX_PARAMS 4096
 static struct layout *layouts[LAYOUTS];
 
-static struct layout *layout_of(CUfunction f, bool *kept)
+/* The parameter sizes by one of the two calls: f a CUfunction
+ * (cuFuncGetParamInfo) or, as NVIDIA's runtime launches since CUDA 12, a
+ * CUkernel (cuKernelGetParamInfo).  *e: CUDA_SUCCESS when described
+ * (INVALID_VALUE past the last parameter), else the call's error. */
+static struct layout *describe(CUfunction f, bool kernel, CUresult *e)
+{
+    const char *name = kernel ? "cuKernelGetParamInfo" : "cuFuncGetParamInfo";
+    if (!(kernel ? (void *)real_cuKernelGetParamInfo : (void *)real_cuFuncGetParamInfo) && ckpt_resolve(name) < 0) {
+        *e = CUDA_ERROR_NOT_SUPPORTED;
+        return NULL;
+    }
+    size_t cap = 16, n = 0, off, size;
+    struct layout *l = malloc(sizeof(*l) + cap * sizeof(l->size[0]));
+    if (!l) {
+        *e = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    l->f = f;
+    for (*e = CUDA_SUCCESS; n < MAX_PARAMS;) {
+        *e = kernel ? real_cuKernelGetParamInfo((CUkernel)(void *)f, n, &off, &size)
+                    : real_cuFuncGetParamInfo(f, n, &off, &size);
+        if (*e != CUDA_SUCCESS)
+            break;
+        if (n == cap) {
+            struct layout *m = realloc(l, sizeof(*l) + (cap *= 2) * sizeof(l->size[0]));
+            if (!m) {
+                free(l);
+                *e = CUDA_ERROR_OUT_OF_MEMORY;
+                return NULL;
+            }
+            l = m;
+        }
+        l->size[n++] = (uint32_t)size;
+    }
+    if (*e == CUDA_ERROR_INVALID_VALUE && n > 0)
+        *e = CUDA_SUCCESS; /* past the last parameter */
+    l->n = (int)n;
+    return l;
+}
+
+static struct layout *layout_of(CUfunction f, bool *kept, CUresult why[2])
 {
     size_t h = ((uintptr_t)f >> 4) * 0x9e3779b97f4a7c15ull % LAYOUTS;
     for (size_t k = 0; k < LAYOUTS; k++) {
@@ -300,28 +340,22 @@ static struct layout *layout_of(CUfunction f, bool *kept)
         }
     }
     *kept = false;
-    size_t cap = 16, n = 0, off, size;
-    struct layout *l = malloc(sizeof(*l) + cap * sizeof(l->size[0]));
+    /* A kernel without parameters answers INVALID_VALUE at index 0; so
+     * may the call that does not take this kind of handle, which is why
+     * the other is asked first: n = 0 only when neither describes one. */
+    struct layout *l = describe(f, false, &why[0]);
+    if (!l || why[0] != CUDA_SUCCESS) {
+        free(l);
+        l = describe(f, true, &why[1]);
+        if (l && why[1] != CUDA_SUCCESS) {
+            bool none = why[1] == CUDA_ERROR_INVALID_VALUE &&
+                        (why[0] == CUDA_ERROR_INVALID_VALUE || why[0] == CUDA_ERROR_INVALID_HANDLE ||
+                         why[0] == CUDA_ERROR_NOT_SUPPORTED);
+            l->n = none || why[0] == CUDA_ERROR_INVALID_VALUE ? 0 : -1;
+        }
+    }
     if (!l)
         return NULL;
-    l->f = f;
-    CUresult e = CUDA_SUCCESS;
-    if (!real_cuFuncGetParamInfo && ckpt_resolve("cuFuncGetParamInfo") < 0)
-        e = CUDA_ERROR_NOT_SUPPORTED;
-    while (e == CUDA_SUCCESS && n < MAX_PARAMS && (e = real_cuFuncGetParamInfo(f, n, &off, &size)) == CUDA_SUCCESS) {
-        if (n == cap) {
-            struct layout *m = realloc(l, sizeof(*l) + (cap *= 2) * sizeof(l->size[0]));
-            if (!m) {
-                free(l);
-                return NULL;
-            }
-            l = m;
-        }
-        l->size[n++] = (uint32_t)size;
-    }
-    /* Past the last parameter the driver says INVALID_VALUE; anything else
-     * (no such call, a handle it does not take) leaves the layout unknown. */
-    l->n = e == CUDA_SUCCESS || e == CUDA_ERROR_INVALID_VALUE ? (int)n : -1;
     for (size_t k = 0; k < LAYOUTS; k++) {
         struct layout *none = NULL;
         if (__atomic_compare_exchange_n(&layouts[(h + k) % LAYOUTS], &none, l, false, __ATOMIC_ACQ_REL,
@@ -365,7 +399,8 @@ bool ckpt_launch_reaches_host(CUfunction f, void **params, void **extra, char *w
 {
     bool kept = false, reach = false, unknown = false;
     struct range hit = {0};
-    struct layout *l = params ? layout_of(f, &kept) : NULL;
+    CUresult asked[2] = {CUDA_SUCCESS, CUDA_SUCCESS};
+    struct layout *l = params ? layout_of(f, &kept, asked) : NULL;
     pthread_mutex_lock(&lock);
     if (params && (!l || l->n < 0)) {
         unknown = true;
@@ -397,8 +432,9 @@ bool ckpt_launch_reaches_host(CUfunction f, void **params, void **extra, char *w
                               : "pinned host memory (under unified addressing a kernel can write it: zero-copy)",
                  (void *)hit.start, (size_t)(hit.end - hit.start));
     else if (unknown)
-        snprintf(why, whylen, "a kernel whose parameters the driver cannot describe (cuFuncGetParamInfo) ran while the "
-                 "program holds managed or pinned host memory, which a kernel may write and the host read without a "
-                 "copy call that replay could serve");
+        snprintf(why, whylen, "a kernel whose parameters the driver cannot describe (cuFuncGetParamInfo: CUDA error %d, "
+                 "cuKernelGetParamInfo: %d) ran while the program holds managed or pinned host memory, which a "
+                 "kernel may write and the host read without a copy call that replay could serve",
+                 (int)asked[0], (int)asked[1]);
     return reach || unknown;
 }

@@ -208,15 +208,15 @@ diverge() {
 }
 
 @test "fid_managed: the host reads a loss from managed memory: the restore is refused, naming managed memory" {
-    fidelity fid_managed 'refuse:managed' 12 27
+    fidelity fid_managed 'refuse:pointer into managed memory' 12 27
 }
 
 @test "fid_zerocopy: the host reads a loss from mapped pinned memory: the restore is refused, naming it" {
-    fidelity fid_zerocopy 'refuse:zero-copy|mapped' 12 27
+    fidelity fid_zerocopy 'refuse:pointer into pinned host memory mapped for the device \(zero-copy\)' 12 27
 }
 
 @test "fid_zerocopy: the same through pinned memory from cudaMallocHost, never asked to be mapped (under unified addressing a kernel writes it): refused, naming it" {
-    FID_ZEROCOPY_PINNED=1 fidelity fid_zerocopy 'refuse:pinned host memory' 12 27
+    FID_ZEROCOPY_PINNED=1 fidelity fid_zerocopy 'refuse:pointer into pinned host memory' 12 27
 }
 
 @test "pinned memory only copied into, and NCCL's own mapped host memory, taint nothing: a program with both is restored exactly" {

@@ -10,6 +10,7 @@
  * program declared it (fakegpu_func_set_param_count): then a launch with
  * fewer arguments, and a query of a parameter past the count, are refused.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,17 +23,30 @@
 
 static struct param_count {
     CUfunction f;
-    unsigned count;
+    int count;   /* -1: not declared */
+    bool kernel; /* a library kernel handle (CUkernel), as the runtime launches */
 } *counts;
 static size_t ncounts, counts_cap;
+
+static struct param_count *entry_of(CUfunction f)
+{
+    for (size_t i = 0; i < ncounts; i++)
+        if (counts[i].f == f)
+            return &counts[i];
+    return NULL;
+}
 
 /* The declared parameter count of f, or -1. */
 static int param_count(CUfunction f)
 {
-    for (size_t i = 0; i < ncounts; i++)
-        if (counts[i].f == f)
-            return (int)counts[i].count;
-    return -1;
+    struct param_count *e = entry_of(f);
+    return e ? e->count : -1;
+}
+
+static bool is_kernel(CUfunction f)
+{
+    struct param_count *e = entry_of(f);
+    return e && e->kernel;
 }
 
 /*
@@ -40,32 +54,79 @@ static int param_count(CUfunction f)
  * (a later declaration replaces an earlier one).  Works before cuInit, so
  * that a program may declare its kernels at start-up.
  */
+/* The entry of f, made when missing (lock held); NULL without memory. */
+static struct param_count *entry_make(CUfunction f)
+{
+    struct param_count *e = entry_of(f);
+    if (e)
+        return e;
+    if (ncounts == counts_cap) {
+        size_t cap = counts_cap ? 2 * counts_cap : 16;
+        struct param_count *c = realloc(counts, cap * sizeof(*c));
+        if (!c)
+            return NULL;
+        counts = c;
+        counts_cap = cap;
+    }
+    counts[ncounts] = (struct param_count){f, -1, false};
+    return &counts[ncounts++];
+}
+
 __attribute__((visibility("default"))) CUresult fakegpu_func_set_param_count(CUfunction f, unsigned int count)
 {
-    CUresult rc = CUDA_SUCCESS;
-    size_t i;
-
     if (!f || count > FG_MAX_KERNEL_ARGS)
         return CUDA_ERROR_INVALID_VALUE;
     fg_lock();
-    for (i = 0; i < ncounts && counts[i].f != f; i++)
-        ;
-    if (i == ncounts && ncounts == counts_cap) {
-        size_t cap = counts_cap ? 2 * counts_cap : 16;
-        struct param_count *c = realloc(counts, cap * sizeof(*c));
+    struct param_count *e = entry_make(f);
+    if (e)
+        e->count = (int)count;
+    fg_unlock();
+    return e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
 
-        if (c) {
-            counts = c;
-            counts_cap = cap;
-        } else {
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    if (!rc) {
-        counts[i] = (struct param_count){f, count};
-        if (i == ncounts)
-            ncounts++;
-    }
+/*
+ * Not CUDA: marks f as a library kernel handle, what NVIDIA's runtime
+ * launches since CUDA 12 (a CUkernel from cuLibraryGetKernel, handed to
+ * cuLaunchKernel as a CUfunction).  The double's runtime marks each
+ * function it launches.  As on a GPU (seen on an H200 with CUDA 13),
+ * cuFuncGetParamInfo does not describe such a handle and
+ * cuKernelGetParamInfo does.
+ */
+__attribute__((visibility("default"))) CUresult fakegpu_kernel_handle(CUfunction f)
+{
+    if (!f)
+        return CUDA_ERROR_INVALID_VALUE;
+    fg_lock();
+    struct param_count *e = entry_make(f);
+    if (e)
+        e->kernel = true;
+    fg_unlock();
+    return e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Parameter @paramIndex of f in the double's convention (lock held). */
+static CUresult param_info(CUfunction f, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    int n = param_count(f);
+    if (paramIndex >= (n < 0 ? FG_MAX_KERNEL_ARGS : (size_t)n))
+        return CUDA_ERROR_INVALID_VALUE;
+    *paramOffset = FG_ARG_SLOT_BYTES * paramIndex;
+    if (paramSize)
+        *paramSize = FG_ARG_SLOT_BYTES;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    CUfunction f = (CUfunction)(void *)kernel;
+    fg_lock();
+    CUresult rc = fg_check_init();
+    if (!rc && (!f || !paramOffset))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc && !is_kernel(f))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (!rc)
+        rc = param_info(f, paramIndex, paramOffset, paramSize);
     fg_unlock();
     return rc;
 }
@@ -79,22 +140,15 @@ __attribute__((visibility("default"))) CUresult fakegpu_func_set_param_count(CUf
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
     CUresult rc;
-    int n;
 
     fg_lock();
     rc = fg_check_init();
     if (!rc && (!func || !paramOffset))
         rc = CUDA_ERROR_INVALID_VALUE;
-    if (!rc) {
-        n = param_count(func);
-        if (paramIndex >= (n < 0 ? FG_MAX_KERNEL_ARGS : (size_t)n))
-            rc = CUDA_ERROR_INVALID_VALUE;
-    }
-    if (!rc) {
-        *paramOffset = FG_ARG_SLOT_BYTES * paramIndex;
-        if (paramSize)
-            *paramSize = FG_ARG_SLOT_BYTES;
-    }
+    if (!rc && is_kernel(func))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (!rc)
+        rc = param_info(func, paramIndex, paramOffset, paramSize);
     fg_unlock();
     return rc;
 }

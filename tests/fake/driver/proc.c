@@ -135,6 +135,7 @@ static const struct {
     PT("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
     PT("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
     P("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
+    P("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
 };
 
 /*

@@ -93,6 +93,7 @@ CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *
 CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 
 #ifndef CKPT_ABI_PROTOTYPES_ONLY
 /*
@@ -106,6 +107,10 @@ CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOff
  * real driver, so look it up with dlsym and do without it there.
  */
 CUresult fakegpu_func_set_param_count(CUfunction func, unsigned int count);
+/* Not CUDA: marks func as a library kernel handle (CUkernel), as the
+ * runtime launches them: cuFuncGetParamInfo refuses it with
+ * CUDA_ERROR_INVALID_HANDLE, cuKernelGetParamInfo describes it. */
+CUresult fakegpu_kernel_handle(CUfunction func);
 
 /*
  * The double's image for cuLibraryLoadData, standing in for a fatbin: the

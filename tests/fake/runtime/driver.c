@@ -38,6 +38,8 @@ static int resolve(const char *name, void **fn)
     return -ENOSYS;
 }
 
+CUresult (*rt_kernel_handle)(CUfunction);
+
 static void load(void)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -56,6 +58,8 @@ static void load(void)
         return;
     }
     rt_drv.cuGetProcAddress_v2 = (__typeof__(rt_drv.cuGetProcAddress_v2))sym;
+    /* The double's own: what the runtime launches is a kernel handle. */
+    rt_kernel_handle = (CUresult(*)(CUfunction))dlsym(lib, "fakegpu_kernel_handle");
 
     /* Resolve all before failing so that one run names every missing one. */
 #define RT_RESOLVE(base, suffix)                                               \

@@ -23,6 +23,9 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
     err = rt_enter();
     if (err != cudaSuccess)
         return rt_error(err);
+    /* As NVIDIA's runtime launches a CUkernel, not a CUfunction. */
+    if (rt_kernel_handle)
+        rt_kernel_handle((CUfunction)(uintptr_t)func);
     return rt_result(rt_drv.cuLaunchKernel((CUfunction)(uintptr_t)func,
                                            gridDim.x, gridDim.y, gridDim.z,
                                            blockDim.x, blockDim.y, blockDim.z,

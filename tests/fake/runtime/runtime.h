@@ -88,6 +88,8 @@ struct rt_driver {
 #undef RT_DRIVER_FIELD
 };
 extern struct rt_driver rt_drv;
+/* The driver's fakegpu_kernel_handle, or NULL (rt_load). */
+extern CUresult (*rt_kernel_handle)(CUfunction);
 
 /*
  * The three stages of lazy initialisation, each including the ones before;
