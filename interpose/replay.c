@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "aside.h"
 #include "agent.h"
 #include "boundary.h"
 #include "config.h"
@@ -144,7 +145,7 @@ static void load_image(const char *dir)
                 close(fd);
             continue;
         }
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        void *m = ckpt_mmap_aside((size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
         close(fd);
         struct ckpt_header h;
         if (m == MAP_FAILED || ckpt_image_verify(m, (size_t)st.st_size, &h, why, sizeof(why)) < 0) {

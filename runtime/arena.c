@@ -17,6 +17,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "aside.h"
 #include "arena.h"
 #include "format.h"
 
@@ -211,7 +212,7 @@ int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved)
     int e = posix_fallocate(a->fd[slot], 0, (off_t)len);
     if (e)
         return -e;
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, a->fd[slot], 0);
+    void *p = ckpt_mmap_aside(len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, a->fd[slot], 0);
     if (p == MAP_FAILED)
         return -errno;
     if (a->base[slot])

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "aside.h"
 #include "follow.h"
 
 struct ckpt_follow *ckpt_follow_map(const char *rank_dir, int create)
@@ -38,7 +39,7 @@ struct ckpt_follow *ckpt_follow_map(const char *rank_dir, int create)
         errno = e;
         return NULL;
     }
-    struct ckpt_follow *f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct ckpt_follow *f = ckpt_mmap_aside(sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (f == MAP_FAILED)
         return NULL;

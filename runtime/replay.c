@@ -29,6 +29,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "aside.h"
 #include "log.h"
 #include "replay.h"
 #include "replay_int.h"
@@ -304,7 +305,7 @@ int ckpt_rlog_open_replay(const char *dir, const char *disk, uint64_t iteration,
         return -ENOENT;
     }
     size_t len = (size_t)st.st_size;
-    const char *m = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, f, 0) : MAP_FAILED;
+    const char *m = len ? ckpt_mmap_aside(len, PROT_READ, MAP_PRIVATE, f, 0) : MAP_FAILED;
     if (m == MAP_FAILED || len < FILE_HEADER || memcmp(m, FILE_MAGIC, 8) != 0) {
         snprintf(why, whylen, "%s is not a replay log of this version", path);
         if (m != MAP_FAILED)
@@ -394,7 +395,7 @@ int ckpt_rlog_open_follow(const char *dir, const char *disk, uint64_t max_bytes,
     size_t page = (size_t)sysconf(_SC_PAGESIZE), want = from_disk ? DISK_MAX : max_bytes, reserve = 0;
     void *m = MAP_FAILED;
     for (; m == MAP_FAILED && want >= max_bytes && want >= page; want /= 2)
-        m = mmap(NULL, (reserve = want + 2 * page), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        m = ckpt_mmap_aside((reserve = want + 2 * page), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
         int e = errno;
         snprintf(why, whylen, "cannot reserve %zu bytes of address space to follow the replay log: %s", reserve,

@@ -25,6 +25,11 @@ CUresult fg_current_ctx(struct fg_ctx **ctx)
 /* A context with its legacy stream, registered; NULL when out of memory.  Lock held. */
 static struct fg_ctx *ctx_new(int primary)
 {
+    /* The device's address range, reserved top-down where mmap places it
+     * now, at the first context as under unified addressing on a GPU:
+     * a mapping made between cuInit and here moves every allocation. */
+    if (fg_va_init(drv.total_mem))
+        return NULL;
     struct fg_ctx *ctx = calloc(1, sizeof(*ctx));
 
     if (!ctx)

@@ -59,8 +59,10 @@ static void fork_child(void)
     fg_unlock();
 }
 
-/* Reads the knobs, reserves the device's address range and creates the
- * default memory pool; idempotent, as cuInit is. */
+/* Reads the knobs and creates the default memory pool; idempotent, as
+ * cuInit is.  The device's address range is reserved with the first
+ * context (ctx.c), as the driver does: what the process mapped before
+ * then moves where device memory lands. */
 CUresult cuInit(unsigned int Flags)
 {
     CUresult rc = CUDA_SUCCESS;
@@ -79,7 +81,7 @@ CUresult cuInit(unsigned int Flags)
         fg_share_init();
         fg_link_init(&drv.h2d, gbps);
         fg_link_init(&drv.d2h, gbps);
-        if (fg_va_init(drv.total_mem) || fg_pool_init() || pthread_atfork(fork_prepare, fork_parent, fork_child))
+        if (fg_pool_init() || pthread_atfork(fork_prepare, fork_parent, fork_child))
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else
             __atomic_store_n(&drv.initialized, 1, __ATOMIC_RELEASE);

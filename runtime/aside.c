@@ -1,0 +1,33 @@
+/* libckpt's own mappings, placed apart from the program's (aside.h). */
+#include <stdint.h>
+#include <sys/mman.h>
+
+#include "aside.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+/* 48 TiB: far below the mmap base of a 47-bit address space (the top,
+ * less the stack) and far above the program and its heap. */
+#define REGION_START ((uintptr_t)0x300000000000ull)
+#define REGION_END ((uintptr_t)0x400000000000ull)
+#define ALIGN ((uintptr_t)2 << 20)
+
+static uintptr_t next = REGION_START;
+
+void *ckpt_mmap_aside(size_t len, int prot, int flags, int fd, off_t off)
+{
+    uintptr_t span = ((uintptr_t)len + ALIGN - 1) / ALIGN * ALIGN + ALIGN; /* a guard gap after it */
+    for (int tries = 0; tries < 8; tries++) {
+        uintptr_t at = __atomic_fetch_add(&next, span, __ATOMIC_RELAXED);
+        if (at + span > REGION_END || at + span < at)
+            break;
+        void *p = mmap((void *)at, len, prot, flags | MAP_FIXED_NOREPLACE, fd, off);
+        if (p == (void *)at)
+            return p;
+        if (p != MAP_FAILED) /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+            munmap(p, len);
+    }
+    return mmap(NULL, len, prot, flags, fd, off);
+}
