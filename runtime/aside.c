@@ -1,5 +1,6 @@
 /* libckpt's own mappings, placed apart from the program's (aside.h). */
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "aside.h"
@@ -30,4 +31,28 @@ void *ckpt_mmap_aside(size_t len, int prot, int flags, int fd, off_t off)
             munmap(p, len);
     }
     return mmap(NULL, len, prot, flags, fd, off);
+}
+
+void *ckpt_aside_grow(void *old, size_t *cap, size_t want)
+{
+    if (want <= *cap)
+        return old;
+    size_t n = *cap ? *cap : ALIGN;
+    while (n < want)
+        n *= 2;
+    void *p = ckpt_mmap_aside(n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (old) {
+        memcpy(p, old, *cap);
+        munmap(old, *cap);
+    }
+    *cap = n;
+    return p;
+}
+
+void ckpt_aside_free(void *p, size_t cap)
+{
+    if (p && cap)
+        munmap(p, cap);
 }

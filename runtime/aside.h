@@ -20,4 +20,11 @@
  * @flags must not hold MAP_FIXED. */
 void *ckpt_mmap_aside(size_t len, int prot, int flags, int fd, off_t off);
 
+/* A buffer of libckpt's own, anonymous and in that region, for what may be
+ * large (glibc's malloc maps those where mmap puts them): *cap, its bytes,
+ * grows to at least @want (by a new mapping and a copy; @old is released).
+ * NULL without memory, @old then kept.  ckpt_aside_free(p, cap) releases. */
+void *ckpt_aside_grow(void *old, size_t *cap, size_t want);
+void ckpt_aside_free(void *p, size_t cap);
+
 #endif

@@ -72,6 +72,7 @@ struct cursor {
 struct index {
     const char *base;
     size_t *offs, *chain, n;
+    size_t offs_cap, chain_cap; /* bytes (aside.h: these grow with the log) */
     struct cursor *cursors;
     size_t ncursors, cap; /* cap: a power of two */
 };
@@ -84,6 +85,7 @@ static const char *map;
 static size_t maplen, end;
 static struct index cut;
 static char *tail_copy;
+static size_t tail_cap;
 static struct index tail;
 
 static const char *const names[] = {"?",        "allocation",       "device-to-host copy", "value", "iteration end",
@@ -172,10 +174,19 @@ int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char
 
 static void drop_index(struct index *ix)
 {
-    free(ix->offs);
-    free(ix->chain);
+    ckpt_aside_free(ix->offs, ix->offs_cap);
+    ckpt_aside_free(ix->chain, ix->chain_cap);
     free(ix->cursors);
     *ix = (struct index){0};
+}
+
+/* The failed run's records after the cut, and their index. */
+static void drop_tail(void)
+{
+    drop_index(&tail);
+    ckpt_aside_free(tail_copy, tail_cap);
+    tail_copy = NULL;
+    tail_cap = 0;
 }
 
 /* The cursor of thread in ix, added (with no records) when create is set;
@@ -219,10 +230,11 @@ static struct cursor *cursor_of(struct index *ix, uint64_t thread, bool create)
  * (its base must be base).  Returns 0 or -ENOMEM, ix then unchanged. */
 static int index_append(struct index *ix, const char *base, size_t from, size_t to, size_t n)
 {
-    size_t *offs = realloc(ix->offs, (ix->n + n + 1) * sizeof(size_t));
+    size_t want = (ix->n + n + 1) * sizeof(size_t);
+    size_t *offs = ckpt_aside_grow(ix->offs, &ix->offs_cap, want);
     if (offs)
         ix->offs = offs;
-    size_t *chain = offs ? realloc(ix->chain, (ix->n + n + 1) * sizeof(size_t)) : NULL;
+    size_t *chain = offs ? ckpt_aside_grow(ix->chain, &ix->chain_cap, want) : NULL;
     if (chain)
         ix->chain = chain;
     if (!offs || !chain)
@@ -272,15 +284,12 @@ static void keep_tail(const char *m, size_t off, size_t len)
         to += sizeof(r) + padded(r.len);
         n++;
     }
-    free(tail_copy);
-    drop_index(&tail);
-    tail_copy = n ? malloc(to - off) : NULL;
+    drop_tail();
+    tail_copy = n ? ckpt_aside_grow(NULL, &tail_cap, to - off) : NULL;
     if (tail_copy)
         memcpy(tail_copy, m + off, to - off);
-    if (!tail_copy || index_records(&tail, tail_copy, 0, to - off, n) < 0) {
-        free(tail_copy);
-        tail_copy = NULL; /* no check after going live: nothing to check against */
-    }
+    if (!tail_copy || index_records(&tail, tail_copy, 0, to - off, n) < 0)
+        drop_tail(); /* no check after going live: nothing to check against */
 }
 
 int ckpt_rlog_open_replay(const char *dir, const char *disk, uint64_t iteration, uint64_t max_bytes, char *why,
@@ -821,9 +830,7 @@ void ckpt_rlog_close(void)
         munmap((void *)map, maplen);
     map = NULL;
     drop_index(&cut);
-    drop_index(&tail);
-    free(tail_copy);
-    tail_copy = NULL;
+    drop_tail();
     following = false;
     mapped = 0;
     if (fd >= 0)
