@@ -80,6 +80,9 @@ struct coord {
     int early, early_before; /* the exit status of this launch's and the last one's failure before any boundary, -1: none */
     char early_why[128];     /* which rank that was */
     uint64_t lead;           /* iterations a new target lies past the nodes' newest commit, set at each miss */
+    double durable_at;       /* when the nodes were last told the durable iteration and the target */
+    double replicate_at;     /* when the round in flight was last asked for */
+    uint32_t replicate_value; /* its REPLICATE's value (COORD_AGAIN or 0) */
     int launches, restarts, exit_code, user_signal;
     unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
     double timeout_s, resume_at, gather_since;
@@ -470,6 +473,8 @@ static void held(struct coord *c)
     if (it) {
         struct coord_iter m = { .iteration = it };
         c->replicating = it;
+        c->replicate_value = 0;
+        c->replicate_at = now_s();
         c->lead /= 2;
         broadcast(c, COORD_REPLICATE, &m, sizeof(m));
         return;
@@ -499,6 +504,7 @@ static void held(struct coord *c)
     struct coord_iter m = { .iteration = c->durable, .value = c->target };
     ckpt_log(CKPT_DEBUG, "the nodes keep different iterations (the latest learned the target %llu iterations "
              "late); next target %llu", (unsigned long long)late, (unsigned long long)c->target);
+    c->durable_at = now_s();
     broadcast(c, COORD_DURABLE, &m, sizeof(m));
 }
 
@@ -530,7 +536,38 @@ static void replicated(struct coord *c, unsigned j, const struct coord_status *s
     for (unsigned i = 0; i < c->n; i++)
         c->nodes[i].held_in = false;
     struct coord_iter m = { .iteration = c->durable, .value = c->target };
+    c->durable_at = now_s();
     broadcast(c, COORD_DURABLE, &m, sizeof(m));
+}
+
+/*
+ * A message of a round can be lost on its way (through etcd that was seen
+ * after etcd lost its quorum): a node that never heard the new target
+ * keeps what it pinned for the old one and never says HELD again, one
+ * that never heard REPLICATE never answers, and the round never ends
+ * while the ranks can commit nothing more.  So whoever has not answered
+ * is told again while nothing moves; both messages are idempotent at a
+ * node (the same durable iteration and target; a round it is already in).
+ */
+#define DURABLE_AGAIN_S 2.0
+#define REPLICATE_AGAIN_S 10.0
+static void remind(struct coord *c, double now)
+{
+    if (c->phase != RUN)
+        return;
+    if (c->replicating && now - c->replicate_at >= REPLICATE_AGAIN_S) {
+        struct coord_iter m = { .iteration = c->replicating, .value = c->replicate_value };
+        for (unsigned j = 0; j < c->n; j++)
+            if (!c->nodes[j].replicated)
+                send_to(c, j, COORD_REPLICATE, &m, sizeof(m), NULL, 0);
+        c->replicate_at = now;
+    } else if (!c->replicating && c->durable_at && now - c->durable_at >= DURABLE_AGAIN_S) {
+        struct coord_iter m = { .iteration = c->durable, .value = c->target };
+        for (unsigned j = 0; j < c->n; j++)
+            if (!c->nodes[j].held_in)
+                send_to(c, j, COORD_DURABLE, &m, sizeof(m), NULL, 0);
+        c->durable_at = now;
+    }
 }
 
 /*
@@ -643,10 +680,11 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         if (c->restore)
             c->ever_durable = true;
         for (unsigned i = 0; i < c->n; i++)
-            c->nodes[i].held_in = c->nodes[i].done = false;
+            c->nodes[i].held_in = c->nodes[i].done = c->nodes[i].replicated = false;
         struct coord_iter m = { .iteration = c->restore, .value = c->target };
         broadcast(c, COORD_LAUNCH, &m, sizeof(m));
         c->phase = RUN;
+        c->durable_at = now_s();
         /* The restore point may have come from the ranks' own arenas only,
          * and the peers' copies of an older one are about to be the only
          * others left: the first round makes it durable (the chunks the
@@ -654,6 +692,8 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         if (c->restore) {
             struct coord_iter r = { .iteration = c->restore, .value = COORD_AGAIN };
             c->replicating = c->restore;
+            c->replicate_value = COORD_AGAIN;
+            c->replicate_at = now_s();
             broadcast(c, COORD_REPLICATE, &r, sizeof(r));
         }
         return;
@@ -835,6 +875,7 @@ bool coord_turn(struct coord *c, int timeout_ms)
         }
     }
     fences(c, now);
+    remind(c, now);
     if (c->phase == GATHER)
         gathered(c);
     char why[256];
