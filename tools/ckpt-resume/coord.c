@@ -80,6 +80,7 @@ struct coord {
     int early, early_before; /* the exit status of this launch's and the last one's failure before any boundary, -1: none */
     char early_why[128];     /* which rank that was */
     uint64_t lead;           /* iterations a new target lies past the nodes' newest commit, set at each miss */
+    uint64_t late_seen;      /* how late the latest node learned a target, at the last miss that was no stall */
     double durable_at;       /* when the nodes were last told the durable iteration and the target */
     double replicate_at;     /* when the round in flight was last asked for */
     uint32_t replicate_value; /* its REPLICATE's value (COORD_AGAIN or 0) */
@@ -494,8 +495,20 @@ static void held(struct coord *c)
             late = l > late ? l : late;
             measured = true;
         }
-    if (measured)
+    /* A lateness many times the last lead is a stall (etcd without a
+     * quorum for seconds while the ranks trained on; some nodes may have
+     * kept theirs before it, some after), not how late messages arrive:
+     * aiming twice that far ahead would leave the job without a new
+     * durable iteration for as long again.  Then the last lead is doubled,
+     * past the newest any node kept. */
+    uint64_t bound = c->lead > c->late_seen ? c->lead : c->late_seen;
+    bound = bound > every ? bound : every;
+    if (measured && late > 8 * bound) {
+        c->lead = 2 * bound;
+    } else if (measured) {
         c->lead = 2 * late + every;
+        c->late_seen = late;
+    }
     else
         c->lead = c->lead ? 2 * c->lead : every;
     if (c->lead > LEAD_MAX)
