@@ -18,9 +18,9 @@
  *                 makes (4 KiB, freed at once): a run that differs from
  *                 the recorded one only after a restore went live, which
  *                 the resumed run's check must catch.
- *   --segv-at J   at iteration J's end, dereference a NULL pointer: a
- *                 program that crashes (given it only in restarted
- *                 launches, it crashes while it replays).
+ *   --segv-at J   at iteration J's end, take SIGSEGV: a program that
+ *                 crashes (given it only in restarted launches, it
+ *                 crashes while it replays).
  *   --die-at K    right after iteration K's end, SIGKILL itself, once:
  *                 only when the file named by FID_DIE_ONCE does not exist
  *                 yet (it is created first), so that a restarted job runs
@@ -103,7 +103,7 @@ static inline void fid_end_iteration(const struct fid_opts *o, int it)
             exit(1);
     }
     if (it == o->segv_at)
-        *(volatile int *)(uintptr_t)(o->segv_at - it) = 1;
+        raise(SIGSEGV); /* as a bad pointer would, whatever sanitizer checks stores */
     if (it != o->die_at)
         return;
     int fd = open(getenv("FID_DIE_ONCE"), O_WRONLY | O_CREAT | O_EXCL, 0600);
