@@ -5,10 +5,6 @@
 
 #include "aside.h"
 
-#ifndef MAP_FIXED_NOREPLACE
-#define MAP_FIXED_NOREPLACE 0x100000
-#endif
-
 /* 48 TiB: far below the mmap base of a 47-bit address space (the top,
  * less the stack) and far above the program and its heap. */
 #define REGION_START ((uintptr_t)0x300000000000ull)
@@ -24,10 +20,13 @@ void *ckpt_mmap_aside(size_t len, int prot, int flags, int fd, off_t off)
         uintptr_t at = __atomic_fetch_add(&next, span, __ATOMIC_RELAXED);
         if (at + span > REGION_END || at + span < at)
             break;
-        void *p = mmap((void *)at, len, prot, flags | MAP_FIXED_NOREPLACE, fd, off);
+        /* A hint, not MAP_FIXED_NOREPLACE: a sanitizer that owns the
+         * address range drops the address and keeps the flags, and the
+         * kernel would then map at 0. */
+        void *p = mmap((void *)at, len, prot, flags, fd, off);
         if (p == (void *)at)
             return p;
-        if (p != MAP_FAILED) /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+        if (p != MAP_FAILED) /* placed elsewhere: that range is taken, or not ours to use */
             munmap(p, len);
     }
     return mmap(NULL, len, prot, flags, fd, off);

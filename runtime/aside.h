@@ -15,8 +15,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* mmap(2) with the address chosen in libckpt's region (MAP_FIXED_NOREPLACE
- * there); where that region is taken or refused, wherever mmap puts it.
+/* mmap(2) with the address chosen in libckpt's region (as a hint, kept
+ * only where the kernel honours it); where that region is taken or
+ * refused, wherever mmap puts it.
  * @flags must not hold MAP_FIXED. */
 void *ckpt_mmap_aside(size_t len, int prot, int flags, int fd, off_t off);
 
