@@ -7,7 +7,7 @@
  * it restores, the replay log it reads), and a replayed allocation would
  * come back elsewhere (seen on an H200: 128 MiB apart under PyTorch, the
  * size of the image).  So its mappings go to a region of their own, far
- * below where mmap, the driver and the heap place anything.
+ * from where mmap, the driver and the heap place anything.
  */
 #ifndef CKPT_ASIDE_H
 #define CKPT_ASIDE_H
