@@ -495,12 +495,9 @@ static void held(struct coord *c)
             late = l > late ? l : late;
             measured = true;
         }
-    /* A lateness many times the last lead is a stall (etcd without a
-     * quorum for seconds while the ranks trained on; some nodes may have
-     * kept theirs before it, some after), not how late messages arrive:
-     * aiming twice that far ahead would leave the job without a new
-     * durable iteration for as long again.  Then the last lead is doubled,
-     * past the newest any node kept. */
+    /* A lateness many times the last is a stall (etcd without a quorum
+     * while the ranks trained on), not message lateness: the last lead is
+     * doubled instead, past the newest any node kept. */
     uint64_t bound = c->lead > c->late_seen ? c->lead : c->late_seen;
     bound = bound > every ? bound : every;
     if (measured && late > 8 * bound) {
@@ -553,34 +550,23 @@ static void replicated(struct coord *c, unsigned j, const struct coord_status *s
     broadcast(c, COORD_DURABLE, &m, sizeof(m));
 }
 
-/*
- * A message of a round can be lost on its way (through etcd that was seen
- * after etcd lost its quorum): a node that never heard the new target
- * keeps what it pinned for the old one and never says HELD again, one
- * that never heard REPLICATE never answers, and the round never ends
- * while the ranks can commit nothing more.  So whoever has not answered
- * is told again while nothing moves; both messages are idempotent at a
- * node (the same durable iteration and target; a round it is already in).
- */
+/* A round's message lost on its way would leave a node pinning what it
+ * kept and the round unended: whoever has not answered is told again
+ * while nothing moves (both messages are idempotent at a node). */
 #define DURABLE_AGAIN_S 2.0
 #define REPLICATE_AGAIN_S 10.0
 static void remind(struct coord *c, double now)
 {
-    if (c->phase != RUN)
+    bool round = c->replicating != 0;
+    double *at = round ? &c->replicate_at : &c->durable_at;
+    if (c->phase != RUN || !*at || now - *at < (round ? REPLICATE_AGAIN_S : DURABLE_AGAIN_S))
         return;
-    if (c->replicating && now - c->replicate_at >= REPLICATE_AGAIN_S) {
-        struct coord_iter m = { .iteration = c->replicating, .value = c->replicate_value };
-        for (unsigned j = 0; j < c->n; j++)
-            if (!c->nodes[j].replicated)
-                send_to(c, j, COORD_REPLICATE, &m, sizeof(m), NULL, 0);
-        c->replicate_at = now;
-    } else if (!c->replicating && c->durable_at && now - c->durable_at >= DURABLE_AGAIN_S) {
-        struct coord_iter m = { .iteration = c->durable, .value = c->target };
-        for (unsigned j = 0; j < c->n; j++)
-            if (!c->nodes[j].held_in)
-                send_to(c, j, COORD_DURABLE, &m, sizeof(m), NULL, 0);
-        c->durable_at = now;
-    }
+    struct coord_iter m = round ? (struct coord_iter){ .iteration = c->replicating, .value = c->replicate_value }
+                                : (struct coord_iter){ .iteration = c->durable, .value = c->target };
+    for (unsigned j = 0; j < c->n; j++)
+        if (!(round ? c->nodes[j].replicated : c->nodes[j].held_in))
+            send_to(c, j, round ? COORD_REPLICATE : COORD_DURABLE, &m, sizeof(m), NULL, 0);
+    *at = now;
 }
 
 /*
