@@ -7,7 +7,9 @@
  * ncclRemoteError, a later collective on the comm fails at once, and
  * ncclCommAbort cleans up.  Then a peer that stays alive but never joins
  * the collective: its partner fails with ncclSystemError after
- * NCCL_FAKE_TIMEOUT, not before, and not much later.  Last, with
+ * NCCL_FAKE_TIMEOUT, not before, and not much later.  The killed rank's
+ * collective is throttled (FAKEGPU_NET_GBPS) so that it cannot end before
+ * the kill, however late a loaded machine wakes the rank.  Last, with
  * NCCL_FAKE_DEAD_PEER=hang, as real NCCL over P2P/SHM: the survivors of a
  * killed rank do not notice, their collective spins (no error, no timeout)
  * until each aborts its communicator, which ends it at once.
@@ -19,6 +21,7 @@
 #define BIG ((size_t)8 << 20) /* floats: many chunks, so the kill lands mid-way */
 #define DETECT_S 5.0          /* the survivors must notice within this */
 #define SILENT_TIMEOUT_S 2.0
+#define SLOW_GBPS "0.05"      /* BIG takes ~0.9 s: a late wake-up still kills mid-way */
 
 static double now_s(void)
 {
@@ -150,10 +153,12 @@ int main(void)
     char timeout[16];
 
     setenv("NCCL_FAKE_TIMEOUT", "30", 1);
+    setenv("FAKEGPU_NET_GBPS", SLOW_GBPS, 1);
     if (nccl_test_run(3, death_rank, NULL, 60, 2)) {
         fprintf(stderr, "a dead rank was not handled\n");
         return 1;
     }
+    unsetenv("FAKEGPU_NET_GBPS");
     snprintf(timeout, sizeof(timeout), "%.0f", SILENT_TIMEOUT_S);
     setenv("NCCL_FAKE_TIMEOUT", timeout, 1);
     if (nccl_test_run(2, silent_rank, NULL, 30, -1)) {
@@ -162,6 +167,7 @@ int main(void)
     }
     unsetenv("NCCL_FAKE_TIMEOUT");
     setenv("NCCL_FAKE_DEAD_PEER", "hang", 1);
+    setenv("FAKEGPU_NET_GBPS", SLOW_GBPS, 1);
     if (nccl_test_run(3, hang_rank, NULL, 60, 2)) {
         fprintf(stderr, "with NCCL_FAKE_DEAD_PEER=hang a dead rank was noticed\n");
         return 1;
