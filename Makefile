@@ -264,7 +264,7 @@ FUZZERS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
 FUZZ_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(RUNTIME_SRC))
 FUZZ_EXTRA_wire := build-fuzz/obj/replica/wire.o build-fuzz/obj/replica/auth.o -Ireplica -lnettle
 FUZZ_EXTRA_channel := build-fuzz/obj/tools/ckpt-resume/channel.o -Itools/ckpt-resume
-FUZZ_EXTRA_coord := build-fuzz/obj/tools/ckpt-resume/coord.o build-fuzz/obj/tools/ckpt-resume/spawn.o $(FUZZ_EXTRA_wire) -Itools/ckpt-resume
+FUZZ_EXTRA_coord := build-fuzz/obj/tools/ckpt-resume/coord.o build-fuzz/obj/tools/ckpt-resume/coord_round.o build-fuzz/obj/tools/ckpt-resume/spawn.o $(FUZZ_EXTRA_wire) -Itools/ckpt-resume
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory -s B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" $(FUZZ_OBJS) \
 	    $(filter %.o,$(FUZZ_EXTRA_wire) $(FUZZ_EXTRA_channel) $(FUZZ_EXTRA_coord))

@@ -25,81 +25,10 @@
 #include "placement.h"
 #include "resume.h"
 #include "wire.h"
-
-#define HEARTBEAT_S 1.0
-#define MAX_PENDING 64
-#define LEAD_MAX 65536 /* iterations: the farthest a target is aimed past the nodes' newest commit */
-#define HELD_MAX 1024 /* copies a JOIN may list per rank of the job: 2 slots, 2 replicas, CKPT_PERSIST_KEEP (<= 1000) generations */
-
-enum phase {
-    GATHER,                 /* waiting for every node to join */
-    FETCH,                  /* PLAN sent: waiting for every FETCHED */
-    RUN,                    /* LAUNCH sent: the ranks run */
-    OVER,                   /* FINISH sent */
-};
-
-struct node {
-    int fd;                 /* -1: not connected */
-    bool joined, done, fetched, held_in, replicated, repl_warned;
-    int fetch_status, repl_status;
-    uint64_t refused;
-    uint64_t standby;           /* its JOIN: its standbys replay up to here, 0: it has none ready */
-    struct coord_addr addr;
-    struct ckpt_held *held;
-    uint32_t nheld;
-    struct coord_held h;
-    double heard, sent;
-    struct ckpt_wire_rx rx;     /* a message on its way in */
-    bool unfenced;              /* declared lost with CKPT_FENCE_CMD set: not fenced yet */
-    pid_t fence;                /* the fence command running against it, 0: none */
-    double fence_due, fence_since; /* when to run it (again), and since when it is wanted */
-};
-
-/* A connection that has not joined yet: its JOIN must come whole within
- * CKPT_NODE_TIMEOUT, else the connection is closed. */
-struct pending {
-    int fd;
-    double since;
-    struct ckpt_wire_rx rx;
-};
-
-struct coord {
-    const struct options *opt;
-    int lfd, stop[2];
-    pthread_t thread;
-    bool started;
-    unsigned n, nproc, replicas;
-    struct node *nodes;
-    struct pending pending[MAX_PENDING];
-    int npending;
-    enum phase phase;
-    uint64_t restore, below, durable, target, replicating;
-    bool ever_durable, failed_launch;
-    bool takeover_failed;    /* a node's standbys could not take over: the next plan is cold, no new restart */
-    char no_room[128]; /* a rank stopped for want of host memory: the job ends, not restarted */
-    int early, early_before; /* the exit status of this launch's and the last one's failure before any boundary, -1: none */
-    char early_why[128];     /* which rank that was */
-    uint64_t lead;           /* iterations a new target lies past the nodes' newest commit, set at each miss */
-    uint64_t late_seen;      /* how late the latest node learned a target, at the last miss that was no stall */
-    double durable_at;       /* when the nodes were last told the durable iteration and the target */
-    double replicate_at;     /* when the round in flight was last asked for */
-    uint32_t replicate_value; /* its REPLICATE's value (COORD_AGAIN or 0) */
-    int launches, restarts, exit_code, user_signal;
-    unsigned rounds, failed_rounds;     /* replication rounds ended, and those some node failed */
-    double timeout_s, resume_at, gather_since;
-    char master_addr[COORD_ADDR_MAX], master_port[16];
-    char standby_port[16];              /* the standbys' rank 0 port: the next takeover's master port */
-    char bound[128];                    /* the address listened on */
-    bool master_from_node0;             /* no master address given: node 0's (through etcd) */
-    struct pollfd *pfd;                 /* one turn's: the stop pipe, the listener, pending, nodes */
-    struct spawn *spawn;                /* the nodes started with CKPT_NODE_LAUNCHER; NULL: none */
-};
-
-static void send_to(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b,
-                    size_t blen);
+#include "coord_int.h"
 
 /* What a member's negative status says: it came off the wire, so it may be any value. */
-static const char *status_text(int32_t status)
+const char *coord_status_text(int32_t status)
 {
     return status > INT32_MIN ? strerror(-status) : "an unknown error";
 }
@@ -116,8 +45,7 @@ static void drop(struct coord *c, unsigned j, const char *why)
     ckpt_log(CKPT_WARN, "node %u is lost (%s)", j, why);
 }
 
-static void send_to(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b,
-                    size_t blen)
+void coord_tell(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
 {
     struct node *nd = &c->nodes[j];
     if (nd->fd < 0)
@@ -129,10 +57,10 @@ static void send_to(struct coord *c, unsigned j, uint16_t type, const void *a, s
         nd->sent = now_s();
 }
 
-static void broadcast(struct coord *c, uint16_t type, const void *a, size_t alen)
+void coord_tell_all(struct coord *c, uint16_t type, const void *a, size_t alen)
 {
     for (unsigned j = 0; j < c->n; j++)
-        send_to(c, j, type, a, alen, NULL, 0);
+        coord_tell(c, j, type, a, alen, NULL, 0);
 }
 
 /* Ends the job on every node with @code and says why. */
@@ -144,7 +72,7 @@ static void finish(struct coord *c, int code, const char *why)
     if (why)
         ckpt_log(code ? CKPT_ERROR : CKPT_INFO, "%s", why);
     for (unsigned j = 0; j < c->n; j++)
-        send_to(c, j, COORD_FINISH, &st, sizeof(st), why, why ? strlen(why) : 0);
+        coord_tell(c, j, COORD_FINISH, &st, sizeof(st), why, why ? strlen(why) : 0);
     c->phase = OVER;
 }
 
@@ -157,7 +85,7 @@ static void stop_all(struct coord *c, const char *why)
     /* Every node joins again, with what it holds once its ranks are gone:
      * what it said before may be stale, and a plan made from it wrong. */
     for (unsigned j = 0; j < c->n; j++) {
-        send_to(c, j, COORD_STOP, why, strlen(why), NULL, 0);
+        coord_tell(c, j, COORD_STOP, why, strlen(why), NULL, 0);
         c->nodes[j].joined = false;
     }
     c->phase = GATHER;
@@ -314,7 +242,7 @@ static void plan(struct coord *c)
         if (tail) {
             memcpy(tail, addrs, c->n * sizeof(*addrs));
             memcpy(tail + c->n * sizeof(*addrs), sends, ns * sizeof(*sends));
-            send_to(c, j, COORD_PLAN, &p, sizeof(p), tail, len);
+            coord_tell(c, j, COORD_PLAN, &p, sizeof(p), tail, len);
         }
         free(tail);
         free(addrs);
@@ -439,136 +367,6 @@ static void gathered(struct coord *c)
     plan(c);
 }
 
-/* The iteration every node keeps, newest first, past what is durable; 0: none. */
-static uint64_t common_held(const struct coord *c)
-{
-    const struct coord_held *h0 = &c->nodes[0].h;
-    uint64_t cand[2] = { h0->newest, h0->other }, best = 0;
-    for (int k = 0; k < 2; k++) {
-        if (!cand[k] || cand[k] <= c->durable || cand[k] <= best)
-            continue;
-        bool all = true;
-        for (unsigned j = 1; j < c->n && all; j++)
-            all = c->nodes[j].h.newest == cand[k] || c->nodes[j].h.other == cand[k];
-        if (all)
-            best = cand[k];
-    }
-    return best;
-}
-
-/* A HELD arrived: when every node has said what it keeps, replicate or aim again. */
-static void held(struct coord *c)
-{
-    if (c->replicating)
-        return;
-    uint64_t top = c->target;
-    for (unsigned j = 0; j < c->n; j++) {
-        if (!c->nodes[j].held_in)
-            return;
-        if (c->nodes[j].h.committed >= top)
-            top = c->nodes[j].h.committed + 1;
-    }
-    uint64_t it = common_held(c);
-    for (unsigned j = 0; j < c->n; j++)
-        c->nodes[j].held_in = c->nodes[j].replicated = false;
-    if (it) {
-        struct coord_iter m = { .iteration = it };
-        c->replicating = it;
-        c->replicate_value = 0;
-        c->replicate_at = now_s();
-        c->lead /= 2;
-        broadcast(c, COORD_REPLICATE, &m, sizeof(m));
-        return;
-    }
-    /* The nodes kept different iterations: aim past all of them.  The
-     * target must reach every node before its ranks get there, and through
-     * etcd, or on a loaded machine, that takes as long as many iterations:
-     * nodes that learn it late keep later iterations, and never meet.  How
-     * late the latest learned it (what it kept, past the target) says how
-     * far ahead to aim: twice that.  Doubling instead overshot, and left a
-     * busy job's newest durable iteration a thousand iterations behind. */
-    uint64_t every = (uint64_t)ckpt_cfg_int(CFG_EVERY), late = 0;
-    bool measured = false;
-    for (unsigned j = 0; j < c->n; j++)
-        if (c->nodes[j].h.newest >= c->target) {
-            uint64_t l = c->nodes[j].h.newest - c->target;
-            late = l > late ? l : late;
-            measured = true;
-        }
-    /* A lateness many times the last is a stall (etcd without a quorum
-     * while the ranks trained on), not message lateness: the last lead is
-     * doubled instead, past the newest any node kept. */
-    uint64_t bound = c->lead > c->late_seen ? c->lead : c->late_seen;
-    bound = bound > every ? bound : every;
-    if (measured && late > 8 * bound) {
-        c->lead = 2 * bound;
-    } else if (measured) {
-        c->lead = 2 * late + every;
-        c->late_seen = late;
-    }
-    else
-        c->lead = c->lead ? 2 * c->lead : every;
-    if (c->lead > LEAD_MAX)
-        c->lead = LEAD_MAX;
-    c->target = top + c->lead - 1;
-    struct coord_iter m = { .iteration = c->durable, .value = c->target };
-    ckpt_log(CKPT_DEBUG, "the nodes keep different iterations (the latest learned the target %llu iterations "
-             "late); next target %llu", (unsigned long long)late, (unsigned long long)c->target);
-    c->durable_at = now_s();
-    broadcast(c, COORD_DURABLE, &m, sizeof(m));
-}
-
-static void replicated(struct coord *c, unsigned j, const struct coord_status *st)
-{
-    if (st->iteration != c->replicating)
-        return;
-    c->nodes[j].replicated = true;
-    c->nodes[j].repl_status = st->status;
-    if (st->status < 0 && !c->nodes[j].repl_warned)
-        ckpt_log(CKPT_WARN, "node %u could not replicate iteration %llu (%s): replication falls behind; the "
-                 "next one is tried", j, (unsigned long long)st->iteration, status_text(st->status));
-    c->nodes[j].repl_warned = st->status < 0;
-    for (unsigned i = 0; i < c->n; i++)
-        if (!c->nodes[i].replicated)
-            return;
-    bool ok = true;
-    for (unsigned i = 0; i < c->n; i++)
-        ok &= c->nodes[i].repl_status == 0;
-    c->rounds++;
-    c->failed_rounds += !ok;
-    if (ok) {
-        c->durable = c->replicating;
-        c->ever_durable = true;
-        ckpt_log(CKPT_DEBUG, "iteration %llu is held by every node and its replicas", (unsigned long long)c->durable);
-    }
-    c->target = c->replicating + 1;
-    c->replicating = 0;
-    for (unsigned i = 0; i < c->n; i++)
-        c->nodes[i].held_in = false;
-    struct coord_iter m = { .iteration = c->durable, .value = c->target };
-    c->durable_at = now_s();
-    broadcast(c, COORD_DURABLE, &m, sizeof(m));
-}
-
-/* A round's message lost on its way would leave a node pinning what it
- * kept and the round unended: whoever has not answered is told again
- * while nothing moves (both messages are idempotent at a node). */
-#define DURABLE_AGAIN_S 2.0
-#define REPLICATE_AGAIN_S 10.0
-static void remind(struct coord *c, double now)
-{
-    bool round = c->replicating != 0;
-    double *at = round ? &c->replicate_at : &c->durable_at;
-    if (c->phase != RUN || !*at || now - *at < (round ? REPLICATE_AGAIN_S : DURABLE_AGAIN_S))
-        return;
-    struct coord_iter m = round ? (struct coord_iter){ .iteration = c->replicating, .value = c->replicate_value }
-                                : (struct coord_iter){ .iteration = c->durable, .value = c->target };
-    for (unsigned j = 0; j < c->n; j++)
-        if (!(round ? c->nodes[j].replicated : c->nodes[j].held_in))
-            send_to(c, j, round ? COORD_REPLICATE : COORD_DURABLE, &m, sizeof(m), NULL, 0);
-    *at = now;
-}
-
 /*
  * Takes a JOIN from the connection @fd, which is node @self already or -1
  * when new; returns the node it is, or -1 after telling it why not (the
@@ -661,7 +459,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         for (unsigned i = 0; i < c->n; i++) {
             if (c->nodes[i].fetch_status < 0) {
                 ckpt_log(CKPT_WARN, "node %u could not send the copies asked of it (%s): its replicas of iteration "
-                         "%llu are not used", i, status_text(c->nodes[i].fetch_status),
+                         "%llu are not used", i, coord_status_text(c->nodes[i].fetch_status),
                          (unsigned long long)c->restore);
                 forget_replicas(&c->nodes[i], c->restore);
                 failed = true;
@@ -681,7 +479,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         for (unsigned i = 0; i < c->n; i++)
             c->nodes[i].held_in = c->nodes[i].done = c->nodes[i].replicated = false;
         struct coord_iter m = { .iteration = c->restore, .value = c->target };
-        broadcast(c, COORD_LAUNCH, &m, sizeof(m));
+        coord_tell_all(c, COORD_LAUNCH, &m, sizeof(m));
         c->phase = RUN;
         c->durable_at = now_s();
         /* The restore point may have come from the ranks' own arenas only,
@@ -693,7 +491,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
             c->replicating = c->restore;
             c->replicate_value = COORD_AGAIN;
             c->replicate_at = now_s();
-            broadcast(c, COORD_REPLICATE, &r, sizeof(r));
+            coord_tell_all(c, COORD_REPLICATE, &r, sizeof(r));
         }
         return;
     case COORD_HELD:
@@ -701,11 +499,11 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
             return;
         memcpy(&nd->h, msg, sizeof(nd->h));
         nd->held_in = true;
-        held(c);
+        coord_held(c);
         return;
     case COORD_REPLICATED:
         if (len == sizeof(*st) && c->phase == RUN)
-            replicated(c, j, st);
+            coord_replicated(c, j, st);
         return;
     case COORD_FAILED:
         if (len != sizeof(*st) || st->status <= -NSIG)
@@ -860,7 +658,7 @@ bool coord_turn(struct coord *c, int timeout_ms)
         if (nd->fd >= 0 && !c->opt->etcd && now - nd->heard > c->timeout_s)
             drop(c, j, "not heard from in time");
         if (nd->fd >= 0 && now - nd->sent >= HEARTBEAT_S)
-            send_to(c, j, COORD_HEARTBEAT, NULL, 0, NULL, 0);
+            coord_tell(c, j, COORD_HEARTBEAT, NULL, 0, NULL, 0);
         if (nd->fd < 0 && (c->phase == RUN || c->phase == FETCH)) {
             char why[64];
             snprintf(why, sizeof(why), "node %u was lost", j);
@@ -874,7 +672,7 @@ bool coord_turn(struct coord *c, int timeout_ms)
         }
     }
     fences(c, now);
-    remind(c, now);
+    coord_remind(c, now);
     if (c->phase == GATHER)
         gathered(c);
     char why[256];
