@@ -95,6 +95,7 @@ $(B)/bin/$(1): $(call obj,$(wildcard tools/$(1)/*.c) $(RUNTIME_SRC))
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 $(B)/bin/ckpt-doctor: TOOL_LIBS := -lelf
+$(B)/bin/ckpt-sim: TOOL_LIBS := -lm
 
 # ---- replica/: replication's data path (libfabric), linked only into the
 # tools that move replicas, never into libckpt.so.  A tool that uses it

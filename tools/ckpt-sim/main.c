@@ -8,7 +8,8 @@
  * wasted time per failure T = t_ckpt + 1/(2f) + t_retrieve, the wasted time
  * per day, and the probability that k simultaneous machine failures leave
  * every checkpoint recoverable from memory (runtime/placement.h, exact).
- * It only reads the timeline; it never touches an arena.
+ * It only reads the timeline; it never touches an arena.  `ckpt-sim
+ * goodput` models a whole job's goodput instead (goodput.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 
 #include "placement.h"
 #include "schedule.h"
+#include "sim.h"
 #include "timeline.h"
 
 struct cluster {
@@ -38,6 +40,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ckpt-sim (--timeline FILE | --iteration-ms MS --idle-fraction F) [options]\n"
+            "       ckpt-sim goodput [options]   a whole job's goodput under a published failure record\n"
             "  --timeline FILE        a rank's timeline (arena rank dir/timeline): iteration time and idle gaps\n"
             "  --iteration-ms MS      the iteration time instead of a timeline\n"
             "  --idle-fraction F      the share of an iteration the link is idle (0..1) instead of a timeline\n"
@@ -181,6 +184,8 @@ int main(int argc, char **argv)
     double v, iter_ms = 0, failed = 0;
     int o;
 
+    if (argc > 1 && strcmp(argv[1], "goodput") == 0)
+        return sim_goodput(argc - 1, argv + 1);
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int rc = 0;
         switch (o) {
