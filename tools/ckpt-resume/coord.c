@@ -42,7 +42,11 @@ static void drop(struct coord *c, unsigned j, const char *why)
     nd->fd = -1;
     ckpt_wire_rx_clear(&nd->rx);
     nd->joined = false;
-    ckpt_log(CKPT_WARN, "node %u is lost (%s)", j, why);
+    /* Once the end is sent, the nodes leave: none of them is lost. */
+    if (c->phase == OVER)
+        ckpt_log(CKPT_DEBUG, "node %u left after the end (%s)", j, why);
+    else
+        ckpt_log(CKPT_WARN, "node %u is lost (%s)", j, why);
 }
 
 void coord_tell(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
