@@ -102,6 +102,48 @@ SCRIPT
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
+@test "under torchrun, ckpt-resume restarts the job: torchrun's own restarts are 0; asking torchrun for restarts is refused before anything starts" {
+    # The stand-in records the restarts torchrun would make (PET_MAX_RESTARTS,
+    # what torchrun reads for --max-restarts) and runs its worker.
+    cat >"$D/torchrun" <<SCRIPT
+#!/usr/bin/env python3
+import os, subprocess, sys
+open("$D/pet", "a").write(os.environ.get("PET_MAX_RESTARTS", "unset") + "\\n")
+args = [a for a in sys.argv[1:] if not a.startswith("--max")]
+sys.exit(subprocess.call(args, env=dict(os.environ, TORCHELASTIC_RUN_ID="bats")))
+SCRIPT
+    chmod +x "$D/torchrun"
+    ckpt -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
+    (crash 0 "$D/crashed" 29 && ckpt -- "$D/torchrun" "$TRAIN" $ARGS >"$D/out" 2>"$D/err") || { cat "$D/err"; return 1; }
+    [ -e "$D/crashed" ]
+    # Two launches, each with torchrun's restarts at 0; the second restored.
+    [ "$(cat "$D/pet")" = "$(printf '0\n0')" ] || { cat "$D/pet" "$D/err"; return 1; }
+    grep -q "^ckpt-resume: done exit=0 restarts=1" "$D/err" || { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out") "$D/plain"
+    # --max-restarts 0 (either spelling) is what ckpt-resume wants anyway.
+    rm -f "$D/pet"
+    ckpt -- "$D/torchrun" --max_restarts=0 "$TRAIN" $ARGS >/dev/null 2>"$D/err" || { cat "$D/err"; return 1; }
+    [ "$(cat "$D/pet")" = 0 ]
+    # Restarts asked of torchrun: refused, naming the option and the fix, and nothing starts.
+    rm -f "$D/pet"
+    local how
+    for how in "--max-restarts 3" "--nproc-per-node 2 --max_restarts=1" ; do
+        run --separate-stderr ckpt -- "$D/torchrun" $how "$TRAIN" $ARGS
+        [ "$status" -eq 2 ] || { echo "$how: $status $stderr"; return 1; }
+        [[ $stderr == *"torchrun --max-restarts"*"torchrun would restart its workers itself"*"ckpt-resume sets torchrun's restarts to 0"* ]] ||
+            { echo "$stderr"; return 1; }
+    done
+    PET_MAX_RESTARTS=2 run --separate-stderr ckpt -- "$D/torchrun" "$TRAIN" $ARGS
+    [ "$status" -eq 2 ] && [[ $stderr == *"PET_MAX_RESTARTS=2: torchrun would restart"* ]] || { echo "$stderr"; return 1; }
+    # python -m torch.distributed.run is torchrun too (refused before Python runs it).
+    run --separate-stderr ckpt -- python3 -m torch.distributed.run --max-restarts 5 "$TRAIN"
+    [ "$status" -eq 2 ] && [[ $stderr == *"torchrun --max-restarts 5"* ]] || { echo "$stderr"; return 1; }
+    [ ! -e "$D/pet" ]
+    # The training program's own arguments are its own: --max-restarts after it is not torchrun's.
+    ckpt -- "$D/torchrun" "$TRAIN" $ARGS --max-restarts 3 >/dev/null 2>"$D/err" || true
+    ! grep -q "torchrun would restart" "$D/err"
+}
+
 @test "a launcher that starts the ranks itself is restarted from what every rank directory holds" {
     # A failed launch of this launcher damages rank 1's snapshot of
     # iteration 20: only a restore point that counts rank1/ finds 15.

@@ -187,7 +187,7 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
         n++;
     while (vars[nvars])
         nvars++;
-    char **env = calloc(n + nvars + 1 + N_RANK_VARS + 1, sizeof(*env));
+    char **env = calloc(n + nvars + 2 + N_RANK_VARS + 1, sizeof(*env));
     if (!env)
         return -ENOMEM;
 
@@ -205,6 +205,9 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
      * until another runs can also wait forever for that one's loading. */
     if (!getenv("CUDA_MODULE_LOADING"))
         env[k++] = (char *)"CUDA_MODULE_LOADING=EAGER";
+    /* ckpt-resume restarts the job, not torchrun (torchrun.c). */
+    if (torchrun_command(opt->cmd) && !getenv("PET_MAX_RESTARTS"))
+        env[k++] = (char *)"PET_MAX_RESTARTS=0";
     size_t ours = k;
 
     /* One per rank_vars entry, in the same order. */

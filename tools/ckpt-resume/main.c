@@ -411,6 +411,8 @@ static int configure(struct options *opt, bool restarts_given)
         ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: not a directory; make it, or unset the variable", logdir);
         return -ENOTDIR;
     }
+    if (torchrun_check(opt->cmd) < 0)
+        return -EINVAL;
     int rc = torch_allocator();
     if (rc < 0 || (rc = arena_preflight(opt)) < 0)
         return rc;

@@ -309,6 +309,13 @@ int bridge_start(struct options *opt, char *why, size_t whylen);
 const char *bridge_ip(void);
 void bridge_stop(void);
 
+/* torchrun.c: torchrun as the command.  Whether @cmd runs torchrun (or
+ * python -m torch.distributed.run); and 0, or -1 after saying why, when it
+ * asks torchrun to restart its workers itself (--max-restarts other than 0,
+ * or PET_MAX_RESTARTS), which would fight ckpt-resume's restarts. */
+bool torchrun_command(char *const *cmd);
+int torchrun_check(char *const *cmd);
+
 /* coord.c: node 0's coordinator thread (coord_open and coord_turn: the same
  * without the thread, for a caller that turns its loop itself) */
 struct coord;
