@@ -33,6 +33,31 @@ bats_require_minimum_version 1.5.0
     grep -q "^ckpt-resume: rank $leader restores iteration [0-9]* from a peer's copy" "$D/err.new" || { show; return 1; }
     leaders_elected_twice || { show; return 1; }
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+    # The new leader counts the restart its election made, on every node.
+    for t in "${others[@]}"; do grep -qE "^ckpt-resume: done exit=0 restarts=1( |$)" "$D/err.$t" || { show; return 1; }; done
+}
+
+@test "the job's restarts are counted across leaders: a rank's failure under one, the leader lost, and CKPT_MAX_RESTARTS=1 is spent" {
+    export CKPT_MAX_RESTARTS=1 FAKEGPU_CRASH_AT=100 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed
+    local t leader victim
+    for t in a b c; do start $t 3; done
+    # Restart 1: rank 1's crash, under the first leader; then its node is lost.
+    for _ in $(seq 600); do [ -e "$D/crashed" ] && grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    grep -q "restart 1 of 1" "$D"/err.* || { show; return 1; }
+    leader=$(etcdctl --endpoints "$ENDPOINTS" get "/ckpt/$CKPT_JOB/leader" --print-value-only)
+    victim=$(tag_of "$leader" "$CKPT_JOB") || { show; return 1; }
+    pkill -KILL -s "$(cat "$D/sid.$victim")"
+    local others=()
+    for t in a b c; do [ "$t" = "$victim" ] || others+=("$t"); done
+    wait_rc "${others[@]}" || { show; return 1; }
+    # The next leader counts on from the first one's restart: none is left,
+    # and it says so at once, without waiting for the lost node to come back.
+    grep -q "giving up after 1 restart (counted by the job's coordinators before this one)" "$D"/err.* || { show; return 1; }
+    for t in "${others[@]}"; do
+        [ "$(cat "$D/rc.$t")" != 0 ] && tail -n 1 "$D/err.$t" | grep -qE "^ckpt-resume: done exit=1 restarts=1( |$)" ||
+            { show; return 1; }
+        ! grep -q "did not join" "$D/err.$t" || { show; return 1; }
+    done
 }
 
 @test "one etcd member lost while the job runs: the job does not notice; two jobs on one etcd are kept apart by their names" {

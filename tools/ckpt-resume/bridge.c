@@ -103,6 +103,7 @@ struct bridge {
     bool finished;          /* the coordinator ended the job: no more campaigns */
     int leader_node;        /* the node whose agent leads (B.epoch), -1: none */
     char leader_ip[64];     /* its address (its node key's value) */
+    bool leaderless;        /* the job's leader is gone and none is elected yet: the next one is said */
     int lost_leader;        /* a leader whose lease ended while the job ran, -1: none; whoever leads
                              * next fences it (CKPT_FENCE_CMD): it may be frozen, not gone */
     char lost_leader_ip[64];
@@ -558,10 +559,11 @@ static void leadership(void)
         take(B.epoch, "down", B.node, B.lease, &B.member.taken, to_member);
     if (B.leading && B.leading != epoch)
         stop_leading();
-    if (B.epoch && epoch)
+    if ((B.epoch || B.leaderless) && epoch)
         ckpt_log(CKPT_INFO, "the job has a new leader (etcd epoch %" PRId64 "): this node joins it", epoch);
     else if (B.epoch)
         ckpt_log(CKPT_INFO, "the job's leader is gone (its etcd lease ended): another is elected");
+    B.leaderless = B.epoch && !epoch;
     close_link(&B.member);
     unpost_epoch(B.epoch);
     B.member.seq = B.member.taken = 0;

@@ -224,7 +224,7 @@ static void plan(struct coord *c)
     for (unsigned j = 0; j < c->n; j++) {
         struct coord_addr *addrs = calloc(c->n, sizeof(*addrs));
         struct coord_plan p = { .restore = it, .launch = (uint64_t)c->launches, .nnodes = c->n,
-                                .by_standby = by_standby };
+                                .by_standby = by_standby, .restarts = (uint32_t)c->restarts };
         size_t ns = 0;
         if (!addrs) {
             free(all), free(src), free(sends);
@@ -313,6 +313,29 @@ static void gathered(struct coord *c)
     for (unsigned j = 0; j < c->n; j++)
         if (c->nodes[j].unfenced)
             return; /* fences() ends the job if it cannot be */
+    /* Nodes that ran the job under a coordinator before this one (the
+     * leader was lost): its first launch is a restart, and the count goes
+     * on from theirs, so that no change of leader resets the job's bound.
+     * With none left, there is no need to wait for the others. */
+    if (!c->launches) {
+        int before = -1;
+        for (unsigned j = 0; j < c->n; j++)
+            if (c->nodes[j].joined && c->nodes[j].launched && (int)c->nodes[j].plan_restarts > before)
+                before = (int)c->nodes[j].plan_restarts;
+        if (before >= c->opt->max_restarts) {
+            char why[160];
+            c->restarts = before;
+            snprintf(why, sizeof(why), "giving up after %d restart%s (counted by the job's coordinators before this "
+                     "one)", before, before == 1 ? "" : "s");
+            finish(c, 1, why);
+            return;
+        }
+        if (before + 1 > c->restarts) {
+            c->restarts = before + 1;
+            ckpt_log(CKPT_INFO, "restart %d of %d: the job ran under another coordinator before this one",
+                     c->restarts, c->opt->max_restarts);
+        }
+    }
     for (unsigned j = 0; j < c->n; j++) {
         if (c->nodes[j].joined)
             continue;
@@ -430,6 +453,8 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     nd->addr = jn->replica;
     nd->refused = jn->refused;
     nd->standby = jn->standby;
+    nd->launched = jn->launched == 1;
+    nd->plan_restarts = jn->restarts;
     nd->joined = true;
     nd->done = false;
     nd->heard = now_s();

@@ -77,6 +77,8 @@ struct coord_join {
     uint64_t refused;                  /* the restore its ranks refused in the last launch, 0: none */
     uint32_t nheld, placement;
     uint64_t standby;                  /* its standbys all run and replay up to this iteration; 0: none */
+    uint32_t launched;                 /* 1: a coordinator of this job has launched it (this one, or one before) */
+    uint32_t restarts;                 /* the job's restarts in the last plan it got */
 };
 
 struct coord_plan {
@@ -86,7 +88,8 @@ struct coord_plan {
     char master_port[16];
     uint32_t nnodes, nsend;
     char standby_port[16];             /* the standbys' rank 0 port (at master_addr) */
-    uint32_t by_standby, reserved;     /* 1: the standbys take over at restore, no rank is launched */
+    uint32_t by_standby;               /* 1: the standbys take over at restore, no rank is launched */
+    uint32_t restarts;                 /* the job's restarts, this launch's included, whoever coordinated them */
 };
 
 /* Copy rank's replica of iteration from this member's peer store to node's agent. */
@@ -113,7 +116,7 @@ struct coord_status {
     uint64_t value;
 };
 
-_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 24, "join layout");
+_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 32, "join layout");
 _Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8 + 16 + 8, "plan layout");
 _Static_assert(sizeof(struct coord_send) == 16, "send layout");
 _Static_assert(sizeof(struct coord_status) == 24, "status layout");

@@ -32,6 +32,8 @@ struct node {
     int fetch_status, repl_status;
     uint64_t refused;
     uint64_t standby;           /* its JOIN: its standbys replay up to here, 0: it has none ready */
+    bool launched;              /* its JOIN: a coordinator launched the job before (perhaps not this one) */
+    uint32_t plan_restarts;     /* its JOIN: the job's restarts in the last plan it got */
     struct coord_addr addr;
     struct ckpt_held *held;
     uint32_t nheld;
