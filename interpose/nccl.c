@@ -9,6 +9,7 @@
  */
 #include "interpose.h"
 #include "timeline.h"
+#include "util.h"
 
 #define FORWARD(name, args)                                                    \
     NEED_REAL(name, ncclSystemError);                                          \
@@ -25,7 +26,7 @@
         ckpt_on_collective(token(op, count, type, comm), stream);              \
         return ncclSuccess;                                                    \
     }                                                                          \
-    uint64_t t0 = ckpt_tl_now();                                               \
+    uint64_t t0 = ckpt_now_ns();                                               \
     ckpt_nccl_depth++;                                                         \
     ncclResult_t r = real_##name args;                                         \
     ckpt_nccl_depth--;                                                         \
@@ -49,7 +50,7 @@ static void host_times(int op, size_t count, uint64_t t0)
 {
     if (__atomic_load_n(&ckpt_prof_comms, __ATOMIC_RELAXED) > 0)
         return;
-    struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_tl_now(), .iteration = ckpt_tl_iteration(),
+    struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_now_ns(), .iteration = ckpt_tl_iteration(),
                               .arg = count, .kind = CKPT_TL_COLL, .detail = (uint32_t)op};
     ckpt_tl_add(&e);
 }

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "schedule.h"
 #include "timeline.h"
+#include "util.h"
 
 #define PIECE (64ULL << 20)    /* a piece never holds the copy engine longer (snapshot.c) */
 #define MIN_PIECE (1ULL << 20) /* a gap that carries less is left idle: per-copy overhead */
@@ -233,12 +234,12 @@ void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, siz
     /* Where start lies on the host's clock: an event queued on the idle
      * copy stream completes at once; spinning on it (not sleeping) reads
      * the host clock within microseconds of its GPU time. */
-    uint64_t start_host = copied_at - (uint64_t)(total_ms * 1e6), spin_end = ckpt_tl_now() + 20000000;
+    uint64_t start_host = copied_at - (uint64_t)(total_ms * 1e6), spin_end = ckpt_now_ns() + 20000000;
     if (real_cuEventRecord(P.clock, P.job.stream) == CUDA_SUCCESS) {
         CUresult q;
-        while ((q = real_cuEventQuery(P.clock)) == CUDA_ERROR_NOT_READY && ckpt_tl_now() < spin_end)
+        while ((q = real_cuEventQuery(P.clock)) == CUDA_ERROR_NOT_READY && ckpt_now_ns() < spin_end)
             ;
-        uint64_t at = ckpt_tl_now();
+        uint64_t at = ckpt_now_ns();
         float ms;
         if (q == CUDA_SUCCESS && real_cuEventElapsedTime_v2(&ms, P.job.start, P.clock) == CUDA_SUCCESS)
             start_host = at - (uint64_t)(ms * 1e6);

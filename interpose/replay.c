@@ -36,6 +36,7 @@
 #include "log.h"
 #include "registry.h"
 #include "replay.h"
+#include "util.h"
 
 int ckpt_replaying;
 static bool recording;
@@ -54,13 +55,6 @@ static struct ckpt_header image_hdr;
 static int image_slot;
 static double replay_start;
 
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 void ckpt_refuse(const char *fmt, ...)
 {
@@ -293,7 +287,7 @@ static void follow_init(const char *dir, uint64_t max)
     ckpt_replaying = 1;
     recording = true;
     ckpt_standby_mem_begin();
-    replay_start = now_s();
+    replay_start = ckpt_now_s();
     target = UINT64_MAX; /* not known until the orders name it */
     ckpt_log(CKPT_INFO, "standing by: following the replay log in %s", dir);
     if (!follow_on(0))
@@ -325,7 +319,7 @@ void ckpt_history_init(const char *dir, uint64_t restore)
     recording = true;
     ckpt_world_quiet();
     ckpt_history_release_pollers();
-    replay_start = now_s();
+    replay_start = ckpt_now_s();
     ckpt_log(CKPT_INFO, "replaying %llu iterations to restore generation %llu", (unsigned long long)restore,
              (unsigned long long)image_hdr.generation);
 }
@@ -535,7 +529,7 @@ static void restore_now(void)
         ckpt_resolve("cuCtxSynchronize") < 0)
         ckpt_refuse("the driver lacks cuMemcpyHtoD_v2, cuMemcpyDtoH_v2 or cuCtxSynchronize");
     ckpt_self_depth++;
-    double copy_start = now_s();
+    double copy_start = ckpt_now_s();
     for (size_t i = 0; i < n; i++) {
         if (i == n / 2)
             ckpt_fault_point(CKPT_FAULT_RESTORE, target);
@@ -549,10 +543,10 @@ static void restore_now(void)
     }
     if (real_cuCtxSynchronize() != CUDA_SUCCESS)
         ckpt_refuse("the device failed while the snapshot was copied back");
-    double copy_s = now_s() - copy_start;
-    double check_start = now_s();
+    double copy_s = ckpt_now_s() - copy_start;
+    double check_start = ckpt_now_s();
     check_device(at, recs, n);
-    double check_s = now_s() - check_start;
+    double check_s = ckpt_now_s() - check_start;
     ckpt_self_depth--;
     free(at);
 
@@ -584,7 +578,7 @@ static void restore_now(void)
 static void take_over(uint64_t it)
 {
     char dir[PATH_MAX + 64];
-    double start = now_s();
+    double start = ckpt_now_s();
     target = it;
     ckpt_rlog_follow_end();
     if (ckpt_snapshot_open(false, dir, sizeof(dir)) < 0)
@@ -595,7 +589,7 @@ static void take_over(uint64_t it)
         ckpt_refuse("%s", why);
     ckpt_history_release_pollers();
     ckpt_log(CKPT_INFO, "taking over at iteration %llu (%.1f s after it started to follow; arena taken in %.3f s)",
-             (unsigned long long)it, start - replay_start, now_s() - start);
+             (unsigned long long)it, start - replay_start, ckpt_now_s() - start);
     replay_start = start;
     prctl(PR_SET_PDEATHSIG, 0); /* a rank now: it outlives its agent as ranks do */
     ckpt_follow_set(&orders->live_at, it);

@@ -31,6 +31,7 @@
 #include "registry.h"
 #include "schedule.h"
 #include "timeline.h"
+#include "util.h"
 
 #define MAX_STREAMS 1024
 
@@ -86,13 +87,6 @@ static int nstreams;
 static unsigned streams_gen;
 static bool streams_full;
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* The event that orders the snapshot after a stream of context ctx: CUDA
  * refuses to record an event of one context on another's stream.  Made on
@@ -256,7 +250,7 @@ static void stats_line(double copy_ms, double held_ms, const char *sched, uint64
 static void timeline_commit(uint64_t copied_at)
 {
     ckpt_tl_add(&(struct ckpt_tl_event){.start_ns = copied_at,
-                                        .end_ns = ckpt_tl_now(),
+                                        .end_ns = ckpt_now_ns(),
                                         .iteration = S.hdr.iteration + 1,
                                         .arg = S.hdr.data_bytes,
                                         .kind = CKPT_TL_COMMIT,
@@ -302,7 +296,7 @@ static void *committer(void *arg)
         if (r == CUDA_SUCCESS)
             r = real_cuEventSynchronize(S.done);
         char sched[256] = "\"sched\":null";
-        uint64_t copied_at = ckpt_tl_now();
+        uint64_t copied_at = ckpt_now_ns();
         float ms = 0;
         if (r == CUDA_SUCCESS)
             real_cuEventElapsedTime_v2(&ms, S.start, S.done);
@@ -606,10 +600,10 @@ static int choose_slot(uint64_t iter)
     }
     /* Peers commit a checksum pass after their copies: give a lagging one
      * a moment (the program waits, and the stats say so) before skipping. */
-    double wait_from = now_s();
-    while (!ckpt_node_peers_hold(S.last_iter) && now_s() - wait_from < 0.2)
+    double wait_from = ckpt_now_s();
+    while (!ckpt_node_peers_hold(S.last_iter) && ckpt_now_s() - wait_from < 0.2)
         usleep(500);
-    S.held_ms += (now_s() - wait_from) * 1e3;
+    S.held_ms += (ckpt_now_s() - wait_from) * 1e3;
     if (ckpt_node_peers_hold(S.last_iter))
         return older;
     /* A peer that skipped our newest iteration (its older slot was being
@@ -752,9 +746,9 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
 
     if (ckpt_cfg_int(CFG_CONSISTENCY) == 1) {
         /* strict: hold the program here until the copies are done. */
-        double t0 = now_s();
+        double t0 = ckpt_now_s();
         real_cuEventSynchronize(S.done);
-        S.held_ms_last = (now_s() - t0) * 1e3;
+        S.held_ms_last = (ckpt_now_s() - t0) * 1e3;
         S.held_ms += S.held_ms_last;
     } else if (has_collectives && mode != CKPT_SCHED_OFF) {
         /* The next update follows the next iteration's last collective. */
@@ -802,7 +796,7 @@ static void boundary(void)
     ckpt_fault_point(CKPT_FAULT_BOUNDARY, iter);
     ckpt_fault_point(CKPT_FAULT_PERSIST, iter);
     ckpt_reg_set_iteration(iter);
-    uint64_t t = ckpt_tl_now();
+    uint64_t t = ckpt_now_ns();
     ckpt_tl_add(&(struct ckpt_tl_event){.start_ns = t, .end_ns = t, .iteration = iter, .kind = CKPT_TL_BOUNDARY});
     ckpt_tl_set_iteration(iter + 1);
     timeline_write();

@@ -27,6 +27,7 @@
 #include <rdma/fi_tagged.h>
 
 #include "fabric.h"
+#include "util.h"
 
 #define API_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
 #define WINDOW 32             /* writes (sends) in flight at most, and receives posted */
@@ -116,13 +117,6 @@ static int query(const char *node, const char *provider, uint64_t caps, struct f
     int rc = fi_getinfo(API_VERSION, node, NULL, node ? FI_SOURCE : 0, hints, out);
     fi_freeinfo(hints);
     return rc;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
 static int fail(struct ckpt_fab *f, int rc, const char *what)
@@ -258,7 +252,7 @@ int ckpt_fab_open(struct ckpt_fab **out, const char *node, const char *provider,
     for (unsigned i = 0; i < f->rwindow; i++)
         f->rfree[f->nrfree++] = i;
     uint32_t r = 0;
-    f->round = getrandom(&r, sizeof(r), 0) == (ssize_t)sizeof(r) ? r : (uint32_t)now_ms();
+    f->round = getrandom(&r, sizeof(r), 0) == (ssize_t)sizeof(r) ? r : (uint32_t)ckpt_now_ms();
     *out = f;
     return 0;
 out:
@@ -445,7 +439,7 @@ static int reap(struct ckpt_fab *f, int timeout_ms)
         struct fi_cq_entry c[WINDOW];
         struct fi_cq_tagged_entry t[WINDOW];
     } done;
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ckpt_now_ms() + timeout_ms;
     int tagged = f->data == CKPT_FAB_DATA_TAGGED;
 
     for (;;) {
@@ -468,7 +462,7 @@ static int reap(struct ckpt_fab *f, int timeout_ms)
         }
         if (n != -FI_EAGAIN)
             return fail(f, (int)n, "fi_cq_read");
-        long long left = deadline - now_ms();
+        long long left = deadline - ckpt_now_ms();
         if (timeout_ms <= 0)
             return 0;
         if (left <= 0) {
@@ -500,11 +494,11 @@ static int take_ctx(struct ckpt_fab *f)
 static int issue(struct ckpt_fab *f, unsigned slot, const struct fi_msg_rma *rma, const struct fi_msg_tagged *tm)
 {
     ssize_t rc;
-    long long give_up = now_ms() + EAGAIN_MS;
+    long long give_up = ckpt_now_ms() + EAGAIN_MS;
     while ((rc = rma ? fi_writemsg(f->ep, rma, FI_COMPLETION | FI_DELIVERY_COMPLETE)
                      : fi_tsendmsg(f->ep, tm, FI_COMPLETION | FI_DELIVERY_COMPLETE)) == -FI_EAGAIN) {
         int r = reap(f, 0);
-        if (r == 0 && now_ms() > give_up) {
+        if (r == 0 && ckpt_now_ms() > give_up) {
             snprintf(f->why, sizeof(f->why), "the peer took nothing for %d s (%s): it does not accept connections",
                      EAGAIN_MS / 1000, ckpt_fab_provider(f));
             r = f->error = -EHOSTUNREACH;
@@ -628,12 +622,12 @@ int ckpt_fab_drain(struct ckpt_fab *f, int timeout_ms)
 
 int ckpt_fab_wait(struct ckpt_fab *f, int fd, int timeout_ms)
 {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ckpt_now_ms() + timeout_ms;
     for (;;) {
         int rc = reap(f, 0);
         if (rc < 0)
             return rc;
-        long long left = f->narrived ? 0 : deadline - now_ms(); /* arrivals to hand over: only look at fd */
+        long long left = f->narrived ? 0 : deadline - ckpt_now_ms(); /* arrivals to hand over: only look at fd */
         if ((rc = idle(f, fd, left > 0 ? (int)left : 0)) != 0 || left <= 0)
             return rc;
     }
@@ -694,7 +688,7 @@ size_t ckpt_fab_arrivals(struct ckpt_fab *f, struct ckpt_fab_arrival *out, size_
 int ckpt_fab_cancel(struct ckpt_fab *f, int timeout_ms)
 {
     unsigned char unused[WINDOW] = {0};
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ckpt_now_ms() + timeout_ms;
 
     for (unsigned i = 0; i < f->nrfree; i++)
         unused[f->rfree[i]] = 1;
@@ -705,7 +699,7 @@ int ckpt_fab_cancel(struct ckpt_fab *f, int timeout_ms)
         int rc = reap(f, 0);
         if (rc < 0)
             return rc;
-        long long left = deadline - now_ms();
+        long long left = deadline - ckpt_now_ms();
         if (f->nrfree < f->rwindow && left <= 0) {
             snprintf(f->why, sizeof(f->why), "%u receives still posted %d ms after they were cancelled (%s)",
                      f->rwindow - f->nrfree, timeout_ms, ckpt_fab_provider(f));

@@ -16,6 +16,7 @@
 #include "image.h"
 #include "replica.h"
 #include "wire.h"
+#include "util.h"
 
 #define REPLY_MS (300 * 1000) /* a slow receiver may still verify a whole image after DONE */
 #define DRAIN_MS 30000        /* the most a write in flight may take to complete */
@@ -67,13 +68,6 @@ int ckpt_replica_hello(struct ckpt_fab *f, int ctl, uint64_t *peer, char *why, s
     }
     free(msg);
     return rc;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Reads the RESULT that ends a round into st.  Returns its status. */
@@ -224,7 +218,7 @@ int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *im
     void *msg = NULL;
     size_t mlen;
     int answered = 0;
-    double t0 = now_s();
+    double t0 = ckpt_now_s();
 
     memset(st, 0, sizeof(*st));
     int rc = ckpt_image_verify_header(image, len, &h, st->why, sizeof(st->why));
@@ -271,7 +265,7 @@ int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *im
         snprintf(st->why, sizeof(st->why), "the image changed while it was being sent (its slot was reused)");
         status = -ESTALE;
     }
-    double t_last = now_s();
+    double t_last = ckpt_now_s();
     struct ckpt_msg_done done = {.status = status, .bytes = st->bytes_sent};
     free(msg);
     msg = NULL;
@@ -280,7 +274,7 @@ int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *im
     /* A receiver that refused already said so; otherwise its verdict. */
     if (!answered && (rc = ckpt_wire_recv(ctl, REPLY_MS, &type, &msg, &mlen)) < 0)
         goto lost;
-    st->tail_seconds = now_s() - t_last;
+    st->tail_seconds = ckpt_now_s() - t_last;
     /* When this end stopped, its reason, not the receiver's echo of it;
      * but a receiver that refused on its own (a chunk that did not verify)
      * cut the transfer, and the writes failing after that say less. */
@@ -295,6 +289,6 @@ lost:
     snprintf(st->why, sizeof(st->why), "control connection: %s", strerror(-rc));
 out:
     free(msg);
-    st->seconds = now_s() - t0;
+    st->seconds = ckpt_now_s() - t0;
     return st->status = rc;
 }

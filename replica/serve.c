@@ -21,16 +21,10 @@
 #include "replica.h"
 #include "verifier.h"
 #include "wire.h"
+#include "util.h"
 
 #define SETTLE_S 10      /* after DONE, the most the last receives' completions may take to be read */
 #define CANCEL_MS 10000  /* the most the provider may take to give back cancelled receives */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int send_result(int ctl, const struct ckpt_replica_stats *st)
 {
@@ -146,12 +140,12 @@ static int step(struct round *r, int ms)
  * missing piece fails the round (r->lost).  Returns 0 or -errno. */
 static int settle(struct round *r)
 {
-    double until = now_s() + SETTLE_S;
+    double until = ckpt_now_s() + SETTLE_S;
     int rc = 0;
     if (!r->in || r->refused || r->msg.status < 0)
         return 0;
     while (!rc && !r->lost && !ckpt_inbound_complete(r->in, r->st->why, sizeof(r->st->why))) {
-        if (now_s() > until) {
+        if (ckpt_now_s() > until) {
             r->lost = -EPROTO;
             return 0;
         }
@@ -192,9 +186,9 @@ static int finish(struct ckpt_store *store, struct round *r)
         st->status = rc;
         snprintf(st->why, sizeof(st->why), "%s", why);
     } else {
-        double t0 = now_s();
+        double t0 = ckpt_now_s();
         st->status = ckpt_store_commit(store, r->tx, st->why, sizeof(st->why));
-        st->verify_seconds += now_s() - t0;
+        st->verify_seconds += ckpt_now_s() - t0;
     }
     return send_result(r->ctl, st);
 }
@@ -257,7 +251,7 @@ static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const 
     while (!r.done)
         if ((rc = step(&r, 100)) < 0)
             goto cut;
-    double t0 = now_s();
+    double t0 = ckpt_now_s();
     if ((rc = settle(&r)) < 0)
         goto cut;
     /* No receive may stay posted into the slot: commit or not, it is
@@ -268,7 +262,7 @@ static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const 
     }
     r.in = NULL;
     rc = finish(store, &r);
-    st->tail_seconds = now_s() - t0;
+    st->tail_seconds = ckpt_now_s() - t0;
     return rc;
 cut:
     if (r.v)
@@ -298,10 +292,10 @@ int ckpt_replica_serve(struct ckpt_fab *f, int ctl, struct ckpt_store *store,
             free(offer);
             return -EPROTO;
         }
-        double t0 = now_s();
+        double t0 = ckpt_now_s();
         rc = receive(f, ctl, store, offer, len, &st);
         free(offer);
-        st.seconds = now_s() - t0;
+        st.seconds = ckpt_now_s() - t0;
         if (report)
             report(arg, &st);
         if (rc < 0)

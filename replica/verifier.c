@@ -16,6 +16,7 @@
 
 #include "sum.h"
 #include "verifier.h"
+#include "util.h"
 
 struct ckpt_verifier {
     const struct ckpt_store *st;
@@ -32,13 +33,6 @@ struct ckpt_verifier {
     double busy_s;
     char why[256];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int needed(const struct ckpt_store_tx *tx, uint64_t c)
 {
@@ -101,9 +95,9 @@ static void *work(void *arg)
         }
         uint64_t c = held ? v->queue[v->next] : 0;
         pthread_mutex_unlock(&v->lock);
-        double t0 = now_s();
+        double t0 = ckpt_now_s();
         int rc = held ? ckpt_store_verify(v->st, v->tx, c, why, sizeof(why)) : stream(v, n, why, sizeof(why));
-        double t1 = now_s();
+        double t1 = ckpt_now_s();
         pthread_mutex_lock(&v->lock);
         v->busy_s += t1 - t0;
         v->next += held;

@@ -21,6 +21,7 @@
 
 #include "auth.h"
 #include "wire.h"
+#include "util.h"
 
 /* "HOST:PORT" or "[HOST]:PORT" -> host, port. */
 static int split(const char *hostport, char *host, size_t hostlen, const char **port)
@@ -254,13 +255,6 @@ int ckpt_wire_send(int fd, uint16_t type, const void *a, size_t alen, const void
     return 0;
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 /* Reads what fd has ready, up to n bytes, without waiting: the count, 0
  * when nothing is ready, or -errno (-ECONNRESET at the end).  Works on any
  * fd (the tests put pipes in place of sockets). */
@@ -366,14 +360,14 @@ int ckpt_wire_recv_some(int fd, struct ckpt_wire_rx *rx, uint16_t *type, void **
 int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_t *len)
 {
     struct ckpt_wire_rx rx = {0};
-    long long deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    long long deadline = timeout_ms < 0 ? -1 : ckpt_now_ms() + timeout_ms;
 
     for (;;) {
         int rc = ckpt_wire_recv_some(fd, &rx, type, payload, len);
         if (rc != 0)
             return rc < 0 ? rc : 0;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int ms = deadline < 0 ? -1 : (int)(deadline - now_ms());
+        int ms = deadline < 0 ? -1 : (int)(deadline - ckpt_now_ms());
         if (deadline >= 0 && ms <= 0)
             rc = -ETIMEDOUT;
         else if ((rc = poll(&pfd, 1, ms)) < 0 && errno == EINTR)

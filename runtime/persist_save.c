@@ -32,6 +32,7 @@
 #include "log.h"
 #include "persist_int.h"
 #include "replay.h"
+#include "util.h"
 
 /* One rank's committed snapshot and log, mapped. */
 struct src {
@@ -62,13 +63,6 @@ struct save {
     bool new_job[CKPT_PERSIST_MAX_DIRS]; /* job dir too: its entry must be synced */
     int lock;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void close_src(struct src *s)
 {
@@ -470,7 +464,7 @@ int ckpt_persist_generation(struct ckpt_persist *p, const struct ckpt_persist_re
     sv->p = p;
     sv->rq = rq;
     sv->lock = -1;
-    double t0 = now_s();
+    double t0 = ckpt_now_s();
     if ((rc = open_sources(sv, why, whylen)) < 0 || (rc = plan(sv, why, whylen)) < 0 ||
         (rc = make_dirs(sv, &j, why, whylen)) < 0)
         goto out;
@@ -486,7 +480,7 @@ int ckpt_persist_generation(struct ckpt_persist *p, const struct ckpt_persist_re
     }
     if ((rc = commit(sv, why, whylen)) < 0)
         goto out;
-    *st = (struct ckpt_persist_stats){.iteration = sv->iteration, .nranks = rq->nranks, .seconds = now_s() - t0,
+    *st = (struct ckpt_persist_stats){.iteration = sv->iteration, .nranks = rq->nranks, .seconds = ckpt_now_s() - t0,
                                       .registered = p->rings[0].fixed, .direct_bytes = j.direct};
     for (unsigned d = 0; d < p->ndirs; d++)
         st->moved_bytes += sv->stripe[d];

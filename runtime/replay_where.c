@@ -17,6 +17,7 @@
 
 #include "replay.h"
 #include "replay_int.h"
+#include "util.h"
 
 #define STUB_MAGIC "CKPTRLGD"
 #define STUB_BYTES 4096
@@ -30,7 +31,7 @@ void rlog_path(char *out, size_t n, const char *dir)
  * the old file or the stub, never half of one. */
 int rlog_write_stub(const char *dir, const char *disk, char *why, size_t whylen)
 {
-    char path[PATH_MAX + 16], tmp[PATH_MAX + 24], stub[STUB_BYTES] = STUB_MAGIC;
+    char path[PATH_MAX + 16], stub[STUB_BYTES] = STUB_MAGIC;
     uint32_t version = FILE_VERSION;
     size_t n = strlen(disk);
 
@@ -41,19 +42,10 @@ int rlog_write_stub(const char *dir, const char *disk, char *why, size_t whylen)
     memcpy(stub + 8, &version, sizeof(version));
     memcpy(stub + 16, disk, n + 1);
     rlog_path(path, sizeof(path), dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int f = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    bool ok = f >= 0 && write(f, stub, 16 + n + 1) == (ssize_t)(16 + n + 1);
-    int e = errno;
-    if (f >= 0 && close(f) < 0)
-        ok = false;
-    if (!ok || rename(tmp, path) < 0) {
-        e = ok ? errno : e;
-        snprintf(why, whylen, "cannot write %s: %s", path, strerror(e));
-        unlink(tmp);
-        return -e;
-    }
-    return 0;
+    int rc = ckpt_write_whole(path, stub, 16 + n + 1);
+    if (rc < 0)
+        snprintf(why, whylen, "cannot write %s: %s", path, strerror(-rc));
+    return rc;
 }
 
 /* Opens the log of the rank directory dir with flags: the arena's

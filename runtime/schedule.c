@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "schedule.h"
+#include "util.h"
 
 #define MAX_ITERS 64
 
@@ -154,28 +155,15 @@ static uint64_t checksum(const struct ckpt_sched_profile *p)
 
 int ckpt_sched_write(const char *dir, struct ckpt_sched_profile *p)
 {
-    char path[4096], tmp[4096 + 8];
-    int rc = 0;
+    char path[4096];
 
     if (snprintf(path, sizeof(path), "%s/%s", dir, CKPT_SCHED_FILE) >= (int)sizeof(path))
         return -ENAMETOOLONG;
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     memcpy(p->magic, CKPT_SCHED_MAGIC, sizeof(p->magic));
     p->version = CKPT_SCHED_VERSION;
     p->bytes = sizeof(*p);
     p->sum = checksum(p);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return -errno;
-    ssize_t w = write(fd, p, sizeof(*p));
-    if (w != (ssize_t)sizeof(*p))
-        rc = w < 0 ? -errno : -EIO;
-    close(fd);
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = -errno;
-    if (rc < 0)
-        unlink(tmp);
-    return rc;
+    return ckpt_write_whole(path, p, sizeof(*p));
 }
 
 int ckpt_sched_read(const char *dir, struct ckpt_sched_profile *p, char *why, size_t whylen)
@@ -251,20 +239,13 @@ static uint64_t longest_gap(const struct ckpt_sched_profile *p)
     return wrap > best ? wrap : best;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 int ckpt_sched_wait(struct ckpt_sched_reader *r, uint64_t bytes, uint64_t bytes_per_s, unsigned max_ms)
 {
-    uint64_t t0 = mono_ns(), deadline = t0 + (uint64_t)max_ms * 1000000ULL;
+    uint64_t t0 = ckpt_now_ns(), deadline = t0 + (uint64_t)max_ms * 1000000ULL;
     char why[256];
 
     for (;;) {
-        uint64_t now = mono_ns();
+        uint64_t now = ckpt_now_ns();
         if (!r->have || now - r->read_ns > 1000000) {
             r->have = ckpt_sched_read(r->dir, &r->p, why, sizeof(why)) == 0;
             r->read_ns = now;

@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "timeline.h"
+#include "util.h"
 
 _Static_assert((CKPT_TL_CAP & (CKPT_TL_CAP - 1)) == 0, "CKPT_TL_CAP must be a power of two");
 
@@ -26,13 +27,6 @@ static struct {
 } ring[CKPT_TL_CAP];
 static uint64_t head;      /* events ever claimed */
 static uint64_t iteration = 1;
-
-uint64_t ckpt_tl_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 uint64_t ckpt_tl_iteration(void)
 {
@@ -149,30 +143,16 @@ static union {
 
 int ckpt_tl_write(const char *dir, uint32_t rank)
 {
-    char path[4096], tmp[4096 + 8];
+    char path[4096];
     uint64_t it = ckpt_tl_iteration(), dropped;
-    int rc = 0;
 
     if (snprintf(path, sizeof(path), "%s/%s", dir, CKPT_TL_FILE) >= (int)sizeof(path))
         return -ENAMETOOLONG;
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     pthread_mutex_lock(&write_lock);
     struct ckpt_tl_event *ev = (struct ckpt_tl_event *)(image.bytes + sizeof(struct ckpt_tl_header));
     size_t n = ckpt_tl_collect(it > CKPT_TL_ITERS ? it - CKPT_TL_ITERS : 0, ev, &dropped);
     size_t len = ckpt_tl_encode(image.bytes, rank, ev, n, dropped);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        rc = -errno;
-    else {
-        ssize_t w = write(fd, image.bytes, len);
-        if (w != (ssize_t)len)
-            rc = w < 0 ? -errno : -EIO;
-        close(fd);
-        if (rc == 0 && rename(tmp, path) < 0)
-            rc = -errno;
-        if (rc < 0)
-            unlink(tmp);
-    }
+    int rc = ckpt_write_whole(path, image.bytes, len);
     pthread_mutex_unlock(&write_lock);
     return rc;
 }

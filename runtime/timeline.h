@@ -76,9 +76,6 @@ void ckpt_tl_add(const struct ckpt_tl_event *e);
 uint64_t ckpt_tl_iteration(void);
 void ckpt_tl_set_iteration(uint64_t in_progress);
 
-/* CLOCK_MONOTONIC in ns. */
-uint64_t ckpt_tl_now(void);
-
 /* Copies the ring's events of iterations >= from_iter, oldest first, into
  * out (room for CKPT_TL_CAP).  Returns the count; *dropped counts events
  * lost to wrap-around or to a writer still filling them. */

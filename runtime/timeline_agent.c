@@ -18,17 +18,17 @@
 #include <unistd.h>
 
 #include "timeline.h"
+#include "util.h"
 
 int ckpt_tl_agent_add(const char *rankdir, const struct ckpt_tl_event *e)
 {
-    char path[4096], tmp[4096 + 8], why[128];
+    char path[4096], why[128];
     size_t cap = sizeof(struct ckpt_tl_header) + (CKPT_TL_CAP + 1) * sizeof(struct ckpt_tl_event);
     struct ckpt_tl_header h;
     int rc = 0;
 
     if (snprintf(path, sizeof(path), "%s/%s", rankdir, CKPT_TL_AGENT_FILE) >= (int)sizeof(path))
         return -ENAMETOOLONG;
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int dfd = open(rankdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return -errno;
@@ -53,19 +53,7 @@ int ckpt_tl_agent_add(const char *rankdir, const struct ckpt_tl_event *e)
     }
     ev[n++] = *e;
     size_t len = ckpt_tl_encode(buf, 0, ev, n, 0);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-        rc = -errno;
-    } else {
-        ssize_t w = write(fd, buf, len);
-        if (w != (ssize_t)len)
-            rc = w < 0 ? -errno : -EIO;
-        close(fd);
-        if (rc == 0 && rename(tmp, path) < 0)
-            rc = -errno;
-        if (rc < 0)
-            unlink(tmp);
-    }
+    rc = ckpt_write_whole(path, buf, len);
     flock(dfd, LOCK_UN);
     close(dfd);
     free(buf);

@@ -16,6 +16,7 @@
 
 #include "schedule.h"
 #include "check.h"
+#include "util.h"
 
 #define MS 1000000ULL
 
@@ -159,12 +160,12 @@ int main(void)
     struct ckpt_sched_reader r;
     CHECK(ckpt_sched_reader_open(&r, dir) == 0, "reader");
     CHECK(ckpt_sched_wait(&r, 1 << 20, 1000000000ULL, 10) == 0, "no schedule must not hold the agent");
-    p.anchor_ns = ckpt_tl_now();
+    p.anchor_ns = ckpt_now_ns();
     CHECK(ckpt_sched_write(dir, &p) == 0, "write");
     CHECK(ckpt_sched_wait(&r, 10ULL << 30, 1000000000ULL, 10) == -E2BIG, "10 GiB in a 100 ms period accepted");
-    uint64_t t0 = ckpt_tl_now();
+    uint64_t t0 = ckpt_now_ns();
     int rc = ckpt_sched_wait(&r, 1 << 20, 1000000000ULL, 500);
-    uint64_t at_ns = ckpt_tl_now();
+    uint64_t at_ns = ckpt_now_ns();
     CHECK(rc == 0 && ckpt_sched_idle_left(&p, at_ns) >= 1000000, "wait %d: returned with %llu ns idle", rc,
           (unsigned long long)ckpt_sched_idle_left(&p, at_ns));
     CHECK(at_ns - t0 < 200 * MS, "waited %llu ms for a gap in a 100 ms period", (unsigned long long)(at_ns - t0) / MS);

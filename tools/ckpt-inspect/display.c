@@ -11,13 +11,7 @@
 #include <unistd.h>
 
 #include "inspect.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "util.h"
 
 static void draw(struct progress *p)
 {
@@ -34,7 +28,7 @@ static void draw(struct progress *p)
             p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100,
             human_bytes(p->done, done, sizeof(done)), human_bytes(p->total, total, sizeof(total)));
     fflush(stderr);
-    p->last_draw = now_s();
+    p->last_draw = ckpt_now_s();
 }
 
 void progress_start(struct progress *p, const char *what, uint64_t total)
@@ -51,7 +45,7 @@ void progress_start(struct progress *p, const char *what, uint64_t total)
 void progress_add(struct progress *p, uint64_t n)
 {
     p->done += n;
-    if (p->tty && now_s() - p->last_draw >= 0.1)
+    if (p->tty && ckpt_now_s() - p->last_draw >= 0.1)
         draw(p);
 }
 

@@ -38,6 +38,7 @@
 #include "schedule.h"
 #include "timeline.h"
 #include "wire.h"
+#include "util.h"
 
 struct args {
     const char *listen, *dir, *to, *node, *provider, *sched_dir;
@@ -159,7 +160,7 @@ static int pace(void *arg, uint64_t chunk, uint64_t sent)
     (void)chunk;
     if (p->sched) {
         /* The rate so far (1 GB/s before any): how long the chunk will hold the link. */
-        uint64_t dt = ckpt_tl_now() - p->t0, rate = sent && dt ? (uint64_t)(sent * 1e9 / dt) : 1000000000ULL;
+        uint64_t dt = ckpt_now_ns() - p->t0, rate = sent && dt ? (uint64_t)(sent * 1e9 / dt) : 1000000000ULL;
         int rc = ckpt_sched_wait(p->sched, p->chunk_bytes, rate, 1000);
         if (rc == -E2BIG)
             ckpt_log_once(CKPT_WARN, "a %llu-byte chunk fits in no idle gap of %s: sent as it comes",
@@ -216,10 +217,10 @@ static int send_one(const struct args *a, const char *path, struct ckpt_fab *f, 
         goto out;
     }
     struct ckpt_sched_reader sched;
-    struct pacing p = {f, a->pause_set ? a->pause_after : 0, NULL, h.chunk_bytes, ckpt_tl_now()};
+    struct pacing p = {f, a->pause_set ? a->pause_after : 0, NULL, h.chunk_bytes, ckpt_now_ns()};
     if (a->sched_dir && ckpt_sched_reader_open(&sched, a->sched_dir) == 0)
         p.sched = &sched;
-    uint64_t t0 = ckpt_tl_now();
+    uint64_t t0 = ckpt_now_ns();
     if (ckpt_replica_send(f, ctl, peer, image, sb.st_size, src, a->pause_set || p.sched ? pace : NULL, &p, &st) <
         0) {
         ckpt_log(CKPT_ERROR, "job %s rank %u generation %llu to %s: %s", st.job, st.rank,
@@ -227,7 +228,7 @@ static int send_one(const struct args *a, const char *path, struct ckpt_fab *f, 
         goto out;
     }
     if (a->sched_dir) { /* the send on the rank's timeline, as the node agent records it */
-        struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_tl_now(), .arg = st.bytes_sent,
+        struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_now_ns(), .arg = st.bytes_sent,
                                   .kind = CKPT_TL_NET, .detail = (uint32_t)st.iteration};
         int trc = ckpt_tl_agent_add(a->sched_dir, &e);
         if (trc < 0)

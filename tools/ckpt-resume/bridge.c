@@ -487,9 +487,9 @@ static void renew(double now)
     if (rc == 0) {
         if (B.paused)
             ckpt_log(CKPT_INFO, "etcd has its quorum again after %.1f s: the job's coordination goes on",
-                     now_s() - B.paused_since);
+                     ckpt_now_s() - B.paused_since);
         B.paused = false;
-        B.renewed = now_s();
+        B.renewed = ckpt_now_s();
         return;
     }
     /* The others wait the whole TTL before they take the node as lost;
@@ -585,7 +585,7 @@ static void *run(void *arg)
         if (poll(p, k, wait_ms) > 0 && p[0].revents)
             break;
         unsigned moved = B.moved;
-        renew(now_s());
+        renew(ckpt_now_s());
         if (!B.paused) {
             leadership();
             flush();
@@ -655,25 +655,25 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     if ((rc = etcd_lease_grant(B.e, ttl, &B.lease, why, whylen)) < 0)
         return rc;
     B.ttl_s = ttl;
-    B.renewed = now_s();
+    B.renewed = ckpt_now_s();
     if (etcd_local_ip(B.e, B.ip, sizeof(B.ip)) < 0)
         snprintf(B.ip, sizeof(B.ip), "127.0.0.1");
     /* A node rank whose lease has not expired yet is still taken: a
      * replacement waits for it (up to 10 x the TTL). */
-    double give_up = now_s() + 10 * B.ttl_s;
+    double give_up = ckpt_now_s() + 10 * B.ttl_s;
     bool said = false;
     while ((rc = claim(opt->node_rank, why, whylen)) == 0) {
         if (!said)
             ckpt_log(CKPT_INFO, "%s: waiting for %s to be free", opt->etcd,
                      opt->node_rank >= 0 ? "this node rank" : "a node rank");
         said = true;
-        if (now_s() > give_up) {
+        if (ckpt_now_s() > give_up) {
             snprintf(why, whylen, "no node rank of job %s came free in %g s: %d nodes are in it already",
                      opt->job_name, 10 * B.ttl_s, opt->nnodes);
             return -EBUSY;
         }
         etcd_keepalive(B.e, B.lease, NULL, why, whylen);
-        B.renewed = now_s();
+        B.renewed = ckpt_now_s();
         usleep(500 * 1000);
     }
     if (rc < 0)

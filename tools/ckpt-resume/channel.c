@@ -146,7 +146,7 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
         break;
     case CKPT_MSG_BOUNDARY:
         r->ticking = true;
-        r->boundary_s = now_s();
+        r->boundary_s = ckpt_now_s();
         r->iteration = m->iteration;
         r->skipped = m->generation;
         if (r->committed_iteration && m->iteration - r->committed_iteration > c->worst_lag &&
@@ -169,7 +169,7 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
         ckpt_log(CKPT_DEBUG, "rank %u restored iteration %llu", m->rank, (unsigned long long)m->iteration);
         /* Started ranks are known only with --nproc; a wrapped launcher's are not. */
         if (!opt->wrap && c->restored == opt->nproc)
-            c->restored_s = now_s();
+            c->restored_s = ckpt_now_s();
         if (!opt->wrap && c->restored == opt->nproc)
             ckpt_log(CKPT_INFO, "%s restored iteration %llu (generation %llu) and run%s on",
                      opt->nproc == 1 ? "the rank" : "all ranks", (unsigned long long)m->iteration,
@@ -280,7 +280,7 @@ void channel_ended(struct channel *c, pid_t pid)
  */
 int channel_hung(struct channel *c, double timeout_s, double *next_s)
 {
-    double now = now_s();
+    double now = ckpt_now_s();
     int hung = -1;
 
     *next_s = -1;

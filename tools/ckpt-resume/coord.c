@@ -58,7 +58,7 @@ void coord_tell(struct coord *c, unsigned j, uint16_t type, const void *a, size_
     if (rc < 0)
         drop(c, j, strerror(-rc));
     else
-        nd->sent = now_s();
+        nd->sent = ckpt_now_s();
 }
 
 void coord_tell_all(struct coord *c, uint16_t type, const void *a, size_t alen)
@@ -93,7 +93,7 @@ static void stop_all(struct coord *c, const char *why)
         c->nodes[j].joined = false;
     }
     c->phase = GATHER;
-    c->gather_since = now_s();
+    c->gather_since = ckpt_now_s();
     c->failed_launch = true;
     c->replicating = 0;
 }
@@ -339,7 +339,7 @@ static void gathered(struct coord *c)
     for (unsigned j = 0; j < c->n; j++) {
         if (c->nodes[j].joined)
             continue;
-        if (now_s() - c->gather_since > 10 * c->timeout_s) {
+        if (ckpt_now_s() - c->gather_since > 10 * c->timeout_s) {
             char why[160];
             snprintf(why, sizeof(why), "node %u did not join within %g s (10 x CKPT_NODE_TIMEOUT); giving up", j,
                      10 * c->timeout_s);
@@ -384,12 +384,12 @@ static void gathered(struct coord *c)
                 return;
             }
             c->restarts++;
-            c->resume_at = now_s() + backoff_s(c->opt, c->restarts);
+            c->resume_at = ckpt_now_s() + backoff_s(c->opt, c->restarts);
             ckpt_log(CKPT_INFO, "restart %d of %d in %g s", c->restarts, c->opt->max_restarts,
                      backoff_s(c->opt, c->restarts));
         }
     }
-    if (now_s() < c->resume_at)
+    if (ckpt_now_s() < c->resume_at)
         return;
     plan(c);
 }
@@ -421,7 +421,7 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     /* Through etcd only the agent holding the node's rank reaches here
      * (bridge.c): a JOIN on a new connection is that node's new agent. */
     else if (!c->opt->etcd && c->nodes[jn->node].fd >= 0 && c->nodes[jn->node].fd != fd &&
-             now_s() - c->nodes[jn->node].heard < 2 * HEARTBEAT_S)
+             ckpt_now_s() - c->nodes[jn->node].heard < 2 * HEARTBEAT_S)
         snprintf(why, sizeof(why), "node %u is already in the job", jn->node);
     else if (memchr(jn->replica.hostport, '\0', sizeof(jn->replica.hostport)) == NULL)
         snprintf(why, sizeof(why), "a malformed replica address");
@@ -457,7 +457,7 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     nd->plan_restarts = jn->restarts;
     nd->joined = true;
     nd->done = false;
-    nd->heard = now_s();
+    nd->heard = ckpt_now_s();
     ckpt_log(CKPT_DEBUG, "node %u joined (%u copies held, replicas at %s)", jn->node, jn->nheld,
              jn->replica.hostport);
     return (int)jn->node;
@@ -510,7 +510,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         struct coord_iter m = { .iteration = c->restore, .value = c->target };
         coord_tell_all(c, COORD_LAUNCH, &m, sizeof(m));
         c->phase = RUN;
-        c->durable_at = now_s();
+        c->durable_at = ckpt_now_s();
         /* The restore point may have come from the ranks' own arenas only,
          * and the peers' copies of an older one are about to be the only
          * others left: the first round makes it durable (the chunks the
@@ -519,7 +519,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
             struct coord_iter r = { .iteration = c->restore, .value = COORD_AGAIN };
             c->replicating = c->restore;
             c->replicate_value = COORD_AGAIN;
-            c->replicate_at = now_s();
+            c->replicate_at = ckpt_now_s();
             coord_tell_all(c, COORD_REPLICATE, &r, sizeof(r));
         }
         return;
@@ -654,7 +654,7 @@ bool coord_turn(struct coord *c, int timeout_ms)
         return false;
     if (pfd[0].revents)
         return false;
-    double now = now_s();
+    double now = ckpt_now_s();
     /* From the last down: unpend() moves the last entry into the one it frees. */
     for (int i = c->npending - 1; i >= 0; i--) {
         if (pfd[2 + i].revents)
@@ -765,7 +765,7 @@ int coord_open(struct coord **out, const struct options *opt, const char *master
     }
     ckpt_log(CKPT_INFO, "coordinating %u nodes x %d rank%s on %s", c->n, opt->nproc, opt->nproc == 1 ? "" : "s",
              c->bound);
-    c->gather_since = now_s();
+    c->gather_since = ckpt_now_s();
     return 0;
 }
 
@@ -798,7 +798,7 @@ void coord_lost(struct coord *c, unsigned node, const char *host)
     struct node *nd = &c->nodes[node];
     snprintf(nd->addr.hostport, sizeof(nd->addr.hostport), strchr(host, ':') ? "[%s]:0" : "%s:0", host);
     nd->unfenced = true;
-    nd->fence_due = nd->fence_since = now_s();
+    nd->fence_due = nd->fence_since = ckpt_now_s();
     ckpt_log(CKPT_INFO, "node %u led the job until its lease ended: it is fenced before the job goes on", node);
 }
 

@@ -51,7 +51,7 @@ void coord_held(struct coord *c)
         struct coord_iter m = { .iteration = it };
         c->replicating = it;
         c->replicate_value = 0;
-        c->replicate_at = now_s();
+        c->replicate_at = ckpt_now_s();
         c->lead /= 2;
         coord_tell_all(c, COORD_REPLICATE, &m, sizeof(m));
         return;
@@ -90,7 +90,7 @@ void coord_held(struct coord *c)
     struct coord_iter m = { .iteration = c->durable, .value = c->target };
     ckpt_log(CKPT_DEBUG, "the nodes keep different iterations (the latest learned the target %llu iterations "
              "late); next target %llu", (unsigned long long)late, (unsigned long long)c->target);
-    c->durable_at = now_s();
+    c->durable_at = ckpt_now_s();
     coord_tell_all(c, COORD_DURABLE, &m, sizeof(m));
 }
 
@@ -122,7 +122,7 @@ void coord_replicated(struct coord *c, unsigned j, const struct coord_status *st
     for (unsigned i = 0; i < c->n; i++)
         c->nodes[i].held_in = false;
     struct coord_iter m = { .iteration = c->durable, .value = c->target };
-    c->durable_at = now_s();
+    c->durable_at = ckpt_now_s();
     coord_tell_all(c, COORD_DURABLE, &m, sizeof(m));
 }
 

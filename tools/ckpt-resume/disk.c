@@ -26,6 +26,7 @@
 #include "persist.h"
 #include "resume.h"
 #include "timeline.h"
+#include "util.h"
 
 /*
  * Opens the engine when CKPT_PERSIST_DIRS is set.  CKPT_PERSIST_EVERY=0
@@ -113,13 +114,13 @@ static void *worker(void *arg)
     struct ckpt_persist_stats st;
     char why[512];
 
-    uint64_t t0 = ckpt_tl_now();
+    uint64_t t0 = ckpt_now_ns();
     int rc = ckpt_persist_generation(d->engine, &rq, &st, why, sizeof(why));
     if (d->own_pin)
         unlink(d->pin);
     if (rc == 0) {
         /* The write on each rank's timeline (its disk-writes lane). */
-        struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_tl_now(), .arg = st.logical_bytes / st.nranks,
+        struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_now_ns(), .arg = st.logical_bytes / st.nranks,
                                   .kind = CKPT_TL_DISK, .detail = (uint32_t)st.iteration};
         char dir[PATH_MAX];
         for (unsigned i = 0; i < d->nranks; i++)

@@ -90,7 +90,7 @@ static int send_msg(struct member *m, uint16_t type, const void *a, size_t alen,
         hang_up(m);
         return rc;
     }
-    m->sent = now_s();
+    m->sent = ckpt_now_s();
     return 0;
 }
 
@@ -113,12 +113,12 @@ static void *beat_loop(void *arg)
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
         pthread_cond_timedwait(&m->beat.cond, &m->beat.lock, &ts);
-        if (m->beat.on && now_s() - m->sent >= HEARTBEAT_S) {
+        if (m->beat.on && ckpt_now_s() - m->sent >= HEARTBEAT_S) {
             int rc = ckpt_wire_send(m->fd, COORD_HEARTBEAT, NULL, 0, NULL, 0);
             if (rc < 0)
                 m->beat.error = rc;
             else
-                m->sent = now_s();
+                m->sent = ckpt_now_s();
         }
     }
     pthread_mutex_unlock(&m->beat.lock);
@@ -151,7 +151,7 @@ static int connect_coord(struct job *job, struct member *m)
 {
     const struct options *opt = job->opt;
     char why[256];
-    double give_up = now_s() + 10 * m->timeout_s;
+    double give_up = ckpt_now_s() + 10 * m->timeout_s;
     bool said = false;
 
     for (;;) {
@@ -166,7 +166,7 @@ static int connect_coord(struct job *job, struct member *m)
         if (!said)
             ckpt_log(CKPT_INFO, "waiting for the coordinator at %s (%s)", opt->coord, why);
         said = true;
-        if (now_s() > give_up) {
+        if (ckpt_now_s() > give_up) {
             ckpt_log(CKPT_ERROR, "no coordinator at %s for %g s (CKPT_COORD, CKPT_NODE_TIMEOUT): giving up",
                      opt->coord, 10 * m->timeout_s);
             return -ETIMEDOUT;
@@ -181,7 +181,7 @@ static int connect_coord(struct job *job, struct member *m)
         snprintf(m->ip, sizeof(m->ip), "%s", bridge_ip()); /* the bridge is on loopback */
     else if (ckpt_wire_local_ip(m->fd, m->ip, sizeof(m->ip)) < 0)
         snprintf(m->ip, sizeof(m->ip), "127.0.0.1");
-    m->heard = m->sent = now_s();
+    m->heard = m->sent = ckpt_now_s();
     return 0;
 }
 
@@ -488,7 +488,7 @@ static void take(struct job *job, struct member *m, uint16_t type, const void *m
 void member_events(struct job *job, const struct pollfd *pfd)
 {
     struct member *m = job->member;
-    double now = now_s();
+    double now = ckpt_now_s();
 
     /* Every whole message; a part of one waits for the next wake-up. */
     for (int rc = 1; rc > 0 && m->fd >= 0 && pfd[0].fd == m->fd && pfd[0].revents;) {
@@ -543,7 +543,7 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
             return -ENOTCONN;
         struct pollfd p[2] = { { .fd = m->fd, .events = POLLIN }, { .fd = job->sigfd, .events = POLLIN } };
         int n = poll(p, 2, (int)(HEARTBEAT_S * 1000));
-        double now = now_s();
+        double now = ckpt_now_s();
         if (n < 0 && errno != EINTR)
             return -errno;
         if (p[1].revents) {
@@ -676,13 +676,13 @@ static void settle(struct job *job, struct member *m)
             if ((rc = recv_msg(m, &type, &msg, &len)) < 0)
                 lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
             if (rc > 0) {
-                m->heard = now_s();
+                m->heard = ckpt_now_s();
                 if (type != COORD_REPLICATE) /* no new round: the launch is over */
                     take(job, m, type, msg, len); /* a STOP or FINISH is kept for after */
             }
             free(msg);
         }
-        if (m->fd >= 0 && now_s() - m->sent >= HEARTBEAT_S)
+        if (m->fd >= 0 && ckpt_now_s() - m->sent >= HEARTBEAT_S)
             send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
     }
 }

@@ -382,7 +382,7 @@ void metrics_update(const struct job *job, bool now)
 {
     if (!M.daemon)
         return;
-    double t = now_s();
+    double t = ckpt_now_s();
     if (!now && t - M.rendered_s < RENDER_S)
         return;
     M.rendered_s = t;

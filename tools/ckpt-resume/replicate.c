@@ -39,6 +39,7 @@
 #include "schedule.h"
 #include "timeline.h"
 #include "wire.h"
+#include "util.h"
 
 /* A replay log travels as LOG {rank, size, job} then its bytes in pieces, then LOG_END {xxh3}; one reply. */
 enum { REP_LOG = 96, REP_LOG_DATA, REP_LOG_END, REP_LOG_RESULT };
@@ -352,7 +353,7 @@ static int pace(void *arg, uint64_t chunk, uint64_t sent)
     uint64_t bytes = off >= p->data_bytes ? 0 : p->data_bytes - off < p->chunk_bytes ? p->data_bytes - off
                                                                                       : p->chunk_bytes;
     /* The rate so far (1 GB/s before any): how long the chunk will hold the link. */
-    uint64_t dt = ckpt_tl_now() - p->t0, rate = sent && dt ? (uint64_t)(sent * 1e9 / dt) : 1000000000ULL;
+    uint64_t dt = ckpt_now_ns() - p->t0, rate = sent && dt ? (uint64_t)(sent * 1e9 / dt) : 1000000000ULL;
     if (bytes && ckpt_sched_wait(&p->sched, bytes, rate, 1000) == -E2BIG)
         ckpt_log_once(CKPT_DEBUG, "a %llu-byte chunk fits in no idle gap of %s: sent as it comes",
                       (unsigned long long)bytes, p->sched.dir);
@@ -367,7 +368,7 @@ static int pace(void *arg, uint64_t chunk, uint64_t sent)
 static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, const char *to, bool paced, char *why,
                      size_t whylen)
 {
-    struct pacing pc = { .t0 = ckpt_tl_now() };
+    struct pacing pc = { .t0 = ckpt_now_ns() };
     struct ckpt_replica_stats st;
     struct ckpt_fab_region *src = NULL;
     void *image;
@@ -424,7 +425,7 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
     } else {
         ckpt_log(CKPT_DEBUG, "rank %d iteration %llu to %s: %llu bytes in %.3f s", rank, (unsigned long long)it, to,
                  (unsigned long long)st.bytes_sent, st.seconds);
-        struct ckpt_tl_event ev = { .start_ns = pc.t0, .end_ns = ckpt_tl_now(), .arg = st.bytes_sent,
+        struct ckpt_tl_event ev = { .start_ns = pc.t0, .end_ns = ckpt_now_ns(), .arg = st.bytes_sent,
                                     .kind = CKPT_TL_NET };
         if (paced)
             ckpt_tl_agent_add(dir, &ev); /* the rank's timeline shows the agent's sends beside its collectives */

@@ -39,11 +39,11 @@ double backoff_s(const struct options *opt, int n)
  */
 static bool backoff(struct job *job, int n)
 {
-    double delay = backoff_s(job->opt, n), end = now_s() + delay;
+    double delay = backoff_s(job->opt, n), end = ckpt_now_s() + delay;
 
     if (delay > 0)
         ckpt_log(CKPT_INFO, "restart %d of %d in %g s", n, job->opt->max_restarts, delay);
-    for (double left = delay; left > 0; left = end - now_s()) {
+    for (double left = delay; left > 0; left = end - ckpt_now_s()) {
         int sig = job_wait_signal(job, (int)(left * 1000) + 1);
         if (sig) {
             ckpt_log(CKPT_INFO, "got %s while waiting to restart; not restarting", sig_name(sig));
@@ -212,7 +212,7 @@ int job_run(struct job *job, int *restarts)
         }
         ++*restarts;
         metrics_restart();
-        since = out->failed_s > 0 ? out->failed_s : now_s();
+        since = out->failed_s > 0 ? out->failed_s : ckpt_now_s();
         if (!backoff(job, *restarts))
             break;
         restore = restart_point(job);

@@ -19,6 +19,7 @@
 
 #include "follow.h"
 #include "format.h"
+#include "util.h"
 
 #define RESUME_MAX_NPROC 4096
 #define RESUME_MAX_RESTARTS 1000
@@ -200,8 +201,7 @@ int job_launch(struct job *job, uint64_t restore);
 void job_new_master_port(struct job *job);
 void job_close(struct job *job);
 
-/* watch.c (now_s: CLOCK_MONOTONIC seconds; sig_name: "SIGTERM") */
-double now_s(void);
+/* watch.c (sig_name: "SIGTERM") */
 void job_watch(struct job *job);
 void job_stop(struct job *job, int sig);
 /* Between launches: waits up to timeout_ms for a signal to ckpt-resume,

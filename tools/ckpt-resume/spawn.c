@@ -130,7 +130,7 @@ static void start(struct spawn *s, unsigned j)
     l->due = 0;
     if (!env) {
         ckpt_log(CKPT_WARN, "cannot start node %u: %s", j, strerror(ENOMEM));
-        l->due = now_s() + 1;
+        l->due = ckpt_now_s() + 1;
         return;
     }
     pid_t pid = fork();
@@ -143,7 +143,7 @@ static void start(struct spawn *s, unsigned j)
     node_env_free(env);
     if (pid < 0) {
         ckpt_log(CKPT_WARN, "cannot start node %u: %s", j, strerror(err));
-        l->due = now_s() + 1;
+        l->due = ckpt_now_s() + 1;
         return;
     }
     l->pid = pid;
@@ -191,7 +191,7 @@ int spawn_open(struct spawn **out, const struct options *opt)
         s->argv[k] = (char *)head[k];
     for (size_t i = 0; i < ncmd; i++)
         s->argv[k++] = opt->cmd[i];
-    double now = now_s();
+    double now = ckpt_now_s();
     for (unsigned j = 1; j < s->n; j++)
         s->node[j].due = now;
     *out = s;
@@ -201,7 +201,7 @@ int spawn_open(struct spawn **out, const struct options *opt)
 int spawn_turn(struct spawn *s, bool over, bool (*present)(void *ctx, unsigned j), void *ctx, char *why,
                size_t whylen)
 {
-    double now = now_s();
+    double now = ckpt_now_s();
     for (unsigned j = 1; s && j < s->n; j++) {
         struct launched *l = &s->node[j];
         int status;
@@ -231,7 +231,7 @@ int spawn_turn(struct spawn *s, bool over, bool (*present)(void *ctx, unsigned j
 /* Waits up to @wait_s for every command to end; true when they all have. */
 static bool wait_all(struct spawn *s, double wait_s)
 {
-    double until = now_s() + wait_s;
+    double until = ckpt_now_s() + wait_s;
     for (;;) {
         bool left = false;
         for (unsigned j = 1; j < s->n; j++) {
@@ -242,7 +242,7 @@ static bool wait_all(struct spawn *s, double wait_s)
         }
         if (!left)
             return true;
-        if (now_s() >= until)
+        if (ckpt_now_s() >= until)
             return false;
         usleep((useconds_t)(END_WAIT_S * 1e6));
     }

@@ -153,7 +153,7 @@ static void start(struct job *job)
         sb->ranks[i].pid = pid;
         sb->running++;
     }
-    sb->started_s = now_s();
+    sb->started_s = ckpt_now_s();
     ckpt_log(CKPT_INFO, "started %d standby%s (process group %d, master %s:%s)", opt->nproc,
              opt->nproc == 1 ? "" : "s", (int)sb->pgid, job->master_addr, sb->master_port);
 }
@@ -218,7 +218,7 @@ void standby_tick(struct job *job)
         sb->allowed = low;
     }
     if (sb->started_s && sb->running == job->opt->nproc)
-        check_lag(job, now_s());
+        check_lag(job, ckpt_now_s());
 }
 
 bool standby_owns(const struct job *job, pid_t pid)
@@ -335,7 +335,7 @@ int standby_take_over(struct job *job, uint64_t iteration)
         ckpt_log(CKPT_INFO, "no takeover: %s", sb->lost);
         return -ESRCH;
     }
-    double t0 = now_s(), moved = t0;
+    double t0 = ckpt_now_s(), moved = t0;
     uint64_t where = 0, behind = iteration;
     for (int i = 0; i < opt->nproc; i++) {
         uint64_t at = ckpt_follow_get(&sb->orders[i]->at);
@@ -345,7 +345,7 @@ int standby_take_over(struct job *job, uint64_t iteration)
     ckpt_log(CKPT_INFO, "the standbys take over at iteration %llu (the one furthest behind is at iteration %llu)",
              (unsigned long long)iteration, (unsigned long long)behind);
     while (sb->chan.restored < opt->nproc && !sb->lost[0]) {
-        double now = now_s();
+        double now = ckpt_now_s();
         uint64_t sum = 0;
         bool replaying = false;
         for (int i = 0; i < opt->nproc; i++) {
@@ -382,7 +382,7 @@ int standby_take_over(struct job *job, uint64_t iteration)
         standby_stop(job, sb->lost);
         return -EIO;
     }
-    double took = now_s() - t0;
+    double took = ckpt_now_s() - t0;
     if (swap_in(job, iteration) < 0) {
         ckpt_log(CKPT_ERROR, "cannot go on after the takeover: %s", strerror(ENOMEM));
         return -ENOMEM;

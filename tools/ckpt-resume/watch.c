@@ -28,13 +28,6 @@
  */
 #define KILL_WAIT_S 5.0
 
-double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 const char *sig_name(int sig)
 {
     static __thread char buf[16];
@@ -107,7 +100,7 @@ void job_stop(struct job *job, int sig)
 {
     if (job->phase == JOB_RUNNING) {
         job->phase = JOB_TERMINATING;
-        job->deadline = now_s() + job->opt->kill_grace_s;
+        job->deadline = ckpt_now_s() + job->opt->kill_grace_s;
     }
     job_signal(job, sig);
 }
@@ -140,7 +133,7 @@ static void reaped(struct job *job, pid_t pid, int status)
 
     job->out.exit_code = code;
     job->out.failed_rank = rank;
-    job->out.failed_s = now_s();
+    job->out.failed_s = ckpt_now_s();
     /* A refused restore and a host without room are said and handled apart. */
     job->out.early = !WIFSIGNALED(status) && code != RESUME_EXIT_REFUSED && code != RESUME_EXIT_NO_ROOM &&
                      !channel_ticked(&job->chan);
@@ -218,7 +211,7 @@ static int check_hang(struct job *job)
              (unsigned long long)job->chan.reports[r].iteration);
     job->out.exit_code = RESUME_EXIT_HUNG;
     job->out.failed_rank = r;
-    job->out.failed_s = now_s();
+    job->out.failed_s = ckpt_now_s();
     if (job->member)
         member_failed(job);
     ckpt_log(CKPT_INFO, "stopping the job (SIGTERM, SIGKILL after %gs)", job->opt->kill_grace_s);
@@ -231,7 +224,7 @@ static int timeout_ms(const struct job *job)
 {
     if (job->phase == JOB_RUNNING)
         return -1;
-    double left = job->deadline - now_s();
+    double left = job->deadline - ckpt_now_s();
     return left <= 0 ? 0 : (int)(left * 1000) + 1;
 }
 
@@ -241,7 +234,7 @@ static bool deadline_passed(struct job *job)
     if (job->phase == JOB_TERMINATING) {
         ckpt_log(CKPT_INFO, "the job is still running %gs after SIGTERM; sending SIGKILL", job->opt->kill_grace_s);
         job->phase = JOB_KILLING;
-        job->deadline = now_s() + KILL_WAIT_S;
+        job->deadline = ckpt_now_s() + KILL_WAIT_S;
         job_signal(job, SIGKILL);
         return true;
     }
@@ -326,7 +319,7 @@ static void watch(struct job *job)
             ckpt_log(CKPT_ERROR, "cannot wait for the job: %s", strerror(errno));
             return;
         }
-        if (n == 0 && job->phase != JOB_RUNNING && now_s() >= job->deadline) {
+        if (n == 0 && job->phase != JOB_RUNNING && ckpt_now_s() >= job->deadline) {
             if (!deadline_passed(job))
                 return;
             continue;
@@ -353,7 +346,7 @@ static void watch(struct job *job)
 void job_watch(struct job *job)
 {
     watch(job);
-    job->stopped_s = now_s();
+    job->stopped_s = ckpt_now_s();
     metrics_update(job, true);
     take_refusal(job);
 }

@@ -1,0 +1,28 @@
+/* The shared helpers of util.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "util.h"
+
+int ckpt_write_whole(const char *path, const void *data, size_t len)
+{
+    char tmp[PATH_MAX + 8];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600), rc = 0;
+    if (fd < 0)
+        return -errno;
+    ssize_t w = write(fd, data, len);
+    if (w != (ssize_t)len)
+        rc = w < 0 ? -errno : -EIO;
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = -errno;
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/*
+ * Small helpers that libckpt and its tools share, each written once: the
+ * monotonic clock, and a file written whole or not at all.
+ */
+#ifndef CKPT_UTIL_H
+#define CKPT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* CLOCK_MONOTONIC, in seconds, nanoseconds and milliseconds. */
+static inline double ckpt_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static inline uint64_t ckpt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline long long ckpt_now_ms(void)
+{
+    return (long long)(ckpt_now_ns() / 1000000);
+}
+
+/*
+ * Writes @len bytes of @data to @path (mode 0600) through "@path.tmp"
+ * renamed over it, so that a reader finds the old file or the new one,
+ * never half of one; neither is followed if it is a symbolic link.
+ * Returns 0 or -errno; on failure the temporary file is gone.
+ */
+int ckpt_write_whole(const char *path, const void *data, size_t len);
+
+#endif
