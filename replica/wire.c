@@ -23,35 +23,13 @@
 #include "wire.h"
 #include "util.h"
 
-/* "HOST:PORT" or "[HOST]:PORT" -> host, port. */
-static int split(const char *hostport, char *host, size_t hostlen, const char **port)
-{
-    const char *colon = strrchr(hostport, ':');
-    const char *h = hostport;
-    size_t n;
-
-    if (!colon || !colon[1])
-        return -EINVAL;
-    n = (size_t)(colon - hostport);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h++;
-        n -= 2;
-    }
-    if (n >= hostlen)
-        return -EINVAL;
-    memcpy(host, h, n);
-    host[n] = '\0';
-    *port = colon + 1;
-    return 0;
-}
-
 static int resolve(const char *hostport, int passive, struct addrinfo **ai, char *why, size_t whylen)
 {
     char host[256];
     const char *port;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
 
-    if (split(hostport, host, sizeof(host), &port) < 0) {
+    if (ckpt_hostport_split(hostport, host, sizeof(host), &port) < 0) {
         snprintf(why, whylen, "'%s' is not HOST:PORT", hostport);
         return -EINVAL;
     }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -25,4 +26,20 @@ int ckpt_write_whole(const char *path, const void *data, size_t len)
     if (rc < 0)
         unlink(tmp);
     return rc;
+}
+
+int ckpt_hostport_split(const char *hostport, char *host, size_t hostlen, const char **port)
+{
+    const char *colon = strrchr(hostport, ':'), *h = hostport;
+    if (!colon || !colon[1])
+        return -EINVAL;
+    size_t n = (size_t)(colon - hostport);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']')
+        h++, n -= 2;
+    if (!n || n >= hostlen)
+        return -EINVAL;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = colon + 1;
+    return 0;
 }

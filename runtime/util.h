@@ -1,6 +1,6 @@
 /*
  * Small helpers that libckpt and its tools share, each written once: the
- * monotonic clock, and a file written whole or not at all.
+ * monotonic clock, a file written whole or not at all, HOST:PORT.
  */
 #ifndef CKPT_UTIL_H
 #define CKPT_UTIL_H
@@ -36,5 +36,12 @@ static inline long long ckpt_now_ms(void)
  * Returns 0 or -errno; on failure the temporary file is gone.
  */
 int ckpt_write_whole(const char *path, const void *data, size_t len);
+
+/*
+ * Splits "HOST:PORT" or "[V6]:PORT" into @host (brackets dropped) and
+ * *@port (pointing into @hostport).  Returns 0, or -EINVAL when there is no
+ * port, no host, or the host does not fit @hostlen.
+ */
+int ckpt_hostport_split(const char *hostport, char *host, size_t hostlen, const char **port);
 
 #endif

@@ -205,11 +205,9 @@ static void plan(struct coord *c)
     /* Through etcd the coordinator may run on any node: rank 0's rendezvous
      * is at node 0's address, the one its agent takes replicas at. */
     if (c->master_from_node0) {
-        const char *hp = c->nodes[0].addr.hostport, *colon = strrchr(hp, ':');
-        size_t n = colon ? (size_t)(colon - hp) : strlen(hp);
-        if (n >= 2 && hp[0] == '[' && hp[n - 1] == ']')
-            hp++, n -= 2;
-        snprintf(c->master_addr, sizeof(c->master_addr), "%.*s", (int)n, hp);
+        const char *port;
+        if (ckpt_hostport_split(c->nodes[0].addr.hostport, c->master_addr, sizeof(c->master_addr), &port) < 0)
+            snprintf(c->master_addr, sizeof(c->master_addr), "%s", c->nodes[0].addr.hostport);
     }
     /* a port another process took costs one launch, not every restart (env.c);
      * standbys that take over are the job at their own port, and the next

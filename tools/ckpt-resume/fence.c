@@ -23,6 +23,7 @@
 #include "format.h"
 #include "log.h"
 #include "resume.h"
+#include "util.h"
 
 extern char **environ;
 
@@ -32,20 +33,12 @@ bool fence_wanted(void)
     return cmd && *cmd;
 }
 
-/* The host of HOST:PORT or [V6]:PORT. */
-static void host_of(const char *hostport, char *out, size_t outlen)
-{
-    const char *colon = strrchr(hostport, ':');
-    size_t n = colon ? (size_t)(colon - hostport) : strlen(hostport);
-    if (n >= 2 && hostport[0] == '[' && hostport[n - 1] == ']')
-        hostport++, n -= 2;
-    snprintf(out, outlen, "%.*s", (int)n, hostport);
-}
-
 pid_t fence_start(unsigned node, const char *hostport, const char *job)
 {
     char vnode[48], vaddr[96], vjob[CKPT_JOB_MAX + 16], host[64];
-    host_of(hostport, host, sizeof(host));
+    const char *port;
+    if (ckpt_hostport_split(hostport, host, sizeof(host), &port) < 0)
+        snprintf(host, sizeof(host), "%s", hostport);
     snprintf(vnode, sizeof(vnode), "CKPT_FENCE_NODE=%u", node);
     snprintf(vaddr, sizeof(vaddr), "CKPT_FENCE_ADDR=%s", host);
     snprintf(vjob, sizeof(vjob), "CKPT_JOB=%s", job);

@@ -757,12 +757,9 @@ int member_run(struct job *job, int *restarts)
     const char *addr = getenv("MASTER_ADDR");
     if (!addr || !*addr) {
         char host[COORD_ADDR_MAX];
-        const char *colon = strrchr(opt->coord, ':');
-        size_t n = (size_t)(colon - opt->coord);
-        if (opt->coord[0] == '[' && n >= 2 && opt->coord[n - 1] == ']')
-            snprintf(host, sizeof(host), "%.*s", (int)n - 2, opt->coord + 1);
-        else
-            snprintf(host, sizeof(host), "%.*s", (int)n, opt->coord);
+        const char *port;
+        if (ckpt_hostport_split(opt->coord, host, sizeof(host), &port) < 0)
+            snprintf(host, sizeof(host), "%s", opt->coord);
         char *dup = strdup(host);
         if (dup) {
             free(job->master_addr);

@@ -429,19 +429,13 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
 static int listen_on(const char *addr, char *why, size_t whylen)
 {
     char host[256];
-    const char *colon = strrchr(addr, ':');
-    const char *h = addr;
-    size_t hlen = colon ? (size_t)(colon - addr) : 0;
-    if (hlen && addr[0] == '[' && addr[hlen - 1] == ']')
-        h++, hlen -= 2;
-    if (!colon || !hlen || hlen >= sizeof(host) || !colon[1]) {
+    const char *port;
+    if (ckpt_hostport_split(addr, host, sizeof(host), &port) < 0) {
         snprintf(why, whylen, "not HOST:PORT");
         return -1;
     }
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
-    int e = getaddrinfo(host, colon + 1, &hints, &res);
+    int e = getaddrinfo(host, port, &hints, &res);
     if (e) {
         snprintf(why, whylen, "%s", gai_strerror(e));
         return -1;
