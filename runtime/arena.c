@@ -20,6 +20,7 @@
 #include "aside.h"
 #include "arena.h"
 #include "format.h"
+#include "util.h"
 
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank)
 {
@@ -76,7 +77,7 @@ static int open_dir(int at, const char *name, const char *shown, mode_t mode, bo
     int rc = fstat(fd, &st) < 0 ? -errno : 0;
     if (rc < 0)
         snprintf(why, whylen, "cannot stat %s: %s", shown, strerror(-rc));
-    else if (private_dir && (st.st_uid != geteuid() || (st.st_mode & 077))) {
+    else if (private_dir && !ckpt_private(&st)) {
         snprintf(why, whylen, "%s belongs to uid %u with mode %03o; it must be this user's (uid %u) and 0700",
                  shown, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
         rc = -EPERM;
@@ -165,7 +166,7 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
         if (a->fd[s] < 0 || fstat(a->fd[s], &st) < 0) {
             rc = -errno;
             snprintf(why, whylen, "cannot open %s/%s: %s", a->dir, name, strerror(errno));
-        } else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        } else if (!S_ISREG(st.st_mode) || !ckpt_private(&st)) {
             snprintf(why, whylen, "%s/%s is not this user's private file", a->dir, name);
             rc = -EPERM;
         }

@@ -17,6 +17,7 @@
 
 #include "aside.h"
 #include "follow.h"
+#include "util.h"
 
 struct ckpt_follow *ckpt_follow_map(const char *rank_dir, int create)
 {
@@ -31,7 +32,7 @@ struct ckpt_follow *ckpt_follow_map(const char *rank_dir, int create)
     if (fd < 0)
         return NULL;
     errno = 0;
-    if (fstat(fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077) ||
+    if (fstat(fd, &st) < 0 || !ckpt_private(&st) ||
         (create && ftruncate(fd, sizeof(struct ckpt_follow)) < 0) ||
         (!create && st.st_size != sizeof(struct ckpt_follow))) {
         int e = errno ? errno : EPERM;
@@ -66,7 +67,7 @@ int ckpt_follow_read(const char *rank_dir, struct ckpt_follow *out)
     int rc = 0;
     if (fstat(fd, &st) < 0)
         rc = -errno;
-    else if (st.st_uid != geteuid() || (st.st_mode & 077) || st.st_size != sizeof(*out))
+    else if (!ckpt_private(&st) || st.st_size != sizeof(*out))
         rc = -EPERM;
     else if (pread(fd, out, sizeof(*out), 0) != (ssize_t)sizeof(*out))
         rc = -EIO;

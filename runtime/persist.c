@@ -23,6 +23,7 @@
 #include "config.h"
 #include "log.h"
 #include "persist_int.h"
+#include "util.h"
 
 void ckpt_persist_opts_from_config(struct ckpt_persist_opts *o)
 {
@@ -217,7 +218,7 @@ int pdir_job(const char *dir, const char *job, bool create, char *out, size_t ou
         snprintf(why, whylen, "%s is not a directory (a symlink or a file is never followed)", out);
         return -ENOTDIR;
     }
-    if (st.st_uid != geteuid() || (st.st_mode & 077)) {
+    if (!ckpt_private(&st)) {
         snprintf(why, whylen, "%s belongs to uid %u with mode %03o; it must be this user's (uid %u) and 0700", out,
                  (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
         return -EPERM;

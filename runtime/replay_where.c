@@ -72,7 +72,7 @@ int rlog_open_log(const char *dir, int flags, char *disk, size_t disklen, char *
     stub[n] = '\0';
     const char *on = stub + 16;
     f = open(on, flags | O_NOFOLLOW | O_CLOEXEC);
-    if (f < 0 || fstat(f, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
+    if (f < 0 || fstat(f, &st) < 0 || !ckpt_private(&st)) {
         int e = f < 0 ? errno : EPERM;
         snprintf(why, whylen, "%s names the replay log %s on disk, which %s", path, on,
                  f < 0 ? strerror(e) : "is not this user's with mode 0600");

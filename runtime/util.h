@@ -1,13 +1,17 @@
 /*
  * Small helpers that libckpt and its tools share, each written once: the
- * monotonic clock, a file written whole or not at all, HOST:PORT.
+ * monotonic clock, a file written whole or not at all, a private file or
+ * directory, HOST:PORT.
  */
 #ifndef CKPT_UTIL_H
 #define CKPT_UTIL_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* CLOCK_MONOTONIC, in seconds, nanoseconds and milliseconds. */
 static inline double ckpt_now_s(void)
@@ -27,6 +31,13 @@ static inline uint64_t ckpt_now_ns(void)
 static inline long long ckpt_now_ms(void)
 {
     return (long long)(ckpt_now_ns() / 1000000);
+}
+
+/* Whether what @st describes is this user's and nobody else's: owned by
+ * the effective user, no access for group or others. */
+static inline bool ckpt_private(const struct stat *st)
+{
+    return st->st_uid == geteuid() && !(st->st_mode & 077);
 }
 
 /*

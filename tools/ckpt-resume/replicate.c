@@ -90,7 +90,7 @@ static int rank_dir(const char *root, const char *job, uint32_t rank, char *out,
     if (mkdir(out, 0700) < 0 && errno != EEXIST)
         return -errno;
     struct stat st;
-    if (lstat(out, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+    if (lstat(out, &st) < 0 || !S_ISDIR(st.st_mode) || !ckpt_private(&st))
         return -EPERM;
     return 0;
 }
