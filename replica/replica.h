@@ -7,7 +7,8 @@
  *   sender                                   receiver
  *   HELLO {provider, data path,       <-->   HELLO {provider, data path,
  *          endpoint name}                           endpoint name}
- *   OFFER {the image's header region} --->   checks it, picks a slot, looks
+ *   OFFER {epoch, the image's header  --->   refuses an epoch older than its
+ *          region}                           own; checks it, picks a slot, looks
  *                                            up every chunk sum it holds
  *                                     <---   ACCEPT {region key, data offset,
  *                                                    bitmap of chunks to send}
@@ -53,7 +54,7 @@
 
 enum ckpt_replica_msg {
     CKPT_MSG_HELLO = 1, /* ckpt_msg_hello + endpoint name */
-    CKPT_MSG_OFFER,     /* the header region of a committed image (format.h) */
+    CKPT_MSG_OFFER,     /* ckpt_msg_offer + the header region of a committed image (format.h) */
     CKPT_MSG_ACCEPT,    /* ckpt_msg_accept + need bitmap, (nchunks + 7) / 8 bytes */
     CKPT_MSG_DONE,      /* ckpt_msg_done */
     CKPT_MSG_RESULT,    /* ckpt_msg_result + reason (text, no NUL) */
@@ -72,6 +73,15 @@ struct ckpt_msg_hello {
     char provider[CKPT_FAB_PROVIDER_MAX]; /* NUL-terminated; both ends must agree */
     uint32_t name_len;
     uint32_t data;                        /* enum ckpt_hello_data; both ends must agree */
+};
+
+/* OFFER's start: the plan of the job the sender acts under (its epoch,
+ * coord.h).  A receiver that has heard of a newer plan refuses the offer:
+ * its sender was left behind (cut off, frozen) and is fenced out of the
+ * peers' memory.  0 on both sides: no fencing (ckpt-replica by hand). */
+struct ckpt_msg_offer {
+    uint64_t epoch;
+    uint64_t reserved;
 };
 
 struct ckpt_msg_accept {
@@ -136,16 +146,19 @@ typedef int (*ckpt_replica_pace_fn)(void *arg, uint64_t chunk, uint64_t bytes_se
  * (ckpt_fab_register(f, image, len, 0, &src)), to the peer.  The image
  * must stay mapped; if its header changes meanwhile (the rank reused the
  * slot), the transfer is abandoned with -ESTALE.  pace may be NULL.
+ * @epoch: the plan the sender acts under (ckpt_msg_offer).
  * Returns 0 once the receiver committed the replica, or -errno with
  * st->why (the receiver's reason when it refused). */
-int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *image, size_t len,
+int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, uint64_t epoch, const void *image, size_t len,
                       struct ckpt_fab_region *src, ckpt_replica_pace_fn pace, void *arg, struct ckpt_replica_stats *st);
 
 /* Receives offers on ctl into the store until the sender closes the
- * connection, calling report after each.  Returns 0 at a clean close, or
- * -errno when the connection or the protocol failed (a transfer cut short
- * leaves its slot invalid and the previous replica intact). */
-int ckpt_replica_serve(struct ckpt_fab *f, int ctl, struct ckpt_store *store,
+ * connection, calling report after each.  An offer under an epoch older
+ * than *@epoch (read at each offer; NULL: no fencing) is refused with
+ * -ESTALE.  Returns 0 at a clean close, or -errno when the connection or
+ * the protocol failed (a transfer cut short leaves its slot invalid and
+ * the previous replica intact). */
+int ckpt_replica_serve(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const uint64_t *epoch,
                        void (*report)(void *arg, const struct ckpt_replica_stats *st), void *arg);
 
 #endif

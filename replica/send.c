@@ -209,7 +209,7 @@ static int transfer(struct round *r, uint64_t peer, struct ckpt_fab_region *src,
     return status;
 }
 
-int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *image, size_t len,
+int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, uint64_t epoch, const void *image, size_t len,
                       struct ckpt_fab_region *src, ckpt_replica_pace_fn pace, void *arg, struct ckpt_replica_stats *st)
 {
     struct ckpt_header h;
@@ -231,7 +231,8 @@ int ckpt_replica_send(struct ckpt_fab *f, int ctl, uint64_t peer, const void *im
     st->chunks = h.nchunks;
     st->data_bytes = h.data_bytes;
 
-    if ((rc = ckpt_wire_send(ctl, CKPT_MSG_OFFER, image, h.header_bytes, NULL, 0)) < 0 ||
+    struct ckpt_msg_offer offer = {.epoch = epoch};
+    if ((rc = ckpt_wire_send(ctl, CKPT_MSG_OFFER, &offer, sizeof(offer), image, h.header_bytes)) < 0 ||
         (rc = ckpt_wire_recv(ctl, REPLY_MS, &type, &msg, &mlen)) < 0)
         goto lost;
     if (type != CKPT_MSG_ACCEPT) {

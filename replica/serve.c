@@ -275,7 +275,24 @@ cut:
     return rc;
 }
 
-int ckpt_replica_serve(struct ckpt_fab *f, int ctl, struct ckpt_store *store,
+/* An offer from a sender left behind by a newer plan: refused, unread. */
+static int stale(int ctl, const void *offer, size_t len, uint64_t epoch, uint64_t now, struct ckpt_replica_stats *st)
+{
+    struct ckpt_header h;
+    if (len >= sizeof(h)) {
+        memcpy(&h, offer, sizeof(h));
+        snprintf(st->job, sizeof(st->job), "%.*s", (int)sizeof(h.job), h.job);
+        st->rank = h.rank;
+        st->generation = h.generation;
+    }
+    st->status = -ESTALE;
+    snprintf(st->why, sizeof(st->why), "a stale epoch: the offer is of epoch %llu, this node acts under epoch %llu "
+             "(the sender was left behind by a newer plan and is fenced)", (unsigned long long)epoch,
+             (unsigned long long)now);
+    return send_result(ctl, st);
+}
+
+int ckpt_replica_serve(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const uint64_t *epoch,
                        void (*report)(void *arg, const struct ckpt_replica_stats *st), void *arg)
 {
     for (;;) {
@@ -293,7 +310,17 @@ int ckpt_replica_serve(struct ckpt_fab *f, int ctl, struct ckpt_store *store,
             return -EPROTO;
         }
         double t0 = ckpt_now_s();
-        rc = receive(f, ctl, store, offer, len, &st);
+        struct ckpt_msg_offer o;
+        if (len < sizeof(o)) {
+            free(offer);
+            return -EPROTO;
+        }
+        memcpy(&o, offer, sizeof(o));
+        uint64_t now = epoch ? __atomic_load_n(epoch, __ATOMIC_ACQUIRE) : 0;
+        if (o.epoch < now)
+            rc = stale(ctl, (const char *)offer + sizeof(o), len - sizeof(o), o.epoch, now, &st);
+        else
+            rc = receive(f, ctl, store, (const char *)offer + sizeof(o), len - sizeof(o), &st);
         free(offer);
         st.seconds = ckpt_now_s() - t0;
         if (report)

@@ -319,8 +319,8 @@ import socket, struct, sys
 for job, rank in ((b"nodes/../../../escape", 0), (b"other", 0), (b"nodes", 99)):
     s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
     log = struct.pack("<IIQ", rank, 0, 16) + job.ljust(64, b"\0")
-    s.sendall(b"CKRP" + struct.pack("<HHII", 2, 96, len(log), 0) + log)
-    s.sendall(b"CKRP" + struct.pack("<HHII", 2, 97, 16, 0) + b"x" * 16)
+    s.sendall(b"CKRP" + struct.pack("<HHII", 3, 96, len(log), 0) + log)
+    s.sendall(b"CKRP" + struct.pack("<HHII", 3, 97, 16, 0) + b"x" * 16)
     try:
         while s.recv(4096):
             pass
@@ -348,7 +348,7 @@ import socket, sys, time
 held = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(30)]
 time.sleep(2)  # all of them accepted, then all of them readable at once
 for s in held:
-    s.sendall(b"CKRP\x02\x00")  # the start of a frame, and nothing more
+    s.sendall(b"CKRP\x03\x00")  # the start of a frame, and nothing more
 time.sleep(30)
 PY
     local strangers=$!

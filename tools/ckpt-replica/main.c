@@ -7,8 +7,8 @@
  * (--flip-byte, --pause-after) never touch the image file: the sender
  * flips its private copy, and pausing only stops sending.
  *
- *   ckpt-replica serve --listen HOST:PORT --dir DIR [--once]
- *   ckpt-replica send --to HOST:PORT --image SLOT|- [--image ...] [--flip-byte N] [--pause-after BYTES]
+ *   ckpt-replica serve --listen HOST:PORT --dir DIR [--once] [--epoch E]
+ *   ckpt-replica send --to HOST:PORT --image SLOT|- [--image ...] [--flip-byte N] [--pause-after BYTES] [--epoch E]
  *     (several images go over one connection, as the agent sends its generations;
  *     "-" reads paths from stdin, one a line, each sent as it is read)
  *                     [--sched-profile RANKDIR]   (send in that rank's idle gaps; record the send there)
@@ -16,7 +16,8 @@
  *   ckpt-replica probe [--node IP]
  *   ckpt-replica placement [--nodes N] [--replicas M] [--placement P]
  * serve, send, probe: [--provider P] (default CKPT_FABRIC_PROVIDER); the data
- * path (RMA writes or tagged messages) is CKPT_FABRIC_DATA's.
+ * path (RMA writes or tagged messages) is CKPT_FABRIC_DATA's.  --epoch: the
+ * plan the node acts under (default 0): serve refuses offers of an older one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -49,13 +50,14 @@ struct args {
     int flip_set, pause_set;
     unsigned long long nodes, replicas;
     int placement;
+    unsigned long long epoch;             /* --epoch */
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ckpt-replica serve --listen HOST:PORT --dir DIR [--once] [--provider P]\n"
+    fprintf(f, "usage: ckpt-replica serve --listen HOST:PORT --dir DIR [--once] [--provider P] [--epoch E]\n"
                "       ckpt-replica send --to HOST:PORT --image SLOT|- [--image ...] [--provider P] "
-               "[--flip-byte N] [--pause-after BYTES] [--sched-profile RANKDIR]\n"
+               "[--flip-byte N] [--pause-after BYTES] [--sched-profile RANKDIR] [--epoch E]\n"
                "       ckpt-replica verify SLOT...\n"
                "       ckpt-replica probe [--node IP] [--provider P]\n"
                "       ckpt-replica placement [--nodes N] [--replicas M] [--placement auto|group|ring|mixed]\n"
@@ -102,6 +104,7 @@ static int serve(const struct args *a)
     char bound[128], why[512], ip[64];
     struct ckpt_fab *f;
     struct ckpt_store *store;
+    uint64_t epoch = a->epoch;
     int lfd, rc;
 
     if (!a->listen || !a->dir) {
@@ -133,7 +136,7 @@ static int serve(const struct args *a)
         }
         if ((rc = ckpt_replica_hello(f, ctl, &peer, why, sizeof(why))) < 0)
             ckpt_log(CKPT_ERROR, "%s", why);
-        else if ((rc = ckpt_replica_serve(f, ctl, store, report, NULL)) < 0)
+        else if ((rc = ckpt_replica_serve(f, ctl, store, &epoch, report, NULL)) < 0)
             ckpt_log(CKPT_ERROR, "connection ended: %s", strerror(-rc));
         close(ctl);
     } while (!a->once);
@@ -221,7 +224,8 @@ static int send_one(const struct args *a, const char *path, struct ckpt_fab *f, 
     if (a->sched_dir && ckpt_sched_reader_open(&sched, a->sched_dir) == 0)
         p.sched = &sched;
     uint64_t t0 = ckpt_now_ns();
-    if (ckpt_replica_send(f, ctl, peer, image, sb.st_size, src, a->pause_set || p.sched ? pace : NULL, &p, &st) <
+    if (ckpt_replica_send(f, ctl, peer, a->epoch, image, sb.st_size, src, a->pause_set || p.sched ? pace : NULL, &p,
+                          &st) <
         0) {
         ckpt_log(CKPT_ERROR, "job %s rank %u generation %llu to %s: %s", st.job, st.rank,
                  (unsigned long long)st.generation, a->to, st.why);
@@ -350,7 +354,7 @@ int main(int argc, char **argv)
         {"once", no_argument, NULL, '1'},           {"to", required_argument, NULL, 't'},
         {"image", required_argument, NULL, 'i'},    {"flip-byte", required_argument, NULL, 'f'},
         {"pause-after", required_argument, NULL, 'p'}, {"sched-profile", required_argument, NULL, 'S'},
-        {"node", required_argument, NULL, 'n'},
+        {"node", required_argument, NULL, 'n'},     {"epoch", required_argument, NULL, 'e'},
         {"provider", required_argument, NULL, 'P'}, {"nodes", required_argument, NULL, 'N'},
         {"replicas", required_argument, NULL, 'm'}, {"placement", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
@@ -398,6 +402,7 @@ int main(int argc, char **argv)
         case 'f': if (number("--flip-byte", optarg, ~0ull, &a.flip) < 0) return 2; a.flip_set = 1; break;
         case 'p': if (number("--pause-after", optarg, ~0ull, &a.pause_after) < 0) return 2; a.pause_set = 1; break;
         case 'S': a.sched_dir = optarg; break;
+        case 'e': if (number("--epoch", optarg, ~0ull, &a.epoch) < 0) return 2; break;
         case 'N': if (number("--nodes", optarg, 65536, &a.nodes) < 0) return 2; break;
         case 'm': if (number("--replicas", optarg, 64, &a.replicas) < 0) return 2; break;
         case 'k':

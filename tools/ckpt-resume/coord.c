@@ -78,6 +78,8 @@ static void finish(struct coord *c, int code, const char *why)
     for (unsigned j = 0; j < c->n; j++)
         coord_tell(c, j, COORD_FINISH, &st, sizeof(st), why, why ? strlen(why) : 0);
     c->phase = OVER;
+    c->end_code = code;
+    snprintf(c->end_why, sizeof(c->end_why), "%s", why ? why : "");
 }
 
 /* A launch is over on one node: everyone stops and joins again. */
@@ -219,10 +221,15 @@ static void plan(struct coord *c)
     if ((by_standby || c->launches) && job_spare_port(c->standby_port) < 0)
         ckpt_log(CKPT_WARN, "keeping the standbys' port %s: cannot find another free one", c->standby_port);
     c->launches++;
+    for (unsigned j = 0; j < c->n; j++)
+        c->epoch = c->nodes[j].epoch > c->epoch ? c->nodes[j].epoch : c->epoch;
+    c->epoch++;
+    ckpt_log(CKPT_DEBUG, "plan of epoch %llu", (unsigned long long)c->epoch);
     for (unsigned j = 0; j < c->n; j++) {
         struct coord_addr *addrs = calloc(c->n, sizeof(*addrs));
         struct coord_plan p = { .restore = it, .launch = (uint64_t)c->launches, .nnodes = c->n,
-                                .by_standby = by_standby, .restarts = (uint32_t)c->restarts };
+                                .by_standby = by_standby, .restarts = (uint32_t)c->restarts,
+                                .epoch = c->epoch };
         size_t ns = 0;
         if (!addrs) {
             free(all), free(src), free(sends);
@@ -429,6 +436,12 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
         ckpt_wire_send(fd, COORD_FINISH, &st, sizeof(st), why, strlen(why));
         return -1;
     }
+    /* The job ended before this node (re)joined: it hears the end. */
+    if (c->phase == OVER) {
+        struct coord_status st = { .status = c->end_code, .value = (uint64_t)c->restarts };
+        ckpt_wire_send(fd, COORD_FINISH, &st, sizeof(st), c->end_why, strlen(c->end_why));
+        return -1;
+    }
     struct node *nd = &c->nodes[jn->node];
     struct ckpt_held *h = malloc(jn->nheld ? jn->nheld * sizeof(*h) : 1);
     if (!h)
@@ -453,6 +466,7 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     nd->standby = jn->standby;
     nd->launched = jn->launched == 1;
     nd->plan_restarts = jn->restarts;
+    nd->epoch = jn->epoch;
     nd->joined = true;
     nd->done = false;
     nd->heard = ckpt_now_s();

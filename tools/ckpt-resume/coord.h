@@ -79,6 +79,7 @@ struct coord_join {
     uint64_t standby;                  /* its standbys all run and replay up to this iteration; 0: none */
     uint32_t launched;                 /* 1: a coordinator of this job has launched it (this one, or one before) */
     uint32_t restarts;                 /* the job's restarts in the last plan it got */
+    uint64_t epoch;                    /* the epoch of the last plan it got, 0: none */
 };
 
 struct coord_plan {
@@ -90,6 +91,8 @@ struct coord_plan {
     char standby_port[16];             /* the standbys' rank 0 port (at master_addr) */
     uint32_t by_standby;               /* 1: the standbys take over at restore, no rank is launched */
     uint32_t restarts;                 /* the job's restarts, this launch's included, whoever coordinated them */
+    uint64_t epoch;                    /* this plan's number, above every plan any node has had: replicas
+                                        * carry it, and a node refuses those of an older one (replica.h) */
 };
 
 /* Copy rank's replica of iteration from this member's peer store to node's agent. */
@@ -116,8 +119,8 @@ struct coord_status {
     uint64_t value;
 };
 
-_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 32, "join layout");
-_Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8 + 16 + 8, "plan layout");
+_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 40, "join layout");
+_Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8 + 16 + 8 + 8, "plan layout");
 _Static_assert(sizeof(struct coord_send) == 16, "send layout");
 _Static_assert(sizeof(struct coord_status) == 24, "status layout");
 

@@ -34,6 +34,7 @@ struct node {
     uint64_t standby;           /* its JOIN: its standbys replay up to here, 0: it has none ready */
     bool launched;              /* its JOIN: a coordinator launched the job before (perhaps not this one) */
     uint32_t plan_restarts;     /* its JOIN: the job's restarts in the last plan it got */
+    uint64_t epoch;             /* its JOIN: the epoch of the last plan it got */
     struct coord_addr addr;
     struct ckpt_held *held;
     uint32_t nheld;
@@ -64,6 +65,9 @@ struct coord {
     int npending;
     enum phase phase;
     uint64_t restore, below, durable, target, replicating;
+    uint64_t epoch;          /* of the last plan: each is above every plan a node has had */
+    int end_code;            /* FINISH's, for a node that joins after the end */
+    char end_why[1536];
     bool ever_durable, failed_launch;
     bool takeover_failed;    /* a node's standbys could not take over: the next plan is cold, no new restart */
     char no_room[128]; /* a rank stopped for want of host memory: the job ends, not restarted */

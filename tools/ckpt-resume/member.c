@@ -50,6 +50,7 @@ struct member {
     unsigned launches;      /* of the ranks on this node: every one after the first is a restart */
     bool planned;                   /* a coordinator planned a launch: a new one goes on counting restarts */
     int plan_restarts;              /* the job's restarts in the last plan */
+    uint64_t epoch;                 /* the last plan's (coord.h): replicas carry it, older ones are refused */
     bool by_standby;                /* the last plan: the standbys take over */
     char standby_port[16];          /* the last plan's port for the standbys' rank 0 */
     struct coord_addr *addrs;
@@ -275,7 +276,7 @@ static int join(struct job *job, struct member *m, uint64_t refused)
     struct coord_join jn = { .node = (uint32_t)opt->node_rank, .nnodes = (uint32_t)opt->nnodes,
                              .nproc = (uint32_t)opt->nproc, .replicas = (uint32_t)ckpt_cfg_int(CFG_REPLICAS),
                              .refused = refused, .standby = standby_ready(job), .launched = m->planned,
-                             .restarts = (uint32_t)m->plan_restarts };
+                             .restarts = (uint32_t)m->plan_restarts, .epoch = m->epoch };
 
     busy_begin(m);
     inventory(job, m, &hs);
@@ -611,6 +612,10 @@ static int take_plan(struct job *job, struct member *m, const void *msg, size_t 
     m->by_standby = p->by_standby == 1;
     m->planned = true;
     m->plan_restarts = (int)p->restarts;
+    if (p->epoch > m->epoch) {
+        m->epoch = p->epoch;
+        rep_epoch(m->rep, p->epoch);
+    }
     memcpy(m->standby_port, p->standby_port, sizeof(m->standby_port));
     m->standby_port[sizeof(m->standby_port) - 1] = '\0';
     /* The first launch of a fresh job: what an earlier run left here is not ours. */

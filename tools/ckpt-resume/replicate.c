@@ -68,6 +68,8 @@ struct rep {
     int tx_done;                        /* atomic: the worker has ended */
     int tx_status;
     uint64_t iteration;                 /* of the round in the worker */
+    uint64_t epoch;                     /* atomic: the plan this node acts under (coord.h); offers of an
+                                         * older one are refused, ours carry it */
     struct coord_addr *addrs;           /* every node's receiver, for the worker */
     unsigned nnodes;
 };
@@ -204,7 +206,7 @@ static void serve_one(struct rep *r, int ctl)
         ckpt_log(CKPT_WARN, "a peer could not start replicating: %s", why);
         return;
     }
-    int rc = ckpt_replica_serve(r->rx_fab, ctl, r->store, report, NULL);
+    int rc = ckpt_replica_serve(r->rx_fab, ctl, r->store, &r->epoch, report, NULL);
     if (rc < 0)
         ckpt_log(CKPT_WARN, "a replication connection ended: %s", strerror(-rc));
 }
@@ -411,7 +413,8 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
             paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && ckpt_sched_reader_open(&pc.sched, dir) == 0;
         pc.chunk_bytes = ((const struct ckpt_header *)image)->chunk_bytes;
         pc.data_bytes = ((const struct ckpt_header *)image)->data_bytes;
-        rc = ckpt_replica_send(r->tx_fab, ctl, peer, image, len, src, paced ? pace : NULL, &pc, &st);
+        rc = ckpt_replica_send(r->tx_fab, ctl, peer, __atomic_load_n(&r->epoch, __ATOMIC_ACQUIRE), image, len, src,
+                               paced ? pace : NULL, &pc, &st);
         if (rc == 0 || !st.fabric_failed || rc == -EHOSTUNREACH)
             break;
         snprintf(why, whylen, "%s", st.why);
@@ -695,6 +698,11 @@ int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, si
 }
 
 /* The peer store's directory of @rank's replicas. */
+void rep_epoch(struct rep *r, uint64_t epoch)
+{
+    __atomic_store_n(&r->epoch, epoch, __ATOMIC_RELEASE);
+}
+
 int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen)
 {
     return ckpt_arena_path(out, outlen, r->peers, r->opt->job_name, rank);

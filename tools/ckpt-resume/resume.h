@@ -371,5 +371,8 @@ int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const s
 int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, size_t whylen);
 int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen);
 int rep_remove(const struct options *opt);
+/* The plan this node now acts under (its epoch, coord.h): what it sends
+ * carries it, and it refuses offers of older ones. */
+void rep_epoch(struct rep *r, uint64_t epoch);
 
 #endif
