@@ -248,6 +248,35 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+@test "a replica offered to a running node's agent under an older plan (a fenced node's late write) is refused, naming both epochs; the job ends as uninterrupted" {
+    ARGS="--iters 3000 --hidden 64 --layers 3"
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    export FAKEGPU_CRASH_AT=60 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed
+    CKPT_LOG=debug start 0 2 1
+    start 1 2 1
+    # Rank 1's crash makes the job's second plan: the nodes act under epoch 2.
+    for _ in $(seq 600); do
+        grep -q "plan of epoch 2" "$D/err.0" && grep -q "restored iteration" "$D/err.1" && break
+        sleep 0.05
+    done
+    grep -q "plan of epoch 2" "$D/err.0" || { show; return 1; }
+    local addr slot out=
+    addr=$(sed -n 's/.*node 0 joined (.* replicas at \(.*\))$/\1/p' "$D/err.0" | tail -n 1)
+    [ -n "$addr" ] || { show; return 1; }
+    # Node 1's committed snapshot, as a node left behind at epoch 1 would send it.
+    slot=$D/arena.1/$(id -u)-nodes/rank1/slot0
+    for _ in $(seq 20); do
+        cp "$slot" "$D/late" 2>/dev/null || { sleep 0.1; continue; }
+        out=$("$BUILD/bin/ckpt-replica" send --to "$addr" --image "$D/late" --epoch 1 2>&1) && break
+        [[ $out == *"stale epoch"* ]] && break
+        sleep 0.1
+    done
+    [[ $out == *"a stale epoch: the offer is of epoch 1, this node acts under epoch 2"* ]] || { echo "$out"; show; return 1; }
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    diff <(grep '^digest' "$D/out.0") <(grep '^digest' "$D/plain")
+}
+
 @test "a node that cannot take replicas: replication falls behind, said once, and training ends as uninterrupted" {
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     mkdir -p "$D/arena.1" && : >"$D/arena.1/peers" # its store cannot be made
