@@ -76,6 +76,25 @@ check_rank() {
     fi
 }
 
+@test "ckpt-inspect timeline --rank all: every rank of the node in one picture over one time axis, and in the list" {
+    train 2
+    run "$INSPECT" timeline --rank all --iters 4..7 -o "$ARENA/node.svg"
+    [ "$status" -eq 0 ] || { echo "$output"; false; }
+    svg=$(cat "$ARENA/node.svg")
+    for want in "2 ranks of this node, iterations 4..7" ">rank 0</text>" ">rank 1</text>" 'id="lane-0-0"' 'id="lane-1-5"' \
+        "time (ms)" 'id="legend"'; do
+        [[ $svg == *"$want"* ]] || { echo "missing: $want"; false; }
+    done
+    # Both ranks' collectives: three AllReduces per iteration each, one axis.
+    [ "$(grep -c '<title>AllReduce, iteration' "$ARENA/node.svg")" = 24 ]
+    [ "$(grep -c 'time (ms)' "$ARENA/node.svg")" = 1 ]
+    python3 -c 'import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); assert r.tag.endswith("svg")' \
+        "$ARENA/node.svg"
+    run "$INSPECT" timeline --rank all --iters 4..5
+    [ "$status" -eq 0 ]
+    [ "$(echo "$output" | grep -c '^# rank [01], iterations 4..5')" = 2 ] || { echo "$output"; false; }
+}
+
 @test "a damaged timeline is refused, and bad arguments are usage errors" {
     train 1
     f=$ARENA/$(id -u)-tl/rank0/timeline
@@ -87,6 +106,8 @@ check_rank() {
     [ "$status" -eq 2 ]
     run "$INSPECT" timeline --rank 7
     [ "$status" -eq 1 ]
+    run "$INSPECT" timeline --rank every
+    [ "$status" -eq 2 ]
 }
 
 @test "inactive (CKPT_DISABLE=1) with NCCL loading libckpt.so as its plugin: same output, no timeline" {

@@ -222,9 +222,15 @@ int cmd_gc(const struct options *o, int argc, char **argv);
 int cmd_timeline(const struct options *o, int argc, char **argv);
 
 /* "12" -> 12 in [min, max]; -EINVAL otherwise. */
-/* ---- timeline_svg.c: the picture of a timeline's iterations a..b. */
+/* ---- timeline_svg.c: the picture of iterations a..b of one rank's
+ * timeline, or of several ranks of one node over one time axis. */
 struct ckpt_tl_event;
-void timeline_svg(FILE *f, const struct ckpt_tl_event *ev, size_t n, uint64_t a, uint64_t b, uint32_t rank);
+struct tl_rank {
+    uint32_t rank;
+    const struct ckpt_tl_event *ev;
+    size_t n;
+};
+void timeline_svg(FILE *f, const struct tl_rank *r, size_t nranks, uint64_t a, uint64_t b);
 
 int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 

@@ -1,10 +1,11 @@
 /*
- * `ckpt-inspect timeline [--iters A..B] [--rank R] [-o FILE.svg]`: reads
- * one rank's timeline from the arena (runtime/timeline.h) and draws it as
- * an SVG (timeline_svg.c), or lists its events on stdout without -o.  A
- * timeline that does not verify is refused, never drawn.  It only reads
- * the arena.
+ * `ckpt-inspect timeline [--iters A..B] [--rank R|all] [-o FILE.svg]`:
+ * reads one rank's timeline from the arena (runtime/timeline.h), or every
+ * rank's of this node, and draws it as an SVG (timeline_svg.c), or lists
+ * the events on stdout without -o.  A timeline that does not verify is
+ * refused, never drawn.  It only reads the arena.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -132,25 +133,74 @@ static void list(const struct ckpt_tl_event *ev, size_t n, uint64_t a, uint64_t 
     }
 }
 
+/* The timeline of the rank whose arena directory is @dir, with its node
+ * agent's events merged in: the file's bytes (the caller frees them) with
+ * @h filled, or NULL after saying why (*rc: the exit status). */
+static char *rank_timeline(const char *dir, struct ckpt_tl_header *h, int *rc)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/%s", dir, CKPT_TL_FILE);
+    char *buf = load(path, h, rc);
+    if (!buf)
+        return NULL;
+    snprintf(path, sizeof(path), "%s/%s", dir, CKPT_TL_AGENT_FILE);
+    char *merged = with_agent(path, buf, h);
+    return merged ? merged : buf;
+}
+
+/* The ranks of the job's arena that hold a timeline, in order, into
+ * @ranks (room for @max); their count. */
+static size_t arena_ranks(const char *jobdir, uint32_t *ranks, size_t max)
+{
+    DIR *d = opendir(jobdir);
+    size_t n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < max) {
+        char path[PATH_MAX + 300];
+        unsigned r;
+        int end = 0;
+        if (sscanf(e->d_name, "rank%u%n", &r, &end) != 1 || e->d_name[end])
+            continue;
+        snprintf(path, sizeof(path), "%s/%s/%s", jobdir, e->d_name, CKPT_TL_FILE);
+        if (access(path, F_OK) != 0)
+            continue;
+        size_t i = n++;
+        for (; i > 0 && ranks[i - 1] > r; i--)
+            ranks[i] = ranks[i - 1];
+        ranks[i] = r;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+#define MAX_NODE_RANKS 256
+
 int cmd_timeline(const struct options *o, int argc, char **argv)
 {
     struct tier tiers[MAX_TIERS];
     struct names keep = {0};
-    struct ckpt_tl_header h;
     const char *job, *out = NULL;
-    char dir[PATH_MAX], path[PATH_MAX + 16];
+    char dir[PATH_MAX];
+    uint32_t ranks[MAX_NODE_RANKS];
     uint64_t rank = 0, a = 0, b = 0;
+    bool all = false;
+    size_t nranks = 1;
     int rc;
 
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--rank") == 0 && i + 1 < argc && parse_u64(argv[i + 1], 0, 1 << 24, &rank) == 0) {
+        if (strcmp(argv[i], "--rank") == 0 && i + 1 < argc && strcmp(argv[i + 1], "all") == 0) {
+            all = true;
+            i++;
+        } else if (strcmp(argv[i], "--rank") == 0 && i + 1 < argc &&
+                   parse_u64(argv[i + 1], 0, 1 << 24, &rank) == 0) {
             i++;
         } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc && parse_iters(argv[i + 1], &a, &b) == 0) {
             i++;
         } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
             out = argv[++i];
         } else {
-            ckpt_log(CKPT_ERROR, "usage: ckpt-inspect timeline [--iters A..B] [--rank R] [-o FILE.svg] "
+            ckpt_log(CKPT_ERROR, "usage: ckpt-inspect timeline [--iters A..B] [--rank R|all] [-o FILE.svg] "
                      "(bad or unknown argument '%s')", argv[i]);
             return EXIT_USAGE;
         }
@@ -160,59 +210,79 @@ int cmd_timeline(const struct options *o, int argc, char **argv)
         names_free(&keep);
         return EXIT_ERROR;
     }
-    rc = ckpt_arena_path(dir, sizeof(dir), o->arena_root, job, (int)rank);
-    snprintf(path, sizeof(path), "%s/%s", dir, CKPT_TL_FILE);
+    char jobname[CKPT_JOB_MAX + 1];
+    snprintf(jobname, sizeof(jobname), "%s", job);
     names_free(&keep);
+    rc = ckpt_arena_path(dir, sizeof(dir), o->arena_root, jobname, all ? 0 : (int)rank);
     if (rc < 0) {
         ckpt_log(CKPT_ERROR, "no arena path for rank %llu: %s", (unsigned long long)rank, strerror(-rc));
         return EXIT_ERROR;
     }
-    char *buf = load(path, &h, &rc);
-    if (!buf)
-        return rc;
-    struct ckpt_tl_event *ev = (struct ckpt_tl_event *)(buf + h.header_bytes);
-    snprintf(path, sizeof(path), "%s/%s", dir, CKPT_TL_AGENT_FILE);
-    char *merged = with_agent(path, buf, &h);
-    if (merged) {
-        buf = merged;
-        ev = (struct ckpt_tl_event *)(buf + h.header_bytes);
+    ranks[0] = (uint32_t)rank;
+    if (all) {
+        char *slash = strrchr(dir, '/');
+        *slash = '\0';
+        nranks = arena_ranks(dir, ranks, MAX_NODE_RANKS);
+        if (!nranks) {
+            ckpt_log(CKPT_ERROR, "%s: no rank of this node has a timeline", dir);
+            return EXIT_DAMAGED;
+        }
+        *slash = '/';
     }
-    snprintf(path, sizeof(path), "%s/%s", dir, CKPT_TL_FILE);
+
+    struct ckpt_tl_header h[MAX_NODE_RANKS];
+    char *buf[MAX_NODE_RANKS] = {0};
+    struct tl_rank tr[MAX_NODE_RANKS];
     uint64_t last = 0, t0 = UINT64_MAX;
-    for (size_t i = 0; i < h.nevents; i++)
-        last = ev[i].iteration > last ? ev[i].iteration : last;
-    if (!b) { /* the last few iterations */
+    rc = EXIT_OK;
+    for (size_t k = 0; k < nranks && rc == EXIT_OK; k++) {
+        if (all)
+            ckpt_arena_path(dir, sizeof(dir), o->arena_root, jobname, (int)ranks[k]);
+        int lrc;
+        if (!(buf[k] = rank_timeline(dir, &h[k], &lrc))) {
+            rc = lrc;
+            break;
+        }
+        tr[k] = (struct tl_rank){.rank = h[k].rank, .ev = (const struct ckpt_tl_event *)(buf[k] + h[k].header_bytes),
+                                 .n = h[k].nevents};
+        for (size_t i = 0; i < tr[k].n; i++)
+            last = tr[k].ev[i].iteration > last ? tr[k].ev[i].iteration : last;
+    }
+    if (rc == EXIT_OK && !b) { /* the last few iterations */
         b = last;
         a = last > 3 ? last - 3 : 1;
     }
-    for (size_t i = 0; i < h.nevents; i++)
-        if (ev[i].iteration >= a && ev[i].iteration <= b && ev[i].start_ns < t0)
-            t0 = ev[i].start_ns;
-    if (t0 == UINT64_MAX) {
-        ckpt_log(CKPT_ERROR, "%s holds no event of iterations %llu..%llu (it has up to %llu)", path,
-                 (unsigned long long)a, (unsigned long long)b, (unsigned long long)last);
-        free(buf);
-        return EXIT_DAMAGED;
+    for (size_t k = 0; k < nranks && rc == EXIT_OK; k++)
+        for (size_t i = 0; i < tr[k].n; i++)
+            if (tr[k].ev[i].iteration >= a && tr[k].ev[i].iteration <= b && tr[k].ev[i].start_ns < t0)
+                t0 = tr[k].ev[i].start_ns;
+    if (rc == EXIT_OK && t0 == UINT64_MAX) {
+        ckpt_log(CKPT_ERROR, "%s holds no event of iterations %llu..%llu (it has up to %llu)",
+                 all ? "no timeline of this node" : dir, (unsigned long long)a, (unsigned long long)b,
+                 (unsigned long long)last);
+        rc = EXIT_DAMAGED;
     }
-    rc = EXIT_OK;
-    if (!out) {
-        printf("# rank %u, iterations %llu..%llu, %llu events in the file, %llu dropped; times in ms\n", h.rank,
-               (unsigned long long)a, (unsigned long long)b, (unsigned long long)h.nevents,
-               (unsigned long long)h.dropped);
-        list(ev, h.nevents, a, b, t0);
-    } else {
+    if (rc == EXIT_OK && !out) {
+        for (size_t k = 0; k < nranks; k++) {
+            printf("# rank %u, iterations %llu..%llu, %llu events in the file, %llu dropped; times in ms\n",
+                   h[k].rank, (unsigned long long)a, (unsigned long long)b, (unsigned long long)h[k].nevents,
+                   (unsigned long long)h[k].dropped);
+            list(tr[k].ev, tr[k].n, a, b, t0);
+        }
+    } else if (rc == EXIT_OK) {
         FILE *f = fopen(out, "w");
         if (!f) {
             ckpt_log(CKPT_ERROR, "%s: %s", out, strerror(errno));
             rc = EXIT_ERROR;
         } else {
-            timeline_svg(f, ev, h.nevents, a, b, h.rank);
+            timeline_svg(f, tr, nranks, a, b);
             if (fclose(f) != 0) {
                 ckpt_log(CKPT_ERROR, "%s: %s", out, strerror(errno));
                 rc = EXIT_ERROR;
             }
         }
     }
-    free(buf);
+    for (size_t k = 0; k < nranks; k++)
+        free(buf[k]);
     return rc;
 }

@@ -1,8 +1,9 @@
 /*
- * The timeline as an SVG, written by hand: one lane per kind of traffic
- * (compute, collectives, device-to-host copies, commits, network sends,
- * disk writes) over a time axis in ms, dashed lines where iterations end,
- * and a legend.  Compute is what the rank did between its collectives.
+ * The timeline as an SVG, written by hand: for each rank drawn (one, or
+ * every rank of a node, stacked over one time axis: their clocks are the
+ * node's), one lane per kind of traffic (compute, collectives,
+ * device-to-host copies, commits, network sends, disk writes) over a time
+ * axis in ms, dashed lines where iterations end, and a legend.  Compute is what the rank did between its collectives.
  * The node agent's lanes (network sends, disk writes) come from its own
  * file; while it has recorded nothing they are drawn empty and say so, so
  * that a reader never takes "not measured" for "idle".  Every string written is
@@ -19,6 +20,7 @@
 #define TOP 50
 #define LANE 34
 #define BAR 22
+#define GAP 28    /* between two ranks' lanes: room for the next rank's title */
 
 enum lane { L_COMPUTE, L_COLL, L_COPY, L_COMMIT, L_NET, L_DISK, NLANES };
 
@@ -47,14 +49,14 @@ static double x_of(const struct scale *s, uint64_t t)
     return LEFT + (double)(t - s->t0) * (WIDTH - LEFT - RIGHT) / (double)(s->t1 - s->t0);
 }
 
-static void bar(FILE *f, const struct scale *s, enum lane l, uint64_t start, uint64_t end, const char *what,
+static void bar(FILE *f, const struct scale *s, int top, enum lane l, uint64_t start, uint64_t end, const char *what,
                 uint64_t iteration)
 {
     double x = x_of(s, start), w = x_of(s, end) - x;
     fprintf(f,
             "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"#444\" "
             "stroke-width=\"0.3\"><title>%s, iteration %llu: %.3f ms</title></rect>\n",
-            x, TOP + (int)l * LANE + (LANE - BAR) / 2, w < 0.5 ? 0.5 : w, BAR, lanes[l].color, what,
+            x, top + (int)l * LANE + (LANE - BAR) / 2, w < 0.5 ? 0.5 : w, BAR, lanes[l].color, what,
             (unsigned long long)iteration, (end - start) / 1e6);
 }
 
@@ -95,40 +97,19 @@ static void legend(FILE *f, int y)
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\">end of an iteration</text>\n</g>\n", LEFT + 18, y + 32);
 }
 
-void timeline_svg(FILE *f, const struct ckpt_tl_event *ev, size_t n, uint64_t a, uint64_t b, uint32_t rank)
+/* The lanes of one rank, their top at @top. */
+static void rank_lanes(FILE *f, const struct scale *s, const struct tl_rank *r, uint64_t a, uint64_t b, int top)
 {
-    struct scale s = {UINT64_MAX, 0};
-    bool gpu = false;
-
-    for (size_t i = 0; i < n; i++) {
-        if (ev[i].iteration < a || ev[i].iteration > b)
-            continue;
-        s.t0 = ev[i].start_ns < s.t0 ? ev[i].start_ns : s.t0;
-        s.t1 = ev[i].end_ns > s.t1 ? ev[i].end_ns : s.t1;
-        gpu |= ev[i].kind == CKPT_TL_COLL && (ev[i].flags & CKPT_TL_GPU_TIME);
-    }
-    if (s.t1 <= s.t0)
-        s.t1 = s.t0 + 1000000;
-    int axis_y = TOP + NLANES * LANE + 8, height = axis_y + 100;
-
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"sans-serif\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
-               WIDTH, height, WIDTH, height);
-    fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\">rank %u, iterations %llu..%llu (collectives: %s)</text>\n",
-            LEFT, rank, (unsigned long long)a, (unsigned long long)b,
-            gpu ? "GPU timer, NCCL profiler" : "host times around the NCCL calls");
     for (int l = 0; l < NLANES; l++) {
-        int y = TOP + l * LANE;
-        fprintf(f, "<g class=\"lane\" id=\"lane-%d\">\n", l);
+        int y = top + l * LANE;
+        fprintf(f, "<g class=\"lane\" id=\"lane-%u-%d\">\n", r->rank, l);
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", LEFT, y,
                 WIDTH - LEFT - RIGHT, LANE, l % 2 ? "#f7f7f7" : "#efefef");
         fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">%s</text>\n", LEFT - 8,
                 y + LANE / 2 + 4, lanes[l].label);
         bool recorded = !lanes[l].kind;
-        for (size_t i = 0; i < n && !recorded; i++)
-            recorded = ev[i].kind == lanes[l].kind;
+        for (size_t i = 0; i < r->n && !recorded; i++)
+            recorded = r->ev[i].kind == lanes[l].kind;
         if (!recorded)
             fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#777\">not recorded yet</text>\n",
                     LEFT + 8, y + LANE / 2 + 4);
@@ -137,46 +118,86 @@ void timeline_svg(FILE *f, const struct ckpt_tl_event *ev, size_t n, uint64_t a,
 
     /* Compute: the spans between one collective's end and the next one's
      * start (events are oldest first, collectives of one rank in order). */
-    uint64_t busy_until = s.t0;
-    for (size_t i = 0; i < n; i++) {
-        const struct ckpt_tl_event *e = &ev[i];
+    uint64_t busy_until = s->t0;
+    for (size_t i = 0; i < r->n; i++) {
+        const struct ckpt_tl_event *e = &r->ev[i];
         if (e->iteration < a || e->iteration > b)
             continue;
         switch (e->kind) {
         case CKPT_TL_COLL:
             if (e->start_ns > busy_until)
-                bar(f, &s, L_COMPUTE, busy_until, e->start_ns, "compute", e->iteration);
+                bar(f, s, top, L_COMPUTE, busy_until, e->start_ns, "compute", e->iteration);
             if (e->end_ns > busy_until)
                 busy_until = e->end_ns;
-            bar(f, &s, L_COLL, e->start_ns, e->end_ns, ckpt_tl_func_name(e->detail), e->iteration);
+            bar(f, s, top, L_COLL, e->start_ns, e->end_ns, ckpt_tl_func_name(e->detail), e->iteration);
             break;
         case CKPT_TL_COPY:
-            bar(f, &s, L_COPY, e->start_ns, e->end_ns,
+            bar(f, s, top, L_COPY, e->start_ns, e->end_ns,
                 e->flags & CKPT_TL_SPILL ? "snapshot copy, spilled to the update" : "snapshot copy", e->iteration);
             break;
         case CKPT_TL_NET:
-            bar(f, &s, L_NET, e->start_ns, e->end_ns, "replica send", e->iteration);
+            bar(f, s, top, L_NET, e->start_ns, e->end_ns, "replica send", e->iteration);
             break;
         case CKPT_TL_DISK:
-            bar(f, &s, L_DISK, e->start_ns, e->end_ns, "persist", e->iteration);
+            bar(f, s, top, L_DISK, e->start_ns, e->end_ns, "persist", e->iteration);
             break;
         case CKPT_TL_COMMIT:
-            bar(f, &s, L_COMMIT, e->start_ns, e->end_ns, "commit", e->iteration);
+            bar(f, s, top, L_COMMIT, e->start_ns, e->end_ns, "commit", e->iteration);
             break;
         case CKPT_TL_BOUNDARY: {
-            double x = x_of(&s, e->start_ns);
+            double x = x_of(s, e->start_ns);
             if (e->start_ns > busy_until)
-                bar(f, &s, L_COMPUTE, busy_until, e->start_ns, "compute", e->iteration);
+                bar(f, s, top, L_COMPUTE, busy_until, e->start_ns, "compute", e->iteration);
             busy_until = e->start_ns > busy_until ? e->start_ns : busy_until;
             fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#d62728\" "
-                       "stroke-dasharray=\"4 3\"/>\n", x, TOP - 6, x, TOP + NLANES * LANE);
+                       "stroke-dasharray=\"4 3\"/>\n", x, top - 6, x, top + NLANES * LANE);
             fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"end\" fill=\"#d62728\">"
-                       "end of %llu</text>\n", x - 2, TOP - 8, (unsigned long long)e->iteration);
+                       "end of %llu</text>\n", x - 2, top - 8, (unsigned long long)e->iteration);
             break;
         }
         default:
             break;
         }
+    }
+}
+
+void timeline_svg(FILE *f, const struct tl_rank *r, size_t nranks, uint64_t a, uint64_t b)
+{
+    struct scale s = {UINT64_MAX, 0};
+    bool gpu = false;
+
+    for (size_t k = 0; k < nranks; k++)
+        for (size_t i = 0; i < r[k].n; i++) {
+            const struct ckpt_tl_event *e = &r[k].ev[i];
+            if (e->iteration < a || e->iteration > b)
+                continue;
+            s.t0 = e->start_ns < s.t0 ? e->start_ns : s.t0;
+            s.t1 = e->end_ns > s.t1 ? e->end_ns : s.t1;
+            gpu |= e->kind == CKPT_TL_COLL && (e->flags & CKPT_TL_GPU_TIME);
+        }
+    if (s.t1 <= s.t0)
+        s.t1 = s.t0 + 1000000;
+    int block = NLANES * LANE + GAP, axis_y = TOP + (int)nranks * block - GAP + 8, height = axis_y + 100;
+
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
+               WIDTH, height, WIDTH, height);
+    if (nranks == 1)
+        fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\">rank %u, iterations %llu..%llu (collectives: %s)</text>\n",
+                LEFT, r[0].rank, (unsigned long long)a, (unsigned long long)b,
+                gpu ? "GPU timer, NCCL profiler" : "host times around the NCCL calls");
+    else
+        fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\">%zu ranks of this node, iterations %llu..%llu "
+                   "(collectives: %s)</text>\n", LEFT, nranks, (unsigned long long)a, (unsigned long long)b,
+                gpu ? "GPU timer, NCCL profiler" : "host times around the NCCL calls");
+    for (size_t k = 0; k < nranks; k++) {
+        int top = TOP + (int)k * block;
+        if (nranks > 1)
+            fprintf(f, "<text x=\"8\" y=\"%d\" font-size=\"13\" font-weight=\"bold\">rank %u</text>\n",
+                    top + 14, r[k].rank);
+        rank_lanes(f, &s, &r[k], a, b, top);
     }
     axis(f, &s, axis_y);
     legend(f, axis_y + 48);
