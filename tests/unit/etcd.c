@@ -5,10 +5,13 @@
  * that compares a revision; a lease whose keys go when it is not renewed,
  * and whose renewal then says so; a member killed (the client goes on
  * with the others), two killed (a clear error, no answer made up), and
- * back; an endpoint nobody listens on; authentication, right and wrong.
+ * back; an endpoint nobody listens on; authentication, right and wrong;
+ * a watch that wakes for a change under its prefix and for none elsewhere,
+ * and goes on through another member when its own is killed.
  */
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +71,17 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Whether fd becomes readable within ms; what is there is drained. */
+static int readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r = poll(&p, 1, ms) > 0;
+    char buf[256];
+    while (r && read(fd, buf, sizeof(buf)) > 0)
+        ;
+    return r;
 }
 
 /* Until a put succeeds through e, or timeout_s: whether it did. */
@@ -167,9 +181,29 @@ int main(void)
     CHECK(etcd_lease_grant(e, 30, &lease, why, sizeof(why)) == 0 &&
               etcd_lease_revoke(e, lease, why, sizeof(why)) == 0, "revoke: %s", why);
 
+    /* A watch: a change under its prefix wakes it, one elsewhere does not. */
+    struct etcd_watch *w;
+    int wfd;
+    CHECK(etcd_watch_start(&w, &o, "/watched/", &wfd, why, sizeof(why)) == 0, "watch: %s", why);
+    for (double t0 = now_s(); now_s() - t0 < 1;) /* the stream's start says nothing changed */
+        readable(wfd, 200);
+    CHECK(!readable(wfd, 300), "a watch woke with nothing changed");
+    CHECK(etcd_put(e, "/watchedx", "no", 2, 0, why, sizeof(why)) == 0 && !readable(wfd, 300),
+          "a watch woke for a key outside its prefix");
+    CHECK(etcd_put(e, "/watched/a", "yes", 3, 0, why, sizeof(why)) == 0 && readable(wfd, 2000),
+          "a put under the prefix did not wake the watch");
+
     /* A member lost: the others answer.  Two lost: no quorum, said. */
     stop(0);
     CHECK(answers(e, 10), "after one member was killed: %s", why);
+    /* The watch was on the first member: it goes on through another. */
+    for (double t0 = now_s(); now_s() - t0 < 1;)
+        readable(wfd, 200);
+    CHECK(etcd_put(e, "/watched/b", "yes", 3, 0, why, sizeof(why)) == 0 && readable(wfd, 3000),
+          "the watch did not go on after its member was killed");
+    double t_stop = now_s();
+    etcd_watch_stop(w);
+    CHECK(now_s() - t_stop < 1, "stopping a watch took %.1f s", now_s() - t_stop);
     stop(1);
     int rc = etcd_put(e, "/job/a/x", "y", 1, 0, why, sizeof(why));
     CHECK(rc < 0 && strstr(why, "etcd at "), "without quorum: %d '%s'", rc, why);
@@ -198,6 +232,15 @@ int main(void)
     CHECK(etcd_open(&authed, &right, why, sizeof(why)) == 0, "the right password: %s", why);
     if (rc != 0 || authed) {
         CHECK(etcd_put(authed, "/job/a/auth", "ok", 2, 0, why, sizeof(why)) == 0, "an authenticated put: %s", why);
+        /* A watch with credentials wakes, and stops at once. */
+        CHECK(etcd_watch_start(&w, &right, "/job/a/", &wfd, why, sizeof(why)) == 0, "an authenticated watch: %s", why);
+        for (double t0 = now_s(); now_s() - t0 < 1;)
+            readable(wfd, 200);
+        CHECK(etcd_put(authed, "/job/a/auth2", "ok", 2, 0, why, sizeof(why)) == 0 && readable(wfd, 2000),
+              "an authenticated watch did not wake");
+        t_stop = now_s();
+        etcd_watch_stop(w);
+        CHECK(now_s() - t_stop < 1, "stopping an authenticated watch took %.1f s", now_s() - t_stop);
         etcd_close(authed);
     }
     rc = etcd_put(e, "/job/a/anon", "no", 2, 0, why, sizeof(why));

@@ -54,10 +54,14 @@
 #include "wire.h"
 
 /* etcd is read every TURN_MIN_MS while messages move, less often (up to
- * TURN_MAX_MS) while none do; what the member or the coordinator sends
+ * TURN_MAX_MS) while none do, and at once when the watch on the job's keys
+ * says something changed; with the watch running, the quiet turns stretch
+ * to WATCHED_MAX_MS (within a sixth of the lease, so that renewals keep
+ * their time); what the member or the coordinator sends
  * goes out at once. */
 #define TURN_MIN_MS 10
 #define TURN_MAX_MS 80
+#define WATCHED_MAX_MS 500
 #define CLOSED 0xffff /* a message that says the connection it stands for was closed */
 #define MAX_NODES 65536
 
@@ -78,6 +82,8 @@ struct outgoing {
 
 struct bridge {
     struct etcd *e;
+    struct etcd_watch *watch;   /* on the job's keys, NULL: polling alone */
+    int watch_fd;
     struct options *opt;
     struct options copt;    /* the coordinator's: it listens on loopback */
     char prefix[256];
@@ -574,16 +580,24 @@ static void leadership(void)
 static void *run(void *arg)
 {
     struct pollfd *p = calloc(3 + B.n, sizeof(*p));
-    int wait_ms = TURN_MIN_MS;
+    int wait_ms = TURN_MIN_MS, quiet_ms = TURN_MAX_MS;
+    if (B.watch)
+        quiet_ms = B.ttl_s * 1000 / 6 < WATCHED_MAX_MS ? (int)(B.ttl_s * 1000 / 6) : WATCHED_MAX_MS;
     (void)arg;
     for (; p;) {
         int k = 0;
         p[k++] = (struct pollfd){ .fd = B.stop[0], .events = POLLIN };
+        p[k++] = (struct pollfd){ .fd = B.watch ? B.watch_fd : -1, .events = POLLIN };
         p[k++] = (struct pollfd){ .fd = B.member.fd < 0 ? B.lfd : B.member.fd, .events = POLLIN };
         for (unsigned j = 0; B.leading && j < B.n; j++)
             p[k++] = (struct pollfd){ .fd = B.nodes[j].fd, .events = POLLIN };
         if (poll(p, k, wait_ms) > 0 && p[0].revents)
             break;
+        if (p[1].revents) { /* something changed: read it now */
+            char drain[64];
+            while (read(B.watch_fd, drain, sizeof(drain)) > 0)
+                ;
+        }
         unsigned moved = B.moved;
         renew(ckpt_now_s());
         if (!B.paused) {
@@ -593,7 +607,7 @@ static void *run(void *arg)
         if (B.leading && !B.paused)
             leader_turn();
         member_turn();
-        wait_ms = B.moved != moved ? TURN_MIN_MS : wait_ms * 2 > TURN_MAX_MS ? TURN_MAX_MS : wait_ms * 2;
+        wait_ms = B.moved != moved ? TURN_MIN_MS : wait_ms * 2 > quiet_ms ? quiet_ms : wait_ms * 2;
     }
     free(p);
     return NULL;
@@ -648,6 +662,10 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     B.ttl_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
     snprintf(B.prefix, sizeof(B.prefix), "/ckpt/%s/", opt->job_name);
     int rc = etcd_open(&B.e, &o, why, whylen);
+    if (rc == 0 && etcd_watch_start(&B.watch, &o, B.prefix, &B.watch_fd, why, whylen) < 0) {
+        ckpt_log(CKPT_WARN, "no etcd watch (%s): the job's keys are read every %d ms", why, TURN_MAX_MS);
+        B.watch = NULL;
+    }
     memset(password, 0, sizeof(password));
     if (rc < 0)
         return rc;
@@ -718,6 +736,8 @@ void bridge_stop(void)
         leader_turn();
     stop_leading();
     close_link(&B.member);
+    etcd_watch_stop(B.watch);
+    B.watch = NULL;
     if (B.e && B.lease)
         etcd_lease_revoke(B.e, B.lease, why, sizeof(why));
     etcd_close(B.e);

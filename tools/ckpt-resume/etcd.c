@@ -5,13 +5,18 @@
  * that answered last; one that cannot be reached or has no quorum is
  * passed over for the next, once round the list.  With a user, a token
  * from /v3/auth/authenticate goes with every request, and is fetched
- * again once when etcd says it is no longer valid.
+ * again once when etcd says it is no longer valid.  A watch holds a
+ * streaming request open on a thread and client of its own, and says on
+ * a pipe when anything under its prefix changed.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <json-c/json.h>
@@ -542,4 +547,172 @@ int etcd_lease_revoke(struct etcd *e, int64_t id, char *why, size_t whylen)
     int rc = call(e, "/v3/lease/revoke", req, &ans, why, whylen);
     json_object_put(ans);
     return rc;
+}
+
+/* ----------------------------------------------------------------- watch */
+
+/* A watch holds one streaming request open on a client of its own (a curl
+ * handle is not to be shared between threads).  Its socket is known, so
+ * that etcd_watch_stop can cut the stream at once. */
+struct etcd_watch {
+    struct etcd *e;
+    char *key;
+    int wake[2];                /* [0]: the caller's to poll; [1]: written on each change */
+    pthread_t thread;
+    pthread_mutex_t lock;       /* sock, against curl closing it while stop shuts it down */
+    curl_socket_t sock;
+    bool stopping;
+};
+
+static void watch_wake(struct etcd_watch *w)
+{
+    ssize_t r = write(w->wake[1], "w", 1);
+    (void)r; /* full: a wake-up is pending already */
+}
+
+/* Whatever the stream brings (the watch made, then events) is a change to
+ * read: the caller reads the keys, not the events. */
+static size_t watch_data(char *data, size_t size, size_t count, void *arg)
+{
+    (void)data;
+    watch_wake(arg);
+    return size * count;
+}
+
+static curl_socket_t watch_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    struct etcd_watch *w = arg;
+    (void)purpose;
+    curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    pthread_mutex_lock(&w->lock);
+    if (w->stopping && fd >= 0) {
+        close(fd);
+        fd = CURL_SOCKET_BAD;
+    }
+    w->sock = fd;
+    pthread_mutex_unlock(&w->lock);
+    return fd;
+}
+
+static int watch_close(void *arg, curl_socket_t fd)
+{
+    struct etcd_watch *w = arg;
+    pthread_mutex_lock(&w->lock);
+    if (w->sock == fd)
+        w->sock = CURL_SOCKET_BAD;
+    pthread_mutex_unlock(&w->lock);
+    return close(fd);
+}
+
+static bool watch_stopping(struct etcd_watch *w)
+{
+    pthread_mutex_lock(&w->lock);
+    bool s = w->stopping;
+    pthread_mutex_unlock(&w->lock);
+    return s;
+}
+
+/* One stream at the member in turn, until it ends; then the next member. */
+static void *watch_run(void *arg)
+{
+    struct etcd_watch *w = arg;
+    struct etcd *e = w->e;
+    json_object *req = json_object_new_object(), *create = json_object_new_object();
+    add_range(create, w->key, true);
+    json_object_object_add(req, "create_request", create);
+    const char *text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+    char why[512];
+    while (!watch_stopping(w)) {
+        char url[512], auth[600];
+        struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+        if (e->token) {
+            snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
+            headers = curl_slist_append(headers, auth);
+        }
+        snprintf(url, sizeof(url), "%s/v3/watch", e->endpoints[e->cur]);
+        curl_easy_setopt(e->curl, CURLOPT_URL, url);
+        curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, text);
+        curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, headers);
+        curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, 0L);
+        curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, watch_data);
+        curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, w);
+        curl_easy_setopt(e->curl, CURLOPT_OPENSOCKETFUNCTION, watch_socket);
+        curl_easy_setopt(e->curl, CURLOPT_OPENSOCKETDATA, w);
+        curl_easy_setopt(e->curl, CURLOPT_CLOSESOCKETFUNCTION, watch_close);
+        curl_easy_setopt(e->curl, CURLOPT_CLOSESOCKETDATA, w);
+        /* A connection of its own (not one authenticate() left open), so
+         * that the socket callback knows it and stop can cut it. */
+        curl_easy_setopt(e->curl, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(e->curl, CURLOPT_FORBID_REUSE, 1L);
+        curl_easy_perform(e->curl);
+        curl_slist_free_all(headers);
+        /* The stream ended: what changed meanwhile is read by the caller,
+         * the next member is watched, with a new token if one is wanted. */
+        watch_wake(w);
+        if (watch_stopping(w))
+            break;
+        e->cur = (e->cur + 1) % e->n;
+        usleep(200 * 1000);
+        if (e->user) {
+            curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, collect);
+            curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
+            curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+            authenticate(e, why, sizeof(why));
+        }
+    }
+    json_object_put(req);
+    return NULL;
+}
+
+int etcd_watch_start(struct etcd_watch **out, const struct etcd_opts *o, const char *prefix, int *fd, char *why,
+                     size_t whylen)
+{
+    struct etcd_watch *w = calloc(1, sizeof(*w));
+    *out = NULL;
+    if (!w || !(w->key = strdup(prefix))) {
+        free(w);
+        snprintf(why, whylen, "out of memory");
+        return -ENOMEM;
+    }
+    w->sock = CURL_SOCKET_BAD;
+    pthread_mutex_init(&w->lock, NULL);
+    int rc = etcd_open(&w->e, o, why, whylen);
+    if (rc == 0 && pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "pipe: %s", strerror(errno));
+        w->wake[0] = w->wake[1] = -1;
+    }
+    if (rc == 0 && (rc = -pthread_create(&w->thread, NULL, watch_run, w)) < 0) {
+        snprintf(why, whylen, "cannot start the etcd watch: %s", strerror(-rc));
+        close(w->wake[0]);
+        close(w->wake[1]);
+    }
+    if (rc < 0) {
+        etcd_close(w->e);
+        pthread_mutex_destroy(&w->lock);
+        free(w->key);
+        free(w);
+        return rc;
+    }
+    *fd = w->wake[0];
+    *out = w;
+    return 0;
+}
+
+void etcd_watch_stop(struct etcd_watch *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stopping = true;
+    if (w->sock != CURL_SOCKET_BAD)
+        shutdown(w->sock, SHUT_RDWR);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    etcd_close(w->e);
+    close(w->wake[0]);
+    close(w->wake[1]);
+    pthread_mutex_destroy(&w->lock);
+    free(w->key);
+    free(w);
 }

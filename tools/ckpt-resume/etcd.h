@@ -89,4 +89,16 @@ int etcd_lease_revoke(struct etcd *e, int64_t id, char *why, size_t whylen);
  * it, and no lease expires meanwhile), -ECONNREFUSED when none answers. */
 int etcd_quorum(struct etcd *e, char *why, size_t whylen);
 
+/* A watch on every key under @prefix, on a thread and a client of its own
+ * (@o as etcd_open's): *@fd becomes readable each time something under it
+ * changes, and when the stream to a member ends (then the next member is
+ * watched, so that nothing done meanwhile goes unnoticed).  The caller
+ * drains *@fd and reads what it needs; the watch says that, not what.
+ * Returns 0, or -errno with why. */
+struct etcd_watch;
+int etcd_watch_start(struct etcd_watch **out, const struct etcd_opts *o, const char *prefix, int *fd, char *why,
+                     size_t whylen);
+/* Ends the stream at once and frees the watch (and *fd). */
+void etcd_watch_stop(struct etcd_watch *w);
+
 #endif
