@@ -193,20 +193,25 @@ static int finish(struct ckpt_store *store, struct round *r)
     return send_result(r->ctl, st);
 }
 
-/* One OFFER..RESULT round.  Returns 0 when the connection can go on. */
-static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const void *offer, size_t len,
-                   struct ckpt_replica_stats *st)
+/* Who an offer claims to be, for the report, before anything is checked. */
+static void claimed(const void *offer, size_t len, struct ckpt_replica_stats *st)
 {
-    struct ckpt_store_tx tx;
     struct ckpt_header h;
-
-    /* Who it claims to be, for the report, before anything is checked. */
     if (len >= sizeof(h)) {
         memcpy(&h, offer, sizeof(h));
         snprintf(st->job, sizeof(st->job), "%.*s", (int)sizeof(h.job), h.job);
         st->rank = h.rank;
         st->generation = h.generation;
     }
+}
+
+/* One OFFER..RESULT round.  Returns 0 when the connection can go on. */
+static int receive(struct ckpt_fab *f, int ctl, struct ckpt_store *store, const void *offer, size_t len,
+                   struct ckpt_replica_stats *st)
+{
+    struct ckpt_store_tx tx;
+
+    claimed(offer, len, st);
     int rc = ckpt_store_begin(store, offer, len, &tx, st->why, sizeof(st->why));
     if (rc < 0) {
         st->status = rc;
@@ -278,13 +283,7 @@ cut:
 /* An offer from a sender left behind by a newer plan: refused, unread. */
 static int stale(int ctl, const void *offer, size_t len, uint64_t epoch, uint64_t now, struct ckpt_replica_stats *st)
 {
-    struct ckpt_header h;
-    if (len >= sizeof(h)) {
-        memcpy(&h, offer, sizeof(h));
-        snprintf(st->job, sizeof(st->job), "%.*s", (int)sizeof(h.job), h.job);
-        st->rank = h.rank;
-        st->generation = h.generation;
-    }
+    claimed(offer, len, st);
     st->status = -ESTALE;
     snprintf(st->why, sizeof(st->why), "a stale epoch: the offer is of epoch %llu, this node acts under epoch %llu "
              "(the sender was left behind by a newer plan and is fenced)", (unsigned long long)epoch,
