@@ -248,7 +248,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
-@test "a replica offered to a running node's agent under an older plan (a fenced node's late write) is refused, naming both epochs; the job ends as uninterrupted" {
+@test "a snapshot and a replay log offered to a running node's agent under an older plan (a fenced node's late writes) are refused, naming both epochs; the job ends as uninterrupted" {
     ARGS="--iters 3000 --hidden 64 --layers 3"
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     export FAKEGPU_CRASH_AT=60 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed
@@ -272,6 +272,22 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
         sleep 0.1
     done
     [[ $out == *"a stale epoch: the offer is of epoch 1, this node acts under epoch 2"* ]] || { echo "$out"; show; return 1; }
+    # Its replay log too (LOG {rank, size, job, epoch}, the bytes, LOG_END {xxh3}): refused, -ESTALE.
+    out=$(python3 - "${addr##*:}" <<'PY'
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
+def send(t, payload):
+    s.sendall(b"CKRP" + struct.pack("<HHII", 3, t, len(payload), 0) + payload)
+send(96, struct.pack("<IIQ", 1, 0, 16) + b"nodes".ljust(64, b"\0") + struct.pack("<Q", 1))
+send(97, b"x" * 16)
+send(98, struct.pack("<Q", 0))
+head = s.recv(16, socket.MSG_WAITALL)
+print("status", struct.unpack("<i", s.recv(4, socket.MSG_WAITALL))[0])
+PY
+)
+    [ "$out" = "status -116" ] || { echo "$out"; show; return 1; }
+    grep -q "refused rank 1's replay log: a stale epoch: the offer is of epoch 1, this node acts under epoch 2" "$D/err.0" ||
+        { show; return 1; }
     wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
     diff <(grep '^digest' "$D/out.0") <(grep '^digest' "$D/plain")
@@ -347,7 +363,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
 import socket, struct, sys
 for job, rank in ((b"nodes/../../../escape", 0), (b"other", 0), (b"nodes", 99)):
     s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
-    log = struct.pack("<IIQ", rank, 0, 16) + job.ljust(64, b"\0")
+    log = struct.pack("<IIQ", rank, 0, 16) + job.ljust(64, b"\0") + struct.pack("<Q", 1 << 40)  # any epoch
     s.sendall(b"CKRP" + struct.pack("<HHII", 3, 96, len(log), 0) + log)
     s.sendall(b"CKRP" + struct.pack("<HHII", 3, 97, 16, 0) + b"x" * 16)
     try:

@@ -41,7 +41,8 @@
 #include "wire.h"
 #include "util.h"
 
-/* A replay log travels as LOG {rank, size, job} then its bytes in pieces, then LOG_END {xxh3}; one reply. */
+/* A replay log travels as LOG {rank, size, job, epoch} then its bytes in pieces, then LOG_END {xxh3}; one
+ * reply.  A log of an older epoch than the receiver's is refused (-ESTALE): its sender was left behind. */
 enum { REP_LOG = 96, REP_LOG_DATA, REP_LOG_END, REP_LOG_RESULT };
 #define LOG_PIECE (8u << 20)
 #define RX_TIMEOUT_MS 30000
@@ -50,7 +51,9 @@ struct rep_log {
     uint32_t rank, reserved;
     uint64_t size;
     char job[CKPT_JOB_MAX];
+    uint64_t epoch;                     /* the plan the sender acts under (coord.h) */
 };
+_Static_assert(sizeof(struct rep_log) == 24 + CKPT_JOB_MAX, "replay log offer layout");
 
 struct rep {
     const struct options *opt;
@@ -117,8 +120,15 @@ static int receive_log(struct rep *r, int ctl)
         free(msg);
         return -EPROTO;
     }
-    uint64_t size = lg->size, got = 0;
-    rc = rank_dir(r->peers, lg->job, lg->rank, dir, sizeof(dir));
+    uint64_t size = lg->size, got = 0, now = __atomic_load_n(&r->epoch, __ATOMIC_ACQUIRE);
+    if (lg->epoch < now) {
+        ckpt_log(CKPT_WARN, "refused rank %u's replay log: a stale epoch: the offer is of epoch %llu, this node acts "
+                 "under epoch %llu (the sender was left behind by a newer plan and is fenced)", lg->rank,
+                 (unsigned long long)lg->epoch, (unsigned long long)now);
+        rc = -ESTALE;
+    } else {
+        rc = rank_dir(r->peers, lg->job, lg->rank, dir, sizeof(dir));
+    }
     free(msg);
     if (rc == 0) {
         snprintf(tmp, sizeof(tmp), "%s/replay.log.tmp", dir);
@@ -278,7 +288,8 @@ static int map_slot(const char *dir, uint64_t it, void **base, size_t *len, int 
 }
 
 /* Sends the replay log of the rank directory @dir to @to. */
-static int send_log(const char *dir, const char *job, int rank, const char *to, char *why, size_t whylen)
+static int send_log(const char *dir, const char *job, int rank, uint64_t epoch, const char *to, char *why,
+                    size_t whylen)
 {
     char path[PATH_MAX + 32];
     int ctl, rc;
@@ -298,7 +309,7 @@ static int send_log(const char *dir, const char *job, int rank, const char *to, 
         close(fd);
         return rc;
     }
-    struct rep_log lg = { .rank = (uint32_t)rank, .size = (uint64_t)st.st_size };
+    struct rep_log lg = { .rank = (uint32_t)rank, .size = (uint64_t)st.st_size, .epoch = epoch };
     snprintf(lg.job, sizeof(lg.job), "%s", job);
     char *buf = malloc(LOG_PIECE);
     XXH3_state_t *xs = XXH3_createState();
@@ -382,7 +393,8 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
     int rc = map_slot(dir, it, &image, &len, &slot, why, whylen);
     if (rc < 0)
         return rc;
-    if ((rc = send_log(dir, r->opt->job_name, rank, to, why, whylen)) < 0)
+    if ((rc = send_log(dir, r->opt->job_name, rank, __atomic_load_n(&r->epoch, __ATOMIC_ACQUIRE), to, why,
+                       whylen)) < 0)
         goto out;
     /* A failed write can leave the endpoint holding a broken connection
      * (to a node that was replaced at the same address, say): the next
