@@ -145,6 +145,38 @@ bats_require_minimum_version 1.5.0
     grep -q "^ckpt-resume: node [01] of 2 in job $CKPT_JOB, through etcd at 127.0.0.1:$port$" "$D/err.a" || { show; return 1; }
 }
 
+@test "CKPT_NODE_LAUNCHER through etcd: the first agent is node 0 and starts the others with a key it made; a node lost is started again and takes its rank back; as uninterrupted" {
+    plain 3
+    cat >"$D/machine" <<EOF
+#!/bin/sh
+i=\$CKPT_NODE_RANK; tag=; [ -e "$D/sid.\$i" ] && tag=.new
+printenv CKPT_JOB_KEY >"$D/key.\$i\$tag"
+cut -d ' ' -f 6 /proc/\$\$/stat >"$D/sid.\$i\$tag"
+CKPT_ARENA_DIR=$D/arena.\$i exec "\$@" >"$D/out.\$i\$tag" 2>"$D/err.\$i\$tag"
+EOF
+    chmod +x "$D/machine"
+    CKPT_NODE_LAUNCHER=$D/machine start a 3
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    [ -s "$D/sid.2" ] || { show; return 1; }
+    pkill -KILL -s "$(cat "$D/sid.2")"
+    wait_rc a || { show; return 1; }
+    [ "$(cat "$D/rc.a")" = 0 ] || { show; return 1; }
+    grep -q "^ckpt-resume: node 0 of 3 in job $CKPT_JOB, through etcd" "$D/err.a" || { show; return 1; }
+    grep -q "started node 1 (pid [0-9]*) with CKPT_NODE_LAUNCHER" "$D/err.a" || { show; return 1; }
+    grep -q "node 2's command ended (killed by signal 9) before the job did; starting it again" "$D/err.a" ||
+        { show; return 1; }
+    grep -q "^ckpt-resume: node 2 of 3 in job $CKPT_JOB, through etcd" "$D/err.2.new" || { show; return 1; }
+    grep -q "^ckpt-resume: rank 2 restores iteration [0-9]* from" "$D/err.2.new" || { show; return 1; }
+    # Every node got the key node 0 made, which no output shows.
+    local key
+    key=$(cat "$D/key.1")
+    [[ $key =~ ^[0-9a-f]{64}$ ]] && [ "$(cat "$D/key.2.new")" = "$key" ] || { echo "key: '$key'"; return 1; }
+    ! grep -rqF "$key" "$D"/err.* "$D"/out.*
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+    # The nodes started by node 0 have ended with it.
+    for f in "$D"/sid.[12]*; do ! pgrep -s "$(cat "$f")" >/dev/null || { echo "$f: still running"; return 1; }; done
+}
+
 @test "8 nodes on loopback through etcd: one lost and replaced, as uninterrupted" {
     ARGS="--iters 1500 --hidden 16 --layers 2 --batch 32"
     plain 8

@@ -83,6 +83,8 @@ struct outgoing {
 struct bridge {
     struct etcd *e;
     struct etcd_watch *watch;   /* on the job's keys, NULL: polling alone */
+    struct spawn *spawn;        /* the nodes this agent starts (CKPT_NODE_LAUNCHER), NULL: none */
+    bool spawn_failed;
     int watch_fd;
     struct options *opt;
     struct options copt;    /* the coordinator's: it listens on loopback */
@@ -577,6 +579,24 @@ static void leadership(void)
     whose(epoch ? leader : -1);
 }
 
+/* Through etcd a node's command is started again whenever it ends before
+ * the job: its new agent waits for the rank's lease to end, then takes it. */
+static bool not_present(void *ctx, unsigned j)
+{
+    (void)ctx, (void)j;
+    return false;
+}
+
+/* The nodes this agent started (CKPT_NODE_LAUNCHER): kept running while the job runs. */
+static void launch_turn(void)
+{
+    char why[512];
+    if (B.spawn && !B.spawn_failed && spawn_turn(B.spawn, B.finished, not_present, NULL, why, sizeof(why)) < 0) {
+        B.spawn_failed = true;
+        ckpt_log(CKPT_ERROR, "%s; the other nodes go on without it", why);
+    }
+}
+
 static void *run(void *arg)
 {
     struct pollfd *p = calloc(3 + B.n, sizeof(*p));
@@ -607,9 +627,14 @@ static void *run(void *arg)
         if (B.leading && !B.paused)
             leader_turn();
         member_turn();
+        launch_turn();
         wait_ms = B.moved != moved ? TURN_MIN_MS : wait_ms * 2 > quiet_ms ? quiet_ms : wait_ms * 2;
     }
     free(p);
+    /* The nodes started from here are this thread's children (their
+     * parent-death signal is its end): they end once they heard the end. */
+    spawn_close(B.spawn, B.ttl_s);
+    B.spawn = NULL;
     return NULL;
 }
 
@@ -705,6 +730,10 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     opt->coord = B.local;
     if (pipe2(B.stop, O_CLOEXEC) < 0)
         return -errno;
+    if ((rc = spawn_open(&B.spawn, opt)) < 0) {
+        snprintf(why, whylen, "cannot prepare CKPT_NODE_LAUNCHER: %s", strerror(-rc));
+        return rc;
+    }
     /* The thread takes no signal: SIGCHLD and the ones passed on to the
      * job are the agent loop's (its signalfd), and it starts before the
      * loop blocks them. */

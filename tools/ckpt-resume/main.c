@@ -272,9 +272,9 @@ static int configure_nodes(struct options *opt, const bool given[4])
     } else if (!strrchr(opt->coord, ':') || !strrchr(opt->coord, ':')[1]) {
         return usage_error("--coord: expected HOST:PORT or etcd://HOST:PORT[,...], got '%s'", opt->coord);
     }
-    if (opt->etcd && launcher && *launcher)
-        return usage_error("CKPT_NODE_LAUNCHER with --coord etcd://: not yet; start each node yourself (srun, ssh), "
-                           "or use --coord HOST:PORT");
+    /* Through etcd the agent that starts the others is node 0. */
+    if (opt->etcd && launcher && *launcher && opt->node_rank < 0)
+        opt->node_rank = 0;
     if (opt->node_rank >= opt->nnodes)
         return usage_error("--node-rank %d: expected 0 to %d (--nnodes %d)", opt->node_rank, opt->nnodes - 1,
                            opt->nnodes);

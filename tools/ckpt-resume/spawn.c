@@ -13,8 +13,9 @@
  * this file starts the command again once the coordinator has let the
  * node go, up to CKPT_MAX_RESTARTS times.
  *
- * Everything here runs on the coordinator's thread, so the commands are
- * that thread's children: ckpt-resume's reaping of its ranks waits for the
+ * Everything here runs on the coordinator's thread (through etcd, the
+ * bridge's: node 0 starts the others, whichever node leads), so the
+ * commands are that thread's children: ckpt-resume's reaping of its ranks waits for the
  * main thread's children only (__WNOTHREAD) and never takes them, and
  * each command gets SIGTERM if the coordinator's thread dies
  * (PR_SET_PDEATHSIG, which the exec keeps) before it has ended them itself.
@@ -84,7 +85,8 @@ static char **node_env(const struct spawn *s, unsigned j)
         if (!is_set_var(environ[i]))
             env[k++] = environ[i];
     size_t first = k;
-    if (asprintf(&env[k++], "CKPT_COORD=%s", s->opt->coord) < 0 ||
+    if ((s->opt->etcd ? asprintf(&env[k++], "CKPT_COORD=etcd://%s", s->opt->etcd)
+                      : asprintf(&env[k++], "CKPT_COORD=%s", s->opt->coord)) < 0 ||
         asprintf(&env[k++], "CKPT_NNODES=%u", s->n) < 0 || asprintf(&env[k++], "CKPT_NODE_RANK=%u", j) < 0 ||
         asprintf(&env[k++], "CKPT_JOB=%s", s->opt->job_name) < 0 ||
         (s->key && asprintf(&env[k++], "CKPT_JOB_KEY=%s", s->key) < 0)) {
