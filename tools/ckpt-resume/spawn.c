@@ -209,7 +209,8 @@ int spawn_turn(struct spawn *s, bool over, bool (*present)(void *ctx, unsigned j
         int status;
         if (l->pid > 0 && waitpid(l->pid, &status, WNOHANG) == l->pid) {
             l->pid = 0;
-            if (over)
+            /* Exit 0: its agent heard the end (through etcd, maybe before this one). */
+            if (over || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
                 continue;
             char how[64];
             describe(status, how, sizeof(how));
