@@ -165,6 +165,8 @@ EOF
     grep -q "started node 1 (pid [0-9]*) with CKPT_NODE_LAUNCHER" "$D/err.a" || { show; return 1; }
     grep -q "node 2's command ended (killed by signal 9) before the job did; starting it again" "$D/err.a" ||
         { show; return 1; }
+    # Node 1 ended with the job (exit 0), however soon it heard the end: not started again.
+    ! grep -q "node 1's command ended" "$D/err.a" || { show; return 1; }
     grep -q "^ckpt-resume: node 2 of 3 in job $CKPT_JOB, through etcd" "$D/err.2.new" || { show; return 1; }
     grep -q "^ckpt-resume: rank 2 restores iteration [0-9]* from" "$D/err.2.new" || { show; return 1; }
     # Every node got the key node 0 made, which no output shows.
