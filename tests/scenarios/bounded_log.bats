@@ -56,7 +56,7 @@ watch_arena_log() {
     # The whole log is on disk: at least 100 bytes an iteration for this trainer.
     [ "$(stat -c %s "$DISK/rank0.replay.log")" -gt 10000000 ]
     grep -Eq '^libckpt\[rank 0\]: replaying 99[0-9]{3} iterations to restore generation ' "$D/err" || { cat "$D/err"; return 1; }
-    ! grep -q "CKPT_REPLAY_LOG_MAX" "$D/err"
+    ( ! grep -q "CKPT_REPLAY_LOG_MAX" "$D/err" )
     grep -Eq '^ckpt-resume: done exit=0 restarts=1 \(cold [0-9.]+ s\)$' "$D/err" || { cat "$D/err"; return 1; }
     diff <(resumed_output "$D/out") "$D/plain"
     [ "$(stat -c %s "$ARENA/rank0/replay.log")" -le 4096 ]

@@ -69,10 +69,10 @@ bats_require_minimum_version 1.5.0
     kill -KILL "$(cat "$D/etcd.pid.0")"
     wait_rc a b c d || { show; return 1; }
     for t in a b c d; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
-    ! grep -q "restarting\|was lost\|is lost\|lost the coordinator" "$D"/err.*
+    if grep -q "restarting\|was lost\|is lost\|lost the coordinator" "$D"/err.*; then show; return 1; fi
     [ "$(digests "$D/out.a" "$D/out.b")" = "$(digests "$D/plain")" ]
     [ "$(digests "$D/out.c" "$D/out.d")" = "$(digests "$D/plain")" ]
-    grep -q "^ckpt-resume: done exit=0 restarts=0$" "$D/err.a"
+    grep -q "^ckpt-resume: done exit=0 restarts=0$" "$D/err.a" || { show; return 1; }
 }
 
 
@@ -173,7 +173,7 @@ EOF
     local key
     key=$(cat "$D/key.1")
     [[ $key =~ ^[0-9a-f]{64}$ ]] && [ "$(cat "$D/key.2.new")" = "$key" ] || { echo "key: '$key'"; return 1; }
-    ! grep -rqF "$key" "$D"/err.* "$D"/out.*
+    ( ! grep -rqF "$key" "$D"/err.* "$D"/out.* )
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
     # The nodes started by node 0 have ended with it.
     for f in "$D"/sid.[12]*; do ! pgrep -s "$(cat "$f")" >/dev/null || { echo "$f: still running"; return 1; }; done

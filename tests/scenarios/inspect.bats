@@ -348,7 +348,7 @@ EOF
 @test "progress bars are drawn on a terminal only" {
     CKPT_JOB=big LD_PRELOAD=$LIB "$BUILD/tests/progs/statewriter" --iters 3 --mib 8 >/dev/null 2>&1
     "$INSPECT" --job big export 1 "$D/plain" 2>"$D/err" >/dev/null
-    ! grep -q "exporting" "$D/err"
+    ( ! grep -q "exporting" "$D/err" )
     script -qec "'$INSPECT' --job big export 1 '$D/tty' >/dev/null" "$D/typescript" >/dev/null
     grep -q "exporting *\[=*" "$D/typescript"
     grep -q "verifying *\[=*" "$D/typescript"

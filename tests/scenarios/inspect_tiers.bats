@@ -258,7 +258,7 @@ manifest() { # job iteration
 @test "progress is drawn on a terminal for reads from disk, never into a pipe" {
     three j
     "$INSPECT" --job j --tier disk export 6 "$D/plain" 2>"$D/err" >/dev/null
-    ! grep -q "exporting" "$D/err"
+    ( ! grep -q "exporting" "$D/err" )
     script -qec "'$INSPECT' --job j --tier disk export 6 '$D/tty' >/dev/null" "$D/typescript" >/dev/null
     grep -q "exporting *\[=*" "$D/typescript"
     grep -q "verifying *\[=*" "$D/typescript"

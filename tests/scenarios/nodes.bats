@@ -422,8 +422,8 @@ PY
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
     [ "$(grep -c "refused a connection that did not authenticate with this job's key" "$D/err.0")" -ge 2 ] ||
         { show; return 1; }
-    ! grep -q "not authenticated" "$D/err.0"
-    ! grep -rq "the-right-one" "$D"/err.* "$D"/out.*
+    ( ! grep -q "not authenticated" "$D/err.0" )
+    ( ! grep -rq "the-right-one" "$D"/err.* "$D"/out.* )
     diff "$D/out.0" "$D/plain"
 }
 
@@ -460,12 +460,12 @@ EOF
         { show; return 1; }
     grep -q "^ckpt-resume: rank 2 restores iteration [0-9]* from a peer's copy" "$D/err.2.new" || { show; return 1; }
     grep -q "refused a connection that did not authenticate with this job's key" "$D/err.0" || { show; return 1; }
-    ! grep -q "not authenticated" "$D"/err.*
+    ( ! grep -q "not authenticated" "$D"/err.* )
     # Every node was handed the same new key, which no output shows.
     key=$(cat "$D/key.1")
     [[ $key =~ ^[0-9a-f]{64}$ ]] || { echo "key: '$key'"; false; }
     [ "$(cat "$D/key.2")" = "$key" ] && [ "$(cat "$D/key.2.new")" = "$key" ]
-    ! grep -rqF "$key" "$D"/err.* "$D"/out.*
+    ( ! grep -rqF "$key" "$D"/err.* "$D"/out.* )
     # The nodes started by node 0 have ended with it.
     for f in "$D"/sid.[123]*; do ! pgrep -s "$(cat "$f")" >/dev/null || { echo "$f: still running"; false; }; done
     diff <(resumed_output "$D/out.0") "$D/plain"

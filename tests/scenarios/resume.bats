@@ -141,7 +141,7 @@ SCRIPT
     [ ! -e "$D/pet" ]
     # The training program's own arguments are its own: --max-restarts after it is not torchrun's.
     ckpt -- "$D/torchrun" "$TRAIN" $ARGS --max-restarts 3 >/dev/null 2>"$D/err" || true
-    ! grep -q "torchrun would restart" "$D/err"
+    ( ! grep -q "torchrun would restart" "$D/err" )
 }
 
 @test "a launcher that starts the ranks itself is restarted from what every rank directory holds" {

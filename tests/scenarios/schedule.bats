@@ -101,7 +101,7 @@ gated() {
         rm -rf "$D/arena" "$D/stats"
         CKPT_SCHED=$m run_ranks 1
         grep -q '"paced":false' "$D/stats"
-        ! grep -q '"paced":true' "$D/stats"
+        ( ! grep -q '"paced":true' "$D/stats" )
         grep -q "\"sched\":\"$m\",\"paced\":false,\"boundary_bytes\":[1-9]" "$D/stats"
     done
     run env CKPT_SCHED=sometimes LD_PRELOAD=$LIB "$SW" --iters 2

@@ -79,7 +79,7 @@ run_killed() {
         echo "ranks $n: took over at iteration $k"
         [ "$(grep -c "^libckpt\[rank [0-9]*\]: taking over at iteration $k " "$D/err.$n")" -eq $n ]
         [ "$(grep -c "^libckpt\[rank [0-9]*\]: restored iteration $k " "$D/err.$n")" -eq $n ]
-        ! grep -q "replaying [0-9]* iterations\|cold path" "$D/err.$n"
+        ( ! grep -q "replaying [0-9]* iterations\|cold path" "$D/err.$n" )
         [[ $(tail -n 1 "$D/err.$n") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(standby\ [0-9]+\.[0-9]{3}\ s\)$ ]]
         diff <(resumed_output "$D/out.$n") "$D/plain.$n"
         [ ! -e "$CKPT_ARENA_DIR" ] || [ -z "$(ls "$CKPT_ARENA_DIR")" ] || { ls -R "$CKPT_ARENA_DIR"; return 1; }
@@ -236,7 +236,7 @@ run_killed() {
         k=${BASH_REMATCH[1]} behind=${BASH_REMATCH[2]}
         [ "$k" -le "$n" ] && [ "$k" -gt $((n - 20)) ] || { cat "$D/err.$n"; return 1; }
         [ $((k - behind)) -le $CKPT_EVERY ] || { echo "a standby was $((k - behind)) iterations behind"; return 1; }
-        ! grep -q "replaying [0-9]* iterations\|cold path" "$D/err.$n"
+        ( ! grep -q "replaying [0-9]* iterations\|cold path" "$D/err.$n" )
         t=$(sed -n -E 's/^ckpt-resume: done exit=0 restarts=1 \(standby ([0-9.]+) s\)$/\1/p' "$D/err.$n")
         [ -n "$t" ] || { cat "$D/err.$n"; return 1; }
         times+=("$t")
@@ -309,7 +309,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
             if [ $mode = 1 ]; then
                 grep -q '^ckpt-resume: the standbys take over at iteration 190 ' "$D/err.$n.$mode" ||
                     { cat "$D/err.$n.$mode"; return 1; }
-                ! grep -q "replaying [0-9]* iterations\|cold path" "$D/err.$n.$mode"
+                ( ! grep -q "replaying [0-9]* iterations\|cold path" "$D/err.$n.$mode" )
             else
                 grep -q '^libckpt\[rank 1\]: replaying 190 iterations to restore generation ' "$D/err.$n.$mode" ||
                     { cat "$D/err.$n.$mode"; return 1; }
@@ -349,7 +349,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     grep -q '^ckpt-resume: the standbys\? took over at iteration [0-9]* in ' "$D/err" || { cat "$D/err"; return 1; }
     grep -q '^libckpt\[rank 0\]: device memory for the takeover: [0-9]* ranges, [4-9]\.[0-9] MiB$' "$D/err" ||
         { cat "$D/err"; return 1; }
-    ! grep -q "replaying [0-9]* iterations\|cold path\|out of memory" "$D/err"
+    ( ! grep -q "replaying [0-9]* iterations\|cold path\|out of memory" "$D/err" )
     diff <(resumed_output "$D/out") "$D/plain"
 }
 

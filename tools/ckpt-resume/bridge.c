@@ -62,6 +62,7 @@
 #define TURN_MIN_MS 10
 #define TURN_MAX_MS 80
 #define WATCHED_MAX_MS 500
+#define RETRY_MS 50
 #define CLOSED 0xffff /* a message that says the connection it stands for was closed */
 #define MAX_NODES 65536
 
@@ -464,6 +465,23 @@ static void pause_for_quorum(double now, const char *why)
              "train on", why);
 }
 
+/* Does etcd still hold this node's key under its lease?  Keys go with
+ * their lease, so a key of ours proves the lease lives.  1 yes, 0 no,
+ * -errno when etcd cannot tell now. */
+static int key_held(void)
+{
+    char key[300], why[512];
+    struct etcd_kv *kv;
+    size_t n;
+    snprintf(key, sizeof(key), "%snode/%u", B.prefix, B.node);
+    int rc = etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why));
+    if (rc < 0)
+        return rc;
+    rc = n == 1 && kv[0].lease == B.lease;
+    etcd_kvs_free(kv, n);
+    return rc;
+}
+
 static void renew(double now)
 {
     char why[512];
@@ -480,6 +498,11 @@ static void renew(double now)
         return;
     int rc = etcd_keepalive(B.e, B.lease, NULL, why, sizeof(why));
     char quorum[256], what[800];
+    /* Right after etcd changed leaders a keepalive can answer that the
+     * lease is gone while it lives (seen with etcd 3.4 after one member of
+     * three was killed): believed only when the node's key is gone too. */
+    if (rc == -ENOENT && key_held() != 0)
+        rc = -EAGAIN;
     if (rc < 0 && rc != -ENOENT) {
         /* A request may have waited for a member that does not answer,
          * or for a quorum that came back meanwhile (with every lease
@@ -491,6 +514,8 @@ static void renew(double now)
         }
         if (q == 1)
             rc = etcd_keepalive(B.e, B.lease, NULL, why, sizeof(why));
+        if (rc == -ENOENT && key_held() != 0)
+            rc = -EAGAIN;
     }
     if (rc == 0) {
         if (B.paused)
@@ -629,6 +654,11 @@ static void *run(void *arg)
         member_turn();
         launch_turn();
         wait_ms = B.moved != moved ? TURN_MIN_MS : wait_ms * 2 > quiet_ms ? quiet_ms : wait_ms * 2;
+        /* The lease keeps its own time: a turn when its renewal is due,
+         * and every RETRY_MS while one is late (etcd electing a leader). */
+        double due_ms = (B.renewed + B.ttl_s / 3 - ckpt_now_s()) * 1000;
+        if (due_ms < wait_ms)
+            wait_ms = due_ms > RETRY_MS ? (int)due_ms : RETRY_MS;
     }
     free(p);
     /* The nodes started from here are this thread's children (their
