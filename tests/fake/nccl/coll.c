@@ -25,6 +25,11 @@ struct run {
     int n;
     int me;
     size_t es; /* element size */
+    /* Pacing: the batch's wire bytes cross the modelled link between t0 and
+     * until, chunk by chunk, so that a rank killed mid-way stops its peers
+     * mid-way too (the wire bytes of the batch's earlier ops in wire_before). */
+    uint64_t t0, until;
+    size_t wire, wire_before;
 };
 
 /* One record per operation in the comm's FIFO buffer, as a kernel's work item. */
@@ -114,6 +119,20 @@ static void flags_post(struct nf_comm *c)
 
 /* ---- collectives ---------------------------------------------------- */
 
+/* Sleeps until the link has carried done of this op's wire bytes. */
+static void pace(const struct run *x, size_t done)
+{
+    if (x->wire && x->until > x->t0)
+        fg_sleep_until_ns(x->t0 + (uint64_t)((double)(x->until - x->t0) *
+                                             (double)(x->wire_before + done) / (double)x->wire));
+}
+
+/* The same, for off + len of an op's count elements. */
+static void pace_op(const struct run *x, const struct nf_op *op, size_t upto)
+{
+    pace(x, (size_t)((double)nf_op_wire_bytes(op, x->n) * (double)upto / (double)op->count));
+}
+
 /* Whether every peer has taken the p2p chunks this rank posted. */
 static bool p2p_drained(const struct nf_seg *seg, void *arg)
 {
@@ -154,6 +173,7 @@ static int allreduce(struct run *x, const struct nf_op *op, bool everyone)
             reduce_slots(x, op, recv + off * x->es, len, 0);
         if ((err = nf_seg_barrier(x->seg, &x->wait)))
             return err;
+        pace_op(x, op, off + len);
     }
     return 0;
 }
@@ -175,6 +195,7 @@ static int broadcast(struct run *x, const struct nf_op *op)
         memcpy(recv + off * x->es, slot(x, op->peer), len * x->es);
         if ((err = nf_seg_barrier(x->seg, &x->wait)))
             return err;
+        pace_op(x, op, off + len);
     }
     return 0;
 }
@@ -197,6 +218,7 @@ static int allgather(struct run *x, const struct nf_op *op)
             memcpy(recv + ((size_t)p * op->count + off) * x->es, slot(x, p), len * x->es);
         if ((err = nf_seg_barrier(x->seg, &x->wait)))
             return err;
+        pace_op(x, op, off + len);
     }
     return 0;
 }
@@ -224,6 +246,7 @@ static int reducescatter(struct run *x, const struct nf_op *op)
         reduce_slots(x, op, recv + off * x->es, len, (size_t)x->me * len * x->es);
         if ((err = nf_seg_barrier(x->seg, &x->wait)))
             return err;
+        pace_op(x, op, off + len);
     }
     return 0;
 }
@@ -329,7 +352,7 @@ static bool any_movable(const struct nf_seg *seg, void *arg)
 static int run_p2p(struct run *x, const struct nf_op *ops, size_t nops)
 {
     struct p2p_set s = {x, calloc(nops, sizeof(struct p2p)), nops};
-    size_t left = nops;
+    size_t left = nops, sent = 0;
     int err = 0;
 
     if (!s.ops)
@@ -344,6 +367,7 @@ static int run_p2p(struct run *x, const struct nf_op *ops, size_t nops)
 
         for (size_t i = 0; i < nops; i++) {
             struct p2p *p = &s.ops[i];
+            size_t before;
 
             if (p->finished || blocked(&s, i))
                 continue;
@@ -351,7 +375,9 @@ static int run_p2p(struct run *x, const struct nf_op *ops, size_t nops)
                 p->kernel = nf_prof_kernel_start(x->c, p->op->prof);
             if (!can_move(x, p))
                 continue;
+            before = p->done;
             move(x, p);
+            sent += p->op->func == NF_SEND ? p->done - before : 0;
             moved = true;
             if (p->done == p->total) {
                 p->finished = true;
@@ -360,7 +386,9 @@ static int run_p2p(struct run *x, const struct nf_op *ops, size_t nops)
                 left--;
             }
         }
-        if (!moved && left)
+        if (moved)
+            pace(x, sent);
+        else if (left)
             err = nf_seg_wait(x->seg, &x->wait, any_movable, &s);
     }
     for (size_t i = 0; i < nops; i++)
@@ -404,11 +432,14 @@ static int run_batch(struct nf_batch *b)
     pthread_once(&net_once, net_init);
     for (i = 0; i < b->nops; i++)
         wire += nf_op_wire_bytes(&b->ops[i], c->nranks);
+    x.t0 = fg_now_ns();
     until = fg_link_book(&net, wire);
     if (wire && net.bytes_per_ns > 0 && nf_pcie_book) { /* the bytes cross the GPU's PCIe link too */
         uint64_t pcie = nf_pcie_book(wire);
         until = pcie > until ? pcie : until;
     }
+    x.until = until;
+    x.wire = wire;
 
     for (i = 0; i < b->nops && b->ops[i].func < NF_SEND; i++) {
         void *kernel = nf_prof_kernel_start(c, b->ops[i].prof);
@@ -421,6 +452,7 @@ static int run_batch(struct nf_batch *b)
         nf_prof_kernel_stop(kernel);
         if (err)
             return err;
+        x.wire_before += nf_op_wire_bytes(&b->ops[i], c->nranks);
     }
     if (i < b->nops && (err = run_p2p(&x, &b->ops[i], b->nops - i)))
         return err;
