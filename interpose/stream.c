@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "interpose.h"
+#include "log.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -373,8 +374,95 @@ static void launched(const void *caller, CUfunction f, void **params, void **ext
 #define LAUNCHED launched(__builtin_return_address(0), f, kernelParams, extra)
 #define NOT_A_LAUNCH (void)0
 
-/* Work that only changes the device: noted, or suppressed in replay. */
-#define QUEUE_HOOK_(name, stream, null_means, launch, params, args)            \
+/*
+ * Under lazy module loading (CUDA's default since 12.2) a function's first
+ * launch loads its code into device memory, between the program's
+ * allocations.  Replay suppresses the launch, so it loads the function
+ * instead (cuFuncLoad, CUDA 12.4), and later allocations land where they
+ * did.  NVIDIA's runtime launches a CUkernel: its function in the current
+ * context is loaded.  Without cuFuncLoad nothing is loaded, and a restore
+ * whose allocations moved is refused, naming the allocation.  The pairs
+ * (handle, context) known loaded are kept, so that most suppressed
+ * launches cost no driver call.
+ */
+#define LOADED_SLOTS 4096
+static struct loaded {
+    CUfunction f;
+    CUcontext ctx;
+} loaded[LOADED_SLOTS];
+static pthread_mutex_t loaded_lock = PTHREAD_MUTEX_INITIALIZER;
+static int loading_mode; /* 0: not asked yet, else the driver's CUmoduleLoadingMode (-1: unknown) */
+
+static struct loaded *loaded_slot(CUfunction f, CUcontext ctx, bool *found)
+{
+    size_t h = (size_t)(((uintptr_t)f ^ (uintptr_t)ctx * 31) * 0x9e3779b97f4a7c15ull >> 52);
+    for (size_t i = 0; i < 16; i++) {
+        struct loaded *l = &loaded[(h + i) % LOADED_SLOTS];
+        if ((*found = l->f == f && l->ctx == ctx) || !l->f)
+            return l;
+    }
+    *found = false;
+    return NULL; /* a crowded neighbourhood: asked each time */
+}
+
+static void load_function(CUfunction f)
+{
+    CUfunctionLoadingState state;
+    if (real_cuFuncIsLoaded(&state, f) == CUDA_SUCCESS) {
+        if (state != CU_FUNCTION_LOADING_STATE_LOADED && real_cuFuncLoad(f) != CUDA_SUCCESS)
+            ckpt_log_once(CKPT_DEBUG, "cuFuncLoad failed: later allocations may move");
+        return;
+    }
+    CUfunction fn; /* a CUkernel */
+    if (real_cuKernelGetFunction && real_cuKernelGetFunction(&fn, (CUkernel)(void *)f) == CUDA_SUCCESS &&
+        real_cuFuncIsLoaded(&state, fn) == CUDA_SUCCESS && state != CU_FUNCTION_LOADING_STATE_LOADED &&
+        real_cuFuncLoad(fn) != CUDA_SUCCESS)
+        ckpt_log_once(CKPT_DEBUG, "cuFuncLoad failed for a kernel: later allocations may move");
+}
+
+/* Resolves the calls this needs: the loading mode, or -1 when it cannot load. */
+static int loading_mode_now(void)
+{
+    CUmoduleLoadingMode mode;
+    if (loading_mode)
+        return loading_mode;
+    loading_mode = -1;
+    if ((real_cuModuleGetLoadingMode || ckpt_resolve("cuModuleGetLoadingMode") == 0) &&
+        real_cuModuleGetLoadingMode(&mode) == CUDA_SUCCESS && mode == CU_MODULE_LAZY_LOADING) {
+        if ((real_cuCtxGetCurrent || ckpt_resolve("cuCtxGetCurrent") == 0) &&
+            (real_cuFuncIsLoaded || ckpt_resolve("cuFuncIsLoaded") == 0) &&
+            (real_cuFuncLoad || ckpt_resolve("cuFuncLoad") == 0))
+            loading_mode = CU_MODULE_LAZY_LOADING;
+        else
+            ckpt_log(CKPT_WARN, "kernels are loaded lazily and this driver has no cuFuncLoad: replayed allocations "
+                                "may move (CUDA_MODULE_LOADING=EAGER keeps them)");
+        if (!real_cuKernelGetFunction)
+            ckpt_resolve("cuKernelGetFunction");
+    } else if (real_cuModuleGetLoadingMode) {
+        loading_mode = (int)mode;
+    }
+    return loading_mode;
+}
+
+static void load_suppressed(CUfunction f)
+{
+    CUcontext ctx = NULL;
+    bool found;
+    if (!f)
+        return;
+    pthread_mutex_lock(&loaded_lock);
+    if (loading_mode_now() == CU_MODULE_LAZY_LOADING && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS) {
+        struct loaded *l = loaded_slot(f, ctx, &found);
+        if (!found) {
+            load_function(f);
+            if (l)
+                *l = (struct loaded){f, ctx};
+        }
+    }
+    pthread_mutex_unlock(&loaded_lock);
+}
+
+#define QUEUE_HOOK_(name, stream, null_means, launch, suppressed, params, args) \
     EXPORT CUresult name params                                                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
@@ -382,25 +470,29 @@ static void launched(const void *caller, CUfunction f, void **params, void **ext
         if (observed()) {                                                      \
             CUstream s_ = ckpt_stream_or(stream, null_means);                  \
             bool live_ = capturing(s_) || ckpt_history_work();                 \
-            if (ckpt_replaying && !live_)                                      \
+            if (ckpt_replaying && !live_) {                                    \
+                suppressed;                                                    \
                 return CUDA_SUCCESS;                                           \
+            }                                                                  \
             if (!ckpt_replaying)                                               \
                 ckpt_stream_seen(s_);                                          \
         }                                                                      \
         return real_##name args;                                               \
     }
-#define QUEUE_HOOK(name, sfx, stream, params, args) LAUNCH_HOOK(name, sfx, stream, NOT_A_LAUNCH, params, args)
-#define LAUNCH_HOOK(name, sfx, stream, launch, params, args)                   \
-    QUEUE_HOOK_(name, stream, NULL, launch, params, args)                      \
-    QUEUE_HOOK_(name##sfx, stream, CU_STREAM_PER_THREAD, launch, params, args)
+#define QUEUE_HOOK(name, sfx, stream, params, args) \
+    LAUNCH_HOOK(name, sfx, stream, NOT_A_LAUNCH, NOT_A_LAUNCH, params, args)
+#define LAUNCH_HOOK(name, sfx, stream, launch, suppressed, params, args)                   \
+    QUEUE_HOOK_(name, stream, NULL, launch, suppressed, params, args)                      \
+    QUEUE_HOOK_(name##sfx, stream, CU_STREAM_PER_THREAD, launch, suppressed, params, args)
+#define LOAD_SUPPRESSED load_suppressed(f)
 
-LAUNCH_HOOK(cuLaunchKernel, _ptsz, hStream, LAUNCHED,
+LAUNCH_HOOK(cuLaunchKernel, _ptsz, hStream, LAUNCHED, LOAD_SUPPRESSED,
            (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
             unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
             void **kernelParams, void **extra),
            (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams,
             extra))
-LAUNCH_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL, LAUNCHED,
+LAUNCH_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL, LAUNCHED, LOAD_SUPPRESSED,
            (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
            (config, f, kernelParams, extra))
 QUEUE_HOOK(cuMemcpyHtoDAsync_v2, _ptsz, hStream,

@@ -138,6 +138,17 @@ typedef enum CUevent_record_flags_enum {
     CU_EVENT_RECORD_EXTERNAL = 0x1
 } CUevent_record_flags;
 
+typedef enum CUmoduleLoadingMode_enum {
+    CU_MODULE_EAGER_LOADING = 0x1,
+    CU_MODULE_LAZY_LOADING = 0x2,
+} CUmoduleLoadingMode;
+
+typedef enum CUfunctionLoadingState_enum {
+    CU_FUNCTION_LOADING_STATE_UNLOADED = 0,
+    CU_FUNCTION_LOADING_STATE_LOADED = 1,
+    CU_FUNCTION_LOADING_STATE_MAX
+} CUfunctionLoadingState;
+
 typedef enum CUevent_wait_flags_enum {
     CU_EVENT_WAIT_DEFAULT = 0x0,
     CU_EVENT_WAIT_EXTERNAL = 0x1
@@ -335,6 +346,10 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
+CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function);
+CUresult cuFuncLoad(CUfunction function);
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);

@@ -135,6 +135,8 @@ premise_fid_build() {
 # (the host reads managed or mapped memory) must have its restore refused
 # with the reason.  One that nvcc cannot build as it is, is listed "not
 # portable to nvcc yet" with nvcc's first error; that is not a failure.
+# The programs named in GPU_CHECK_FID_LAZY (default fid_ptrtable) run a
+# second time with CUDA_MODULE_LOADING=LAZY ("NAME.lazy" rows).
 premise_fid() {
     local f name why bin rc files=() expect k from plain out lines last restored pids=() notp=()
     local glob=${GPU_CHECK_FID_GLOB:-tests/progs/fid_*.c}
@@ -165,11 +167,20 @@ premise_fid() {
         fi
     done
     [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
-    for f in "${files[@]}"; do
-        name=$(basename "$f" .c)
-        why=${WHY[$name]}
-        bin=$P_BIN/$name
-        [ "$MODE" = double ] && bin=$BUILD/tests/progs/$name
+    # Then each of GPU_CHECK_FID_LAZY again under lazy module loading, which
+    # the user may choose (ckpt-resume's ranks load eagerly by default):
+    # replay must load what its suppressed launches would have.
+    local cases=() pre lazy
+    for f in "${files[@]}"; do cases+=("$(basename "$f" .c)"); done
+    for lazy in ${GPU_CHECK_FID_LAZY-fid_ptrtable}; do
+        [ -n "${WHY[$lazy]+set}" ] && cases+=("$lazy.lazy")
+    done
+    for name in "${cases[@]}"; do
+        pre=()
+        [ "$name" != "${name%.lazy}" ] && pre=(env CUDA_MODULE_LOADING=LAZY)
+        why=${WHY[${name%.lazy}]}
+        bin=$P_BIN/${name%.lazy}
+        [ "$MODE" = double ] && bin=$BUILD/tests/progs/${name%.lazy}
         if [ -z "$why" ] && [ ! -x "$bin" ]; then
             if [ "$MODE" = double ]; then
                 why="not built for the double ($bin)"
@@ -187,18 +198,18 @@ premise_fid() {
             row "premise fidelity: $name" "" "" "skipped: out of time (GPU_CHECK_PREMISE_BUDGET=$PREMISE_BUDGET)"
             continue
         fi
-        read -r k from expect <<<"$(premise_fid_case "$name")"
+        read -r k from expect <<<"$(premise_fid_case "${name%.lazy}")"
         # A program that writes files of its own (fid_files) gets a fresh
         # directory for each run; they are compared with the output.
         mkdir -p "$SCRATCH/fidfiles/$name."{plain,plain2,job}
-        FID_FILES_DIR=$SCRATCH/fidfiles/$name.plain run "premise.fid.$name.plain" 30 "$bin"
+        FID_FILES_DIR=$SCRATCH/fidfiles/$name.plain run "premise.fid.$name.plain" 30 "${pre[@]}" "$bin"
         rc=$?
         plain=$LOGS/premise.fid.$name.plain.out
         if [ "$rc" -ne 0 ]; then
             row "premise fidelity: $name" "$(why "$rc")" "" "FAILED without libckpt: $(err "premise.fid.$name.plain")"
             continue
         fi
-        FID_FILES_DIR=$SCRATCH/fidfiles/$name.plain2 run "premise.fid.$name.plain2" 30 "$bin"
+        FID_FILES_DIR=$SCRATCH/fidfiles/$name.plain2 run "premise.fid.$name.plain2" 30 "${pre[@]}" "$bin"
         if ! diff -q "$plain" "$LOGS/premise.fid.$name.plain2.out" >/dev/null ||
             ! diff -qr "$SCRATCH/fidfiles/$name.plain" "$SCRATCH/fidfiles/$name.plain2" >/dev/null; then
             row "premise fidelity: $name" "$(digest_of "$plain")" "" \
@@ -208,7 +219,7 @@ premise_fid() {
         out=$LOGS/premise.fid.$name.job
         rm -f "$SCRATCH/fid-$name.died"
         FID_FILES_DIR=$SCRATCH/fidfiles/$name.job FID_DIE_ONCE=$SCRATCH/fid-$name.died CKPT_EVERY=3 CKPT_LOG=info CKPT_JOB=gc-fid-$name \
-            run "premise.fid.$name.job" 90 "$RESUME" --nproc 1 -- "$bin" --die-at "$k"
+            run "premise.fid.$name.job" 90 "${pre[@]}" "$RESUME" --nproc 1 -- "$bin" --die-at "$k"
         rc=$?
         lines=$(grep -v -e '^libckpt' -e '^ckpt-resume' "$out.out")
         last=$(awk -f "$ROOT/scripts/resumed-output.awk" <<<"$lines")

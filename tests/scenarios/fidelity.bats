@@ -195,6 +195,14 @@ diverge() {
     fidelity fid_evalloc restore 12 27
 }
 
+@test "lazy module loading (CUDA_MODULE_LOADING=LAZY, CUDA's default): a kernel's first launch takes device memory for its code, so replay loads each function its suppressed launches would have, and later allocations come back where they were" {
+    # Under ckpt-resume ranks load eagerly unless the user chose; here the user chose lazy.
+    export CUDA_MODULE_LOADING=LAZY
+    fidelity fid_evalloc restore 12 27
+    rm -f "$D/died"
+    fidelity fid_ptrtable restore 12 27
+}
+
 @test "fid_pinpool: a pinned host-buffer pool reused by event query, H2D batches, async D2H results (CachingHostAllocator)" {
     fidelity fid_pinpool restore 12 27
 }

@@ -147,6 +147,7 @@ CUresult cuCtxDestroy_v2(CUcontext h)
             fg_stream_retire(ctx->streams);
         if (tls_ctx == ctx)
             tls_ctx = NULL;
+        fg_code_release(ctx);
         free(ctx);
     }
     fg_unlock();

@@ -131,7 +131,23 @@ struct fg_ctx {
     int primary;
     struct fg_stream *legacy;
     struct fg_stream *streams; /* every stream of the context, legacy included */
+    struct fg_code *code;      /* functions loaded lazily, and their code (module.c) */
 };
+
+/* ---- module loading (module.c) ------------------------------------- */
+
+struct fg_code;
+
+/* Loads f into ctx unless it is loaded (or loading is eager): its code
+ * takes device addresses.  Lock held. */
+CUresult fg_code_load(struct fg_ctx *ctx, CUfunction f);
+/* Frees a dying context's code and function handles.  Lock held. */
+void fg_code_release(struct fg_ctx *ctx);
+/* The host function a function handle from cuKernelGetFunction stands
+ * for; any other f is its own.  Lock held. */
+CUfunction fg_func_host(CUfunction f);
+/* Whether f was marked a kernel handle (launch.c).  Lock held. */
+int fg_func_is_kernel(CUfunction f);
 
 /* ---- events (event.c) ---------------------------------------------- */
 

@@ -49,6 +49,11 @@ static bool is_kernel(CUfunction f)
     return e && e->kernel;
 }
 
+int fg_func_is_kernel(CUfunction f)
+{
+    return is_kernel(f);
+}
+
 /*
  * Not CUDA: declares how many parameters the double's kernel f takes
  * (a later declaration replaces an earlier one).  Works before cuInit, so
@@ -107,7 +112,7 @@ __attribute__((visibility("default"))) CUresult fakegpu_kernel_handle(CUfunction
 /* Parameter @paramIndex of f in the double's convention (lock held). */
 static CUresult param_info(CUfunction f, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    int n = param_count(f);
+    int n = param_count(fg_func_host(f));
     if (paramIndex >= (n < 0 ? FG_MAX_KERNEL_ARGS : (size_t)n))
         return CUDA_ERROR_INVALID_VALUE;
     *paramOffset = FG_ARG_SLOT_BYTES * paramIndex;
@@ -171,6 +176,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         rc = CUDA_ERROR_INVALID_HANDLE;
         goto out;
     }
+    f = fg_func_host(f); /* a function handle from cuKernelGetFunction */
     if (!gx || !gy || !gz || !bx || !by || !bz || gy > 65535 || gz > 65535 || bz > 64 ||
         (unsigned long long)bx * by * bz > 1024 || shared > FG_MAX_SHARED_MEM || (params && extra)) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -190,6 +196,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
+    if ((rc = fg_code_load(s->ctx, f))) /* a first launch loads the function */
+        goto out;
     if (!(op = fg_op_new(FG_OP_KERNEL, n))) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;

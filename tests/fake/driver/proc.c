@@ -136,6 +136,10 @@ static const struct {
     PT("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
     P("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
     P("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
+    P("cuKernelGetFunction", 12000, cuKernelGetFunction),
+    P("cuModuleGetLoadingMode", 11070, cuModuleGetLoadingMode),
+    P("cuFuncIsLoaded", 12040, cuFuncIsLoaded),
+    P("cuFuncLoad", 12040, cuFuncLoad),
 };
 
 /*
