@@ -49,9 +49,11 @@ etcd_member() { # I: (re)starts member I
 
 # start TAG N [NODE_RANK]: an agent of N nodes x 1 rank in a session of its own, arena $D/arena.TAG
 # (or $D/arena.$ARENA_OF: the machine of an agent that died); out/err/rc in $D/{out,err,rc}.TAG.
+# SPARE=1: the agent is a spare (--spare).
 start() {
     local tag=$1 n=$2 rank=()
     [ -n "${3:-}" ] && rank=(--node-rank "$3")
+    [ -n "${SPARE:-}" ] && rank=(--spare)
     CKPT_ARENA_DIR=$D/arena.${ARENA_OF:-$tag} setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 150 "$@"; echo $? >"$rc"' \
         _ "$D/sid.$tag" "$D/rc.$tag" "$CKPT" --coord "etcd://$ENDPOINTS" --nnodes "$n" "${rank[@]}" --nproc 1 -- \
         "$TRAIN" $ARGS >"$D/out.$tag" 2>"$D/err.$tag" </dev/null &

@@ -37,6 +37,38 @@ bats_require_minimum_version 1.5.0
     for t in "${others[@]}"; do grep -qE "^ckpt-resume: done exit=0 restarts=1( |$)" "$D/err.$t" || { show; return 1; }; done
 }
 
+@test "a spare beside 3 nodes through etcd: started first, it takes no rank while the job forms; a node lost with its memory, the spare takes its rank unasked and recovers it from a peer's memory, as uninterrupted; a spare another job never needed ends with it" {
+    plain 3
+    local t victim rank
+    SPARE=1 start s 3
+    CKPT_JOB=other SPARE=1 start s2 2
+    sleep 1 # the spares wait before any node is there
+    for t in a b c; do start $t 3; done
+    for t in d e; do CKPT_JOB=other start $t 2; done
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.a "$D"/out.b "$D"/out.c 2>/dev/null && break; sleep 0.05; done
+    victim=$(( RANDOM % 3 ))
+    t=$(tag_of "$victim" "$CKPT_JOB") || { show; return 1; }
+    pkill -KILL -s "$(cat "$D/sid.$t")"
+    rm -rf "$D/arena.$t"
+    local others=()
+    for x in a b c s; do [ "$x" = "$t" ] || others+=("$x"); done
+    wait_rc "${others[@]}" d e s2 || { show; return 1; }
+    for x in "${others[@]}" d e s2; do [ "$(cat "$D/rc.$x")" = 0 ] || { show; return 1; }; done
+    grep -q "^ckpt-resume: a spare for job $CKPT_JOB (3 nodes), through etcd" "$D/err.s" || { show; return 1; }
+    grep -q "^ckpt-resume: node $victim of job $CKPT_JOB was lost: this spare takes its place$" "$D/err.s" ||
+        { show; return 1; }
+    grep -q "^ckpt-resume: node $victim of 3 in job $CKPT_JOB, through etcd" "$D/err.s" || { show; return 1; }
+    grep -q "^ckpt-resume: rank $victim restores iteration [0-9]* from a peer's copy" "$D/err.s" || { show; return 1; }
+    [ "$(digests "$D"/out.*[a-c] "$D/out.s")" = "$(digests "$D/plain")" ] || { show; return 1; }
+    # The other job ran whole; its spare ended with it, never a node.
+    grep -q "^ckpt-resume: job other ended (exit 0) without losing a node: this spare was not needed$" "$D/err.s2" ||
+        { show; return 1; }
+    grep -q "^ckpt-resume: done exit=0 restarts=0 (a spare, not needed)$" "$D/err.s2" || { show; return 1; }
+    ( ! grep -q "^ckpt-resume: node [0-9]* of 2 in job other" "$D/err.s2" )
+    [ ! -s "$D/out.s2" ]
+    for x in d e; do grep -q "^ckpt-resume: done exit=0 restarts=0$" "$D/err.$x" || { show; return 1; }; done
+}
+
 @test "the job's restarts are counted across leaders: a rank's failure under one, the leader lost, and CKPT_MAX_RESTARTS=1 is spent" {
     export CKPT_MAX_RESTARTS=1 FAKEGPU_CRASH_AT=100 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed
     local t leader victim

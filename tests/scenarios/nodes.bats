@@ -732,4 +732,10 @@ standbys_on_every_node() {
     CKPT_JOB_KEY=short run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"CKPT_JOB_KEY is too short: it must have at least 16 characters"* ]]
     [[ $output != *"short"*"short"* ]]
+    run -2 "$CKPT" --spare --nproc 1 -- "$TRAIN"
+    [[ $output == *"--spare needs --coord etcd://...: the job whose lost node it replaces"* ]]
+    run -2 "$CKPT" --coord 127.0.0.1:$PORT --spare --nnodes 2 --nproc 1 -- "$TRAIN"
+    [[ $output == *"--spare needs --coord etcd://...: through --coord HOST:PORT a replacement is started with the lost node's --node-rank"* ]]
+    run -2 "$CKPT" --coord etcd://127.0.0.1:$PORT --spare --node-rank 1 --nnodes 2 --nproc 1 -- "$TRAIN"
+    [[ $output == *"--spare takes the rank of the node that is lost: give no --node-rank"* ]]
 }

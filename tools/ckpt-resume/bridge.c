@@ -110,6 +110,7 @@ struct bridge {
     size_t nout, capout;
     bool paused;            /* etcd has no quorum: nothing moves, and nobody is fenced for it */
     bool finished;          /* the coordinator ended the job: no more campaigns */
+    bool end_put;           /* on the leader: the job's end key is in etcd */
     int leader_node;        /* the node whose agent leads (B.epoch), -1: none */
     char leader_ip[64];     /* its address (its node key's value) */
     bool leaderless;        /* the job's leader is gone and none is elected yet: the next one is said */
@@ -323,6 +324,10 @@ static void stop_leading(void)
 
 static void lead(int64_t epoch)
 {
+    char end[300], why[128];
+    snprintf(end, sizeof(end), "%send", B.prefix); /* an earlier run's */
+    if (etcd_delete(B.e, end, false, why, sizeof(why)) < 0)
+        ckpt_log(CKPT_DEBUG, "an earlier run's end key stays: %s", why);
     B.copt = *B.opt;
     B.copt.coord = "127.0.0.1:0";
     B.copt.launcher = NULL;
@@ -379,6 +384,27 @@ static void agents(void)
     etcd_kvs_free(kv, n);
 }
 
+/*
+ * The job's end, for the spares (--spare) and any agent that comes late:
+ * the key end (the job's exit status) outlives the agents' leases, on a
+ * lease of its own that nobody renews (END_TTL_S); a new run of the job's
+ * name removes it when it elects its leader.
+ */
+#define END_TTL_S 120
+static void put_end(const struct coord_status *st)
+{
+    char key[300], value[16], why[256];
+    int64_t lease = 0;
+    if (B.end_put)
+        return;
+    B.end_put = true;
+    snprintf(key, sizeof(key), "%send", B.prefix);
+    snprintf(value, sizeof(value), "%d", (int)st->status);
+    if (etcd_lease_grant(B.e, END_TTL_S, &lease, why, sizeof(why)) < 0 ||
+        etcd_put(B.e, key, value, strlen(value), lease, why, sizeof(why)) < 0)
+        ckpt_log(CKPT_WARN, "the job's end is not in etcd (%s): its spares wait until they are stopped", why);
+}
+
 static void leader_turn(void)
 {
     agents();
@@ -398,6 +424,8 @@ static void leader_turn(void)
             }
             if (rc <= 0)
                 break;
+            if (type == COORD_FINISH && len >= sizeof(struct coord_status))
+                put_end((const struct coord_status *)msg);
             if (type != COORD_HEARTBEAT)
                 post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
             free(msg);
@@ -691,6 +719,70 @@ static int claim(int want, char *why, size_t whylen)
     return 0;
 }
 
+/*
+ * A spare (--spare) waits beside the job, its lease held and itself under
+ * spare/, and takes the rank of the first node lost: once the job has
+ * formed (every node rank held at one time), a rank that comes free is a
+ * lost node's.  Returns 0 when it took one (B.node), 1 when the job ended
+ * without needing it (@why says how), -errno.
+ */
+static int spare_wait(char *why, size_t whylen)
+{
+    char mine[300], key[300];
+    bool formed = false;
+    double gone_since = 0;
+    snprintf(mine, sizeof(mine), "%sspare/%" PRIx64, B.prefix, B.lease);
+    int rc = etcd_put(B.e, mine, B.ip, strlen(B.ip), B.lease, why, whylen);
+    if (rc < 0)
+        return rc;
+    ckpt_log(CKPT_INFO, "a spare for job %s (%u nodes), through etcd at %s: it takes the place of the first node "
+             "lost", B.opt->job_name, B.n, B.opt->etcd);
+    for (;; usleep(200 * 1000)) {
+        struct etcd_kv *kv;
+        size_t n;
+        char ended[16] = "";
+        snprintf(key, sizeof(key), "%send", B.prefix);
+        if (etcd_get(B.e, key, false, &kv, &n, NULL, why, whylen) == 0) {
+            if (n)
+                snprintf(ended, sizeof(ended), "%s", kv[0].value);
+            etcd_kvs_free(kv, n);
+        }
+        if (*ended) {
+            snprintf(why, whylen, "job %s ended (exit %s) without losing a node: this spare was not needed",
+                     B.opt->job_name, ended);
+            rc = 1;
+            break;
+        }
+        snprintf(key, sizeof(key), "%snode/", B.prefix);
+        if (etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) < 0) {
+            n = B.n; /* cannot tell: nothing is taken */
+        } else {
+            etcd_kvs_free(kv, n);
+        }
+        formed |= n == B.n;
+        gone_since = n ? 0 : gone_since ? gone_since : ckpt_now_s();
+        if (formed && n < B.n && (rc = claim(-1, why, whylen)) != 0) {
+            if (rc == 1)
+                ckpt_log(CKPT_INFO, "node %u of job %s was lost: this spare takes its place", B.node,
+                         B.opt->job_name);
+            rc = rc == 1 ? 0 : rc;
+            break;
+        }
+        if (gone_since && ckpt_now_s() - gone_since > 10 * B.ttl_s) {
+            snprintf(why, whylen, "job %s has had no node for %g s, and left no end: this spare ends",
+                     B.opt->job_name, 10 * B.ttl_s);
+            rc = 1;
+            break;
+        }
+        if (etcd_keepalive(B.e, B.lease, NULL, why, whylen) == 0)
+            B.renewed = ckpt_now_s();
+    }
+    char gone[128];
+    if (etcd_delete(B.e, mine, false, gone, sizeof(gone)) < 0)
+        ckpt_log(CKPT_DEBUG, "this spare's key stays until its lease ends: %s", gone);
+    return rc;
+}
+
 int bridge_start(struct options *opt, char *why, size_t whylen)
 {
     struct etcd_opts o = { .endpoints = opt->etcd, .ca = ckpt_cfg_str(CFG_ETCD_CA),
@@ -732,10 +824,13 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     if (etcd_local_ip(B.e, B.ip, sizeof(B.ip)) < 0)
         snprintf(B.ip, sizeof(B.ip), "127.0.0.1");
     /* A node rank whose lease has not expired yet is still taken: a
-     * replacement waits for it (up to 10 x the TTL). */
+     * replacement waits for it (up to 10 x the TTL); a spare, as long as
+     * the job runs. */
     double give_up = ckpt_now_s() + 10 * B.ttl_s;
     bool said = false;
-    while ((rc = claim(opt->node_rank, why, whylen)) == 0) {
+    if (opt->spare && (rc = spare_wait(why, whylen)) != 0)
+        return rc;
+    while (!opt->spare && (rc = claim(opt->node_rank, why, whylen)) == 0) {
         if (!said)
             ckpt_log(CKPT_INFO, "%s: waiting for %s to be free", opt->etcd,
                      opt->node_rank >= 0 ? "this node rank" : "a node rank");

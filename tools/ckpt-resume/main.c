@@ -55,7 +55,8 @@ static const char usage_text[] =
     "With CKPT_NODE_LAUNCHER (e.g. 'srun -N1 -n1 -r $CKPT_NODE_RANK'), node 0\n"
     "starts the other nodes itself, and starts a lost one again.  With\n"
     "--coord etcd://... the nodes meet through that etcd cluster instead: any\n"
-    "node may lead, and a replacement takes the lost node's rank unasked.\n"
+    "node may lead, a replacement takes the lost node's rank unasked, and a\n"
+    "spare (--spare) started beside the job takes the first lost node's.\n"
     "\n"
     "options:\n"
     "  --nproc N          local ranks to start, 1 to 4096 (default: CMD is one\n"
@@ -64,6 +65,8 @@ static const char usage_text[] =
     "                     (default CKPT_COORD)\n"
     "  --nnodes N         nodes in the job, 1 to 65536 (default CKPT_NNODES, 1)\n"
     "  --node-rank I      this node, 0 to N-1 (default CKPT_NODE_RANK, 0)\n"
+    "  --spare            with etcd: wait beside the job, take the place of the\n"
+    "                     first node lost, end with the job if none is\n"
     "  --max-restarts R   restarts after a failure before giving up, 0 to 1000\n"
     "                     (default CKPT_MAX_RESTARTS, 3)\n"
     "  -h, --help         this text\n"
@@ -197,6 +200,10 @@ static int parse_options(int argc, char **argv, struct options *opt, bool *resta
             explicit_bzero(key, sizeof(key));
             return 1;
         }
+        if (strcmp(arg, "--spare") == 0) {
+            opt->spare = true;
+            continue;
+        }
         if (strncmp(arg, "--coord", 7) == 0 && (arg[7] == '=' || arg[7] == '\0')) {
             if (arg[7] == '=')
                 opt->coord = arg + 8;
@@ -213,7 +220,7 @@ static int parse_options(int argc, char **argv, struct options *opt, bool *resta
             continue;
         if (arg[0] == '-')
             return usage_error("unknown option '%s'; accepted: --nproc N, --max-restarts R, --coord HOST:PORT, "
-                               "--nnodes N, --node-rank I, --help, --help-env, --new-key, then -- CMD", arg);
+                               "--nnodes N, --node-rank I, --spare, --help, --help-env, --new-key, then -- CMD", arg);
         return usage_error("expected '--' before the command, got '%s'", arg);
     }
     return usage_error("missing '-- CMD': the command to run comes after '--'");
@@ -243,7 +250,7 @@ static void warn_unknown(const char *name, const char *suggestion)
 static int configure_nodes(struct options *opt, const bool given[4])
 {
     char why[512];
-    int rc;
+    int rc = 0;
 
     const char *coord = ckpt_cfg_str(CFG_COORD);
     if (!opt->coord && coord && *coord)
@@ -257,6 +264,8 @@ static int configure_nodes(struct options *opt, const bool given[4])
         ckpt_log(CKPT_WARN, "CKPT_NODE_LAUNCHER is not used: the job has one node (it starts nodes on a job of "
                  "several, with --coord and --nnodes)");
     if (!opt->coord) {
+        if (opt->spare)
+            return usage_error("--spare needs --coord etcd://...: the job whose lost node it replaces");
         if (opt->nnodes > 1 || given[3])
             return usage_error("--nnodes and --node-rank need --coord HOST:PORT (or CKPT_COORD): where the nodes meet");
         opt->nnodes = 1;
@@ -272,8 +281,14 @@ static int configure_nodes(struct options *opt, const bool given[4])
     } else if (!strrchr(opt->coord, ':') || !strrchr(opt->coord, ':')[1]) {
         return usage_error("--coord: expected HOST:PORT or etcd://HOST:PORT[,...], got '%s'", opt->coord);
     }
+    if (opt->spare && !opt->etcd)
+        return usage_error("--spare needs --coord etcd://...: through --coord HOST:PORT a replacement is started "
+                           "with the lost node's --node-rank");
+    if (opt->spare && opt->node_rank >= 0)
+        return usage_error("--spare takes the rank of the node that is lost: give no --node-rank (or "
+                           "CKPT_NODE_RANK)");
     /* Through etcd the agent that starts the others is node 0. */
-    if (opt->etcd && launcher && *launcher && opt->node_rank < 0)
+    if (opt->etcd && launcher && *launcher && opt->node_rank < 0 && !opt->spare)
         opt->node_rank = 0;
     if (opt->node_rank >= opt->nnodes)
         return usage_error("--node-rank %d: expected 0 to %d (--nnodes %d)", opt->node_rank, opt->nnodes - 1,
@@ -313,6 +328,10 @@ static int configure_nodes(struct options *opt, const bool given[4])
     if (opt->etcd && (rc = bridge_start(opt, why, sizeof(why))) < 0) {
         ckpt_log(CKPT_ERROR, "cannot join the job through etcd: %s (CKPT_COORD)", why);
         return rc;
+    }
+    if (rc == 1) { /* a spare the job never needed */
+        ckpt_log(CKPT_INFO, "%s", why);
+        return 1;
     }
     opt->first_rank = opt->node_rank * opt->nproc;
     if (opt->node_rank == 0) {
@@ -471,9 +490,14 @@ int main(int argc, char **argv)
     }
     ckpt_log_init("ckpt-resume", (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
-    if (configure(&opt, restarts_given) < 0 || configure_nodes(&opt, given) < 0) {
+    if (configure(&opt, restarts_given) < 0 || (rc = configure_nodes(&opt, given)) < 0) {
         bridge_stop();
         return USAGE_ERROR;
+    }
+    if (rc == 1) {
+        bridge_stop();
+        ckpt_log(CKPT_INFO, "done exit=0 restarts=0 (a spare, not needed)");
+        return 0;
     }
     /* Inherited by every process started from here on, launchers and
      * their ranks included: restore by replay needs each device allocation

@@ -39,6 +39,7 @@ struct options {
                              * agent's bridge, bridge.c) */
     const char *etcd;       /* CKPT_COORD=etcd://ENDPOINTS: the nodes meet through etcd; NULL: at coord */
     int nnodes, node_rank;  /* CKPT_NNODES, CKPT_NODE_RANK */
+    bool spare;             /* --spare: waits, through etcd, for a node to be lost and takes its rank */
     bool wrap;              /* no --nproc: CMD is one process, maybe a launcher of the ranks */
     int max_restarts;       /* restarts allowed before giving up: --max-restarts, else CKPT_MAX_RESTARTS */
     double kill_grace_s;    /* SIGTERM -> SIGKILL delay, CKPT_KILL_GRACE */
