@@ -24,7 +24,7 @@
 enum { TOK_STREAM_SYNC = 1, TOK_CTX_SYNC, TOK_EVENT_SYNC, TOK_MEMCPY, TOK_DTOH, TOK_HTOD };
 
 /* Values the host reads, in the replay log. */
-enum { VALUE_ELAPSED = 1, VALUE_MEMINFO_FREE, VALUE_MEMINFO_TOTAL };
+enum { VALUE_ELAPSED = 1, VALUE_MEMINFO_FREE, VALUE_MEMINFO_TOTAL, VALUE_POOL_ATTR = 0x100 /* + the attribute */ };
 
 static inline bool observed(void)
 {
@@ -179,6 +179,30 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
             *free = (size_t)f;
             *total = (size_t)t;
         }
+    }
+    return r;
+}
+
+/* A pool's statistics (reserved and used bytes, their high-water marks),
+ * as an allocator reads them for its own statistics or to decide when to
+ * trim: recorded, with the call's result, or served.  The reuse policies
+ * are ints, the rest cuuint64_t. */
+EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    NEED_REAL(cuMemPoolGetAttribute, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r = real_cuMemPoolGetAttribute(pool, attr, value);
+    if (observed() && value) {
+        bool wide = attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        uint64_t v = 0, rc = (uint64_t)r;
+        if (r == CUDA_SUCCESS)
+            v = wide ? *(const cuuint64_t *)value : (uint64_t)(uint32_t) * (const int *)value;
+        ckpt_history_value(VALUE_POOL_ATTR + (uint64_t)attr, &rc);
+        ckpt_history_value(VALUE_POOL_ATTR + (uint64_t)attr, &v);
+        r = (CUresult)rc;
+        if (r == CUDA_SUCCESS && wide)
+            *(cuuint64_t *)value = v;
+        else if (r == CUDA_SUCCESS)
+            *(int *)value = (int)(uint32_t)v;
     }
     return r;
 }

@@ -207,6 +207,10 @@ diverge() {
     fidelity fid_pinpool restore 12 27
 }
 
+@test "fid_poolstats: a stream-ordered allocator's statistics (cudaMemPoolGetAttribute) printed and acted on every iteration: recorded, not a taint, restored exactly" {
+    fidelity fid_poolstats restore 12 27
+}
+
 @test "fid_poll: async D2H into pinned memory, completion found by polling cudaEventQuery, bytes fed back" {
     fidelity fid_poll restore 12 27
 }

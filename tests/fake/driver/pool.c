@@ -2,9 +2,10 @@
  * Stream-ordered allocation (cuMemAllocAsync and friends) from memory
  * pools.  An allocation's address is known when the call returns; its free
  * runs in stream order, after which the block is cached in its pool for a
- * later allocation of a fitting size, until a synchronisation or
- * cuMemPoolTrimTo releases it (every pool's release threshold is CUDA's
- * default, 0).  A block must never be handed out again before the free
+ * later allocation of a fitting size, until a synchronisation (down to
+ * the pool's release threshold, CUDA's default 0) or cuMemPoolTrimTo
+ * releases it.  cuMemPoolGetAttribute reports the pool's reserved and used
+ * bytes and their high-water marks, as an allocator's statistics read them.  A block must never be handed out again before the free
  * has run on its stream.  Blocks come from the device's address range
  * (va.c) like every device allocation.
  */
@@ -16,6 +17,10 @@ struct fg_pool {
     int is_default, destroyed;
     size_t reserved; /* bytes backing this pool's blocks */
     size_t live;     /* blocks in use or being freed */
+    size_t used;     /* bytes of those blocks */
+    size_t reserved_high, used_high;
+    uint64_t threshold; /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: kept at a synchronisation */
+    int reuse[3];       /* the three CU_MEMPOOL_ATTR_REUSE_* policies, all on by default */
     struct fg_block *cached;
 };
 
@@ -29,6 +34,7 @@ static struct fg_pool *pool_new(void)
 
     if (!pool)
         return NULL;
+    pool->reuse[0] = pool->reuse[1] = pool->reuse[2] = 1;
     if (fg_ptrset_add(&drv.pools, pool)) {
         free(pool);
         return NULL;
@@ -77,6 +83,7 @@ void fg_pool_free_block(struct fg_block *b)
     struct fg_pool *pool = b->pool;
 
     pool->live--;
+    pool->used -= b->cap;
     if (pool->destroyed) {
         block_release(b);
         pool_maybe_free(pool);
@@ -88,8 +95,10 @@ void fg_pool_free_block(struct fg_block *b)
 
 static void trim_one(void *p, void *arg)
 {
+    struct fg_pool *pool = p;
+
     (void)arg;
-    pool_trim(p, 0);
+    pool_trim(pool, pool->threshold > SIZE_MAX ? SIZE_MAX : (size_t)pool->threshold);
 }
 
 void fg_pool_trim_all(void)
@@ -127,6 +136,8 @@ static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, CUdeviceptr *dptr
         b->cap = want;
         b->pool = pool;
         pool->reserved += want;
+        if (pool->reserved > pool->reserved_high)
+            pool->reserved_high = pool->reserved;
     }
     if (fg_alloc_insert((uintptr_t)b->ptr, bytes, FG_MEM_POOL, b)) {
         b->next = pool->cached;
@@ -136,6 +147,9 @@ static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, CUdeviceptr *dptr
     b->size = bytes;
     b->next = NULL;
     pool->live++;
+    pool->used += b->cap;
+    if (pool->used > pool->used_high)
+        pool->used_high = pool->used;
     *dptr = (CUdeviceptr)(uintptr_t)b->ptr;
     return CUDA_SUCCESS;
 }
@@ -291,6 +305,73 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc)
         pool_trim((struct fg_pool *)pool, minBytesToKeep);
+    fg_unlock();
+    return rc;
+}
+
+/* The attribute's value: an int for the reuse policies, a cuuint64_t else. */
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    struct fg_pool *p = (struct fg_pool *)pool;
+    cuuint64_t v = 0;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_check_init();
+    if (!rc && (!fg_ptrset_has(&drv.pools, p) || !value))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        switch (attr) {
+        case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+            *(int *)value = p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+            break;
+        case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = p->threshold; break;
+        case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = p->reserved; break;
+        case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = p->reserved_high; break;
+        case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = p->used; break;
+        case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = p->used_high; break;
+        default: rc = CUDA_ERROR_INVALID_VALUE;
+        }
+        if (!rc && attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+            *(cuuint64_t *)value = v;
+    }
+    fg_unlock();
+    return rc;
+}
+
+/* As CUDA: the reuse policies, the release threshold, and the high-water
+ * marks, which may only be reset (to 0: the current value). */
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    struct fg_pool *p = (struct fg_pool *)pool;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_check_init();
+    if (!rc && (!fg_ptrset_has(&drv.pools, p) || !value))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        switch (attr) {
+        case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+            p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = *(const int *)value != 0;
+            break;
+        case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p->threshold = *(const cuuint64_t *)value; break;
+        case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+            if (*(const cuuint64_t *)value != 0)
+                rc = CUDA_ERROR_INVALID_VALUE;
+            else if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+                p->reserved_high = p->reserved;
+            else
+                p->used_high = p->used;
+            break;
+        default: rc = CUDA_ERROR_INVALID_VALUE;
+        }
+    }
     fg_unlock();
     return rc;
 }

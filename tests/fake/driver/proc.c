@@ -72,6 +72,8 @@ static const struct {
     P("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
     P("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
     P("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
+    P("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
+    P("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
 
     P("cuMemCreate", 10020, cuMemCreate),
     P("cuMemRelease", 10020, cuMemRelease),

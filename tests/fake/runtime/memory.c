@@ -106,6 +106,33 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
     return rt_result(rt_drv.cuDeviceGetDefaultMemPool(memPool, dev));
 }
 
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    cudaError_t err = rt_enter();
+
+    if (err != cudaSuccess)
+        return rt_error(err);
+    return rt_result(rt_drv.cuMemPoolGetAttribute(memPool, (CUmemPool_attribute)attr, value));
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    cudaError_t err = rt_enter();
+
+    if (err != cudaSuccess)
+        return rt_error(err);
+    return rt_result(rt_drv.cuMemPoolSetAttribute(memPool, (CUmemPool_attribute)attr, value));
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+    cudaError_t err = rt_enter();
+
+    if (err != cudaSuccess)
+        return rt_error(err);
+    return rt_result(rt_drv.cuMemPoolTrimTo(memPool, minBytesToKeep));
+}
+
 cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
     CUdeviceptr p = 0;

@@ -49,6 +49,9 @@
     X(cuMemFreeAsync, )                                                        \
     X(cuMemAllocFromPoolAsync, )                                               \
     X(cuDeviceGetDefaultMemPool, )                                             \
+    X(cuMemPoolGetAttribute, )                                                 \
+    X(cuMemPoolSetAttribute, )                                                 \
+    X(cuMemPoolTrimTo, )                                                       \
     X(cuMemcpy, )                                                              \
     X(cuMemcpyAsync, )                                                         \
     X(cuMemcpyHtoD, _v2)                                                       \
