@@ -46,15 +46,20 @@ static struct fg_func *func_of(CUfunction f)
     return NULL;
 }
 
+static int mode; /* 1: eager, 2: lazy */
+
+static void read_mode(void)
+{
+    const char *v = getenv("CUDA_MODULE_LOADING");
+    mode = v && strcmp(v, "EAGER") == 0 ? 1 : 2;
+}
+
 /* As the driver, reads CUDA_MODULE_LOADING once. */
 static int lazy(void)
 {
-    static int mode; /* 0: not read yet, 1: eager, 2: lazy */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-    if (!mode) {
-        const char *v = getenv("CUDA_MODULE_LOADING");
-        mode = v && strcmp(v, "EAGER") == 0 ? 1 : 2;
-    }
+    pthread_once(&once, read_mode);
     return mode == 2;
 }
 
