@@ -91,6 +91,7 @@ struct fg_op {
         } wait;
         struct {
             struct fg_block *block;
+            uint64_t gen;
         } pool_free;
         struct fg_gmem *gmem; /* FG_OP_GRAPH_ALLOC, FG_OP_GRAPH_FREE */
     } u;
@@ -316,10 +317,18 @@ struct fg_block {
     size_t cap;  /* bytes backed */
     size_t size; /* bytes of the current allocation */
     struct fg_pool *pool;
-    struct fg_block *next; /* in the pool's cache */
+    struct fg_block *next;   /* in the pool's cache, or its list of queued frees */
+    struct fg_stream *freeing; /* the stream of a queued free that has not run, else NULL */
+    uint64_t gen;            /* counts the block's allocations: a queued free of an older one does nothing */
+    int refs;                /* queued frees that name it: the struct outlives its memory until they ran */
+    int released;            /* its memory went back (the struct waits for refs) */
 };
 
-/* Executes a stream-ordered free: the block becomes reusable.  Lock held. */
+/* Executes a stream-ordered free of the block's allocation gen: the block
+ * becomes reusable, unless an allocation on the same stream took it
+ * already.  Lock held. */
+void fg_pool_free_queued(struct fg_block *b, uint64_t gen);
+/* Frees a block's allocation now (cuMemFree of pool memory).  Lock held. */
 void fg_pool_free_block(struct fg_block *b);
 /* Releases every pool's cached blocks above its release threshold (0). Lock held. */
 void fg_pool_trim_all(void);

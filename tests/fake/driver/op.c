@@ -175,7 +175,7 @@ void fg_op_run(struct fg_op *op)
             fg_wait_progress();
         break;
     case FG_OP_POOL_FREE:
-        fg_pool_free_block(op->u.pool_free.block);
+        fg_pool_free_queued(op->u.pool_free.block, op->u.pool_free.gen);
         break;
     case FG_OP_GRAPH_ALLOC:
     case FG_OP_GRAPH_FREE:

@@ -1,8 +1,11 @@
 /*
  * Stream-ordered allocation (cuMemAllocAsync and friends) from memory
  * pools.  An allocation's address is known when the call returns; its free
- * runs in stream order, after which the block is cached in its pool for a
- * later allocation of a fitting size, until a synchronisation (down to
+ * runs in stream order.  Until it has run, only an allocation on the same
+ * stream may take the block (stream order makes that safe, and CUDA does
+ * it without waiting, whatever the device is doing); once it has, the
+ * block is cached in its pool for a later allocation of a fitting size on
+ * any stream, until a synchronisation (down to
  * the pool's release threshold, CUDA's default 0) or cuMemPoolTrimTo
  * releases it.  cuMemPoolGetAttribute reports the pool's reserved and used
  * bytes and their high-water marks, as an allocator's statistics read them.  A block must never be handed out again before the free
@@ -18,6 +21,7 @@ struct fg_pool {
     size_t reserved; /* bytes backing this pool's blocks */
     size_t live;     /* blocks in use or being freed */
     size_t used;     /* bytes of those blocks */
+    struct fg_block *pending; /* blocks whose free is queued and has not run */
     size_t reserved_high, used_high;
     uint64_t threshold; /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: kept at a synchronisation */
     int reuse[3];       /* the three CU_MEMPOOL_ATTR_REUSE_* policies, all on by default */
@@ -58,7 +62,23 @@ static void block_release(struct fg_block *b)
     fg_va_free((uintptr_t)b->ptr, b->cap);
     fg_mem_unreserve(b->cap);
     b->pool->reserved -= b->cap;
-    free(b);
+    if (b->refs)
+        b->released = 1;
+    else
+        free(b);
+}
+
+/* Takes b off the pool's list of queued frees.  Lock held. */
+static void unpend(struct fg_block *b)
+{
+    struct fg_block **pp = &b->pool->pending;
+
+    while (*pp && *pp != b)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = b->next;
+    b->next = NULL;
+    b->freeing = NULL;
 }
 
 /* Releases cached blocks while the pool holds more than keep bytes.  Lock held. */
@@ -76,6 +96,20 @@ static void pool_maybe_free(struct fg_pool *pool)
 {
     if (pool->destroyed && pool->live == 0 && !pool->cached)
         free(pool);
+}
+
+void fg_pool_free_queued(struct fg_block *b, uint64_t gen)
+{
+    b->refs--;
+    if (b->released) {
+        if (!b->refs)
+            free(b);
+        return;
+    }
+    if (b->gen != gen)
+        return; /* an allocation on its stream took it before the free ran */
+    unpend(b);
+    fg_pool_free_block(b);
 }
 
 void fg_pool_free_block(struct fg_block *b)
@@ -107,20 +141,28 @@ void fg_pool_trim_all(void)
 }
 
 /*
- * A block of at least bytes from the pool: the smallest cached one that
- * fits, else fresh memory.  Lock held.
+ * A block of at least bytes from the pool for stream s: the smallest that
+ * fits of the cached ones and of those whose free is queued on s, else
+ * fresh memory.  Lock held.
  */
-static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, CUdeviceptr *dptr)
+static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, struct fg_stream *s, CUdeviceptr *dptr)
 {
     size_t want = (bytes + 511) & ~(size_t)511;
     struct fg_block **pp, **best = NULL, *b;
+    int taken = 0; /* a block whose free had not run: still counted as used */
 
     for (pp = &pool->cached; *pp; pp = &(*pp)->next)
         if ((*pp)->cap >= want && (!best || (*pp)->cap < (*best)->cap))
             best = pp;
+    for (pp = &pool->pending; *pp; pp = &(*pp)->next)
+        if ((*pp)->freeing == s && (*pp)->cap >= want && (!best || (*pp)->cap < (*best)->cap))
+            best = pp;
     if (best) {
         b = *best;
         *best = b->next;
+        taken = b->freeing != NULL;
+        b->freeing = NULL;
+        b->gen++;
     } else {
         if (fg_mem_reserve(want))
             return CUDA_ERROR_OUT_OF_MEMORY;
@@ -140,12 +182,18 @@ static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, CUdeviceptr *dptr
             pool->reserved_high = pool->reserved;
     }
     if (fg_alloc_insert((uintptr_t)b->ptr, bytes, FG_MEM_POOL, b)) {
+        if (taken) { /* it stays the pool's, its free to run */
+            pool->live--;
+            pool->used -= b->cap;
+        }
         b->next = pool->cached;
         pool->cached = b;
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     b->size = bytes;
     b->next = NULL;
+    if (taken)
+        return *dptr = (CUdeviceptr)(uintptr_t)b->ptr, CUDA_SUCCESS;
     pool->live++;
     pool->used += b->cap;
     if (pool->used > pool->used_high)
@@ -166,7 +214,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool hPool,
         return CUDA_ERROR_INVALID_VALUE;
     if (s->capture)
         return fg_gmem_alloc(s->capture, bytes, dptr);
-    return pool_alloc((struct fg_pool *)hPool, bytes, dptr);
+    return pool_alloc((struct fg_pool *)hPool, bytes, s, dptr);
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -222,11 +270,18 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     }
     b = a->owner;
     op->u.pool_free.block = b;
+    op->u.pool_free.gen = b->gen;
     fg_alloc_remove(a->base);
+    b->freeing = s;
+    b->next = b->pool->pending;
+    b->pool->pending = b;
+    b->refs++;
     rc = fg_submit(s, op);
     if (rc) {
         /* Not enqueued: the allocation stays the program's. */
-            if (fg_alloc_insert((uintptr_t)b->ptr, b->size, FG_MEM_POOL, b))
+        unpend(b);
+        b->refs--;
+        if (fg_alloc_insert((uintptr_t)b->ptr, b->size, FG_MEM_POOL, b))
             fg_pool_free_block(b);
     }
 out:

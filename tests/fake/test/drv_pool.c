@@ -1,7 +1,8 @@
 /*
  * Stream-ordered allocation: cuMemAllocAsync returns the address at once,
  * cuMemFreeAsync frees in stream order (the block is reused by a later
- * allocation only after the free has run), cached blocks are released at
+ * allocation on another stream only after the free has run, on its own
+ * stream at once), cached blocks are released at
  * synchronisation (release threshold 0) or by cuMemPoolTrimTo, and
  * explicit pools behave like the default one.
  */
@@ -82,15 +83,26 @@ int main(void)
     CHECK(cuMemAllocAsync(&q, 900, s2));
     EXPECT(q == p, "the freed block was not reused (%#llx vs %#llx)", q, p);
 
-    /* A free that has not run yet keeps its block. */
+    /* A free that has not run yet keeps its block from other streams; an
+     * allocation on its own stream takes it at once (stream order), and
+     * the free, when it runs, leaves the new allocation alone. */
     flag = 0;
     CHECK(LAUNCH(s, gate, PTR(&flag)));
     CHECK(cuMemFreeAsync(q, s));
     CHECK(cuMemAllocAsync(&r, 900, s2));
-    EXPECT(r != q, "a block was reused before its free ran");
+    EXPECT(r != q, "a block was reused on another stream before its free ran");
+    CHECK(cuMemAllocAsync(&p, 800, s));
+    EXPECT(p == q, "an allocation on the free's stream did not take the block (%#llx vs %#llx)", p, q);
+    CHECK(LAUNCH(s, fill, PTR(p), 200));
     flag = 1;
     drain(s);
+    CHECK(cuMemGetAddressRange_v2(&base, &size, p));
+    EXPECT(base == p && size == 800, "the queued free took the block back from its new allocation");
+    CHECK(cuMemcpyDtoH_v2(host, p, 800));
+    EXPECT(host[199] == 199 * 7, "p[199] = %d", host[199]);
+    CHECK(cuMemFreeAsync(p, s));
     CHECK(cuMemFreeAsync(r, s2));
+    drain(s);
     drain(s2);
 
     /* Cached memory counts as used until a synchronisation releases it. */
