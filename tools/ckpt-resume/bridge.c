@@ -719,10 +719,25 @@ static int claim(int want, char *why, size_t whylen)
     return 0;
 }
 
+/* Whether the job has a leader now. */
+static bool led(void)
+{
+    char key[300], why[128];
+    struct etcd_kv *kv;
+    size_t n = 0;
+    snprintf(key, sizeof(key), "%sleader", B.prefix);
+    if (etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) < 0)
+        return false;
+    etcd_kvs_free(kv, n);
+    return n > 0;
+}
+
 /*
  * A spare (--spare) waits beside the job, its lease held and itself under
- * spare/, and takes the rank of the first node lost: once the job has
- * formed (every node rank held at one time), a rank that comes free is a
+ * spare/, and takes the rank of the first node lost.  A rank free while
+ * the job forms is a node still starting; once every rank has been held
+ * at one time, or when a rank has been free for twice the lease's TTL
+ * while a leader runs the job (a spare started after the loss), it is a
  * lost node's.  Returns 0 when it took one (B.node), 1 when the job ended
  * without needing it (@why says how), -errno.
  */
@@ -730,7 +745,7 @@ static int spare_wait(char *why, size_t whylen)
 {
     char mine[300], key[300];
     bool formed = false;
-    double gone_since = 0;
+    double gone_since = 0, short_since = 0;
     snprintf(mine, sizeof(mine), "%sspare/%" PRIx64, B.prefix, B.lease);
     int rc = etcd_put(B.e, mine, B.ip, strlen(B.ip), B.lease, why, whylen);
     if (rc < 0)
@@ -759,23 +774,26 @@ static int spare_wait(char *why, size_t whylen)
         } else {
             etcd_kvs_free(kv, n);
         }
+        double now = ckpt_now_s();
         formed |= n == B.n;
-        gone_since = n ? 0 : gone_since ? gone_since : ckpt_now_s();
-        if (formed && n < B.n && (rc = claim(-1, why, whylen)) != 0) {
+        gone_since = n ? 0 : gone_since ? gone_since : now;
+        short_since = n == B.n ? 0 : short_since ? short_since : now;
+        bool lost = n < B.n && (formed || (now - short_since >= 2 * B.ttl_s && led()));
+        if (lost && (rc = claim(-1, why, whylen)) != 0) {
             if (rc == 1)
                 ckpt_log(CKPT_INFO, "node %u of job %s was lost: this spare takes its place", B.node,
                          B.opt->job_name);
             rc = rc == 1 ? 0 : rc;
             break;
         }
-        if (gone_since && ckpt_now_s() - gone_since > 10 * B.ttl_s) {
+        if (gone_since && now - gone_since > 10 * B.ttl_s) {
             snprintf(why, whylen, "job %s has had no node for %g s, and left no end: this spare ends",
                      B.opt->job_name, 10 * B.ttl_s);
             rc = 1;
             break;
         }
-        if (etcd_keepalive(B.e, B.lease, NULL, why, whylen) == 0)
-            B.renewed = ckpt_now_s();
+        if (now - B.renewed >= B.ttl_s / 3 && etcd_keepalive(B.e, B.lease, NULL, why, whylen) == 0)
+            B.renewed = now;
     }
     char gone[128];
     if (etcd_delete(B.e, mine, false, gone, sizeof(gone)) < 0)
