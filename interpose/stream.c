@@ -415,7 +415,7 @@ static struct loaded {
     CUcontext ctx;
 } loaded[LOADED_SLOTS];
 static pthread_mutex_t loaded_lock = PTHREAD_MUTEX_INITIALIZER;
-static int loading_mode; /* 0: not asked yet, else the driver's CUmoduleLoadingMode (-1: unknown) */
+static int loading_mode; /* 0: not asked yet, else the driver's CUmoduleLoadingMode (-1: none to load by) */
 
 static struct loaded *loaded_slot(CUfunction f, CUcontext ctx, bool *found)
 {
@@ -444,36 +444,37 @@ static void load_function(CUfunction f)
         ckpt_log_once(CKPT_DEBUG, "cuFuncLoad failed for a kernel: later allocations may move");
 }
 
-/* Resolves the calls this needs: the loading mode, or -1 when it cannot load. */
+/* The driver's loading mode, with the calls a lazy one needs resolved;
+ * -1 when it is unknown or replay cannot load (said once).  Lock held. */
 static int loading_mode_now(void)
 {
-    CUmoduleLoadingMode mode;
+    CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
     if (loading_mode)
         return loading_mode;
-    loading_mode = -1;
-    if ((real_cuModuleGetLoadingMode || ckpt_resolve("cuModuleGetLoadingMode") == 0) &&
-        real_cuModuleGetLoadingMode(&mode) == CUDA_SUCCESS && mode == CU_MODULE_LAZY_LOADING) {
-        if ((real_cuCtxGetCurrent || ckpt_resolve("cuCtxGetCurrent") == 0) &&
-            (real_cuFuncIsLoaded || ckpt_resolve("cuFuncIsLoaded") == 0) &&
-            (real_cuFuncLoad || ckpt_resolve("cuFuncLoad") == 0))
-            loading_mode = CU_MODULE_LAZY_LOADING;
-        else
-            ckpt_log(CKPT_WARN, "kernels are loaded lazily and this driver has no cuFuncLoad: replayed allocations "
-                                "may move (CUDA_MODULE_LOADING=EAGER keeps them)");
-        if (!real_cuKernelGetFunction)
-            ckpt_resolve("cuKernelGetFunction");
-    } else if (real_cuModuleGetLoadingMode) {
-        loading_mode = (int)mode;
+    if ((!real_cuModuleGetLoadingMode && ckpt_resolve("cuModuleGetLoadingMode") < 0) ||
+        real_cuModuleGetLoadingMode(&mode) != CUDA_SUCCESS)
+        mode = (CUmoduleLoadingMode)-1;
+    if (mode == CU_MODULE_LAZY_LOADING &&
+        ((!real_cuCtxGetCurrent && ckpt_resolve("cuCtxGetCurrent") < 0) ||
+         (!real_cuFuncIsLoaded && ckpt_resolve("cuFuncIsLoaded") < 0) ||
+         (!real_cuFuncLoad && ckpt_resolve("cuFuncLoad") < 0))) {
+        ckpt_log(CKPT_WARN, "kernels are loaded lazily and this driver has no cuFuncLoad: replayed allocations "
+                            "may move (CUDA_MODULE_LOADING=EAGER keeps them)");
+        mode = (CUmoduleLoadingMode)-1;
     }
+    if (mode == CU_MODULE_LAZY_LOADING && !real_cuKernelGetFunction)
+        ckpt_resolve("cuKernelGetFunction"); /* without it, CUkernel handles are not loaded */
+    __atomic_store_n(&loading_mode, (int)mode, __ATOMIC_RELEASE);
     return loading_mode;
 }
 
 static void load_suppressed(CUfunction f)
 {
+    int mode = __atomic_load_n(&loading_mode, __ATOMIC_ACQUIRE);
     CUcontext ctx = NULL;
     bool found;
-    if (!f)
-        return;
+    if (!f || (mode && mode != CU_MODULE_LAZY_LOADING))
+        return; /* eager: nothing to load */
     pthread_mutex_lock(&loaded_lock);
     if (loading_mode_now() == CU_MODULE_LAZY_LOADING && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS) {
         struct loaded *l = loaded_slot(f, ctx, &found);
