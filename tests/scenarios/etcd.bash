@@ -83,7 +83,7 @@ leaders_elected_twice() {
 }
 show() { for f in "$D"/err.*; do echo "== $f"; grep -v '^libckpt' "$f" | tail -n 25; done; }
 
-plain() { timeout -k 5 300 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null; }
+plain() { CKPT_ARENA_DIR=$D/arena.plain timeout -k 5 300 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null; }
 
 # The highest iteration any rank has printed.
 newest_iter() { cat "$D"/out.* 2>/dev/null | sed -n 's/^iter \([0-9]*\) .*/\1/p' | sort -n | tail -n 1; }

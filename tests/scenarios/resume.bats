@@ -371,6 +371,23 @@ SCRIPT
     [ "$(cut -d'|' -f1,2 "$D/env")" = "$lib|mine" ]
 }
 
+@test "a second ckpt-resume of the same job on one machine is refused before any rank starts, naming the running one; the first trains on undisturbed and ends as uninterrupted" {
+    "$CKPT" --nproc 2 -- "$TRAIN" --iters 3000 --hidden 16 --layers 2 >"$D/plain" 2>/dev/null
+    export CKPT_JOB=twice
+    "$CKPT" --nproc 2 -- "$TRAIN" --iters 3000 --hidden 16 --layers 2 >"$D/out" 2>"$D/err" &
+    local first=$!
+    for _ in $(seq 200); do grep -q "^iter 100 " "$D/out" 2>/dev/null && break; sleep 0.05; done
+    run -2 "$CKPT" --nproc 2 -- "$TRAIN" --iters 3000 --hidden 16 --layers 2
+    [[ $output == *"error: job twice already runs on this machine (ckpt-resume pid $first holds $CKPT_ARENA_DIR/$(id -u)-twice/.ckpt-resume.lock)"* ]]
+    [[ $output != *"started"* ]]
+    wait $first || { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: done exit=0 restarts=0$" "$D/err" || { cat "$D/err"; return 1; }
+    diff <(grep -h '^digest ' "$D/out") <(grep -h '^digest ' "$D/plain")
+    # Done: its arena and lock are gone, and the job's name is free again.
+    [ ! -e "$CKPT_ARENA_DIR/$(id -u)-twice" ]
+    "$CKPT" --nproc 1 -- "$TRAIN" --iters 5 >/dev/null 2>&1
+}
+
 @test "configuration errors stop ckpt-resume before any rank starts, naming the variable" {
     while IFS='|' read -r var value says; do
         run env "$var=$value" "$CKPT" --nproc 2 -- sh -c 'touch "$0/started"' "$D"

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,6 +39,58 @@ int arena_job_dir(const struct options *opt, char *out, size_t outlen)
         return rc;
     *strrchr(out, '/') = '\0';
     return 0;
+}
+
+/*
+ * One ckpt-resume per job arena on a machine: a second one with the same
+ * CKPT_JOB would remove the first one's snapshots under its running ranks
+ * (which then stall) or write over them.  The lock is an flock on
+ * .ckpt-resume.lock in the job's directory (which removal leaves), held
+ * for ckpt-resume's life: the descriptor closes with the process, however
+ * it ends, and is not inherited by the ranks.  Returns 0 (also when the
+ * directory cannot be made: arena_usable in main.c says so), -EBUSY after
+ * saying which process holds it, or -errno.
+ */
+#define LOCK_FILE ".ckpt-resume.lock"
+static int lock_fd = -1;
+static char lock_path[PATH_MAX + 32];
+
+int arena_lock(const struct options *opt)
+{
+    int fd;
+    char dir[PATH_MAX], *path = lock_path, pid[24] = "";
+    int rc = arena_job_dir(opt, dir, sizeof(dir));
+    if (rc < 0 || lock_fd >= 0)
+        return rc < 0 ? rc : 0;
+    snprintf(path, sizeof(lock_path), "%s/" LOCK_FILE, dir);
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        rc = -errno;
+        ssize_t n = rc == -EWOULDBLOCK ? pread(fd, pid, sizeof(pid) - 1, 0) : -1;
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (rc != -EWOULDBLOCK)
+            return rc;
+        ckpt_log(CKPT_ERROR, "job %s already runs on this machine (ckpt-resume pid %s holds %s): its snapshots "
+                 "would be removed under its ranks; give this job another CKPT_JOB, or another CKPT_ARENA_DIR",
+                 opt->job_name, *pid ? pid : "?", path);
+        return -EBUSY;
+    }
+    int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        ckpt_log(CKPT_DEBUG, "%s: the pid is not written (%s)", path, strerror(errno));
+    lock_fd = fd;
+    return 0;
+}
+
+/* The job is over: its lock file goes (the lock itself with the process). */
+void arena_unlock(void)
+{
+    if (lock_fd >= 0)
+        unlink(lock_path);
 }
 
 /* Whether @name is "rank<N>" as ckpt_arena_path writes it; *@rank is N. */
@@ -311,6 +364,10 @@ int arena_remove(const struct options *opt)
     close(dfd);
     if (rmdir(dir) < 0) {
         rc = -errno;
+        char mine[PATH_MAX + 32];
+        snprintf(mine, sizeof(mine), "%s/" LOCK_FILE, dir);
+        if (rc == -ENOTEMPTY && lock_fd >= 0 && strcmp(mine, lock_path) == 0 && access(mine, F_OK) == 0)
+            return 1; /* only this ckpt-resume's lock is left: the directory stays with it */
         ckpt_log(CKPT_WARN, "cannot remove %s: %s", dir,
                  rc == -ENOTEMPTY ? "it holds files libckpt did not create" : strerror(-rc));
         return rc;

@@ -513,9 +513,13 @@ int main(int argc, char **argv)
      * arena useless, and stale slots could be taken for this run's when a
      * rank fails before it has written its own.
      */
+    if (arena_usable(&opt) < 0 || arena_lock(&opt) < 0) {
+        bridge_stop();
+        return USAGE_ERROR;
+    }
     if (!opt.coord && !opt.first_restore && arena_remove(&opt) > 0)
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", opt.job_name);
-    if (arena_usable(&opt) < 0 || metrics_start() < 0) {
+    if (metrics_start() < 0) {
         bridge_stop();
         return USAGE_ERROR;
     }

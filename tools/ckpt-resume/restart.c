@@ -126,6 +126,7 @@ void job_settle(const struct options *opt, int code)
     struct stat st;
 
     if (code == 0 && !opt->keep_arena) {
+        arena_unlock();
         arena_remove(opt);
         if (opt->coord)
             rep_remove(opt);

@@ -273,6 +273,10 @@ struct restore_point {
 int arena_job_dir(const struct options *opt, char *out, size_t outlen);
 bool arena_pick(const struct options *opt, uint64_t below, struct restore_point *pt, char *why, size_t whylen);
 int arena_remove(const struct options *opt);
+/* Makes this the one ckpt-resume of the job's arena on this machine: 0, -EBUSY (said), -errno. */
+int arena_lock(const struct options *opt);
+/* The job is over: the lock's file goes. */
+void arena_unlock(void);
 
 /* restart.c (backoff_s: seconds before restart number n, 1, 2, ...) */
 void job_settle(const struct options *opt, int code);
