@@ -643,6 +643,17 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
     }
     if (prepare() < 0)
         return;
+    if (ckpt_arena_removed(&S.arena)) {
+        /* Snapshots that reach nobody, and peers waiting for slots that
+         * are gone: the rank trains on without them, and says so. */
+        ckpt_log(CKPT_ERROR, "the arena %s was removed while the job ran (by another process): checkpointing is "
+                 "off for the rest of this run, which trains on UNPROTECTED", S.arena.dir);
+        S.ready = false;
+        S.broken = true;
+        S.arena_ok = false;
+        ckpt_agent_send(CKPT_MSG_UNPROTECTED, 0, 0);
+        return;
+    }
     long n = list_allocations(declared);
     if (n < 0) {
         S.skipped++;

@@ -204,6 +204,15 @@ int ckpt_arena_usable(const char *root, const char *job, char *why, size_t whyle
     return rc;
 }
 
+bool ckpt_arena_removed(const struct ckpt_arena *a)
+{
+    struct stat st;
+    for (int i = 0; i < 2; i++)
+        if (a->fd[i] >= 0 && fstat(a->fd[i], &st) == 0 && st.st_nlink == 0)
+            return true;
+    return false;
+}
+
 int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved)
 {
     *moved = 0;

@@ -10,6 +10,7 @@
 #define CKPT_ARENA_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -53,6 +54,9 @@ int ckpt_arena_reserve(struct ckpt_arena *a, int slot, size_t bytes, int *moved)
 
 /* Unmaps and closes, and lets the directory go; the files stay for ckpt-resume. */
 void ckpt_arena_close(struct ckpt_arena *a);
+/* Whether the arena's slots were removed from under it (another process
+ * took the directory away): its snapshots would reach nobody. */
+bool ckpt_arena_removed(const struct ckpt_arena *a);
 
 /* May @dir (its lstat/fstat in @st) hold other users' private
  * directories, as the arena root or a persist directory?  It must be this

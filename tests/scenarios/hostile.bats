@@ -176,6 +176,25 @@ EOF
         { cat "$D/err"; return 1; }
 }
 
+@test "the arena removed under a running job (another process took it away): every rank says so and trains on without checkpointing, at full speed; the job ends as uninterrupted and its last line says UNPROTECTED" {
+    local plain job=$D/arena/$(id -u)-gone
+    plain=$(CKPT_ARENA_DIR=$D/plain timeout -k 5 60 "$RESUME" --nproc 2 -- "$TRAIN" --iters 3000 --hidden 16 --layers 2 \
+        2>/dev/null | grep '^digest')
+    CKPT_JOB=gone CKPT_ARENA_DIR=$D/arena timeout -k 5 60 "$RESUME" --nproc 2 -- "$TRAIN" --iters 3000 --hidden 16 --layers 2 \
+        >"$D/out" 2>"$D/err" &
+    local pid=$!
+    for _ in $(seq 200); do grep -q "^iter 100 " "$D/out" 2>/dev/null && break; sleep 0.05; done
+    rm -rf "$job"/rank* 2>/dev/null || true # the ranks may write a file meanwhile: the slots are gone
+    wait $pid || { cat "$D/err"; return 1; }
+    [ "$(grep '^digest' "$D/out")" = "$plain" ] || { cat "$D/err"; return 1; }
+    for r in 0 1; do
+        grep -q "^libckpt\[rank $r\]: error: the arena $job/rank$r was removed while the job ran (by another process): checkpointing is off for the rest of this run, which trains on UNPROTECTED$" "$D/err" ||
+            { cat "$D/err"; return 1; }
+    done
+    tail -n 1 "$D/err" | grep -qx "ckpt-resume: done exit=0 restarts=0 UNPROTECTED: rank [01] ran with checkpointing off (said above)" ||
+        { cat "$D/err"; return 1; }
+}
+
 @test "a symlink planted for a slot or a rank directory is refused, never followed" {
     mkdir -p "$D/arena/$(id -u)-plant/rank0" "$D/elsewhere"
     chmod 0700 "$D/arena/$(id -u)-plant" "$D/arena/$(id -u)-plant/rank0"
