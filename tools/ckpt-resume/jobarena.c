@@ -42,9 +42,10 @@ int arena_job_dir(const struct options *opt, char *out, size_t outlen)
 }
 
 /*
- * One ckpt-resume per job arena on a machine: a second one with the same
- * CKPT_JOB would remove the first one's snapshots under its running ranks
- * (which then stall) or write over them.  The lock is an flock on
+ * One ckpt-resume per job arena on a machine, for a job of one node: a
+ * second one with the same CKPT_JOB would remove the first one's snapshots
+ * under its running ranks or write over them.  (On several nodes the
+ * coordinator decides which agent is the node.)  The lock is an flock on
  * .ckpt-resume.lock in the job's directory (which removal leaves), held
  * for ckpt-resume's life: the descriptor closes with the process, however
  * it ends, and is not inherited by the ranks.  Returns 0 (also when the

@@ -513,7 +513,10 @@ int main(int argc, char **argv)
      * arena useless, and stale slots could be taken for this run's when a
      * rank fails before it has written its own.
      */
-    if (arena_usable(&opt) < 0 || arena_lock(&opt) < 0) {
+    /* One node's job: nothing else may take its arena.  On several nodes
+     * the coordinator decides which agent is a node (a node's new agent
+     * may join while its old one is frozen on the same machine). */
+    if (arena_usable(&opt) < 0 || (!opt.coord && arena_lock(&opt) < 0)) {
         bridge_stop();
         return USAGE_ERROR;
     }
