@@ -26,9 +26,13 @@ enum { TOK_STREAM_SYNC = 1, TOK_CTX_SYNC, TOK_EVENT_SYNC, TOK_MEMCPY, TOK_DTOH, 
 /* Values the host reads, in the replay log. */
 enum { VALUE_ELAPSED = 1, VALUE_MEMINFO_FREE, VALUE_MEMINFO_TOTAL, VALUE_POOL_ATTR = 0x100 /* + the attribute */ };
 
+/* A call the program made, whose answer is in the replay log and whose
+ * device work replay suppresses.  Not a call a library makes on a thread
+ * of its own (NCCL's init and proxy threads zero their buffers and wait
+ * for it): that work is the library's, made as it is in every run. */
 static inline bool observed(void)
 {
-    return ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth;
+    return ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal;
 }
 
 static inline bool suppressed(void)

@@ -339,11 +339,11 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     done
     [ -n "$pid" ] && [ -s "$gpu/$pid" ] || { echo "no standby on the GPU"; kill $job; cat "$D/err"; return 1; }
     sleep 1 # the standby has replayed the allocator's first segments
-    held=$(od -An -tu8 "$gpu/$pid" | tr -d ' ')
+    held=$(od -An -tu8 -N8 "$gpu/$pid" | tr -d ' ')
     live=$(live_pid 0) || { kill $job; cat "$D/err"; return 1; }
-    echo "the standby holds $held bytes of device memory, the rank $(od -An -tu8 "$gpu/$live" | tr -d ' ')"
+    echo "the standby holds $held bytes of device memory, the rank $(od -An -tu8 -N8 "$gpu/$live" | tr -d ' ')"
     [ "$held" -lt $((1 << 20)) ]
-    [ "$(od -An -tu8 "$gpu/$live" | tr -d ' ')" -ge $((4 << 20)) ]
+    [ "$(od -An -tu8 -N8 "$gpu/$live" | tr -d ' ')" -ge $((4 << 20)) ]
     kill -KILL "$live"
     wait $job || { cat "$D/err"; return 1; }
     grep -q '^ckpt-resume: the standbys\? took over at iteration [0-9]* in ' "$D/err" || { cat "$D/err"; return 1; }
