@@ -201,6 +201,8 @@ __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr *dptr,
     CUresult r;
     if (!standby_alloc(__builtin_return_address(0), &r, dptr, bytesize))
         r = real_cuMemAlloc_v2(dptr, bytesize);
+    if (r == CUDA_SUCCESS && ckpt_active && ckpt_internal_call(__builtin_return_address(0)))
+        ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_ALLOC, *dptr, bytesize);
     if (r == CUDA_SUCCESS)
         track(*dptr, bytesize, CKPT_ALLOC_PLAIN, NULL);
     return r;
@@ -247,6 +249,8 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
     CUresult r;
     if (!ckpt_standby_mem_free(&r, dptr, NULL, false))
         r = real_cuMemFree_v2(dptr);
+    if (r == CUDA_SUCCESS && ckpt_active && ckpt_internal_call(__builtin_return_address(0)))
+        ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_FREE, dptr, 0);
     if (r == CUDA_SUCCESS) {
         if (a.addr && a.kind == CKPT_ALLOC_MANAGED)
             ckpt_host_managed(NULL, dptr, 0, false);

@@ -85,7 +85,7 @@ static bool is_poll(uint64_t what)
 
 static bool only_polls(int type, uint64_t a)
 {
-    return type == CKPT_RL_OBSERVE && is_poll(a);
+    return (type == CKPT_RL_OBSERVE && is_poll(a)) || type == CKPT_RL_ASIDE;
 }
 
 void ckpt_history_release_pollers(void)
@@ -205,7 +205,7 @@ static void put(enum ckpt_rl_type type, uint64_t t, uint64_t a, uint64_t b, uint
         flush_work(me);
     if (type == CKPT_RL_OBSERVE && is_poll(a))
         polls++;
-    else if (type != CKPT_RL_TAINT)
+    else if (type != CKPT_RL_TAINT && type != CKPT_RL_ASIDE)
         acts++;
     ckpt_rlog_append(type, t, a, b, c, payload, len);
     if (__builtin_expect(__atomic_load_n(&checking, __ATOMIC_ACQUIRE), 0))
@@ -463,6 +463,15 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
     pthread_mutex_unlock(&lock);
 }
 
+void ckpt_history_aside(uint64_t t, enum ckpt_aside what, uint64_t addr, uint64_t size)
+{
+    if (ckpt_replaying || !t || ckpt_self_depth || !ckpt_history_recording())
+        return;
+    pthread_mutex_lock(&lock);
+    put(CKPT_RL_ASIDE, t, size, addr, what, NULL, 0);
+    pthread_mutex_unlock(&lock);
+}
+
 void ckpt_history_value(uint64_t what, uint64_t *value)
 {
     uint64_t t = ckpt_thread_key();
@@ -596,7 +605,7 @@ static bool unordered(int type, uint64_t a, uint64_t c)
 {
     return (type == CKPT_RL_OBSERVE && (a == CKPT_OBS_EVENT_QUERY || a == CKPT_OBS_STREAM_QUERY)) ||
            (type == CKPT_RL_D2H && c) || type == CKPT_RL_TAINT || type == CKPT_RL_OVERFLOW ||
-           type == CKPT_RL_FILE || type == CKPT_RL_WORK;
+           type == CKPT_RL_FILE || type == CKPT_RL_WORK || type == CKPT_RL_ASIDE;
 }
 
 /* The failed run's next ordered record of thread t (taken when take). */

@@ -115,6 +115,9 @@ static inline uint64_t ckpt_thread_key(void)
 /* The name of this thread's next program allocation (take: and use it
  * up), the same in every run. */
 uint64_t ckpt_thread_ordinal(bool take);
+/* The program thread this thread works for: itself, or for a library's
+ * thread the program thread it was started from (0: none known). */
+uint64_t ckpt_thread_owner(void);
 /* True on a thread a CUDA or NCCL library (or libckpt) started for itself. */
 extern __thread bool ckpt_thread_internal;
 /* True when caller (a return address) is in the driver, NCCL or libckpt. */
@@ -358,6 +361,10 @@ bool ckpt_standby_mem_on(void);
 bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size);
 bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ordered);
 int ckpt_standby_mem_back(char *why, size_t whylen);
+/* A communicator the program holds, as NCCL knows it: c itself, or a
+ * standby's virtual one made real (comm.c).  NULL with *err set when it
+ * cannot be. */
+ncclComm_t ckpt_comm_real(ncclComm_t c, ncclResult_t *err);
 /* A standby's pinned host memory (hostmem.c): ordinary memory while it
  * stands by, registered at takeover (0, or -1 with why). */
 int ckpt_standby_host_back(char *why, size_t whylen);
@@ -397,7 +404,26 @@ bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy);
 /* An asynchronous one, queued on stream (pinned destination): its bytes
  * are logged where the host can first see them. */
 void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream stream);
-/* A value the host read (an elapsed time): recorded, or replaced. */
+/* Device memory a library took for itself on a program thread's behalf
+ * (NCCL's buffers, on its calling thread or on a thread it started):
+ * recorded in that thread's log, where a standby holds the same addresses
+ * (standby_mem.c) so that the program's next allocations land where they
+ * did.  what: one of these. */
+enum ckpt_aside { CKPT_ASIDE_ALLOC = 1, CKPT_ASIDE_FREE, CKPT_ASIDE_RESERVE, CKPT_ASIDE_UNRESERVE };
+void ckpt_history_aside(uint64_t thread, enum ckpt_aside what, uint64_t addr, uint64_t size);
+/* A standby replaying one of thread's (called as replay steps over it);
+ * and, gone live, saying in the log that what it held is given back. */
+void ckpt_standby_mem_aside(uint64_t thread, const struct ckpt_rl_rec *rec);
+void ckpt_standby_mem_live(void);
+/* A value the host read (an elapsed time): recorded, or replaced.  What
+ * it is: one of these (the pool attribute or NCCL's answer added). */
+enum ckpt_value {
+    CKPT_VALUE_ELAPSED = 1,
+    CKPT_VALUE_MEMINFO_FREE,
+    CKPT_VALUE_MEMINFO_TOTAL,
+    CKPT_VALUE_POOL_ATTR = 0x100, /* + the attribute */
+    CKPT_VALUE_NCCL = 0x200,      /* + what comm.c asked */
+};
 void ckpt_history_value(uint64_t what, uint64_t *value);
 /* A host function queued on stream: *fn and *data are replaced by a
  * wrapper that sees the copies before it (true), which the caller frees

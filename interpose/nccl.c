@@ -5,7 +5,9 @@
  * old bytes into a live communicator.  Each wrapper forwards to the real
  * pncclX, the strong definition behind NCCL's weak ncclX.  While a
  * restarted rank replays, collectives are tokens only: the data they would
- * move is restored with the snapshot; communicators are created for real.
+ * move is restored with the snapshot.  Communicators are comm.c's: real,
+ * or a standby's virtual ones, which a collective makes real on first use
+ * once the standby is live.
  */
 #include "interpose.h"
 #include "timeline.h"
@@ -22,17 +24,21 @@
  * on which communicator) and queues work on its stream. */
 #define COLLECTIVE(name, args, op, count, type, comm, stream)                  \
     NEED_REAL(name, ncclSystemError);                                          \
+    ncclComm_t held = comm; /* the program's handle (comm.c) */                \
     if (ckpt_replaying) {                                                      \
-        ckpt_on_collective(token(op, count, type, comm), stream);              \
+        ckpt_on_collective(token(op, count, type, held), stream);              \
         return ncclSuccess;                                                    \
     }                                                                          \
+    ncclResult_t r;                                                            \
+    if ((comm = ckpt_comm_real(comm, &r)) == NULL && r != ncclSuccess)         \
+        return r;                                                              \
     uint64_t t0 = ckpt_now_ns();                                               \
     ckpt_nccl_depth++;                                                         \
-    ncclResult_t r = real_##name args;                                         \
+    r = real_##name args;                                                      \
     ckpt_nccl_depth--;                                                         \
     if (r == ncclSuccess && ckpt_active) {                                     \
         host_times(op, count, t0);                                             \
-        ckpt_on_collective(token(op, count, type, comm), stream);              \
+        ckpt_on_collective(token(op, count, type, held), stream);              \
     }                                                                          \
     return r
 
@@ -64,36 +70,6 @@ static uint64_t token(int op, size_t count, int type, ncclComm_t comm)
     return h;
 }
 
-__attribute__((visibility("default"))) ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
-{
-    FORWARD(ncclCommInitRank, (comm, nranks, commId, rank));
-}
-
-__attribute__((visibility("default"))) ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config)
-{
-    FORWARD(ncclCommInitRankConfig, (comm, nranks, commId, rank, config));
-}
-
-__attribute__((visibility("default"))) ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
-{
-    FORWARD(ncclCommSplit, (comm, color, key, newcomm, config));
-}
-
-__attribute__((visibility("default"))) ncclResult_t ncclCommDestroy(ncclComm_t comm)
-{
-    FORWARD(ncclCommDestroy, (comm));
-}
-
-__attribute__((visibility("default"))) ncclResult_t ncclCommAbort(ncclComm_t comm)
-{
-    FORWARD(ncclCommAbort, (comm));
-}
-
-__attribute__((visibility("default"))) ncclResult_t ncclCommFinalize(ncclComm_t comm)
-{
-    FORWARD(ncclCommFinalize, (comm));
-}
-
 /* The buffer is NCCL-allocated but the program's: it holds user data (for
  * buffer registration), so it is snapshotted like any allocation. */
 __attribute__((visibility("default"))) ncclResult_t ncclMemAlloc(void **ptr, size_t size)
@@ -106,8 +82,12 @@ __attribute__((visibility("default"))) ncclResult_t ncclMemAlloc(void **ptr, siz
         *ptr = (void *)(uintptr_t)at; /* a standby's: reserved, backed at takeover */
         r = ncclSuccess;
     } else {
+        /* Not NCCL's memory, nor a library's aside: what it is made of is
+         * not followed (it is tracked whole, below). */
         ckpt_nccl_depth++;
+        ckpt_self_depth++;
         r = real_ncclMemAlloc(ptr, size);
+        ckpt_self_depth--;
         ckpt_nccl_depth--;
     }
     if (r == ncclSuccess && ckpt_active && ptr && *ptr) {
@@ -125,7 +105,15 @@ __attribute__((visibility("default"))) ncclResult_t ncclMemFree(void *ptr)
             ckpt_reg_remove((uint64_t)(uintptr_t)ptr);
         return freed == CUDA_SUCCESS ? ncclSuccess : ncclUnhandledCudaError;
     }
-    FORWARD(ncclMemFree, (ptr));
+    NEED_REAL(ncclMemFree, ncclSystemError);
+    ckpt_nccl_depth++;
+    ckpt_self_depth++;
+    ncclResult_t r = real_ncclMemFree(ptr);
+    ckpt_self_depth--;
+    ckpt_nccl_depth--;
+    if (r == ncclSuccess && ckpt_active)
+        ckpt_reg_remove((uint64_t)(uintptr_t)ptr);
+    return r;
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclGroupStart(void)

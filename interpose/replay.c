@@ -568,6 +568,7 @@ static void restore_now(void)
     image = NULL;
     pthread_mutex_lock(&live_lock);
     __atomic_store_n(&ckpt_replaying, 0, __ATOMIC_RELEASE);
+    ckpt_standby_mem_live();
     pthread_cond_broadcast(&live_cond);
     pthread_mutex_unlock(&live_lock);
     guard(false);

@@ -26,13 +26,26 @@
  * for real too (said in the guide).
  * A free of a reserved allocation after the takeover waits for the
  * stream of a stream-ordered free first: the memory is released at once.
+ *
+ * A standby's communicators are virtual (comm.c): NCCL allocates nothing
+ * for them until the takeover, where in the rank it took device memory
+ * before the program's next allocations.  The rank's log says where (its
+ * ASIDE records, on the thread NCCL worked for), and as replay steps over
+ * them the standby takes the same: address reservations for whole
+ * granules, a real allocation of the same size for a smaller one (the
+ * driver packs those into pages it shares, which cannot be reserved).
+ * The program's next allocations then land where they did.  These
+ * placeholders are given back at the takeover, before NCCL makes its
+ * buffers for real.
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "interpose.h"
 #include "log.h"
+#include "replay.h"
 
 struct range {
     CUdeviceptr base;
@@ -46,7 +59,17 @@ struct held {
     size_t size;
 };
 
+/* A library's memory held in the standby: recorded at, and got. */
+struct aside {
+    uint64_t thread; /* whose log has it */
+    CUdeviceptr recorded, got;
+    size_t size;
+    bool reserved;
+};
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct aside *asides;
+static size_t nasides, asides_cap;
 static struct range *ranges; /* sorted by base, disjoint */
 static size_t nranges, ranges_cap;
 static struct held *helds;
@@ -59,6 +82,7 @@ static CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 void ckpt_standby_mem_begin(void)
 {
     standing = true;
+    ckpt_rlog_on_aside(ckpt_standby_mem_aside);
 }
 
 bool ckpt_standby_mem_on(void)
@@ -149,6 +173,51 @@ static CUresult granularity(void)
     return real_cuMemGetAllocationGranularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 }
 
+static void aside_release(const struct aside *a)
+{
+    ckpt_self_depth++;
+    if (a->reserved)
+        real_cuMemAddressFree(a->got, a->size);
+    else
+        real_cuMemFree_v2(a->got);
+    ckpt_self_depth--;
+}
+
+void ckpt_standby_mem_aside(uint64_t thread, const struct ckpt_rl_rec *rec)
+{
+    if (!ckpt_standby_mem_on())
+        return;
+    pthread_mutex_lock(&lock);
+    if (rec->c == CKPT_ASIDE_FREE || rec->c == CKPT_ASIDE_UNRESERVE) {
+        for (size_t i = 0; i < nasides; i++)
+            if (asides[i].recorded == rec->b) {
+                aside_release(&asides[i]);
+                asides[i] = asides[--nasides];
+                break;
+            }
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    struct aside a = {.thread = thread, .recorded = rec->b, .size = rec->a};
+    if (granularity() == CUDA_SUCCESS && ckpt_resolve("cuMemAlloc_v2") == 0 && ckpt_resolve("cuMemFree_v2") == 0 &&
+        ckpt_grow((void **)&asides, &asides_cap, nasides, sizeof(*asides))) {
+        ckpt_self_depth++;
+        if (rec->c == CKPT_ASIDE_RESERVE || (a.size >= granule && a.recorded % granule == 0)) {
+            a.size = (a.size + granule - 1) / granule * granule;
+            a.reserved = real_cuMemAddressReserve(&a.got, a.size, granule, a.recorded, 0) == CUDA_SUCCESS;
+        } else if (real_cuMemAlloc_v2(&a.got, a.size) != CUDA_SUCCESS) {
+            a.got = 0;
+        }
+        ckpt_self_depth--;
+        if (a.got)
+            asides[nasides++] = a;
+    }
+    pthread_mutex_unlock(&lock);
+    if (a.got != a.recorded)
+        ckpt_log(CKPT_DEBUG, "the library memory the rank got at 0x%llx (%zu bytes) is at 0x%llx in the standby",
+                 (unsigned long long)a.recorded, a.size, (unsigned long long)a.got);
+}
+
 /* Takes every granule of [addr, addr + size) that no range covers yet,
  * and a reference on each range the allocation touches.  Lock held. */
 static CUresult hold(CUdeviceptr addr, size_t size)
@@ -204,13 +273,14 @@ bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size)
 {
     if (!ckpt_standby_mem_on() || !dptr || !size)
         return false;
+    /* First: the recorded address, past the library memory before it. */
+    uint64_t addr = ckpt_history_alloc_at();
     pthread_mutex_lock(&lock);
     CUresult e = granularity();
     size_t g = granule;
     pthread_mutex_unlock(&lock);
     if (e != CUDA_SUCCESS || size < g)
         return false; /* packed into pages the driver shares: made for real */
-    uint64_t addr = ckpt_history_alloc_at();
     if (!addr || addr % g)
         return false;
     pthread_mutex_lock(&lock);
@@ -264,6 +334,8 @@ int ckpt_standby_mem_back(char *why, size_t whylen)
     pthread_mutex_lock(&lock);
     __atomic_store_n(&standing, false, __ATOMIC_RELEASE);
     backed = true;
+    for (size_t i = 0; i < nasides; i++)
+        aside_release(&asides[i]); /* NCCL makes its own now (said in the log once live) */
     for (size_t i = 0; i < nranges && !rc; i++) {
         CUresult e = ranges[i].mem ? CUDA_SUCCESS : back(&ranges[i]);
         if (e != CUDA_SUCCESS) {
@@ -279,4 +351,19 @@ int ckpt_standby_mem_back(char *why, size_t whylen)
     if (!rc && n)
         ckpt_log(CKPT_INFO, "device memory for the takeover: %zu ranges, %.1f MiB", n, bytes / (1 << 20));
     return rc;
+}
+
+/* The log goes on from the takeover: a standby that replays it later gives
+ * back what this one held here too. */
+void ckpt_standby_mem_live(void)
+{
+    pthread_mutex_lock(&lock);
+    struct aside *gone = asides;
+    size_t n = nasides;
+    asides = NULL;
+    nasides = asides_cap = 0;
+    pthread_mutex_unlock(&lock);
+    for (size_t i = 0; i < n; i++) /* unlocked: the log's locks come before this one */
+        ckpt_history_aside(gone[i].thread, CKPT_ASIDE_FREE, gone[i].recorded, 0);
+    free(gone);
 }

@@ -23,9 +23,6 @@
 /* Token identities of the synchronising calls. */
 enum { TOK_STREAM_SYNC = 1, TOK_CTX_SYNC, TOK_EVENT_SYNC, TOK_MEMCPY, TOK_DTOH, TOK_HTOD };
 
-/* Values the host reads, in the replay log. */
-enum { VALUE_ELAPSED = 1, VALUE_MEMINFO_FREE, VALUE_MEMINFO_TOTAL, VALUE_POOL_ATTR = 0x100 /* + the attribute */ };
-
 /* A call the program made, whose answer is in the replay log and whose
  * device work replay suppresses.  Not a call a library makes on a thread
  * of its own (NCCL's init and proxy threads zero their buffers and wait
@@ -176,8 +173,8 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     CUresult r = real_cuMemGetInfo_v2(free, total);
     if (observed() && free && total) {
         uint64_t f = r == CUDA_SUCCESS ? *free : UINT64_MAX, t = *total;
-        ckpt_history_value(VALUE_MEMINFO_FREE, &f);
-        ckpt_history_value(VALUE_MEMINFO_TOTAL, &t);
+        ckpt_history_value(CKPT_VALUE_MEMINFO_FREE, &f);
+        ckpt_history_value(CKPT_VALUE_MEMINFO_TOTAL, &t);
         r = f == UINT64_MAX ? r : CUDA_SUCCESS;
         if (r == CUDA_SUCCESS) {
             *free = (size_t)f;
@@ -200,8 +197,8 @@ EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute att
         uint64_t v = 0, rc = (uint64_t)r;
         if (r == CUDA_SUCCESS)
             v = wide ? *(const cuuint64_t *)value : (uint64_t)(uint32_t) * (const int *)value;
-        ckpt_history_value(VALUE_POOL_ATTR + (uint64_t)attr, &rc);
-        ckpt_history_value(VALUE_POOL_ATTR + (uint64_t)attr, &v);
+        ckpt_history_value(CKPT_VALUE_POOL_ATTR + (uint64_t)attr, &rc);
+        ckpt_history_value(CKPT_VALUE_POOL_ATTR + (uint64_t)attr, &v);
         r = (CUresult)rc;
         if (r == CUDA_SUCCESS && wide)
             *(cuuint64_t *)value = v;
@@ -353,7 +350,7 @@ static CUresult elapsed(__typeof__(&cuEventElapsedTime_v2) real, float *pMillise
     if (!ckpt_replaying && __atomic_load_n(&nreplayed, __ATOMIC_RELAXED) && observed() &&
         (was_replayed(hStart) || was_replayed(hEnd))) {
         /* A time measured across the restore: the failed run measured it. */
-        if (!ckpt_history_failed_value(VALUE_ELAPSED, &v))
+        if (!ckpt_history_failed_value(CKPT_VALUE_ELAPSED, &v))
             ckpt_refuse("the program measured a time across the restore (from an event recorded before it went "
                         "live) that the failed run never measured");
         r = (CUresult)(v >> 32);
@@ -367,7 +364,7 @@ static CUresult elapsed(__typeof__(&cuEventElapsedTime_v2) real, float *pMillise
         uint32_t f = 0;
         memcpy(&f, pMilliseconds, sizeof(f));
         uint64_t v = (uint64_t)r << 32 | f;
-        ckpt_history_value(VALUE_ELAPSED, &v);
+        ckpt_history_value(CKPT_VALUE_ELAPSED, &v);
         f = (uint32_t)v;
         memcpy(pMilliseconds, &f, sizeof(f));
         r = (CUresult)(v >> 32);

@@ -26,6 +26,7 @@
 
 __thread uint64_t ckpt_thread_key_;
 __thread bool ckpt_thread_internal;
+static __thread uint64_t owner; /* a library's thread: the program thread it was started from */
 static __thread uint64_t children, allocations;
 static uint64_t unnamed; /* threads that did not come through pthread_create below */
 
@@ -93,7 +94,7 @@ bool ckpt_caller_is_library(const void *caller)
 struct start {
     void *(*fn)(void *);
     void *arg;
-    uint64_t key;
+    uint64_t key, owner;
     bool internal;
     int used;
 };
@@ -115,6 +116,7 @@ static void *trampoline(void *p)
     void *(*fn)(void *) = slot->fn, *arg = slot->arg; /* field by field: no memcpy call */
     ckpt_thread_key_ = slot->key;
     ckpt_thread_internal = slot->internal;
+    owner = slot->owner;
     __atomic_store_n(&slot->used, 0, __ATOMIC_RELEASE);
     return fn(arg);
 }
@@ -144,6 +146,7 @@ EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(
     /* Library threads do not count: the program's threads keep their keys
      * however many a library started (on a GPU, or not in replay). */
     s->key = s->internal ? mix(ckpt_thread_key(), 1ULL << 40) : mix(ckpt_thread_key(), ++children);
+    s->owner = ckpt_thread_owner();
     int rc = real(thread, attr, trampoline, s);
     if (rc != 0) {
         if (!s->internal)
@@ -151,4 +154,9 @@ EXPORT int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(
         __atomic_store_n(&s->used, 0, __ATOMIC_RELEASE);
     }
     return rc;
+}
+
+uint64_t ckpt_thread_owner(void)
+{
+    return ckpt_thread_internal ? owner : ckpt_thread_key();
 }

@@ -90,7 +90,7 @@ static struct index tail;
 
 static const char *const names[] = {"?",        "allocation",       "device-to-host copy", "value", "iteration end",
                                     "overflow", "host observation", "taint",               "file length",
-                                    "device work"};
+                                    "device work", "library memory"};
 static const char *name(uint32_t t)
 {
     return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
@@ -642,6 +642,15 @@ static uint64_t repeats_of(const struct rec *r)
 
 /* The type of thread's next record in ix (its fields in out, which may be
  * NULL), consumed when take is set; 0 when there is none.  Lock held. */
+static void (*aside_fn)(uint64_t thread, const struct ckpt_rl_rec *rec);
+
+void ckpt_rlog_on_aside(void (*fn)(uint64_t thread, const struct ckpt_rl_rec *rec))
+{
+    pthread_mutex_lock(&lock);
+    aside_fn = fn;
+    pthread_mutex_unlock(&lock);
+}
+
 static int look(struct index *ix, uint64_t thread, struct ckpt_rl_rec *out, bool take)
 {
     struct cursor *c = ix->base ? cursor_of(ix, thread, false) : NULL;
@@ -649,6 +658,16 @@ static int look(struct index *ix, uint64_t thread, struct ckpt_rl_rec *out, bool
         return 0;
     struct rec r;
     memcpy(&r, ix->base + ix->offs[c->next], sizeof(r));
+    /* A library's memory: stepped over, shown to replay on the way. */
+    while (r.type == CKPT_RL_ASIDE) {
+        if (ix == &cut && aside_fn)
+            aside_fn(thread, &(struct ckpt_rl_rec){.a = r.a, .b = r.b, .c = r.c});
+        c->next = ix->chain[c->next];
+        c->used = 0;
+        if (c->next == NONE)
+            return 0;
+        memcpy(&r, ix->base + ix->offs[c->next], sizeof(r));
+    }
     uint64_t repeats = repeats_of(&r);
     if (out)
         *out = (struct ckpt_rl_rec){.a = r.a, .b = r.b, .c = r.type == CKPT_RL_OBSERVE ? 0 : r.c,
@@ -763,8 +782,11 @@ size_t ckpt_rlog_left(uint64_t *thread)
             continue;
         if (!left)
             *thread = cut.cursors[i].thread;
-        for (size_t k = cut.cursors[i].next; k != NONE; k = cut.chain[k])
-            left++;
+        for (size_t k = cut.cursors[i].next; k != NONE; k = cut.chain[k]) {
+            struct rec r;
+            memcpy(&r, cut.base + cut.offs[k], sizeof(r));
+            left += r.type != CKPT_RL_ASIDE;
+        }
     }
     pthread_mutex_unlock(&lock);
     return left;

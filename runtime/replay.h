@@ -43,6 +43,9 @@ enum ckpt_rl_type {
     CKPT_RL_WORK = 9,     /* a = how many calls that queue device work or free memory
                            * the thread made since its record before (replay hands it
                            * out a times): which of them came before the snapshot */
+    CKPT_RL_ASIDE = 10,   /* a = size, b = device address, c = what (interpose's enum):
+                           * device memory a library took or gave back on the thread's
+                           * behalf; readers step over it (ckpt_rlog_on_aside) */
     CKPT_RL_NTYPES
 };
 
@@ -104,6 +107,10 @@ int ckpt_rlog_next(uint64_t thread, enum ckpt_rl_type want, struct ckpt_rl_rec *
 /* The type of thread's next record (its fields in out, which may be
  * NULL), or 0 when it has none left.  Consumes nothing. */
 int ckpt_rlog_peek(uint64_t thread, struct ckpt_rl_rec *out);
+/* Replaying: fn sees each ASIDE record a thread's reading steps over, in
+ * the thread's order, before the record after it is read (with the log's
+ * lock held: fn may not read the log). */
+void ckpt_rlog_on_aside(void (*fn)(uint64_t thread, const struct ckpt_rl_rec *rec));
 
 /* After the restore went live: thread's next record in what the failed
  * run logged after the cut (out may be NULL), consumed when take is set;

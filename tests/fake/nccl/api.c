@@ -7,6 +7,7 @@
  * except initialisation and split, which NCCL also makes wait.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -28,7 +29,7 @@ NF_ALIAS(ncclGetVersion);
 ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId)
 {
     static _Atomic unsigned counter;
-    struct nf_uid uid = {.magic = NF_UID_MAGIC, .version = NF_SEG_VERSION};
+    struct nf_uid uid = {.magic = NF_UID_MAGIC, .version = NF_SEG_VERSION, .creator = (uint32_t)getpid()};
     unsigned long long nonce;
 
     if (!uniqueId)
@@ -59,6 +60,11 @@ ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId 
     if (uid.magic != NF_UID_MAGIC || uid.version != NF_SEG_VERSION || uid.name[0] != '/' ||
         !memchr(uid.name, 0, sizeof(uid.name)))
         return nf_result(nf_fail(-EINVAL, "ncclCommInitRank: not a unique id of this library"));
+    /* Real NCCL's ranks meet at a bootstrap root that runs in the process
+     * that called ncclGetUniqueId: with that process gone, they cannot. */
+    if (uid.creator && uid.creator != (uint32_t)getpid() && kill((pid_t)uid.creator, 0) < 0 && errno == ESRCH)
+        return nf_result(nf_fail(-ECONNREFUSED, "ncclCommInitRank: the process that made the unique id (pid %u) "
+                                 "is gone, and NCCL's bootstrap root with it", uid.creator));
     err = nf_config_read(config, &cfg);
     if (!err)
         err = nf_comm_init(&c, uid.name, nranks, rank, &cfg);

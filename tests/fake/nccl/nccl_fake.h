@@ -136,7 +136,7 @@ void nf_divide(void *dst, size_t n, ncclDataType_t type, int divisor);
 struct nf_uid {
     uint64_t magic;
     uint32_t version;
-    uint32_t reserved;
+    uint32_t creator; /* the pid of the process that made it, where NCCL's bootstrap root runs */
     char name[NCCL_UNIQUE_ID_BYTES - 16]; /* "/fakenccl-...", NUL-terminated */
 };
 _Static_assert(sizeof(struct nf_uid) == NCCL_UNIQUE_ID_BYTES, "nf_uid must fill ncclUniqueId");

@@ -8,8 +8,13 @@
  * device memory of its own (FIFO and flags) from init to destroy.  An init
  * whose peers never come fails with ncclSystemError after
  * NCCL_FAKE_INIT_TIMEOUT, blocking or not, and leaves nothing behind.
- * Also: ncclMemAlloc/Free and ncclCommRegister/Deregister.
+ * Also: ncclMemAlloc/Free and ncclCommRegister/Deregister.  A unique id
+ * is good only while the process that made it lives (NCCL's bootstrap
+ * root runs there).
  */
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "nccl_test.h"
 
 #define LATE_MS 300 /* the last rank of the nonblocking init comes this late */
@@ -46,6 +51,21 @@ static void api_basics(void)
 
     NCHECK(ncclCommDestroy(NULL));
     NCHECK_RES(ncclCommCount((ncclComm_t)&bad, &version), ncclInvalidArgument);
+
+    /* An id made by a process that has exited. */
+    int fds[2], status = 0;
+    EXPECT(pipe(fds) == 0, "pipe");
+    pid_t child = fork();
+    if (child == 0) {
+        ncclUniqueId mine;
+        _exit(ncclGetUniqueId(&mine) == ncclSuccess && write(fds[1], &mine, sizeof(mine)) == sizeof(mine) ? 0 : 1);
+    }
+    EXPECT(child > 0 && read(fds[0], &bad, sizeof(bad)) == sizeof(bad), "an id from a child");
+    EXPECT(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child");
+    close(fds[0]);
+    close(fds[1]);
+    NCHECK_RES(ncclCommInitRank(&comm, 1, bad, 0), ncclSystemError);
+    EXPECT(comm == NULL, "a failed init must leave NULL");
 }
 
 static size_t free_mem(void)

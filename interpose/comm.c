@@ -1,0 +1,486 @@
+/*
+ * Communicators: the wrappers of NCCL's communicator API, and a standby's
+ * communicators, which are virtual until it goes live.
+ *
+ * A standby replays its rank with device work suppressed, a collective a
+ * token only.  A real communicator would hold NCCL's buffers on the GPU,
+ * its threads and a connection to every peer's standby for as long as it
+ * stands by.  So while a process stands by, each communicator the program
+ * makes (ncclCommInitRank, ncclCommInitRankConfig, ncclCommSplit) is
+ * virtual: a handle of libckpt's that holds how it was made, with the
+ * answers the recorded run got (the call's result, and later its count,
+ * rank and device) served from the log.  The unique id the program passes
+ * is the one the standbys' own rendezvous handed out: the shadow job's
+ * rank 0 made it for real, and NCCL's bootstrap root waits in that
+ * process until the takeover.
+ *
+ * When the standby goes live, a virtual communicator becomes real on its
+ * first use, after every communicator the program made before it (this
+ * rank's logged order, the order in which every rank made them in the
+ * recorded run, so the creations meet and cannot deadlock), with the same
+ * ranks, id, colour, key and config.  It is made on a thread of libckpt's,
+ * in the caller's context: the program may be inside an ncclGroupStart,
+ * and a communicator made inside its group would join it.  The handles the
+ * program holds stay valid: every call that takes one translates it.
+ * Buffers registered on a virtual communicator get a virtual handle and
+ * are registered when it becomes real.
+ *
+ * A communicator made and destroyed while standing by is never made.
+ * Other ways of making communicators (ncclCommInitAll, InitRankScalable,
+ * Shrink) stop a standby with the reason: its rank recovers by the cold
+ * path.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "interpose.h"
+#include "log.h"
+#include "util.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_COMMS 4096
+#define MAX_REGS 4096
+
+struct vcomm {
+    ncclComm_t real; /* NULL until made (and for a split that gave this rank none) */
+    struct vcomm *parent; /* a split's */
+    ncclUniqueId id;
+    ncclConfig_t config;
+    char *net_name, *comm_name; /* the config's strings, copied */
+    int nranks, rank, color, key;
+    bool split, has_config, made, gone;
+};
+
+struct vreg {
+    struct vcomm *comm;
+    void *buff;
+    size_t size;
+    void *real;
+    bool gone;
+};
+
+/* Virtual handles are addresses in these arrays: a handle is virtual when
+ * it falls inside, which a collective checks without a lock. */
+static struct vcomm *comms;
+static struct vreg *regs;
+static size_t ncomms, nregs;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool standing(void)
+{
+    return ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal && ckpt_standby_mem_on();
+}
+
+static struct vcomm *virtual_comm(ncclComm_t c)
+{
+    struct vcomm *v = (struct vcomm *)c, *base = __atomic_load_n(&comms, __ATOMIC_ACQUIRE);
+    return base && v >= base && v < base + MAX_COMMS ? v : NULL;
+}
+
+static struct vreg *virtual_reg(void *h)
+{
+    struct vreg *r = h, *base = __atomic_load_n(&regs, __ATOMIC_ACQUIRE);
+    return base && r >= base && r < base + MAX_REGS ? r : NULL;
+}
+
+static void *table(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* A new virtual communicator (zeroed), or NULL when the table is full. */
+static struct vcomm *new_comm(void)
+{
+    pthread_mutex_lock(&lock);
+    if (!comms)
+        __atomic_store_n(&comms, table(MAX_COMMS * sizeof(*comms)), __ATOMIC_RELEASE);
+    struct vcomm *v = comms && ncomms < MAX_COMMS ? &comms[ncomms++] : NULL;
+    pthread_mutex_unlock(&lock);
+    if (!v)
+        ckpt_refuse("the standby cannot hold more than %d communicators", MAX_COMMS);
+    return v;
+}
+
+static void keep_config(struct vcomm *v, const ncclConfig_t *config)
+{
+    if (!config)
+        return;
+    size_t n = config->size < sizeof(v->config) ? config->size : sizeof(v->config);
+    memcpy(&v->config, config, n);
+    v->has_config = true;
+    if (n >= offsetof(ncclConfig_t, netName) + sizeof(char *) && config->netName)
+        v->config.netName = v->net_name = strdup(config->netName);
+    if (n >= offsetof(ncclConfig_t, commName) + sizeof(char *) && config->commName)
+        v->config.commName = v->comm_name = strdup(config->commName);
+}
+
+/* What the recorded run got from the program's call: recorded, or served
+ * while replaying (a standby's virtual calls have nothing else to go by). */
+static int answer(uint64_t what, int got)
+{
+    uint64_t v = (uint64_t)(uint32_t)got;
+    if (ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal)
+        ckpt_history_value(what, &v);
+    return (int)(uint32_t)v;
+}
+
+/* ---- making a virtual communicator real */
+
+struct maker {
+    struct vcomm *v;
+    CUcontext ctx;
+    ncclResult_t r;
+};
+
+static void *make(void *arg)
+{
+    struct maker *m = arg;
+    struct vcomm *v = m->v;
+    ncclConfig_t *config = v->has_config ? &v->config : NULL;
+    ckpt_nccl_depth++;
+    if (m->ctx)
+        real_cuCtxSetCurrent(m->ctx);
+    if (v->split)
+        m->r = real_ncclCommSplit(v->parent->real, v->color, v->key, &v->real, config);
+    else if (config)
+        m->r = real_ncclCommInitRankConfig(&v->real, v->nranks, v->id, v->rank, config);
+    else
+        m->r = real_ncclCommInitRank(&v->real, v->nranks, v->id, v->rank);
+    /* Nonblocking: the program's config stays, the creation is waited for here. */
+    ncclResult_t state = m->r;
+    while (m->r == ncclInProgress && v->real) {
+        if (real_ncclCommGetAsyncError(v->real, &state) != ncclSuccess || state != ncclInProgress)
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+    }
+    if (m->r == ncclInProgress)
+        m->r = state;
+    ckpt_nccl_depth--;
+    return NULL;
+}
+
+/* Makes every communicator up to and including v real, in order.  Lock held. */
+static ncclResult_t make_upto(struct vcomm *v)
+{
+    if (ckpt_resolve("ncclCommInitRank") < 0 || ckpt_resolve("ncclCommInitRankConfig") < 0 ||
+        ckpt_resolve("ncclCommSplit") < 0 || ckpt_resolve("ncclCommGetAsyncError") < 0 ||
+        ckpt_resolve("ncclCommRegister") < 0 || ckpt_resolve("cuCtxGetCurrent") < 0 ||
+        ckpt_resolve("cuCtxSetCurrent") < 0)
+        return ncclSystemError;
+    struct maker m = {0};
+    real_cuCtxGetCurrent(&m.ctx);
+    for (struct vcomm *c = comms; c <= v; c++) {
+        if (c->split && !c->made && c->parent->gone && !c->parent->made)
+            c->gone = true; /* its parent was destroyed before the takeover: it cannot be made */
+        if (c->made || c->gone)
+            continue;
+        double start = ckpt_now_s();
+        m.v = c;
+        m.r = ncclSystemError;
+        pthread_t t;
+        if (pthread_create(&t, NULL, make, &m) == 0)
+            pthread_join(t, NULL);
+        if (m.r != ncclSuccess) {
+            ckpt_log(CKPT_ERROR, "making communicator %zu of this rank real at the takeover failed: NCCL error %d",
+                     (size_t)(c - comms), (int)m.r);
+            return m.r;
+        }
+        __atomic_store_n(&c->made, true, __ATOMIC_RELEASE);
+        for (size_t i = 0; i < nregs; i++)
+            if (regs[i].comm == c && !regs[i].gone && c->real) {
+                ckpt_nccl_depth++;
+                ncclResult_t r = real_ncclCommRegister(c->real, regs[i].buff, regs[i].size, &regs[i].real);
+                ckpt_nccl_depth--;
+                if (r != ncclSuccess) {
+                    ckpt_log(CKPT_ERROR, "registering a buffer of %zu bytes with communicator %zu at the takeover "
+                             "failed: NCCL error %d", regs[i].size, (size_t)(c - comms), (int)r);
+                    return r;
+                }
+            }
+        ckpt_log(CKPT_DEBUG, "communicator %zu made real in %.3f s", (size_t)(c - comms), ckpt_now_s() - start);
+    }
+    return v->gone ? ncclInvalidUsage : ncclSuccess;
+}
+
+ncclComm_t ckpt_comm_real(ncclComm_t c, ncclResult_t *err)
+{
+    struct vcomm *v = virtual_comm(c);
+    *err = ncclSuccess;
+    if (!v)
+        return c;
+    if (__atomic_load_n(&v->made, __ATOMIC_ACQUIRE))
+        return v->real;
+    pthread_mutex_lock(&lock);
+    if (v->gone)
+        *err = ncclInvalidArgument;
+    else if (standing())
+        *err = ncclInvalidUsage; /* a standby uses none for real */
+    else
+        *err = make_upto(v);
+    pthread_mutex_unlock(&lock);
+    return *err == ncclSuccess ? v->real : NULL;
+}
+
+/* ---- the wrappers */
+
+#define REAL_COMM(c, err)                                                      \
+    do {                                                                       \
+        ncclResult_t e_;                                                       \
+        (c) = ckpt_comm_real((c), &e_);                                        \
+        if (e_ != ncclSuccess)                                                 \
+            return (err);                                                      \
+    } while (0)
+
+enum { INIT_RESULT, SPLIT_RESULT, COUNT, USER_RANK, CU_DEVICE };
+
+static ncclResult_t init(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config)
+{
+    ncclResult_t r;
+    if (comm && standing()) {
+        struct vcomm *v = new_comm();
+        *v = (struct vcomm){.id = id, .nranks = nranks, .rank = rank};
+        keep_config(v, config);
+        *comm = (ncclComm_t)v;
+        r = (ncclResult_t)answer(CKPT_VALUE_NCCL + INIT_RESULT, ncclSuccess);
+    } else {
+        ckpt_nccl_depth++;
+        r = config ? real_ncclCommInitRankConfig(comm, nranks, id, rank, config)
+                   : real_ncclCommInitRank(comm, nranks, id, rank);
+        ckpt_nccl_depth--;
+        answer(CKPT_VALUE_NCCL + INIT_RESULT, r); /* a replay's real result stands */
+    }
+    return r;
+}
+
+EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    NEED_REAL(ncclCommInitRank, ncclSystemError);
+    return init(comm, nranks, commId, rank, NULL);
+}
+
+EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                           ncclConfig_t *config)
+{
+    NEED_REAL(ncclCommInitRankConfig, ncclSystemError);
+    return init(comm, nranks, commId, rank, config);
+}
+
+EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    NEED_REAL(ncclCommSplit, ncclSystemError);
+    struct vcomm *parent = virtual_comm(comm);
+    ncclResult_t r;
+    if (parent && newcomm && standing()) {
+        struct vcomm *v = new_comm();
+        *v = (struct vcomm){.split = true, .parent = parent, .color = color, .key = key};
+        keep_config(v, config);
+        *newcomm = color == NCCL_SPLIT_NOCOLOR ? NULL : (ncclComm_t)v;
+        return (ncclResult_t)answer(CKPT_VALUE_NCCL + SPLIT_RESULT, ncclSuccess);
+    }
+    REAL_COMM(comm, ncclInvalidArgument);
+    ckpt_nccl_depth++;
+    r = real_ncclCommSplit(comm, color, key, newcomm, config);
+    ckpt_nccl_depth--;
+    answer(CKPT_VALUE_NCCL + SPLIT_RESULT, r);
+    return r;
+}
+
+/* Communicators made another way: real ones, from real ones.  A standby
+ * cannot hold one without making it, so it stops (the cold path stays). */
+static void not_while_standing(const char *how)
+{
+    if (standing())
+        ckpt_refuse("the program makes a communicator with %s, which a standby cannot hold without making it "
+                    "(ncclCommInitRank, ncclCommInitRankConfig and ncclCommSplit it can)", how);
+}
+
+EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
+{
+    NEED_REAL(ncclCommInitAll, ncclSystemError);
+    not_while_standing("ncclCommInitAll");
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclCommInitAll(comm, ndev, devlist);
+    ckpt_nccl_depth--;
+    return r;
+}
+
+EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                             ncclUniqueId *commIds, ncclConfig_t *config)
+{
+    NEED_REAL(ncclCommInitRankScalable, ncclSystemError);
+    not_while_standing("ncclCommInitRankScalable");
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclCommInitRankScalable(newcomm, nranks, myrank, nId, commIds, config);
+    ckpt_nccl_depth--;
+    return r;
+}
+
+EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                                   ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
+{
+    NEED_REAL(ncclCommShrink, ncclSystemError);
+    not_while_standing("ncclCommShrink");
+    REAL_COMM(comm, ncclInvalidArgument);
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+    ckpt_nccl_depth--;
+    return r;
+}
+
+/* The end of a communicator: a virtual one not made is only forgotten. */
+static ncclResult_t end(ncclComm_t comm, ncclResult_t (*real)(ncclComm_t), bool last)
+{
+    struct vcomm *v = virtual_comm(comm);
+    if (v) {
+        pthread_mutex_lock(&lock);
+        bool made = v->made;
+        if (!made && last)
+            v->gone = true;
+        pthread_mutex_unlock(&lock);
+        if (!made)
+            return ncclSuccess;
+        comm = v->real;
+    }
+    ckpt_nccl_depth++;
+    ncclResult_t r = real(comm);
+    ckpt_nccl_depth--;
+    if (v && last && r == ncclSuccess) {
+        pthread_mutex_lock(&lock);
+        v->gone = true;
+        pthread_mutex_unlock(&lock);
+    }
+    return r;
+}
+
+EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    NEED_REAL(ncclCommFinalize, ncclSystemError);
+    return end(comm, real_ncclCommFinalize, false);
+}
+
+EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    NEED_REAL(ncclCommDestroy, ncclSystemError);
+    return end(comm, real_ncclCommDestroy, true);
+}
+
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    NEED_REAL(ncclCommAbort, ncclSystemError);
+    return end(comm, real_ncclCommAbort, true);
+}
+
+/* A virtual communicator not made yet is ready and without error: what a
+ * program polls for after a nonblocking init.  Not logged: watchdog
+ * threads poll it on a clock. */
+EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    NEED_REAL(ncclCommGetAsyncError, ncclSystemError);
+    struct vcomm *v = virtual_comm(comm);
+    if (v && !__atomic_load_n(&v->made, __ATOMIC_ACQUIRE)) {
+        if (!asyncError)
+            return ncclInvalidArgument;
+        *asyncError = ncclSuccess;
+        return ncclSuccess;
+    }
+    return real_ncclCommGetAsyncError(v ? v->real : comm, asyncError);
+}
+
+/* Count, rank and device: recorded, served while replaying; a virtual
+ * communicator not made yet answers from the log alone (standing by) or
+ * is made (live). */
+static ncclResult_t query(ncclComm_t comm, int *out, int what, ncclResult_t (*real)(const ncclComm_t, int *))
+{
+    struct vcomm *v = virtual_comm(comm);
+    ncclResult_t r = ncclSuccess;
+    int got = 0;
+    if (!out)
+        return ncclInvalidArgument;
+    if (v && !__atomic_load_n(&v->made, __ATOMIC_ACQUIRE) && standing()) {
+        got = v->split ? 0 : what == COUNT ? v->nranks : what == USER_RANK ? v->rank : 0;
+    } else {
+        ncclResult_t e;
+        comm = ckpt_comm_real(comm, &e);
+        if (e != ncclSuccess)
+            return e;
+        r = real(comm, &got);
+    }
+    if (r == ncclSuccess)
+        *out = answer(CKPT_VALUE_NCCL + (uint64_t)what, got);
+    return r;
+}
+
+EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+{
+    NEED_REAL(ncclCommCount, ncclSystemError);
+    return query(comm, count, COUNT, real_ncclCommCount);
+}
+
+EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    NEED_REAL(ncclCommUserRank, ncclSystemError);
+    return query(comm, rank, USER_RANK, real_ncclCommUserRank);
+}
+
+EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
+{
+    NEED_REAL(ncclCommCuDevice, ncclSystemError);
+    return query(comm, device, CU_DEVICE, real_ncclCommCuDevice);
+}
+
+EXPORT const char *ncclGetLastError(ncclComm_t comm)
+{
+    NEED_REAL(ncclGetLastError, "");
+    struct vcomm *v = virtual_comm(comm);
+    return real_ncclGetLastError(v ? v->real : comm);
+}
+
+EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+    NEED_REAL(ncclCommRegister, ncclSystemError);
+    struct vcomm *v = virtual_comm(comm);
+    if (v && !__atomic_load_n(&v->made, __ATOMIC_ACQUIRE) && standing() && handle) {
+        pthread_mutex_lock(&lock);
+        if (!regs)
+            __atomic_store_n(&regs, table(MAX_REGS * sizeof(*regs)), __ATOMIC_RELEASE);
+        struct vreg *g = regs && nregs < MAX_REGS ? &regs[nregs++] : NULL;
+        if (g)
+            *g = (struct vreg){.comm = v, .buff = buff, .size = size};
+        pthread_mutex_unlock(&lock);
+        if (!g)
+            ckpt_refuse("the standby cannot hold more than %d registered buffers", MAX_REGS);
+        *handle = g;
+        return ncclSuccess;
+    }
+    ncclComm_t c = comm;
+    REAL_COMM(c, ncclInvalidArgument);
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclCommRegister(c, buff, size, handle);
+    ckpt_nccl_depth--;
+    return r;
+}
+
+EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+    NEED_REAL(ncclCommDeregister, ncclSystemError);
+    struct vreg *g = virtual_reg(handle);
+    struct vcomm *v = virtual_comm(comm);
+    if (g) {
+        pthread_mutex_lock(&lock);
+        g->gone = true;
+        bool registered = g->real && v && v->made;
+        pthread_mutex_unlock(&lock);
+        if (!registered)
+            return ncclSuccess;
+        handle = g->real;
+    }
+    ncclComm_t c = v ? v->real : comm;
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclCommDeregister(c, handle);
+    ckpt_nccl_depth--;
+    return r;
+}
