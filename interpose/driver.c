@@ -34,6 +34,8 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
     if (rc == 0 && !internal) {
         ckpt_thread_ordinal(true);
         ckpt_history_alloc(ordinal, size, p);
+    } else if (rc == 0 && kind == CKPT_ALLOC_PLAIN) {
+        ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_ALLOC, p, size); /* a library's, for a program thread */
     }
     if (rc == 0) {
         ckpt_hookstat(CKPT_HS_ALLOC, caller, internal);
@@ -201,8 +203,6 @@ __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr *dptr,
     CUresult r;
     if (!standby_alloc(__builtin_return_address(0), &r, dptr, bytesize))
         r = real_cuMemAlloc_v2(dptr, bytesize);
-    if (r == CUDA_SUCCESS && ckpt_active && ckpt_internal_call(__builtin_return_address(0)))
-        ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_ALLOC, *dptr, bytesize);
     if (r == CUDA_SUCCESS)
         track(*dptr, bytesize, CKPT_ALLOC_PLAIN, NULL);
     return r;

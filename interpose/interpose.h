@@ -409,7 +409,7 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
  * recorded in that thread's log, where a standby holds the same addresses
  * (standby_mem.c) so that the program's next allocations land where they
  * did.  what: one of these. */
-enum ckpt_aside { CKPT_ASIDE_ALLOC = 1, CKPT_ASIDE_FREE, CKPT_ASIDE_RESERVE, CKPT_ASIDE_UNRESERVE };
+enum ckpt_aside { CKPT_ASIDE_ALLOC = 1, CKPT_ASIDE_FREE };
 void ckpt_history_aside(uint64_t thread, enum ckpt_aside what, uint64_t addr, uint64_t size);
 /* A standby replaying one of thread's (called as replay steps over it);
  * and, gone live, saying in the log that what it held is given back. */

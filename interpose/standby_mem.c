@@ -188,7 +188,7 @@ void ckpt_standby_mem_aside(uint64_t thread, const struct ckpt_rl_rec *rec)
     if (!ckpt_standby_mem_on())
         return;
     pthread_mutex_lock(&lock);
-    if (rec->c == CKPT_ASIDE_FREE || rec->c == CKPT_ASIDE_UNRESERVE) {
+    if (rec->c == CKPT_ASIDE_FREE) {
         for (size_t i = 0; i < nasides; i++)
             if (asides[i].recorded == rec->b) {
                 aside_release(&asides[i]);
@@ -202,7 +202,7 @@ void ckpt_standby_mem_aside(uint64_t thread, const struct ckpt_rl_rec *rec)
     if (granularity() == CUDA_SUCCESS && ckpt_resolve("cuMemAlloc_v2") == 0 && ckpt_resolve("cuMemFree_v2") == 0 &&
         ckpt_grow((void **)&asides, &asides_cap, nasides, sizeof(*asides))) {
         ckpt_self_depth++;
-        if (rec->c == CKPT_ASIDE_RESERVE || (a.size >= granule && a.recorded % granule == 0)) {
+        if (a.size >= granule && a.recorded % granule == 0) {
             a.size = (a.size + granule - 1) / granule * granule;
             a.reserved = real_cuMemAddressReserve(&a.got, a.size, granule, a.recorded, 0) == CUDA_SUCCESS;
         } else if (real_cuMemAlloc_v2(&a.got, a.size) != CUDA_SUCCESS) {
