@@ -173,6 +173,8 @@ static ncclResult_t make_upto(struct vcomm *v)
         return ncclSystemError;
     struct maker m = {0};
     real_cuCtxGetCurrent(&m.ctx);
+    double batch_start = ckpt_now_s();
+    size_t made = 0;
     for (struct vcomm *c = comms; c <= v; c++) {
         if (c->split && !c->made && c->parent->gone && !c->parent->made)
             c->gone = true; /* its parent was destroyed before the takeover: it cannot be made */
@@ -202,7 +204,12 @@ static ncclResult_t make_upto(struct vcomm *v)
                 }
             }
         ckpt_log(CKPT_DEBUG, "communicator %zu made real in %.3f s", (size_t)(c - comms), ckpt_now_s() - start);
+        made++;
     }
+    /* The takeover's communicator set-up, a phase of its own, paid on first use. */
+    if (made)
+        ckpt_log(CKPT_INFO, "communicator set-up after the takeover: %zu made in %.3f s, as the program first used "
+                 "them", made, ckpt_now_s() - batch_start);
     return v->gone ? ncclInvalidUsage : ncclSuccess;
 }
 

@@ -344,3 +344,27 @@ __attribute__((visibility("default"))) CUresult cuMemUnmap(CUdeviceptr ptr, size
         ckpt_reg_remove_range(ptr, size);
     return r;
 }
+
+/* Address reservations.  The program's are followed through what it maps
+ * into them; a library's (NCCL's cuMem buffers: reserved, then mapped) are
+ * its memory, logged as such for the program thread it works for, so that
+ * a standby, where NCCL makes nothing until the takeover, holds the same
+ * range and the program's later allocations land where they did. */
+__attribute__((visibility("default"))) CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                                                    CUdeviceptr addr, unsigned long long flags)
+{
+    NEED_REAL(cuMemAddressReserve, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r = real_cuMemAddressReserve(ptr, size, alignment, addr, flags);
+    if (r == CUDA_SUCCESS && ckpt_active && ckpt_internal_call(__builtin_return_address(0)))
+        ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_RESERVE, *ptr, size);
+    return r;
+}
+
+__attribute__((visibility("default"))) CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    NEED_REAL(cuMemAddressFree, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r = real_cuMemAddressFree(ptr, size);
+    if (r == CUDA_SUCCESS && ckpt_active && ckpt_internal_call(__builtin_return_address(0)))
+        ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_FREE, ptr, 0);
+    return r;
+}

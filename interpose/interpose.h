@@ -408,8 +408,9 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
  * (NCCL's buffers, on its calling thread or on a thread it started):
  * recorded in that thread's log, where a standby holds the same addresses
  * (standby_mem.c) so that the program's next allocations land where they
- * did.  what: one of these. */
-enum ckpt_aside { CKPT_ASIDE_ALLOC = 1, CKPT_ASIDE_FREE };
+ * did.  what: one of these (an allocation, an address range reserved, or
+ * either given back). */
+enum ckpt_aside { CKPT_ASIDE_ALLOC = 1, CKPT_ASIDE_FREE, CKPT_ASIDE_RESERVE };
 void ckpt_history_aside(uint64_t thread, enum ckpt_aside what, uint64_t addr, uint64_t size);
 /* A standby replaying one of thread's (called as replay steps over it);
  * and, gone live, saying in the log that what it held is given back. */

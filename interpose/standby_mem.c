@@ -33,7 +33,8 @@
  * ASIDE records, on the thread NCCL worked for), and as replay steps over
  * them the standby takes the same: address reservations for whole
  * granules, a real allocation of the same size for a smaller one (the
- * driver packs those into pages it shares, which cannot be reserved).
+ * driver packs those into pages it shares, which cannot be reserved), and
+ * the ranges NCCL reserved for its cuMem buffers reserved again.
  * The program's next allocations then land where they did.  These
  * placeholders are given back at the takeover, before NCCL makes its
  * buffers for real.
@@ -202,7 +203,9 @@ void ckpt_standby_mem_aside(uint64_t thread, const struct ckpt_rl_rec *rec)
     if (granularity() == CUDA_SUCCESS && ckpt_resolve("cuMemAlloc_v2") == 0 && ckpt_resolve("cuMemFree_v2") == 0 &&
         ckpt_grow((void **)&asides, &asides_cap, nasides, sizeof(*asides))) {
         ckpt_self_depth++;
-        if (a.size >= granule && a.recorded % granule == 0) {
+        if (rec->c == CKPT_ASIDE_RESERVE) {
+            a.reserved = real_cuMemAddressReserve(&a.got, a.size, 0, a.recorded, 0) == CUDA_SUCCESS;
+        } else if (a.size >= granule && a.recorded % granule == 0) {
             a.size = (a.size + granule - 1) / granule * granule;
             a.reserved = real_cuMemAddressReserve(&a.got, a.size, granule, a.recorded, 0) == CUDA_SUCCESS;
         } else if (real_cuMemAlloc_v2(&a.got, a.size) != CUDA_SUCCESS) {

@@ -388,7 +388,7 @@ ncclResult_t pncclMemAlloc(void **ptr, size_t size)
     err = nf_drv_enter();
     if (err)
         return nf_result(err);
-    res = nf_drv.cuMemAlloc_v2(&dptr, size);
+    res = nf_mem_alloc(&dptr, size);
     if (res != CUDA_SUCCESS)
         return nf_result(nf_fail(-EIO, "ncclMemAlloc of %zu bytes: CUresult %d", size, (int)res));
     *ptr = (void *)(uintptr_t)dptr;
@@ -406,7 +406,7 @@ ncclResult_t pncclMemFree(void *ptr)
     err = nf_drv_enter();
     if (err)
         return nf_result(err);
-    res = nf_drv.cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr);
+    res = nf_mem_free((CUdeviceptr)(uintptr_t)ptr);
     if (res != CUDA_SUCCESS)
         return nf_result(nf_fail(-EIO, "ncclMemFree(%p): CUresult %d", ptr, (int)res));
     return ncclSuccess;

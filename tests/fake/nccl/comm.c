@@ -3,7 +3,7 @@
  * in a thread of their own when the config says blocking=0), splitting,
  * and the way out (finalize, destroy, abort).  A comm owns its mapping of
  * the segment and two device buffers allocated through the driver while
- * NCCL is being called, as the real library's FIFOs and flags are.  A comm
+ * NCCL is being called (mem.c), as the real library's FIFOs and flags are.  A comm
  * is never freed while a batch that points to it may still run: when its
  * work cannot be drained in time it is leaked, never freed under a worker.
  */
@@ -148,7 +148,7 @@ static struct nf_comm *comm_new(const char *seg_name, int nranks, int rank,
     pthread_condattr_destroy(&attr);
     pthread_mutex_init(&c->boot_lock, NULL);
     nf_drv.cuCtxGetCurrent(&c->ctx);
-    if (nf_drv.cuCtxGetDevice(&c->cudev) != CUDA_SUCCESS)
+    if (nf_drv.cuCtxGetDevice_v2(&c->cudev, NULL) != CUDA_SUCCESS)
         c->cudev = 0;
     return c;
 }
@@ -171,7 +171,7 @@ static int alloc_internal(CUdeviceptr *dptr, size_t bytes, const char *what)
     CUresult res;
 
     nf_drv.cuThreadExchangeStreamCaptureMode(&mode);
-    res = nf_drv.cuMemAlloc_v2(dptr, bytes);
+    res = nf_mem_alloc(dptr, bytes);
 
     if (res == CUDA_SUCCESS)
         res = nf_drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
@@ -191,7 +191,7 @@ static int alloc_internal(CUdeviceptr *dptr, size_t bytes, const char *what)
     if (res == CUDA_SUCCESS)
         return 0;
     if (*dptr)
-        nf_drv.cuMemFree_v2(*dptr);
+        nf_mem_free(*dptr);
     *dptr = 0;
     return nf_fail(-EIO, "cannot allocate the %zu-byte %s buffer: CUresult %d", bytes, what, (int)res);
 }
@@ -403,9 +403,9 @@ void nf_comm_release(struct nf_comm *c, bool abort)
     if (c->fifo || c->flags || c->host_flags) {
         nf_drv_enter();
         if (c->fifo)
-            nf_drv.cuMemFree_v2(c->fifo);
+            nf_mem_free(c->fifo);
         if (c->flags)
-            nf_drv.cuMemFree_v2(c->flags);
+            nf_mem_free(c->flags);
         if (c->host_flags)
             nf_drv.cuMemFreeHost(c->host_flags);
     }

@@ -46,9 +46,17 @@
     X(cuDevicePrimaryCtxRetain, )                                              \
     X(cuCtxGetCurrent, )                                                       \
     X(cuCtxSetCurrent, )                                                       \
-    X(cuCtxGetDevice, )                                                        \
+    X(cuCtxGetDevice, _v2) /* CUDA 13's: (device, context) */                 \
     X(cuMemAlloc, _v2)                                                         \
     X(cuMemFree, _v2)                                                          \
+    X(cuMemGetAllocationGranularity, )                                         \
+    X(cuMemCreate, )                                                           \
+    X(cuMemRelease, )                                                          \
+    X(cuMemAddressReserve, )                                                   \
+    X(cuMemAddressFree, )                                                      \
+    X(cuMemMap, )                                                              \
+    X(cuMemUnmap, )                                                            \
+    X(cuMemSetAccess, )                                                        \
     X(cuMemHostAlloc, )                                                        \
     X(cuMemFreeHost, )                                                         \
     X(cuMemsetD8Async, )                                                       \
@@ -84,6 +92,11 @@ extern void (*nf_device_access)(int on);
  * 0, or -ENOSYS (no usable driver) / -EIO (a driver call failed).
  */
 int nf_drv_enter(void);
+
+/* NCCL's device memory (mem.c): cuMem calls unless NCCL_CUMEM_ENABLE=0,
+ * then cuMemAlloc.  Valid after nf_drv_enter(), with a current context. */
+CUresult nf_mem_alloc(CUdeviceptr *dptr, size_t bytes);
+CUresult nf_mem_free(CUdeviceptr dptr);
 
 /* ---- errors and logging (error.c) ----------------------------------- */
 
