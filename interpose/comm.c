@@ -22,8 +22,9 @@
  * in the caller's context: the program may be inside an ncclGroupStart,
  * and a communicator made inside its group would join it.  The handles the
  * program holds stay valid: every call that takes one translates it.
- * Buffers registered on a virtual communicator get a virtual handle and
- * are registered when it becomes real.
+ * Buffers and windows registered on a virtual communicator get a virtual
+ * handle and are registered when it becomes real (windows are collective:
+ * every rank registers them in the same order, just after it).
  *
  * A communicator made and destroyed while standing by is never made.
  * Other ways of making communicators (ncclCommInitAll, InitRankScalable,
@@ -59,6 +60,8 @@ struct vreg {
     void *buff;
     size_t size;
     void *real;
+    int flags;   /* a window's */
+    bool window; /* ncclCommWindowRegister's, else ncclCommRegister's */
     bool gone;
 };
 
@@ -163,12 +166,21 @@ static void *make(void *arg)
     return NULL;
 }
 
+static bool has_windows(void)
+{
+    for (size_t i = 0; i < nregs; i++)
+        if (regs[i].window)
+            return true;
+    return false;
+}
+
 /* Makes every communicator up to and including v real, in order.  Lock held. */
 static ncclResult_t make_upto(struct vcomm *v)
 {
     if (ckpt_resolve("ncclCommInitRank") < 0 || ckpt_resolve("ncclCommInitRankConfig") < 0 ||
         ckpt_resolve("ncclCommSplit") < 0 || ckpt_resolve("ncclCommGetAsyncError") < 0 ||
         ckpt_resolve("ncclCommRegister") < 0 || ckpt_resolve("cuCtxGetCurrent") < 0 ||
+        (has_windows() && ckpt_resolve("ncclCommWindowRegister") < 0) ||
         ckpt_resolve("cuCtxSetCurrent") < 0)
         return ncclSystemError;
     struct maker m = {0};
@@ -192,14 +204,20 @@ static ncclResult_t make_upto(struct vcomm *v)
             return m.r;
         }
         __atomic_store_n(&c->made, true, __ATOMIC_RELEASE);
+        /* Registrations in the program's order: windows are collective, and
+         * every rank registers them on this communicator just after it. */
         for (size_t i = 0; i < nregs; i++)
             if (regs[i].comm == c && !regs[i].gone && c->real) {
+                struct vreg *g = &regs[i];
                 ckpt_nccl_depth++;
-                ncclResult_t r = real_ncclCommRegister(c->real, regs[i].buff, regs[i].size, &regs[i].real);
+                ncclResult_t r = g->window ? real_ncclCommWindowRegister(c->real, g->buff, g->size,
+                                                                          (ncclWindow_t *)&g->real, g->flags)
+                                           : real_ncclCommRegister(c->real, g->buff, g->size, &g->real);
                 ckpt_nccl_depth--;
                 if (r != ncclSuccess) {
-                    ckpt_log(CKPT_ERROR, "registering a buffer of %zu bytes with communicator %zu at the takeover "
-                             "failed: NCCL error %d", regs[i].size, (size_t)(c - comms), (int)r);
+                    ckpt_log(CKPT_ERROR, "registering a %s of %zu bytes with communicator %zu at the takeover "
+                             "failed: NCCL error %d", g->window ? "window" : "buffer", g->size, (size_t)(c - comms),
+                             (int)r);
                     return r;
                 }
             }
@@ -446,23 +464,47 @@ EXPORT const char *ncclGetLastError(ncclComm_t comm)
     return real_ncclGetLastError(v ? v->real : comm);
 }
 
+/* A registration (a buffer, or a window) of a communicator a standby has
+ * not made: a virtual handle, registered when the communicator is made.
+ * True when it was held so. */
+static bool hold_registration(ncclComm_t comm, void *buff, size_t size, bool window, int flags, void **handle)
+{
+    struct vcomm *v = virtual_comm(comm);
+    if (!v || __atomic_load_n(&v->made, __ATOMIC_ACQUIRE) || !standing() || !handle)
+        return false;
+    pthread_mutex_lock(&lock);
+    if (!regs)
+        __atomic_store_n(&regs, table(MAX_REGS * sizeof(*regs)), __ATOMIC_RELEASE);
+    struct vreg *g = regs && nregs < MAX_REGS ? &regs[nregs++] : NULL;
+    if (g)
+        *g = (struct vreg){.comm = v, .buff = buff, .size = size, .window = window, .flags = flags};
+    pthread_mutex_unlock(&lock);
+    if (!g)
+        ckpt_refuse("the standby cannot hold more than %d registered buffers and windows", MAX_REGS);
+    *handle = g;
+    return true;
+}
+
+/* The real handle to give back for handle, or NULL when there is none
+ * to give back (a virtual one that was never registered). */
+static void *registered(ncclComm_t comm, void *handle)
+{
+    struct vreg *g = virtual_reg(handle);
+    if (!g)
+        return handle;
+    struct vcomm *v = virtual_comm(comm);
+    pthread_mutex_lock(&lock);
+    g->gone = true;
+    void *real = g->real && v && v->made ? g->real : NULL;
+    pthread_mutex_unlock(&lock);
+    return real;
+}
+
 EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
 {
     NEED_REAL(ncclCommRegister, ncclSystemError);
-    struct vcomm *v = virtual_comm(comm);
-    if (v && !__atomic_load_n(&v->made, __ATOMIC_ACQUIRE) && standing() && handle) {
-        pthread_mutex_lock(&lock);
-        if (!regs)
-            __atomic_store_n(&regs, table(MAX_REGS * sizeof(*regs)), __ATOMIC_RELEASE);
-        struct vreg *g = regs && nregs < MAX_REGS ? &regs[nregs++] : NULL;
-        if (g)
-            *g = (struct vreg){.comm = v, .buff = buff, .size = size};
-        pthread_mutex_unlock(&lock);
-        if (!g)
-            ckpt_refuse("the standby cannot hold more than %d registered buffers", MAX_REGS);
-        *handle = g;
+    if (hold_registration(comm, buff, size, false, 0, handle))
         return ncclSuccess;
-    }
     ncclComm_t c = comm;
     REAL_COMM(c, ncclInvalidArgument);
     ckpt_nccl_depth++;
@@ -474,20 +516,38 @@ EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t s
 EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
 {
     NEED_REAL(ncclCommDeregister, ncclSystemError);
-    struct vreg *g = virtual_reg(handle);
+    bool was_virtual = virtual_reg(handle) != NULL;
+    if (!(handle = registered(comm, handle)) && was_virtual)
+        return ncclSuccess;
     struct vcomm *v = virtual_comm(comm);
-    if (g) {
-        pthread_mutex_lock(&lock);
-        g->gone = true;
-        bool registered = g->real && v && v->made;
-        pthread_mutex_unlock(&lock);
-        if (!registered)
-            return ncclSuccess;
-        handle = g->real;
-    }
-    ncclComm_t c = v ? v->real : comm;
     ckpt_nccl_depth++;
-    ncclResult_t r = real_ncclCommDeregister(c, handle);
+    ncclResult_t r = real_ncclCommDeregister(v ? v->real : comm, handle);
+    ckpt_nccl_depth--;
+    return r;
+}
+
+EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags)
+{
+    NEED_REAL(ncclCommWindowRegister, ncclSystemError);
+    if (hold_registration(comm, buff, size, true, winFlags, (void **)win))
+        return ncclSuccess;
+    ncclComm_t c = comm;
+    REAL_COMM(c, ncclInvalidArgument);
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclCommWindowRegister(c, buff, size, win, winFlags);
+    ckpt_nccl_depth--;
+    return r;
+}
+
+EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
+{
+    NEED_REAL(ncclCommWindowDeregister, ncclSystemError);
+    bool was_virtual = virtual_reg(win) != NULL;
+    if (!(win = registered(comm, win)) && was_virtual)
+        return ncclSuccess;
+    struct vcomm *v = virtual_comm(comm);
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclCommWindowDeregister(v ? v->real : comm, win);
     ckpt_nccl_depth--;
     return r;
 }

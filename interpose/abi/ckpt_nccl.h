@@ -24,6 +24,10 @@ extern "C" {
     (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
 
 typedef struct ncclComm *ncclComm_t;
+typedef struct ncclWindow_vidmem *ncclWindow_t;
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 #define NCCL_COMM_NULL NULL
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct {
@@ -135,6 +139,8 @@ CKPT_NCCL_DECLARE(ncclResult_t, ncclSend, (const void *sendbuff, size_t count, n
 CKPT_NCCL_DECLARE(ncclResult_t, ncclRecv, (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclCommWindowRegister, (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclMemFree, (void *ptr))
 #undef CKPT_NCCL_DECLARE

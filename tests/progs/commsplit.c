@@ -8,7 +8,10 @@
  * (ncclCommSplit with splitShare = 1, nonblocking too), as a
  * tensor-parallel group is; the gradient buffer is registered with the
  * world (ncclCommRegister, user-buffer registration); and the weights live
- * in memory from ncclMemAlloc (as NCCL's memory pool holds tensors).
+ * in memory from ncclMemAlloc (as NCCL's memory pool holds tensors), a
+ * window of the world (ncclCommWindowRegister, symmetric) where NCCL makes
+ * its memory with cuMem (NCCL_CUMEM_ENABLE, on by default): windows need
+ * it, as symmetric-memory frameworks check before they register one.
  *
  * Each iteration every rank derives a gradient from the weights, its rank
  * and the iteration; the world all-reduces it, the parity group
@@ -103,6 +106,10 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc((void **)&dloss, sizeof(uint32_t)));
     CHECK(cudaMallocHost((void **)&loss_h, sizeof(uint32_t)));
     NCHECK(ncclCommRegister(comm, g, WORDS * sizeof(uint32_t), &handle));
+    const char *cumem = getenv("NCCL_CUMEM_ENABLE");
+    ncclWindow_t win = NULL;
+    if (!cumem || strcmp(cumem, "0") != 0)
+        NCHECK(ncclCommWindowRegister(comm, w, WORDS * sizeof(uint32_t), &win, NCCL_WIN_COLL_SYMMETRIC));
     CHECK(cudaMemsetAsync(w, 0, WORDS * sizeof(uint32_t), s));
     CHECK(fid_step_launch(DIM3(8), DIM3(256), s, w, WORDS, 7u)); /* the same start on every rank */
 
@@ -121,6 +128,8 @@ int main(int argc, char **argv)
     printf("rank %d digest %016llx\n", rank,
            (unsigned long long)fid_hash_device(FID_HASH_INIT, w, WORDS * sizeof(uint32_t)));
     NCHECK(ncclCommDeregister(comm, handle));
+    if (win)
+        NCHECK(ncclCommWindowDeregister(comm, win));
     NCHECK(ncclMemFree(w));
     NCHECK(ncclCommDestroy(half));
     NCHECK(ncclCommDestroy(comm));

@@ -325,8 +325,9 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 @test "a standby holds no communicator until it takes over: NCCL makes none while it stands by, every one the rank made is made at the takeover, and the job ends bit-exact" {
     # The double's NCCL says "Init COMPLETE" for each communicator it makes
-    # (NCCL_DEBUG=INFO), on stderr: a standby's goes to its replay-output
-    # until it is live, the live job's to the job's stderr.
+    # and "window ... registered" for each window (NCCL_DEBUG=INFO), on
+    # stderr: a standby's goes to its replay-output until it is live, the
+    # live job's to the job's stderr.
     local prog=$BUILD/tests/progs/commsplit job pgid r i listed PROG=commsplit
     CKPT_STANDBY=0 ckpt --nproc 2 -- "$prog" --iters 3000 >"$D/plain" 2>/dev/null
     NCCL_DEBUG=INFO ckpt --nproc 2 -- "$prog" --iters 3000 >"$D/out" 2>"$D/err" &
@@ -342,16 +343,19 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
         { kill $job; echo "$listed"; return 1; }
     for r in 0 1; do
         [ -e "$CKPT_ARENA_DIR/0-$CKPT_JOB/rank$r/replay-output" ] || { kill $job; echo "no output of standby $r"; return 1; }
-        ( ! grep -q 'Init COMPLETE' "$CKPT_ARENA_DIR/0-$CKPT_JOB/rank$r/replay-output" ) ||
+        ( ! grep -q 'Init COMPLETE\|window .* registered' "$CKPT_ARENA_DIR/0-$CKPT_JOB/rank$r/replay-output" ) ||
             { kill $job; cat "$CKPT_ARENA_DIR/0-$CKPT_JOB/rank$r/replay-output"; return 1; }
     done
-    # The live ranks made theirs: world and parity group, each rank.
+    # The live ranks made theirs: world and parity group, each rank, and a window of the world each.
     [ "$(grep -c 'Init COMPLETE' "$D/err")" -eq 4 ] || { kill $job; cat "$D/err"; return 1; }
+    [ "$(grep -c 'window .* registered' "$D/err")" -eq 2 ] || { kill $job; cat "$D/err"; return 1; }
     kill -KILL "$(live_pid 1)"
     wait $job || { cat "$D/err"; return 1; }
     grep -q '^ckpt-resume: the standbys took over at iteration [0-9]* in ' "$D/err" || { cat "$D/err"; return 1; }
-    # The two that took over made both communicators each, after the takeover.
+    # The two that took over made both communicators and the window each, after the takeover.
     [ "$(sed -n '/^ckpt-resume: the standbys take over at iteration/,$p' "$D/err" | grep -c 'Init COMPLETE')" -eq 4 ] ||
+        { cat "$D/err"; return 1; }
+    [ "$(sed -n '/^ckpt-resume: the standbys take over at iteration/,$p' "$D/err" | grep -c 'window .* registered')" -eq 2 ] ||
         { cat "$D/err"; return 1; }
     diff <(resumed_output "$D/out" | sort) <(sort "$D/plain")
 }

@@ -377,6 +377,31 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle)
 }
 NF_ALIAS(ncclCommDeregister);
 
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    int err;
+
+    if (!c || !win || !buff || !size || (winFlags & ~NCCL_WIN_COLL_SYMMETRIC))
+        return nf_result(nf_fail(-EINVAL, "ncclCommWindowRegister: invalid argument"));
+    err = nf_comm_status(c);
+    if (err)
+        return nf_result(err == -EINPROGRESS ? nf_fail(-EPERM, "ncclCommWindowRegister: communicator still initialising")
+                                             : err);
+    return nf_result(nf_comm_window_register(c, buff, size, (void **)win));
+}
+NF_ALIAS(ncclCommWindowRegister);
+
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!c)
+        return nf_result(nf_fail(-EINVAL, "ncclCommWindowDeregister: invalid communicator"));
+    return nf_result(nf_comm_window_deregister(c, win));
+}
+NF_ALIAS(ncclCommWindowDeregister);
+
 ncclResult_t pncclMemAlloc(void **ptr, size_t size)
 {
     CUdeviceptr dptr = 0;

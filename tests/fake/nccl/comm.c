@@ -400,6 +400,10 @@ void nf_comm_release(struct nf_comm *c, bool abort)
         c->regs = reg->next;
         free(reg);
     }
+    while ((reg = c->wins)) {
+        c->wins = reg->next;
+        free(reg);
+    }
     if (c->fifo || c->flags || c->host_flags) {
         nf_drv_enter();
         if (c->fifo)
@@ -452,6 +456,50 @@ int nf_comm_deregister(struct nf_comm *c, void *handle)
     pthread_mutex_unlock(&c->lock);
     if (!found)
         return nf_fail(-EINVAL, "ncclCommDeregister: %p is no registration of this comm", handle);
+    free(found);
+    return 0;
+}
+
+int nf_comm_window_register(struct nf_comm *c, void *buff, size_t size, void **win)
+{
+    CUdeviceptr base = 0;
+    size_t len = 0;
+
+    if ((uintptr_t)buff % NCCL_WIN_REQUIRED_ALIGNMENT)
+        return nf_fail(-EINVAL, "ncclCommWindowRegister: %p is not aligned to %d bytes", buff,
+                       NCCL_WIN_REQUIRED_ALIGNMENT);
+    if (nf_drv_enter() || nf_drv.cuMemGetAddressRange_v2(&base, &len, (CUdeviceptr)(uintptr_t)buff) != CUDA_SUCCESS ||
+        (uintptr_t)buff + size > base + len)
+        return nf_fail(-EINVAL, "ncclCommWindowRegister: [%p, +%zu) is not inside one device allocation", buff,
+                       size);
+    struct nf_reg *w = malloc(sizeof(*w));
+    if (!w)
+        return nf_fail(-ENOMEM, "out of memory for a window");
+    w->buff = buff;
+    w->size = size;
+    pthread_mutex_lock(&c->lock);
+    w->next = c->wins;
+    c->wins = w;
+    pthread_mutex_unlock(&c->lock);
+    *win = w;
+    nf_info("comm %p rank %d window %p registered over %zu bytes", (void *)c, c->rank, (void *)w, size);
+    return 0;
+}
+
+int nf_comm_window_deregister(struct nf_comm *c, void *win)
+{
+    struct nf_reg **p, *found = NULL;
+
+    pthread_mutex_lock(&c->lock);
+    for (p = &c->wins; *p && *p != win; p = &(*p)->next)
+        ;
+    if (*p) {
+        found = *p;
+        *p = found->next;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!found)
+        return nf_fail(-EINVAL, "ncclCommWindowDeregister: %p is no window of this comm", win);
     free(found);
     return 0;
 }

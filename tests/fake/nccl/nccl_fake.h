@@ -57,6 +57,7 @@
     X(cuMemMap, )                                                              \
     X(cuMemUnmap, )                                                            \
     X(cuMemSetAccess, )                                                        \
+    X(cuMemGetAddressRange, _v2)                                               \
     X(cuMemHostAlloc, )                                                        \
     X(cuMemFreeHost, )                                                         \
     X(cuMemsetD8Async, )                                                       \
@@ -316,6 +317,7 @@ struct nf_comm {
 
     pthread_mutex_t boot_lock; /* serialises nf_seg_exchange */
     struct nf_reg *regs;       /* under lock */
+    struct nf_reg *wins;       /* windows (ncclCommWindowRegister), under lock */
     bool prof_on;              /* the profiler plugin's init succeeded */
     void *prof_ctx;            /* and gave this context */
 };
@@ -374,6 +376,11 @@ struct nf_wait nf_comm_coll_wait(struct nf_comm *c);
 /* ncclCommRegister / ncclCommDeregister: 0 or -EINVAL. */
 int nf_comm_register(struct nf_comm *c, void *buff, size_t size, void **handle);
 int nf_comm_deregister(struct nf_comm *c, void *handle);
+/* A window over [buff, buff + size): buff aligned to
+ * NCCL_WIN_REQUIRED_ALIGNMENT and the range inside one device allocation
+ * or mapping, as NCCL requires.  0 or -errno, named. */
+int nf_comm_window_register(struct nf_comm *c, void *buff, size_t size, void **win);
+int nf_comm_window_deregister(struct nf_comm *c, void *win);
 
 /* ---- operations and groups (group.c, coll.c) ------------------------ */
 
