@@ -24,7 +24,9 @@
  * program holds stay valid: every call that takes one translates it.
  * Buffers and windows registered on a virtual communicator get a virtual
  * handle and are registered when it becomes real (windows are collective:
- * every rank registers them in the same order, just after it).
+ * every rank registers them in the same order, just after it); its
+ * PreMulSum reduction operators keep the value the rank got, made with
+ * it, and the collectives that name one get the real one.
  *
  * A communicator made and destroyed while standing by is never made.
  * Other ways of making communicators (ncclCommInitAll, InitRankScalable,
@@ -65,11 +67,27 @@ struct vreg {
     bool gone;
 };
 
+/* A reduction operator (ncclRedOpCreatePreMulSum) of a communicator not
+ * made yet: the program holds the value the rank got; made with the
+ * communicator, the collectives that name it get the real one. */
+struct vop {
+    struct vcomm *comm;
+    ncclRedOp_t logged, real;
+    ncclDataType_t type;
+    ncclScalarResidence_t residence;
+    unsigned char value[8]; /* a host-immediate scalar, read at the call as NCCL does */
+    void *scalar;           /* a device-resident one */
+    bool made, gone;
+};
+
 /* Virtual handles are addresses in these arrays: a handle is virtual when
  * it falls inside, which a collective checks without a lock. */
 static struct vcomm *comms;
 static struct vreg *regs;
 static size_t ncomms, nregs;
+#define MAX_OPS 1024
+static struct vop ops[MAX_OPS];
+static size_t nops; /* read without the lock by collectives: grows only */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool standing(void)
@@ -181,6 +199,7 @@ static ncclResult_t make_upto(struct vcomm *v)
         ckpt_resolve("ncclCommSplit") < 0 || ckpt_resolve("ncclCommGetAsyncError") < 0 ||
         ckpt_resolve("ncclCommRegister") < 0 || ckpt_resolve("cuCtxGetCurrent") < 0 ||
         (has_windows() && ckpt_resolve("ncclCommWindowRegister") < 0) ||
+        (__atomic_load_n(&nops, __ATOMIC_ACQUIRE) && ckpt_resolve("ncclRedOpCreatePreMulSum") < 0) ||
         ckpt_resolve("cuCtxSetCurrent") < 0)
         return ncclSystemError;
     struct maker m = {0};
@@ -221,6 +240,22 @@ static ncclResult_t make_upto(struct vcomm *v)
                     return r;
                 }
             }
+        for (size_t i = 0; i < __atomic_load_n(&nops, __ATOMIC_ACQUIRE); i++) {
+            struct vop *o = &ops[i];
+            if (o->comm != c || o->gone)
+                continue;
+            ckpt_nccl_depth++;
+            ncclResult_t r = real_ncclRedOpCreatePreMulSum(&o->real, o->residence == ncclScalarHostImmediate ?
+                                                           (void *)o->value : o->scalar, o->type, o->residence,
+                                                           c->real);
+            ckpt_nccl_depth--;
+            if (r != ncclSuccess) {
+                ckpt_log(CKPT_ERROR, "making a reduction operator of communicator %zu at the takeover failed: NCCL "
+                         "error %d", (size_t)(c - comms), (int)r);
+                return r;
+            }
+            __atomic_store_n(&o->made, true, __ATOMIC_RELEASE);
+        }
         ckpt_log(CKPT_DEBUG, "communicator %zu made real in %.3f s", (size_t)(c - comms), ckpt_now_s() - start);
         made++;
     }
@@ -260,7 +295,7 @@ ncclComm_t ckpt_comm_real(ncclComm_t c, ncclResult_t *err)
             return (err);                                                      \
     } while (0)
 
-enum { INIT_RESULT, SPLIT_RESULT, COUNT, USER_RANK, CU_DEVICE };
+enum { INIT_RESULT, SPLIT_RESULT, COUNT, USER_RANK, CU_DEVICE, PREMUL_RESULT, PREMUL_OP };
 
 static ncclResult_t init(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config)
 {
@@ -548,6 +583,91 @@ EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
     struct vcomm *v = virtual_comm(comm);
     ckpt_nccl_depth++;
     ncclResult_t r = real_ncclCommWindowDeregister(v ? v->real : comm, win);
+    ckpt_nccl_depth--;
+    return r;
+}
+
+/* ---- reduction operators */
+
+/* The virtual operator op of the communicator whose handle is comm, or NULL. */
+static struct vop *virtual_op(ncclComm_t comm, ncclRedOp_t op)
+{
+    struct vcomm *v = virtual_comm(comm);
+    size_t n = __atomic_load_n(&nops, __ATOMIC_ACQUIRE);
+    if (!v || (int)op < (int)ncclNumOps)
+        return NULL;
+    for (size_t i = n; i-- > 0;)
+        if (ops[i].comm == v && ops[i].logged == op && !ops[i].gone)
+            return &ops[i];
+    return NULL;
+}
+
+ncclRedOp_t ckpt_comm_op(ncclComm_t comm, ncclRedOp_t op)
+{
+    if (__builtin_expect(!__atomic_load_n(&nops, __ATOMIC_ACQUIRE), 1))
+        return op;
+    struct vop *o = virtual_op(comm, op);
+    if (!o)
+        return op;
+    if (!__atomic_load_n(&o->made, __ATOMIC_ACQUIRE) && !standing()) {
+        ncclResult_t e; /* the collective's first use makes its communicator, and so the operator */
+        ckpt_comm_real(comm, &e);
+    }
+    return __atomic_load_n(&o->made, __ATOMIC_ACQUIRE) ? o->real : op;
+}
+
+EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                             ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    NEED_REAL(ncclRedOpCreatePreMulSum, ncclSystemError);
+    struct vcomm *v = virtual_comm(comm);
+    if (v && !__atomic_load_n(&v->made, __ATOMIC_ACQUIRE) && standing() && op && scalar) {
+        ncclResult_t r = (ncclResult_t)answer(CKPT_VALUE_NCCL + PREMUL_RESULT, ncclSuccess);
+        *op = (ncclRedOp_t)answer(CKPT_VALUE_NCCL + PREMUL_OP, 0);
+        if (r != ncclSuccess)
+            return r;
+        pthread_mutex_lock(&lock);
+        struct vop *o = nops < MAX_OPS ? &ops[nops] : NULL;
+        if (o) {
+            *o = (struct vop){.comm = v, .logged = *op, .type = datatype, .residence = residence, .scalar = scalar};
+            if (residence == ncclScalarHostImmediate) /* one element of datatype, at most 8 bytes */
+                memcpy(o->value, scalar, datatype == ncclFloat64 || datatype == ncclInt64 || datatype == ncclUint64
+                                             ? 8 : datatype == ncclInt32 || datatype == ncclUint32 ||
+                                                   datatype == ncclFloat32 ? 4 : datatype == ncclFloat16 ||
+                                                   datatype == ncclBfloat16 ? 2 : 1);
+            __atomic_store_n(&nops, nops + 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&lock);
+        if (!o)
+            ckpt_refuse("the standby cannot hold more than %d reduction operators", MAX_OPS);
+        return r;
+    }
+    ncclComm_t c = comm;
+    REAL_COMM(c, ncclInvalidArgument);
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclRedOpCreatePreMulSum(op, scalar, datatype, residence, c);
+    ckpt_nccl_depth--;
+    answer(CKPT_VALUE_NCCL + PREMUL_RESULT, r); /* a replay's real ones stand */
+    answer(CKPT_VALUE_NCCL + PREMUL_OP, r == ncclSuccess && op ? (int)*op : 0);
+    return r;
+}
+
+EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+{
+    NEED_REAL(ncclRedOpDestroy, ncclSystemError);
+    struct vop *o = virtual_op(comm, op);
+    if (o) {
+        pthread_mutex_lock(&lock);
+        o->gone = true;
+        bool made = o->made;
+        pthread_mutex_unlock(&lock);
+        if (!made)
+            return ncclSuccess;
+        op = o->real;
+    }
+    struct vcomm *v = virtual_comm(comm);
+    ckpt_nccl_depth++;
+    ncclResult_t r = real_ncclRedOpDestroy(op, v ? v->real : comm);
     ckpt_nccl_depth--;
     return r;
 }

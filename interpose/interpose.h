@@ -365,6 +365,9 @@ int ckpt_standby_mem_back(char *why, size_t whylen);
  * standby's virtual one made real (comm.c).  NULL with *err set when it
  * cannot be. */
 ncclComm_t ckpt_comm_real(ncclComm_t c, ncclResult_t *err);
+/* The reduction operator to give NCCL for op on the program's comm: the
+ * real one for a standby's operator made at the takeover, else op. */
+ncclRedOp_t ckpt_comm_op(ncclComm_t comm, ncclRedOp_t op);
 /* A standby's pinned host memory (hostmem.c): ordinary memory while it
  * stands by, registered at takeover (0, or -1 with why). */
 int ckpt_standby_host_back(char *why, size_t whylen);

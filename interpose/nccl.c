@@ -45,7 +45,7 @@
 enum {
     OP_ALLREDUCE = CKPT_TL_ALLREDUCE, OP_BROADCAST = CKPT_TL_BROADCAST, OP_REDUCE = CKPT_TL_REDUCE,
     OP_ALLGATHER = CKPT_TL_ALLGATHER, OP_REDUCESCATTER = CKPT_TL_REDUCESCATTER, OP_SEND = CKPT_TL_SEND,
-    OP_RECV = CKPT_TL_RECV
+    OP_RECV = CKPT_TL_RECV, OP_ALLTOALL = CKPT_TL_ALLTOALL, OP_GATHER = CKPT_TL_GATHER, OP_SCATTER = CKPT_TL_SCATTER
 };
 
 /* Without libckpt's profiler plugin in NCCL (the user chose another), the
@@ -128,6 +128,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupEnd(void)
 
 __attribute__((visibility("default"))) ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
+    op = ckpt_comm_op(comm, op);
     COLLECTIVE(ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream), OP_ALLREDUCE, count, datatype, comm, stream);
 }
 
@@ -138,6 +139,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclBroadcast(const void *se
 
 __attribute__((visibility("default"))) ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
+    op = ckpt_comm_op(comm, op);
     COLLECTIVE(ncclReduce, (sendbuff, recvbuff, count, datatype, op, root, comm, stream), OP_REDUCE, count, datatype, comm, stream);
 }
 
@@ -148,6 +150,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclAllGather(const void *se
 
 __attribute__((visibility("default"))) ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
+    op = ckpt_comm_op(comm, op);
     COLLECTIVE(ncclReduceScatter, (sendbuff, recvbuff, recvcount, datatype, op, comm, stream), OP_REDUCESCATTER, recvcount, datatype, comm, stream);
 }
 
@@ -159,4 +162,24 @@ __attribute__((visibility("default"))) ncclResult_t ncclSend(const void *sendbuf
 __attribute__((visibility("default"))) ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream)
 {
     COLLECTIVE(ncclRecv, (recvbuff, count, datatype, peer, comm, stream), OP_RECV, count, datatype, comm, stream);
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    COLLECTIVE(ncclBcast, (buff, count, datatype, root, comm, stream), OP_BROADCAST, count, datatype, comm, stream);
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    COLLECTIVE(ncclAlltoAll, (sendbuff, recvbuff, count, datatype, comm, stream), OP_ALLTOALL, count, datatype, comm, stream);
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    COLLECTIVE(ncclGather, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_GATHER, count, datatype, comm, stream);
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    COLLECTIVE(ncclScatter, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_SCATTER, count, datatype, comm, stream);
 }

@@ -63,7 +63,7 @@ int ckpt_profiler_setup(char *err, size_t errlen)
 static uint32_t func_of(const char *name)
 {
     static const char *const names[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
-                                        "Send", "Recv"};
+                                        "Send", "Recv", "AlltoAll", "Gather", "Scatter"};
     for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i]) == 0)
             return (uint32_t)i + CKPT_TL_ALLREDUCE;

@@ -162,7 +162,8 @@ const char *ckpt_tl_func_name(uint32_t func)
     static const char *const names[CKPT_TL_NFUNCS] = {
         [CKPT_TL_OTHER] = "?", [CKPT_TL_ALLREDUCE] = "AllReduce", [CKPT_TL_BROADCAST] = "Broadcast",
         [CKPT_TL_REDUCE] = "Reduce", [CKPT_TL_ALLGATHER] = "AllGather", [CKPT_TL_REDUCESCATTER] = "ReduceScatter",
-        [CKPT_TL_SEND] = "Send", [CKPT_TL_RECV] = "Recv",
+        [CKPT_TL_SEND] = "Send", [CKPT_TL_RECV] = "Recv", [CKPT_TL_ALLTOALL] = "AlltoAll",
+        [CKPT_TL_GATHER] = "Gather", [CKPT_TL_SCATTER] = "Scatter",
     };
     return func < CKPT_TL_NFUNCS ? names[func] : "?";
 }

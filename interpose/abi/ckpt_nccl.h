@@ -107,6 +107,11 @@ typedef enum {
     ncclNumTypes = 12
 } ncclDataType_t;
 
+typedef enum {
+    ncclScalarDevice = 0,
+    ncclScalarHostImmediate = 1
+} ncclScalarResidence_t;
+
 #endif /* CKPT_ABI_PROTOTYPES_ONLY */
 
 /* Each name is declared twice, as NCCL does: ncclX and its pncclX alias. */
@@ -135,12 +140,18 @@ CKPT_NCCL_DECLARE(ncclResult_t, ncclBroadcast, (const void *sendbuff, void *recv
 CKPT_NCCL_DECLARE(ncclResult_t, ncclReduce, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclAllGather, (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclReduceScatter, (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclBcast, (void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclAlltoAll, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclGather, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclScatter, (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclSend, (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclRecv, (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclCommWindowRegister, (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclRedOpCreatePreMulSum, (ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclMemFree, (void *ptr))
 #undef CKPT_NCCL_DECLARE

@@ -14,9 +14,16 @@
  * it, as symmetric-memory frameworks check before they register one.
  *
  * Each iteration every rank derives a gradient from the weights, its rank
- * and the iteration; the world all-reduces it, the parity group
- * all-reduces a second buffer; the weights take in both; rank 0 prints
- * the loss, and at the end every rank's digest of its weights.  Integer
+ * and the iteration; the world all-reduces it, each rank's part scaled by
+ * a factor the device holds and a kernel sets each iteration, the parity
+ * group all-reduces a second buffer scaled by a per-rank constant (both
+ * ncclRedOpCreatePreMulSum, device-resident and host-immediate, as
+ * PyTorch's PREMUL_SUM and gradient averaging make them); the weights take
+ * in both, and then a mix
+ * that went through every other way NCCL moves data (ncclAlltoAll, then
+ * ncclGather to rank 0, ncclScatter from it, ncclBcast in place, as
+ * expert-parallel and evaluation code does); rank 0 prints the loss, and
+ * at the end every rank's digest of its weights.  Integer
  * sums only: the same on every run, whatever the order of arrival.
  *
  * Ranks from RANK and WORLD_SIZE, rank 0's unique id over TCP at
@@ -64,6 +71,26 @@ KERNEL(update, (uint32_t *, w), (const uint32_t *, g), (const uint32_t *, aux), 
         w[i] = (w[i] << 3 | w[i] >> 29) + g[i] - aux[i];
 }
 
+#define PART 64 /* elements per rank of the exchange buffers */
+
+KERNEL(set_scale, (uint32_t *, d), (uint32_t, v))
+{
+    if (KERNEL_INDEX == 0)
+        *d = v;
+}
+
+KERNEL(spread, (const uint32_t *, w), (uint32_t *, x), (size_t, n), (uint32_t, salt))
+{
+    for (size_t i = KERNEL_INDEX; i < n; i += KERNEL_STRIDE)
+        x[i] = w[(i * 7 + 3) % WORDS] ^ (salt + (uint32_t)i * 2246822519u);
+}
+
+KERNEL(mix_in, (uint32_t *, w), (const uint32_t *, x), (size_t, n))
+{
+    for (size_t i = KERNEL_INDEX; i < n; i += KERNEL_STRIDE)
+        w[i] += x[i % PART] * 3266489917u;
+}
+
 int main(int argc, char **argv)
 {
     struct fid_opts o;
@@ -105,6 +132,25 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc((void **)&aux, WORDS * sizeof(uint32_t)));
     CHECK(cudaMalloc((void **)&dloss, sizeof(uint32_t)));
     CHECK(cudaMallocHost((void **)&loss_h, sizeof(uint32_t)));
+    uint32_t *xa, *xb, *xc, *xd; /* the exchange: world parts, world, world (rank 0's), one part */
+    size_t xn = (size_t)world * PART;
+    CHECK(cudaMalloc((void **)&xa, xn * sizeof(uint32_t)));
+    CHECK(cudaMalloc((void **)&xb, xn * sizeof(uint32_t)));
+    CHECK(cudaMalloc((void **)&xc, xn * sizeof(uint32_t)));
+    CHECK(cudaMalloc((void **)&xd, PART * sizeof(uint32_t)));
+    CHECK(cudaMemsetAsync(xc, 0, xn * sizeof(uint32_t), s));
+    /* The scalars: the host's is read by NCCL at the call (changing it
+     * after does nothing); the device's as each collective runs. */
+    uint32_t *dscale, hscale = 3u + 2u * (uint32_t)rank;
+    ncclRedOp_t by_device, by_host, once;
+    CHECK(cudaMalloc((void **)&dscale, sizeof(uint32_t)));
+    /* One made and destroyed first, as a framework's one-off average is:
+     * the operator kept is not the communicator's first. */
+    NCHECK(ncclRedOpCreatePreMulSum(&once, &hscale, ncclUint32, ncclScalarHostImmediate, comm));
+    NCHECK(ncclRedOpCreatePreMulSum(&by_device, dscale, ncclUint32, ncclScalarDevice, comm));
+    NCHECK(ncclRedOpDestroy(once, comm));
+    NCHECK(ncclRedOpCreatePreMulSum(&by_host, &hscale, ncclUint32, ncclScalarHostImmediate, half));
+    hscale = 0;
     NCHECK(ncclCommRegister(comm, g, WORDS * sizeof(uint32_t), &handle));
     const char *cumem = getenv("NCCL_CUMEM_ENABLE");
     ncclWindow_t win = NULL;
@@ -115,9 +161,16 @@ int main(int argc, char **argv)
 
     for (int it = 1; it <= o.iters; it++) {
         CHECK(gradient_launch(DIM3(8), DIM3(256), s, w, g, aux, WORDS, (uint32_t)(it * 31 + rank)));
-        NCHECK(ncclAllReduce(g, g, WORDS, ncclUint32, ncclSum, comm, s));
-        NCHECK(ncclAllReduce(aux, aux, WORDS, ncclUint32, ncclSum, half, s));
+        CHECK(set_scale_launch(DIM3(1), DIM3(1), s, dscale, (uint32_t)(it * 2 + 1 + rank)));
+        NCHECK(ncclAllReduce(g, g, WORDS, ncclUint32, by_device, comm, s));
+        NCHECK(ncclAllReduce(aux, aux, WORDS, ncclUint32, by_host, half, s));
         CHECK(update_launch(DIM3(8), DIM3(256), s, w, g, aux, WORDS));
+        CHECK(spread_launch(DIM3(1), DIM3(64), s, w, xa, xn, (uint32_t)(it * 977 + rank)));
+        NCHECK(ncclAlltoAll(xa, xb, PART, ncclUint32, comm, s));
+        NCHECK(ncclGather(xb + (size_t)rank * PART, xc, PART, ncclUint32, 0, comm, s));
+        NCHECK(ncclScatter(xc, xd, PART, ncclUint32, 0, comm, s));
+        NCHECK(ncclBcast(xd, PART, ncclUint32, 0, comm, s));
+        CHECK(mix_in_launch(DIM3(8), DIM3(256), s, w, xd, WORDS));
         CHECK(fid_loss_launch(DIM3(1), DIM3(1), s, w, WORDS, dloss));
         CHECK(cudaMemcpyAsync(loss_h, dloss, sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
         CHECK(cudaStreamSynchronize(s));
@@ -127,6 +180,8 @@ int main(int argc, char **argv)
     }
     printf("rank %d digest %016llx\n", rank,
            (unsigned long long)fid_hash_device(FID_HASH_INIT, w, WORDS * sizeof(uint32_t)));
+    NCHECK(ncclRedOpDestroy(by_host, half));
+    NCHECK(ncclRedOpDestroy(by_device, comm));
     NCHECK(ncclCommDeregister(comm, handle));
     if (win)
         NCHECK(ncclCommWindowDeregister(comm, win));

@@ -244,6 +244,29 @@ NF_ALIAS(ncclGroupEnd);
 /* ---- operations ----------------------------------------------------- */
 
 /*
+ * A PreMulSum operator of c for op's data type: op becomes a sum of parts
+ * premultiplied by its scalar (a host-immediate one read now).  False for
+ * any other handle.
+ */
+static bool user_op(struct nf_comm *c, struct nf_op *op)
+{
+    unsigned i = (unsigned)op->redop - ncclNumOps;
+    bool ok = false;
+
+    pthread_mutex_lock(&c->lock);
+    if (i < NF_MAX_USER_OPS && c->user_ops[i].used && c->user_ops[i].type == op->type) {
+        const struct nf_user_op *u = &c->user_ops[i];
+        op->premul = true;
+        op->redop = ncclSum;
+        op->scalar_dev = u->residence == ncclScalarDevice ? u->dev : NULL;
+        memcpy(op->scalar, u->value, sizeof(op->scalar));
+        ok = true;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return ok;
+}
+
+/*
  * Checks an operation as NCCL's argument check does, then enqueues it.
  * An operation of zero elements is valid and does nothing.  A failure also
  * fails the open group.
@@ -259,7 +282,7 @@ static ncclResult_t enqueue(struct nf_op *op, ncclComm_t comm, bool needs_redop,
         what = "invalid communicator";
     else if (!nf_type_size(op->type))
         what = "invalid data type";
-    else if (needs_redop && (unsigned)op->redop >= ncclNumOps)
+    else if (needs_redop && (unsigned)op->redop >= ncclNumOps && !user_op(c, op))
         what = "invalid reduction operation";
     else if (op->peer < 0 || op->peer >= c->nranks)
         what = op->func >= NF_SEND ? "invalid peer" : "invalid root";
@@ -354,6 +377,125 @@ ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, in
     return enqueue(&o, comm, false, false, true);
 }
 NF_ALIAS(ncclRecv);
+
+/* ---- reduction operators -------------------------------------------- */
+
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                       ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    size_t es = nf_type_size(datatype);
+    int err;
+
+    if (!c || !op || !scalar || !es || (residence != ncclScalarDevice && residence != ncclScalarHostImmediate))
+        return nf_result(nf_fail(-EINVAL, "ncclRedOpCreatePreMulSum: invalid argument"));
+    if ((err = nf_comm_status(c)))
+        return nf_result(err == -EINPROGRESS ? nf_fail(-EPERM, "ncclRedOpCreatePreMulSum: communicator still "
+                                                       "initialising") : err);
+    pthread_mutex_lock(&c->lock);
+    unsigned i = 0;
+    while (i < NF_MAX_USER_OPS && c->user_ops[i].used)
+        i++;
+    if (i < NF_MAX_USER_OPS) {
+        struct nf_user_op *u = &c->user_ops[i];
+        *u = (struct nf_user_op){.used = true, .type = datatype, .residence = residence};
+        if (residence == ncclScalarHostImmediate)
+            memcpy(u->value, scalar, es);
+        else
+            u->dev = scalar;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (i == NF_MAX_USER_OPS)
+        return nf_result(nf_fail(-ENOMEM, "ncclRedOpCreatePreMulSum: %d operators already", NF_MAX_USER_OPS));
+    *op = (ncclRedOp_t)(ncclNumOps + i);
+    return ncclSuccess;
+}
+NF_ALIAS(ncclRedOpCreatePreMulSum);
+
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    unsigned i = (unsigned)op - ncclNumOps;
+    bool ok = false;
+
+    if (!c)
+        return nf_result(nf_fail(-EINVAL, "ncclRedOpDestroy: invalid communicator"));
+    pthread_mutex_lock(&c->lock);
+    if (i < NF_MAX_USER_OPS && c->user_ops[i].used) {
+        c->user_ops[i].used = false;
+        ok = true;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return ok ? ncclSuccess
+              : nf_result(nf_fail(-EINVAL, "ncclRedOpDestroy: operator %d is not one this communicator made",
+                                  (int)op));
+}
+NF_ALIAS(ncclRedOpDestroy);
+
+ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                        cudaStream_t stream)
+{
+    return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+NF_ALIAS(ncclBcast);
+
+/*
+ * AlltoAll, Gather and Scatter move count elements between each pair of
+ * ranks they involve: part p of a buffer is the count elements at p *
+ * count.  NCCL runs them as one group of sends and receives, and so does
+ * the double (its profiler events are those sends and receives).
+ */
+enum exchange { ALLTOALL, GATHER, SCATTER };
+
+static ncclResult_t exchange(enum exchange kind, const void *sendbuff, void *recvbuff, size_t count,
+                             ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    static const char *const names[] = {"ncclAlltoAll", "ncclGather", "ncclScatter"};
+    struct nf_comm *c = nf_comm_get(comm);
+    size_t part = count * nf_type_size(datatype);
+    ncclResult_t r;
+
+    if (!c || !nf_type_size(datatype) || (kind != ALLTOALL && (root < 0 || root >= c->nranks)))
+        return nf_result(nf_group_fail(nf_fail(-EINVAL, "%s: invalid %s", names[kind],
+                                               !c ? "communicator" : !nf_type_size(datatype) ? "data type" : "root")));
+    if ((r = nf_result(nf_group_start())) != ncclSuccess)
+        return r;
+    for (int p = 0; p < c->nranks && r == ncclSuccess; p++) {
+        const char *from = (const char *)sendbuff + (size_t)p * part;
+        char *into = (char *)recvbuff + (size_t)p * part;
+        if (kind == ALLTOALL || (kind == SCATTER && c->rank == root))
+            r = pncclSend(from, count, datatype, p, comm, stream);
+        if (r == ncclSuccess && (kind == ALLTOALL || (kind == GATHER && c->rank == root)))
+            r = pncclRecv(into, count, datatype, p, comm, stream);
+    }
+    if (r == ncclSuccess && kind == GATHER)
+        r = pncclSend(sendbuff, count, datatype, root, comm, stream);
+    if (r == ncclSuccess && kind == SCATTER)
+        r = pncclRecv(recvbuff, count, datatype, root, comm, stream);
+    ncclResult_t end = nf_result(nf_group_end());
+    return r != ncclSuccess ? r : end;
+}
+
+ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    return exchange(ALLTOALL, sendbuff, recvbuff, count, datatype, 0, comm, stream);
+}
+NF_ALIAS(ncclAlltoAll);
+
+ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                         ncclComm_t comm, cudaStream_t stream)
+{
+    return exchange(GATHER, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+NF_ALIAS(ncclGather);
+
+ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                          ncclComm_t comm, cudaStream_t stream)
+{
+    return exchange(SCATTER, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+NF_ALIAS(ncclScatter);
 
 /* ---- memory --------------------------------------------------------- */
 

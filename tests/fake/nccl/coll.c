@@ -144,6 +144,14 @@ static bool p2p_drained(const struct nf_seg *seg, void *arg)
     return true;
 }
 
+/* A PreMulSum multiplies this rank's part by its scalar before the sum:
+ * read from the device as the op runs, or the value given when queued. */
+static void premultiply(const struct nf_op *op, void *part, size_t len)
+{
+    if (op->premul)
+        nf_premultiply(part, len, op->type, op->scalar_dev ? op->scalar_dev : (const void *)op->scalar);
+}
+
 /* out = slot[0] op slot[1] op ... op slot[n-1], at byte offset off of each slot. */
 static void reduce_slots(const struct run *x, const struct nf_op *op, void *out, size_t len,
                          size_t off)
@@ -167,6 +175,7 @@ static int allreduce(struct run *x, const struct nf_op *op, bool everyone)
         size_t len = op->count - off < chunk ? op->count - off : chunk;
 
         memcpy(slot(x, x->me), send + off * x->es, len * x->es);
+        premultiply(op, slot(x, x->me), len);
         if ((err = nf_seg_barrier(x->seg, &x->wait)))
             return err;
         if (everyone || x->me == op->peer)
@@ -241,6 +250,7 @@ static int reducescatter(struct run *x, const struct nf_op *op)
         for (int q = 0; q < x->n; q++)
             memcpy(slot(x, x->me) + (size_t)q * len * x->es,
                    send + ((size_t)q * op->count + off) * x->es, len * x->es);
+        premultiply(op, slot(x, x->me), len * (size_t)x->n);
         if ((err = nf_seg_barrier(x->seg, &x->wait)))
             return err;
         reduce_slots(x, op, recv + off * x->es, len, (size_t)x->me * len * x->es);

@@ -134,6 +134,8 @@ const char *nf_type_name(ncclDataType_t type);
  * the operands only.  ncclAvg accumulates as ncclSum; see nf_divide.
  */
 void nf_reduce(void *dst, const void *src, size_t n, ncclDataType_t type, ncclRedOp_t op);
+/* dst[i] *= scalar (one element of type), for a PreMulSum's part. */
+void nf_premultiply(void *dst, size_t n, ncclDataType_t type, const void *scalar);
 /* dst[i] /= divisor: the last step of ncclAvg (integers truncate). */
 void nf_divide(void *dst, size_t n, ncclDataType_t type, int divisor);
 
@@ -272,6 +274,17 @@ struct nf_reg {
     size_t size;
 };
 
+/* A reduction operator made by ncclRedOpCreatePreMulSum: its handle is
+ * ncclNumOps + its index in the comm's table. */
+#define NF_MAX_USER_OPS 64
+struct nf_user_op {
+    bool used;
+    ncclDataType_t type;
+    ncclScalarResidence_t residence;
+    unsigned char value[8]; /* host-immediate */
+    const void *dev;        /* device-resident */
+};
+
 struct nf_comm {
     uint32_t magic; /* NF_COMM_MAGIC while the handle is live */
     int rank;
@@ -318,6 +331,7 @@ struct nf_comm {
     pthread_mutex_t boot_lock; /* serialises nf_seg_exchange */
     struct nf_reg *regs;       /* under lock */
     struct nf_reg *wins;       /* windows (ncclCommWindowRegister), under lock */
+    struct nf_user_op user_ops[NF_MAX_USER_OPS]; /* under lock */
     bool prof_on;              /* the profiler plugin's init succeeded */
     void *prof_ctx;            /* and gave this context */
 };
@@ -392,10 +406,16 @@ struct nf_op {
     void *recvbuff;
     size_t count; /* elements; per rank for AllGather and ReduceScatter */
     ncclDataType_t type;
-    ncclRedOp_t redop;
+    ncclRedOp_t redop; /* a PreMulSum op is a sum of premultiplied parts */
     int peer;   /* root of Broadcast/Reduce, peer of Send/Recv */
     void *prof; /* its Coll/P2p profiler event: parent of KernelCh */
+    /* A PreMulSum's scalar: its value (host-immediate, read when the op
+     * was queued) or where the device holds it (read when it runs). */
+    bool premul;
+    unsigned char scalar[8];
+    const void *scalar_dev;
 };
+
 
 /* The work of one comm on one stream from one group: one host function. */
 struct nf_batch {

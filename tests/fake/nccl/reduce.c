@@ -294,3 +294,11 @@ void nf_divide(void *dst, size_t n, ncclDataType_t type, int divisor)
         break;
     }
 }
+
+void nf_premultiply(void *dst, size_t n, ncclDataType_t type, const void *scalar)
+{
+    size_t es = nf_type_size(type);
+
+    for (size_t i = 0; i < n; i++)
+        nf_reduce((char *)dst + i * es, scalar, 1, type, ncclProd);
+}
