@@ -28,6 +28,9 @@ enum ckpt_tl_kind {
     CKPT_TL_BOUNDARY = 4, /* an iteration ended (start == end) */
     CKPT_TL_NET = 5,      /* the node agent sent a replica: arg is bytes */
     CKPT_TL_DISK = 6,     /* the node agent persisted a snapshot: arg is bytes */
+    CKPT_TL_STANDBY = 7,  /* where the rank's standby stood (a point): arg is the iteration it had
+                           * replayed to, detail how many it was behind the newest every rank had
+                           * committed (the node agent's, as it saw it move) */
 };
 
 /* Where the times came from. */

@@ -169,7 +169,7 @@ run_killed() {
     [ "$(grep -c '^iter [0-9]* batch [0-9]*$' "$D/out")" -eq 3000 ]
 }
 
-@test "ckpt-inspect list and the stats lines show where each standby is, while the job runs" {
+@test "ckpt-inspect list, the stats lines and the timeline show where each standby is, while the job runs" {
     # ckpt-resume itself in the background (not the ckpt function's subshell), so that SIGTERM reaches it.
     CKPT_STATS_FILE=$D/stats timeout -k 5 120 "$CKPT" --nproc 2 -- "$TRAIN" --iters 4000 --hidden 32 --layers 2 \
         >/dev/null 2>"$D/err" &
@@ -183,6 +183,14 @@ run_killed() {
         [ "$(grep -c '^  standby of rank [01] (pid [0-9]*): replayed to iteration [1-9]' <<<"$listed")" -eq 2 ] && break
         sleep 0.1
     done
+    # The agent draws each standby on its rank's timeline (the standby
+    # lane): where it stood, and how far behind, once a second.
+    local tl=""
+    for i in $(seq 100); do
+        tl=$("$BUILD/bin/ckpt-inspect" timeline --rank 1 --iters 1..1000000 2>&1 | grep ' standby ') && break
+        sleep 0.1
+    done
+    grep -q '^[0-9]* standby [0-9.]* [0-9.]* at=[1-9][0-9]*,behind=[0-9]* host$' <<<"$tl" || { echo "$tl"; kill $job; return 1; }
     # Five commits of each rank at least since its standby ran (a slow,
     # sanitized build takes its time).
     for i in $(seq 300); do

@@ -63,11 +63,11 @@ check_rank() {
     run "$INSPECT" timeline --rank 1 --iters 4..7 -o "$ARENA/x.svg"
     [ "$status" -eq 0 ] || { echo "$output"; false; }
     svg=$(cat "$ARENA/x.svg")
-    for lane in compute collectives "device-to-host copies" "network sends" "disk writes" "time (ms)" \
+    for lane in compute collectives "device-to-host copies" "network sends" "disk writes" standby "time (ms)" \
         'id="legend"' "end of 5" "rank 1, iterations 4..7"; do
         [[ $svg == *"$lane"* ]] || { echo "missing: $lane"; false; }
     done
-    [ "$(grep -c 'not recorded yet' "$ARENA/x.svg")" = 2 ]
+    [ "$(grep -c 'not recorded yet' "$ARENA/x.svg")" = 3 ] # network, disk, standby: none in this job
     [ "$(grep -c '<title>AllReduce, iteration' "$ARENA/x.svg")" = 12 ]
     if command -v xmllint >/dev/null; then xmllint --noout "$ARENA/x.svg"; fi
     if command -v python3 >/dev/null; then

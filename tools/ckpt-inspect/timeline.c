@@ -28,6 +28,7 @@ static const char *kind_name(uint16_t kind)
     case CKPT_TL_BOUNDARY: return "boundary";
     case CKPT_TL_NET: return "send";
     case CKPT_TL_DISK: return "disk-write";
+    case CKPT_TL_STANDBY: return "standby";
     default: return "?";
     }
 }
@@ -124,11 +125,15 @@ static int parse_iters(const char *s, uint64_t *a, uint64_t *b)
 static void list(const struct ckpt_tl_event *ev, size_t n, uint64_t a, uint64_t b, uint64_t t0)
 {
     for (size_t i = 0; i < n; i++) {
+        char what[64] = "-";
         if (ev[i].iteration < a || ev[i].iteration > b)
             continue;
+        if (ev[i].kind == CKPT_TL_COLL)
+            snprintf(what, sizeof(what), "%s", ckpt_tl_func_name(ev[i].detail));
+        else if (ev[i].kind == CKPT_TL_STANDBY) /* where it stood, and how far behind */
+            snprintf(what, sizeof(what), "at=%llu,behind=%u", (unsigned long long)ev[i].arg, ev[i].detail);
         printf("%llu %s %.3f %.3f %s %s%s\n", (unsigned long long)ev[i].iteration, kind_name(ev[i].kind),
-               (ev[i].start_ns - t0) / 1e6, (ev[i].end_ns - t0) / 1e6,
-               ev[i].kind == CKPT_TL_COLL ? ckpt_tl_func_name(ev[i].detail) : "-",
+               (ev[i].start_ns - t0) / 1e6, (ev[i].end_ns - t0) / 1e6, what,
                ev[i].flags & CKPT_TL_GPU_TIME ? "gpu" : "host", ev[i].flags & CKPT_TL_SPILL ? " spill" : ev[i].flags & CKPT_TL_PACED ? " gap" : "");
     }
 }

@@ -22,7 +22,7 @@
 #define BAR 22
 #define GAP 28    /* between two ranks' lanes: room for the next rank's title */
 
-enum lane { L_COMPUTE, L_COLL, L_COPY, L_COMMIT, L_NET, L_DISK, NLANES };
+enum lane { L_COMPUTE, L_COLL, L_COPY, L_COMMIT, L_NET, L_DISK, L_STANDBY, NLANES };
 
 static const struct {
     const char *label, *color;
@@ -34,6 +34,7 @@ static const struct {
     [L_COMMIT] = {"commits (checksum)", "#9e9ac8", 0},
     [L_NET] = {"network sends", "#6baed6", CKPT_TL_NET},
     [L_DISK] = {"disk writes", "#969696", CKPT_TL_DISK},
+    [L_STANDBY] = {"standby", "#e7298a", CKPT_TL_STANDBY},
 };
 
 struct scale {
@@ -141,6 +142,13 @@ static void rank_lanes(FILE *f, const struct scale *s, const struct tl_rank *r, 
         case CKPT_TL_DISK:
             bar(f, s, top, L_DISK, e->start_ns, e->end_ns, "persist", e->iteration);
             break;
+        case CKPT_TL_STANDBY: {
+            char what[96];
+            snprintf(what, sizeof(what), "the standby at iteration %llu, %u behind", (unsigned long long)e->arg,
+                     e->detail);
+            bar(f, s, top, L_STANDBY, e->start_ns, e->end_ns, what, e->iteration);
+            break;
+        }
         case CKPT_TL_COMMIT:
             bar(f, s, top, L_COMMIT, e->start_ns, e->end_ns, "commit", e->iteration);
             break;

@@ -145,6 +145,7 @@ struct standby {
     struct { uint64_t iteration; double at_s; } marks[32]; /* allowed, and when: a ring, lag_s / 8 apart */
     unsigned nmarks;
     uint64_t lagging;       /* ranks (bit rank % 64) said to lag and not yet caught up */
+    struct { uint64_t at; double s; } *drawn; /* opt->nproc entries: each standby's last timeline point */
 };
 
 enum job_phase {

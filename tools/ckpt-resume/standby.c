@@ -32,6 +32,8 @@
 #include "config.h"
 #include "log.h"
 #include "resume.h"
+#include "timeline.h"
+#include "util.h"
 
 /* The longest a takeover may take before the cold path is taken instead,
  * and the longest the standbys may replay no iteration on their way to it
@@ -71,7 +73,8 @@ int standby_open(struct job *job)
     }
     sb->ranks = calloc(opt->nproc, sizeof(*sb->ranks));
     sb->orders = calloc(opt->nproc, sizeof(*sb->orders));
-    if (!sb->ranks || !sb->orders)
+    sb->drawn = calloc(opt->nproc, sizeof(*sb->drawn));
+    if (!sb->ranks || !sb->orders || !sb->drawn)
         return -ENOMEM;
     int rc = channel_open(&sb->chan);
     if (rc < 0 || (rc = job_spare_port(port)) < 0 || !(sb->master_port = strdup(port)) || standby_vars(job) < 0)
@@ -91,6 +94,7 @@ void standby_close(struct job *job)
         free(sb->vars[i]);
     free(sb->ranks);
     free(sb->orders);
+    free(sb->drawn);
     free(sb->master_port);
     memset(sb, 0, sizeof(*sb));
     sb->chan.fd = -1;
@@ -201,6 +205,27 @@ static void check_lag(struct job *job, double now)
     }
 }
 
+/* Each standby's place on its rank's timeline (the standby lane): a
+ * point when it has moved, at most one a second. */
+static void draw(struct job *job, double now)
+{
+    struct standby *sb = &job->sb;
+    char dir[PATH_MAX];
+    for (int i = 0; i < job->opt->nproc; i++) {
+        uint64_t at = ckpt_follow_get(&sb->orders[i]->at);
+        if (at == sb->drawn[i].at || now - sb->drawn[i].s < 1.0)
+            continue;
+        sb->drawn[i].at = at;
+        sb->drawn[i].s = now;
+        uint64_t behind = sb->allowed > at ? sb->allowed - at : 0;
+        uint64_t t = ckpt_now_ns();
+        struct ckpt_tl_event e = {.start_ns = t, .end_ns = t, .arg = at, .kind = CKPT_TL_STANDBY,
+                                  .detail = behind > UINT32_MAX ? UINT32_MAX : (uint32_t)behind};
+        if (ckpt_arena_path(dir, sizeof(dir), job->opt->arena_root, job->opt->job_name, job->opt->first_rank + i) == 0)
+            ckpt_tl_agent_add(dir, &e);
+    }
+}
+
 void standby_tick(struct job *job)
 {
     struct standby *sb = &job->sb;
@@ -217,8 +242,10 @@ void standby_tick(struct job *job)
             ckpt_follow_order(sb->orders[i], &sb->orders[i]->allowed, low);
         sb->allowed = low;
     }
-    if (sb->started_s && sb->running == job->opt->nproc)
+    if (sb->started_s && sb->running == job->opt->nproc) {
         check_lag(job, ckpt_now_s());
+        draw(job, ckpt_now_s());
+    }
 }
 
 bool standby_owns(const struct job *job, pid_t pid)
@@ -264,6 +291,8 @@ static void forget(struct standby *sb, int nproc)
     sb->allowed = 0;
     sb->nmarks = 0;
     sb->lagging = 0;
+    if (sb->drawn)
+        memset(sb->drawn, 0, nproc * sizeof(*sb->drawn));
 }
 
 void standby_stop(struct job *job, const char *why)
