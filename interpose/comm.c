@@ -597,7 +597,7 @@ static struct vop *virtual_op(ncclComm_t comm, ncclRedOp_t op)
     if (!v || (int)op < (int)ncclNumOps)
         return NULL;
     for (size_t i = n; i-- > 0;)
-        if (ops[i].comm == v && ops[i].logged == op && !ops[i].gone)
+        if (ops[i].comm == v && ops[i].logged == op && !__atomic_load_n(&ops[i].gone, __ATOMIC_ACQUIRE))
             return &ops[i];
     return NULL;
 }
@@ -658,7 +658,7 @@ EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
     struct vop *o = virtual_op(comm, op);
     if (o) {
         pthread_mutex_lock(&lock);
-        o->gone = true;
+        __atomic_store_n(&o->gone, true, __ATOMIC_RELEASE);
         bool made = o->made;
         pthread_mutex_unlock(&lock);
         if (!made)
