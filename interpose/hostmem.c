@@ -14,9 +14,7 @@
  * device memory is not seen.  Libraries' own buffers (NCCL's mapped flags
  * and FIFOs) are theirs, not the program's: held, never counted.
  * libckpt's own registrations (the arena) are not here either.  A sorted
- * table; lookups are a binary search under a lock, and a launch's scan
- * takes the lock only when a parameter word falls within the bounds of
- * the program's ranges.
+ * table; lookups are a binary search under a lock.
  *
  * A standby pins nothing until it takes over: while it stands by, the
  * program's pinned allocations are ordinary pages (mmap) and its
@@ -52,24 +50,6 @@ static struct range {
 } *ranges;
 static size_t nranges, cap;
 int ckpt_host_visible;
-/* Every range of the program's lies in [reach_lo, reach_hi): a launch none
- * of whose parameter words falls there reaches none, which it finds
- * without the lock (the words are read again under it otherwise).  Written
- * under the lock, as ranges change. */
-static uintptr_t reach_lo = UINTPTR_MAX, reach_hi;
-
-/* Lock held. */
-static void set_bounds(void)
-{
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (size_t i = 0; i < nranges; i++)
-        if (!ranges[i].internal) {
-            lo = ranges[i].start < lo ? ranges[i].start : lo;
-            hi = ranges[i].end > hi ? ranges[i].end : hi;
-        }
-    __atomic_store_n(&reach_lo, lo, __ATOMIC_RELEASE);
-    __atomic_store_n(&reach_hi, hi, __ATOMIC_RELEASE);
-}
 
 /* The index of the first range ending after p. Lock held. */
 static size_t lower(uintptr_t p)
@@ -110,7 +90,6 @@ static void add_range(struct range r)
     nranges++;
     if (!r.internal)
         __atomic_add_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
-    set_bounds();
     pthread_mutex_unlock(&lock);
 }
 
@@ -130,7 +109,6 @@ static void drop(const void *p)
             __atomic_sub_fetch(&ckpt_host_visible, 1, __ATOMIC_RELAXED);
         memmove(&ranges[i], &ranges[i + 1], (nranges - i - 1) * sizeof(*ranges));
         nranges--;
-        set_bounds();
     }
     pthread_mutex_unlock(&lock);
 }
@@ -417,24 +395,21 @@ static bool words_reach(const void *p, size_t bytes, struct range *hit)
     return false;
 }
 
-/* Whether any aligned word of [p, p + bytes) falls in [lo, hi). No lock. */
-static bool words_within(const void *p, size_t bytes, uintptr_t lo, uintptr_t hi)
-{
-    for (size_t o = 0; o + sizeof(uintptr_t) <= bytes; o += sizeof(uintptr_t)) {
-        uintptr_t w;
-        memcpy(&w, (const char *)p + o, sizeof(w));
-        if (w >= lo && w < hi)
-            return true;
-    }
-    return false;
-}
-
 bool ckpt_launch_reaches_host(CUfunction f, void **params, void **extra, char *why, size_t whylen)
 {
     bool kept = false, reach = false, unknown = false;
     struct range hit = {0};
     CUresult asked[2] = {CUDA_SUCCESS, CUDA_SUCCESS};
     struct layout *l = params ? layout_of(f, &kept, asked) : NULL;
+    pthread_mutex_lock(&lock);
+    if (params && (!l || l->n < 0)) {
+        unknown = true;
+    } else if (params) {
+        /* kernelParams[i] points at parameter i, l->size[i] bytes.  The
+         * CPU double ends the array with NULL and takes no count. */
+        for (int i = 0; i < l->n && params[i] && !reach; i++)
+            reach = words_reach(params[i], l->size[i], &hit);
+    }
     /* extra: CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, ..., END */
     const void *buf = NULL;
     size_t bufsize = 0;
@@ -444,22 +419,9 @@ bool ckpt_launch_reaches_host(CUfunction f, void **params, void **extra, char *w
         else if (extra[k] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[k + 1])
             memcpy(&bufsize, extra[k + 1], sizeof(bufsize));
     }
-    unknown = params && (!l || l->n < 0);
-    /* kernelParams[i] points at parameter i, l->size[i] bytes.  The CPU
-     * double ends the array with NULL and takes no count. */
-    bool maybe = buf && words_within(buf, bufsize, __atomic_load_n(&reach_lo, __ATOMIC_ACQUIRE),
-                                     __atomic_load_n(&reach_hi, __ATOMIC_ACQUIRE));
-    for (int i = 0; params && !unknown && !maybe && i < l->n && params[i]; i++)
-        maybe = words_within(params[i], l->size[i], __atomic_load_n(&reach_lo, __ATOMIC_ACQUIRE),
-                             __atomic_load_n(&reach_hi, __ATOMIC_ACQUIRE));
-    if (maybe) { /* the common case, a launch with device pointers only, never gets here */
-        pthread_mutex_lock(&lock);
-        for (int i = 0; params && !unknown && i < l->n && params[i] && !reach; i++)
-            reach = words_reach(params[i], l->size[i], &hit);
-        if (!reach && buf)
-            reach = words_reach(buf, bufsize, &hit);
-        pthread_mutex_unlock(&lock);
-    }
+    if (!reach && buf)
+        reach = words_reach(buf, bufsize, &hit);
+    pthread_mutex_unlock(&lock);
     if (l && !kept)
         free(l);
     if (reach)
