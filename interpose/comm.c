@@ -75,7 +75,7 @@ struct vop {
     ncclRedOp_t logged, real;
     ncclDataType_t type;
     ncclScalarResidence_t residence;
-    unsigned char value[8]; /* a host-immediate scalar, read at the call as NCCL does */
+    _Alignas(8) unsigned char value[8]; /* a host-immediate scalar, read at the call as NCCL does */
     void *scalar;           /* a device-resident one */
     bool made, gone;
 };

@@ -281,7 +281,7 @@ struct nf_user_op {
     bool used;
     ncclDataType_t type;
     ncclScalarResidence_t residence;
-    unsigned char value[8]; /* host-immediate */
+    _Alignas(8) unsigned char value[8]; /* host-immediate */
     const void *dev;        /* device-resident */
 };
 
@@ -412,7 +412,7 @@ struct nf_op {
     /* A PreMulSum's scalar: its value (host-immediate, read when the op
      * was queued) or where the device holds it (read when it runs). */
     bool premul;
-    unsigned char scalar[8];
+    _Alignas(8) unsigned char scalar[8]; /* read as one element of type */
     const void *scalar_dev;
 };
 
