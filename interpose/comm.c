@@ -589,6 +589,17 @@ EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 
 /* ---- reduction operators */
 
+/* The bytes of one element of t (at most 8). */
+static size_t element_bytes(ncclDataType_t t)
+{
+    switch (t) {
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    default: return 1; /* 8-bit integers and floats */
+    }
+}
+
 /* The virtual operator op of the communicator whose handle is comm, or NULL. */
 static struct vop *virtual_op(ncclComm_t comm, ncclRedOp_t op)
 {
@@ -630,11 +641,8 @@ EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, nccl
         struct vop *o = nops < MAX_OPS ? &ops[nops] : NULL;
         if (o) {
             *o = (struct vop){.comm = v, .logged = *op, .type = datatype, .residence = residence, .scalar = scalar};
-            if (residence == ncclScalarHostImmediate) /* one element of datatype, at most 8 bytes */
-                memcpy(o->value, scalar, datatype == ncclFloat64 || datatype == ncclInt64 || datatype == ncclUint64
-                                             ? 8 : datatype == ncclInt32 || datatype == ncclUint32 ||
-                                                   datatype == ncclFloat32 ? 4 : datatype == ncclFloat16 ||
-                                                   datatype == ncclBfloat16 ? 2 : 1);
+            if (residence == ncclScalarHostImmediate)
+                memcpy(o->value, scalar, element_bytes(datatype));
             __atomic_store_n(&nops, nops + 1, __ATOMIC_RELEASE);
         }
         pthread_mutex_unlock(&lock);

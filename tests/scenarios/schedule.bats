@@ -133,7 +133,7 @@ gated() {
     for lane in compute collectives "device-to-host copies" "network sends" "disk writes" "time (ms)" 'id="legend"'; do
         [[ $svg == *"$lane"* ]] || { echo "missing: $lane"; false; }
     done
-    [ "$(grep -c 'not recorded yet' "$D/x.svg")" = 1 ] # disk writes: no persist in this test
+    [ "$(grep -c 'not recorded yet' "$D/x.svg")" = 2 ] # disk writes and the standby: no persist, no standby in this test
     [[ $svg == *"<title>replica send, iteration"* ]]
     if command -v xmllint >/dev/null; then xmllint --noout "$D/x.svg"; fi
 }
@@ -153,6 +153,6 @@ gated() {
     run "$INSPECT" timeline --rank 1 --iters 1..13 -o "$D/d.svg"
     [ "$status" -eq 0 ]
     [[ $(cat "$D/d.svg") == *"<title>persist, iteration"* ]]
-    [ "$(grep -c 'not recorded yet' "$D/d.svg")" = 1 ] # network sends: none in this job
+    [ "$(grep -c 'not recorded yet' "$D/d.svg")" = 2 ] # network sends and the standby: none in this job
     if command -v xmllint >/dev/null; then xmllint --noout "$D/d.svg"; fi
 }
