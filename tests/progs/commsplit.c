@@ -18,12 +18,12 @@
  * a factor the device holds and a kernel sets each iteration, the parity
  * group all-reduces a second buffer scaled by a per-rank constant (both
  * ncclRedOpCreatePreMulSum, device-resident and host-immediate, as
- * PyTorch's PREMUL_SUM and gradient averaging make them); the weights take
- * in both, and then a mix
- * that went through every other way NCCL moves data (ncclAlltoAll, then
+ * PyTorch's PREMUL_SUM and gradient averaging make them); a mix of the
+ * weights goes through every other way NCCL moves data (ncclAlltoAll, then
  * ncclGather to rank 0, ncclScatter from it, ncclBcast in place, as
- * expert-parallel and evaluation code does); rank 0 prints the loss, and
- * at the end every rank's digest of its weights.  Integer
+ * expert-parallel and evaluation code does); after the last collective the
+ * weights take in all three (the update); rank 0 prints the loss, and at
+ * the end every rank's digest of its weights.  Integer
  * sums only: the same on every run, whatever the order of arrival.
  *
  * Ranks from RANK and WORLD_SIZE, rank 0's unique id over TCP at
@@ -164,12 +164,15 @@ int main(int argc, char **argv)
         CHECK(set_scale_launch(DIM3(1), DIM3(1), s, dscale, (uint32_t)(it * 2 + 1 + rank)));
         NCHECK(ncclAllReduce(g, g, WORDS, ncclUint32, by_device, comm, s));
         NCHECK(ncclAllReduce(aux, aux, WORDS, ncclUint32, by_host, half, s));
-        CHECK(update_launch(DIM3(8), DIM3(256), s, w, g, aux, WORDS));
         CHECK(spread_launch(DIM3(1), DIM3(64), s, w, xa, xn, (uint32_t)(it * 977 + rank)));
         NCHECK(ncclAlltoAll(xa, xb, PART, ncclUint32, comm, s));
         NCHECK(ncclGather(xb + (size_t)rank * PART, xc, PART, ncclUint32, 0, comm, s));
         NCHECK(ncclScatter(xc, xd, PART, ncclUint32, 0, comm, s));
         NCHECK(ncclBcast(xd, PART, ncclUint32, 0, comm, s));
+        /* The update, after the iteration's last collective, as an
+         * optimizer step is (docs/scheduling.md: state written before it
+         * needs CKPT_CONSISTENCY=strict). */
+        CHECK(update_launch(DIM3(8), DIM3(256), s, w, g, aux, WORDS));
         CHECK(mix_in_launch(DIM3(8), DIM3(256), s, w, xd, WORDS));
         CHECK(fid_loss_launch(DIM3(1), DIM3(1), s, w, WORDS, dloss));
         CHECK(cudaMemcpyAsync(loss_h, dloss, sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
