@@ -86,7 +86,7 @@ static struct vcomm *comms;
 static struct vreg *regs;
 static size_t ncomms, nregs;
 #define MAX_OPS 1024
-static struct vop ops[MAX_OPS];
+static struct vop *ops; /* a table of MAX_OPS, mapped at the first */
 static size_t nops; /* read without the lock by collectives: grows only */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -638,7 +638,9 @@ EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, nccl
         if (r != ncclSuccess)
             return r;
         pthread_mutex_lock(&lock);
-        struct vop *o = nops < MAX_OPS ? &ops[nops] : NULL;
+        if (!ops)
+            ops = table(MAX_OPS * sizeof(*ops));
+        struct vop *o = ops && nops < MAX_OPS ? &ops[nops] : NULL;
         if (o) {
             *o = (struct vop){.comm = v, .logged = *op, .type = datatype, .residence = residence, .scalar = scalar};
             if (residence == ncclScalarHostImmediate)

@@ -355,7 +355,10 @@ __attribute__((visibility("default"))) CUresult cuMemAddressReserve(CUdeviceptr 
 {
     NEED_REAL(cuMemAddressReserve, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r = real_cuMemAddressReserve(ptr, size, alignment, addr, flags);
-    if (r == CUDA_SUCCESS && ckpt_active && ckpt_internal_call(__builtin_return_address(0)))
+    /* NCCL's only (inside an NCCL call, or on a thread a library started):
+     * a standby makes the driver's and the runtime's own for real, and
+     * holding their range again would move the program's addresses. */
+    if (r == CUDA_SUCCESS && ckpt_active && (ckpt_nccl_depth > 0 || ckpt_thread_internal))
         ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_RESERVE, *ptr, size);
     return r;
 }
@@ -364,7 +367,7 @@ __attribute__((visibility("default"))) CUresult cuMemAddressFree(CUdeviceptr ptr
 {
     NEED_REAL(cuMemAddressFree, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r = real_cuMemAddressFree(ptr, size);
-    if (r == CUDA_SUCCESS && ckpt_active && ckpt_internal_call(__builtin_return_address(0)))
+    if (r == CUDA_SUCCESS && ckpt_active && (ckpt_nccl_depth > 0 || ckpt_thread_internal))
         ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_FREE, ptr, 0);
     return r;
 }
