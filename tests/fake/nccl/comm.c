@@ -442,21 +442,27 @@ int nf_comm_register(struct nf_comm *c, void *buff, size_t size, void **handle)
     return 0;
 }
 
-int nf_comm_deregister(struct nf_comm *c, void *handle)
+/* Takes handle out of the comm's list *head and frees it; false when it is not there. */
+static bool unlink_reg(struct nf_comm *c, struct nf_reg **head, void *handle)
 {
     struct nf_reg **p, *found = NULL;
 
     pthread_mutex_lock(&c->lock);
-    for (p = &c->regs; *p && *p != handle; p = &(*p)->next)
+    for (p = head; *p && *p != handle; p = &(*p)->next)
         ;
     if (*p) {
         found = *p;
         *p = found->next;
     }
     pthread_mutex_unlock(&c->lock);
-    if (!found)
-        return nf_fail(-EINVAL, "ncclCommDeregister: %p is no registration of this comm", handle);
     free(found);
+    return found != NULL;
+}
+
+int nf_comm_deregister(struct nf_comm *c, void *handle)
+{
+    if (!unlink_reg(c, &c->regs, handle))
+        return nf_fail(-EINVAL, "ncclCommDeregister: %p is no registration of this comm", handle);
     return 0;
 }
 
@@ -488,18 +494,7 @@ int nf_comm_window_register(struct nf_comm *c, void *buff, size_t size, void **w
 
 int nf_comm_window_deregister(struct nf_comm *c, void *win)
 {
-    struct nf_reg **p, *found = NULL;
-
-    pthread_mutex_lock(&c->lock);
-    for (p = &c->wins; *p && *p != win; p = &(*p)->next)
-        ;
-    if (*p) {
-        found = *p;
-        *p = found->next;
-    }
-    pthread_mutex_unlock(&c->lock);
-    if (!found)
+    if (!unlink_reg(c, &c->wins, win))
         return nf_fail(-EINVAL, "ncclCommWindowDeregister: %p is no window of this comm", win);
-    free(found);
     return 0;
 }
