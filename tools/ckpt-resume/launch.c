@@ -180,6 +180,7 @@ int job_launch(struct job *job, uint64_t restore)
     /* New ranks write their logs anew: standbys start again behind them. */
     standby_stop(job, NULL);
     job->sb.lost[0] = '\0';
+    job->sb.lost_killed = false;
     memset(job->ranks, 0, opt->nproc * sizeof(*job->ranks));
     job->running = 0;
     job->pgid = 0;

@@ -139,6 +139,7 @@ struct standby {
                              * CKPT_REPLAY_LOG_DIR, PYTHONPATH; NULL */
     struct ckpt_follow **orders; /* opt->nproc entries, mapped while they run */
     char lost[256];         /* why they cannot take over ("": they can) */
+    bool lost_killed;       /* lost names a standby killed by a signal */
     double started_s;       /* when they were started, 0: not yet */
     uint64_t allowed;       /* the last iteration they were let replay to */
     double lag_s;           /* CKPT_STANDBY_LAG */

@@ -264,9 +264,13 @@ bool standby_reaped(struct job *job, pid_t pid, int status)
         return false;
     sb->ranks[i].pid = 0;
     sb->running--;
-    if (!sb->lost[0]) {
+    /* A standby killed is the cause, one that then exits (its peer gone
+     * from a communicator) a consequence, though it may be reaped first. */
+    bool killed = WIFSIGNALED(status);
+    if (!sb->lost[0] || (killed && !sb->lost_killed)) {
         int rank = job->opt->first_rank + i;
-        if (WIFSIGNALED(status))
+        sb->lost_killed = killed;
+        if (killed)
             snprintf(sb->lost, sizeof(sb->lost), "the standby of rank %d (pid %d) was killed by %s", rank, (int)pid,
                      sig_name(WTERMSIG(status)));
         else
@@ -300,9 +304,9 @@ void standby_stop(struct job *job, const char *why)
     struct standby *sb = &job->sb;
     if (!sb->ranks)
         return;
+    if (why)
+        ckpt_log(CKPT_INFO, "stopping the standbys: %s", why);
     if (sb->running > 0 && sb->pgid > 0) {
-        if (why)
-            ckpt_log(CKPT_INFO, "stopping the standbys: %s", why);
         kill(-sb->pgid, SIGKILL);
         for (int i = 0; i < job->opt->nproc; i++)
             if (sb->ranks[i].pid > 0)
