@@ -153,6 +153,14 @@ void ckpt_host_managed(const void *caller, uint64_t addr, uint64_t size, bool al
  * pinned host memory, or cannot be told; @why says which. */
 bool ckpt_launch_reaches_host(CUfunction f, void **params, void **extra, char *why, size_t whylen);
 
+/* Calls fn(word, arg) on every aligned 64-bit word of a launch's
+ * parameters (params as cuLaunchKernel takes them, and extra's buffer)
+ * until it returns true (params.c).  Returns 1 when fn stopped it, 0 when
+ * every word was seen, -1 when the driver cannot describe f's parameters
+ * (asked: the errors of cuFuncGetParamInfo and cuKernelGetParamInfo). */
+int ckpt_launch_scan(CUfunction f, void **params, void **extra, bool (*fn)(uint64_t, void *), void *arg,
+                     CUresult asked[2]);
+
 /* ---- the snapshot engine (snapshot.c), driven by the hooks. */
 
 /* Records that the program queued work on s (cheap; called per launch). */
@@ -255,6 +263,25 @@ CUresult ckpt_pace_collective(CUstream s);
 /* Queues what the gaps did not carry, and the done event, now: before the
  * update may run.  Returns CUDA_SUCCESS or the error of a failed copy. */
 CUresult ckpt_pace_flush(void);
+
+/* Copy before write (pacer.c): the program is about to queue work on s
+ * that may write through each of the n addresses; s is made to wait for
+ * the copies of the allocations they point into, queued at once if they
+ * were not.  Costs one load while no snapshot's copies are pending.
+ * Returns CUDA_SUCCESS or the error (the snapshot is then lost; s waits
+ * for every copy). */
+CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n);
+
+/* Whether a snapshot's copies are pending: a write must wait for them. */
+bool ckpt_pace_pending(void);
+
+/* The same for work that may write anything: s (host: the calling
+ * thread, for work whose stream is unknown) waits for every copy. */
+CUresult ckpt_pace_touch_all(CUstream s, bool host);
+
+/* Every stream of the program now waits for the copies in flight: writes
+ * need not wait one by one. */
+void ckpt_pace_ordered(void);
 
 /* Blocks until every copy of the snapshot in flight and its done event
  * are queued (the committer waits on done only then).  Returns

@@ -21,8 +21,9 @@
     return r
 
 /* A collective is a token of the call stream (what it does, on how much,
- * on which communicator) and queues work on its stream. */
-#define COLLECTIVE(name, args, op, count, type, comm, stream)                  \
+ * on which communicator) and queues work on its stream; what it writes
+ * (written, NULL for none) waits for its snapshot copy first (pacer.c). */
+#define COLLECTIVE(name, args, op, count, type, comm, stream, written)         \
     NEED_REAL(name, ncclSystemError);                                          \
     ncclComm_t held = comm; /* the program's handle (comm.c) */                \
     if (ckpt_replaying) {                                                      \
@@ -32,6 +33,10 @@
     ncclResult_t r;                                                            \
     if ((comm = ckpt_comm_real(comm, &r)) == NULL && r != ncclSuccess)         \
         return r;                                                              \
+    if (ckpt_active && (written)) {                                            \
+        uint64_t w_ = (uint64_t)(uintptr_t)(written);                          \
+        ckpt_pace_touch((CUstream)(stream), &w_, 1);                           \
+    }                                                                          \
     uint64_t t0 = ckpt_now_ns();                                               \
     ckpt_nccl_depth++;                                                         \
     r = real_##name args;                                                      \
@@ -129,57 +134,57 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupEnd(void)
 __attribute__((visibility("default"))) ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     op = ckpt_comm_op(comm, op);
-    COLLECTIVE(ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream), OP_ALLREDUCE, count, datatype, comm, stream);
+    COLLECTIVE(ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream), OP_ALLREDUCE, count, datatype, comm, stream, recvbuff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    COLLECTIVE(ncclBroadcast, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_BROADCAST, count, datatype, comm, stream);
+    COLLECTIVE(ncclBroadcast, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_BROADCAST, count, datatype, comm, stream, recvbuff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
     op = ckpt_comm_op(comm, op);
-    COLLECTIVE(ncclReduce, (sendbuff, recvbuff, count, datatype, op, root, comm, stream), OP_REDUCE, count, datatype, comm, stream);
+    COLLECTIVE(ncclReduce, (sendbuff, recvbuff, count, datatype, op, root, comm, stream), OP_REDUCE, count, datatype, comm, stream, recvbuff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    COLLECTIVE(ncclAllGather, (sendbuff, recvbuff, sendcount, datatype, comm, stream), OP_ALLGATHER, sendcount, datatype, comm, stream);
+    COLLECTIVE(ncclAllGather, (sendbuff, recvbuff, sendcount, datatype, comm, stream), OP_ALLGATHER, sendcount, datatype, comm, stream, recvbuff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     op = ckpt_comm_op(comm, op);
-    COLLECTIVE(ncclReduceScatter, (sendbuff, recvbuff, recvcount, datatype, op, comm, stream), OP_REDUCESCATTER, recvcount, datatype, comm, stream);
+    COLLECTIVE(ncclReduceScatter, (sendbuff, recvbuff, recvcount, datatype, op, comm, stream), OP_REDUCESCATTER, recvcount, datatype, comm, stream, recvbuff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    COLLECTIVE(ncclSend, (sendbuff, count, datatype, peer, comm, stream), OP_SEND, count, datatype, comm, stream);
+    COLLECTIVE(ncclSend, (sendbuff, count, datatype, peer, comm, stream), OP_SEND, count, datatype, comm, stream, (void *)NULL);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    COLLECTIVE(ncclRecv, (recvbuff, count, datatype, peer, comm, stream), OP_RECV, count, datatype, comm, stream);
+    COLLECTIVE(ncclRecv, (recvbuff, count, datatype, peer, comm, stream), OP_RECV, count, datatype, comm, stream, recvbuff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    COLLECTIVE(ncclBcast, (buff, count, datatype, root, comm, stream), OP_BROADCAST, count, datatype, comm, stream);
+    COLLECTIVE(ncclBcast, (buff, count, datatype, root, comm, stream), OP_BROADCAST, count, datatype, comm, stream, buff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    COLLECTIVE(ncclAlltoAll, (sendbuff, recvbuff, count, datatype, comm, stream), OP_ALLTOALL, count, datatype, comm, stream);
+    COLLECTIVE(ncclAlltoAll, (sendbuff, recvbuff, count, datatype, comm, stream), OP_ALLTOALL, count, datatype, comm, stream, recvbuff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    COLLECTIVE(ncclGather, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_GATHER, count, datatype, comm, stream);
+    COLLECTIVE(ncclGather, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_GATHER, count, datatype, comm, stream, recvbuff);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    COLLECTIVE(ncclScatter, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_SCATTER, count, datatype, comm, stream);
+    COLLECTIVE(ncclScatter, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_SCATTER, count, datatype, comm, stream, recvbuff);
 }

@@ -12,9 +12,26 @@
  * consistency is the snapshot engine's, unchanged.  It never places a copy
  * inside a profiled collective span, and never fails the program: its CUDA
  * errors go back to the snapshot engine.
+ *
+ * Copy before write.  Until the program's streams wait for the copies (at
+ * the iteration's last collective, or at once without collectives or under
+ * strict), the program runs on beside them, and may write an allocation
+ * before its copy has read it: an optimizer sharded as ZeRO shards it
+ * steps between collectives, a logging all-reduce may come after the step.
+ * So every write the program queues meanwhile (a kernel, through any
+ * pointer its parameters carry: it may write through each; a copy's or a
+ * memset's destination; a collective's receive buffer) first waits on the
+ * GPU for the copies of the allocations it reaches: those the pacer had not
+ * queued yet are queued at once on a stream of their own (the side stream,
+ * ordered after the boundary), those it had are waited for where they
+ * are.  A write it cannot see into (a graph launch, a kernel the driver
+ * cannot describe) waits for every copy.  A kernel that only reads an
+ * allocation waits for it too: the copies then run ahead of the program's
+ * first use of each allocation instead of in the gaps (touch_bytes).
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -58,6 +75,20 @@ static struct {
     bool bspill[BATCHES];
     bool events_ok;
     CUresult failed; /* the first copy error of the snapshot in flight */
+
+    /* Copy before write: pending until the program's streams wait for
+     * done.  Per record: the last main-stream batch holding a piece of it
+     * (-1: none; BATCHES: an untimed one) and whether the rest went on the
+     * side stream; the records in address order of their allocations. */
+    bool pending, indexed;
+    CUstream side;
+    CUevent side_done, tail;
+    bool side_ok, side_used;
+    int32_t *mb;
+    bool *sd;
+    long *order;
+    long rec_cap;
+    uint64_t touch_bytes;
 } P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* Queues up to max bytes of pieces from the cursor, timed as one batch
@@ -74,6 +105,13 @@ static CUresult batch(uint64_t max, bool spill)
     if (timed)
         real_cuEventRecord(P.ev[b][0], j->stream);
     while (P.i < j->n && sent < max && r == CUDA_SUCCESS) {
+        if (P.indexed && P.sd[P.i]) { /* copied before a write, on the side stream */
+            P.i++;
+            P.off = 0;
+            continue;
+        }
+        if (P.indexed)
+            P.mb[P.i] = timed ? (int32_t)b : BATCHES;
         uint64_t size = j->recs[P.i].bytes, len = size - P.off;
         if (len > PIECE)
             len = PIECE;
@@ -105,7 +143,10 @@ static CUresult batch(uint64_t max, bool spill)
     else
         P.now_bytes += sent;
     if (r == CUDA_SUCCESS && P.i >= j->n && !P.issued) {
-        r = real_cuEventRecord(j->done, j->stream);
+        if (P.side_used && (r = real_cuEventRecord(P.side_done, P.side)) == CUDA_SUCCESS)
+            r = real_cuStreamWaitEvent(j->stream, P.side_done, 0);
+        if (r == CUDA_SUCCESS)
+            r = real_cuEventRecord(j->done, j->stream);
         P.issued = true;
         __atomic_store_n(&P.paced, false, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&P.cond);
@@ -127,6 +168,47 @@ static void make_events(void)
                       real_cuEventCreate(&P.ev[b][1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
     if (!P.events_ok)
         ckpt_log_once(CKPT_WARN, "cannot create the copy timing events: copies are neither timed nor paced");
+    P.side_ok = real_cuStreamCreate(&P.side, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                real_cuEventCreate(&P.side_done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+                real_cuEventCreate(&P.tail, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    if (!P.side_ok)
+        ckpt_log_once(CKPT_WARN, "cannot create the side stream: a write before its allocation's copy waits "
+                                 "for every copy of the snapshot");
+}
+
+static int by_address(const void *a, const void *b, void *job)
+{
+    const struct ckpt_alloc *allocs = ((const struct ckpt_pace_job *)job)->allocs;
+    long i = *(const long *)a, k = *(const long *)b;
+    uint64_t x = allocs[i].addr, y = allocs[k].addr;
+    return x != y ? (x < y ? -1 : 1) : (i > k) - (i < k);
+}
+
+/* The per-record state of copy before write, for P.job; false when there
+ * is no memory for it (every write then waits for every copy).  With
+ * P.lock held. */
+static bool index_records(void)
+{
+    const struct ckpt_pace_job *j = &P.job;
+    if (j->n > P.rec_cap) {
+        long cap = j->n + j->n / 2 + 16;
+        int32_t *mb = realloc(P.mb, cap * sizeof(*mb));
+        P.mb = mb ? mb : P.mb;
+        bool *sd = mb ? realloc(P.sd, cap * sizeof(*sd)) : NULL;
+        P.sd = sd ? sd : P.sd;
+        long *order = sd ? realloc(P.order, cap * sizeof(*order)) : NULL;
+        P.order = order ? order : P.order;
+        if (!order)
+            return false;
+        P.rec_cap = cap;
+    }
+    for (long i = 0; i < j->n; i++) {
+        P.mb[i] = -1;
+        P.sd[i] = false;
+        P.order[i] = i;
+    }
+    qsort_r(P.order, j->n, sizeof(*P.order), by_address, (void *)j);
+    return true;
 }
 
 /* The next gap's share; a gap that carries less than a piece's worth of
@@ -152,6 +234,11 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     P.issued = false;
     P.failed = CUDA_SUCCESS;
     make_events();
+    P.side_used = false;
+    P.touch_bytes = 0;
+    /* The side stream starts where the main one does: after the boundary. */
+    P.indexed = P.side_ok && index_records() && real_cuStreamWaitEvent(P.side, job->start, 0) == CUDA_SUCCESS;
+    __atomic_store_n(&P.pending, true, __ATOMIC_RELEASE);
     paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && P.have_prof && P.rate_bps > 0 && P.events_ok;
     /* A snapshot copied within the profile's margin cannot delay a
      * collective by more than the margin allows: it goes now, and commits
@@ -224,6 +311,132 @@ CUresult ckpt_pace_wait_issued(void)
     return r;
 }
 
+/* The allocation holding a: the range [*lo, *hi) of P.order, or false. */
+static bool records_at(uint64_t a, long *lo, long *hi)
+{
+    const struct ckpt_pace_job *j = &P.job;
+    long l = 0, h = j->n;
+    while (l < h) { /* the first record whose allocation starts past a */
+        long mid = (l + h) / 2;
+        if (j->allocs[P.order[mid]].addr <= a)
+            l = mid + 1;
+        else
+            h = mid;
+    }
+    if (l == 0)
+        return false;
+    const struct ckpt_alloc *al = &j->allocs[P.order[l - 1]];
+    if (a >= al->addr + al->size)
+        return false;
+    *hi = l;
+    for (*lo = l - 1; *lo > 0 && j->allocs[P.order[*lo - 1]].addr == al->addr; (*lo)--)
+        ;
+    return true;
+}
+
+/* Every copy queued, and stream s (host: the host) waiting for them all.
+ * With P.lock held. */
+static CUresult wait_all(CUstream s, bool host)
+{
+    if (!P.issued) {
+        __atomic_store_n(&P.paced, false, __ATOMIC_RELEASE);
+        if (batch(UINT64_MAX, true) != CUDA_SUCCESS && !P.issued) { /* P.failed says why */
+            real_cuEventRecord(P.job.done, P.job.stream);
+            P.issued = true;
+        }
+        pthread_cond_broadcast(&P.cond);
+    }
+    if (!host)
+        return real_cuStreamWaitEvent(s, P.job.done, 0);
+    CUresult r = real_cuEventSynchronize(P.job.done);
+    __atomic_store_n(&P.pending, false, __ATOMIC_RELEASE); /* every copy is done */
+    return r;
+}
+
+CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
+{
+    const struct ckpt_pace_job *j = &P.job;
+    CUresult r = CUDA_SUCCESS;
+    int32_t main_batch = -1;
+    bool side = false;
+
+    if (!__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE))
+        return r;
+    pthread_mutex_lock(&P.lock);
+    if (!P.pending) {
+        pthread_mutex_unlock(&P.lock);
+        return r;
+    }
+    if (!P.indexed) {
+        r = wait_all(s, false);
+        pthread_mutex_unlock(&P.lock);
+        return r;
+    }
+    for (size_t k = 0; k < n && r == CUDA_SUCCESS; k++) {
+        long lo, hi;
+        if (!addrs[k] || !records_at(addrs[k], &lo, &hi))
+            continue;
+        for (long o = lo; o < hi && r == CUDA_SUCCESS; o++) {
+            long i = P.order[o];
+            if (P.mb[i] > main_batch)
+                main_batch = P.mb[i];
+            side |= P.sd[i];
+            if (P.sd[i] || i < P.i || !j->recs[i].bytes)
+                continue; /* its copy is queued whole */
+            /* Not queued yet, or only its first pieces (at the cursor):
+             * the rest goes now, on the side stream. */
+            uint64_t from = i == P.i ? P.off : 0, len = j->recs[i].bytes - from;
+            r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[i].offset + from,
+                                          j->allocs[i].addr + j->recs[i].start + from, len, P.side);
+            P.sd[i] = side = P.side_used = true;
+            P.queued += len;
+            P.touch_bytes += len;
+            if (i == P.i) {
+                P.i++;
+                P.off = 0;
+            }
+        }
+    }
+    if (r == CUDA_SUCCESS && side && (r = real_cuEventRecord(P.side_done, P.side)) == CUDA_SUCCESS)
+        r = real_cuStreamWaitEvent(s, P.side_done, 0);
+    if (r == CUDA_SUCCESS && main_batch >= 0) {
+        CUevent ev = main_batch < BATCHES ? P.ev[main_batch][1] : P.tail;
+        if (main_batch == BATCHES)
+            r = real_cuEventRecord(P.tail, j->stream);
+        if (r == CUDA_SUCCESS)
+            r = real_cuStreamWaitEvent(s, ev, 0);
+    }
+    if (r != CUDA_SUCCESS) {
+        if (P.failed == CUDA_SUCCESS)
+            P.failed = r; /* the snapshot is lost; the write waits for what was queued */
+        wait_all(s, false);
+    }
+    pthread_mutex_unlock(&P.lock);
+    return r;
+}
+
+CUresult ckpt_pace_touch_all(CUstream s, bool host)
+{
+    CUresult r = CUDA_SUCCESS;
+    if (!__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE))
+        return r;
+    pthread_mutex_lock(&P.lock);
+    if (P.pending)
+        r = wait_all(s, host);
+    pthread_mutex_unlock(&P.lock);
+    return r;
+}
+
+bool ckpt_pace_pending(void)
+{
+    return __atomic_load_n(&P.pending, __ATOMIC_ACQUIRE);
+}
+
+void ckpt_pace_ordered(void)
+{
+    __atomic_store_n(&P.pending, false, __ATOMIC_RELEASE);
+}
+
 void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, size_t statslen)
 {
     static const char *const modes[] = {"gap", "eager", "off"};
@@ -231,6 +444,7 @@ void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, siz
     double busy_ns = 0;
 
     pthread_mutex_lock(&P.lock);
+    __atomic_store_n(&P.pending, false, __ATOMIC_RELEASE); /* done completed */
     /* Where start lies on the host's clock: an event queued on the idle
      * copy stream completes at once; spinning on it (not sleeping) reads
      * the host clock within microseconds of its GPU time. */
@@ -266,9 +480,10 @@ void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, siz
     }
     int mode = (int)ckpt_cfg_int(CFG_SCHED);
     snprintf(stats, statslen, "\"sched\":\"%s\",\"paced\":%s,\"boundary_bytes\":%llu,\"gap_bytes\":%llu,"
-             "\"spill_bytes\":%llu,\"batches\":%u,\"profile_epoch\":%llu", modes[mode],
+             "\"spill_bytes\":%llu,\"touch_bytes\":%llu,\"batches\":%u,\"profile_epoch\":%llu", modes[mode],
              P.was_paced ? "true" : "false", (unsigned long long)P.now_bytes, (unsigned long long)P.gap_bytes,
-             (unsigned long long)P.spill_bytes, P.nbatch, (unsigned long long)(P.have_prof ? P.prof.epoch : 0));
+             (unsigned long long)P.spill_bytes, (unsigned long long)P.touch_bytes, P.nbatch,
+             (unsigned long long)(P.have_prof ? P.prof.epoch : 0));
     P.prof.copy_bps = (uint64_t)P.rate_bps;
     pthread_mutex_unlock(&P.lock);
 }

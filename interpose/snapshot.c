@@ -206,6 +206,7 @@ static void streams_wait_done(void)
     for (int i = 0; i < nstreams; i++)
         real_cuStreamWaitEvent(streams[i], S.done, 0);
     pthread_mutex_unlock(&streams_lock);
+    ckpt_pace_ordered();
 }
 
 /* One JSON line per committed snapshot; sched holds the pacer's members
@@ -759,6 +760,7 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
         /* strict: hold the program here until the copies are done. */
         double t0 = ckpt_now_s();
         real_cuEventSynchronize(S.done);
+        ckpt_pace_ordered();
         S.held_ms_last = (ckpt_now_s() - t0) * 1e3;
         S.held_ms += S.held_ms_last;
     } else if (has_collectives && mode != CKPT_SCHED_OFF) {

@@ -37,6 +37,44 @@ static inline bool suppressed(void)
     return __builtin_expect(ckpt_replaying, 0) && observed();
 }
 
+/* Copy before write (pacer.c): work the program queues on s waits for the
+ * snapshot copies of the allocations it may write.  A kernel may write
+ * through any pointer its parameters carry. */
+struct touched {
+    CUstream s;
+    size_t n;
+    uint64_t w[64];
+};
+
+static bool touched_word(uint64_t w, void *arg)
+{
+    struct touched *t = arg;
+    t->w[t->n++] = w;
+    if (t->n == sizeof(t->w) / sizeof(t->w[0])) {
+        ckpt_pace_touch(t->s, t->w, t->n);
+        t->n = 0;
+    }
+    return false;
+}
+
+static void touch_launch(CUstream s, CUfunction f, void **params, void **extra)
+{
+    if (!ckpt_pace_pending())
+        return;
+    struct touched t = {.s = s};
+    CUresult asked[2];
+    if (ckpt_launch_scan(f, params, extra, touched_word, &t, asked) < 0)
+        ckpt_pace_touch_all(s, false); /* where it writes cannot be told */
+    else if (t.n)
+        ckpt_pace_touch(s, t.w, t.n);
+}
+
+static void touch_dst(CUstream s, CUdeviceptr dst)
+{
+    uint64_t w = dst;
+    ckpt_pace_touch(s, &w, 1);
+}
+
 /* A host-visible call of the program returned r (the real call made):
  * recorded, or answered from the log in replay (the real call still made:
  * the device is idle then, and host functions queued before it have run
@@ -228,6 +266,8 @@ static CUresult htod(__typeof__(&cuMemcpyHtoD_v2) real, CUdeviceptr dstDevice, c
     CUresult r;
     if (answered(CKPT_OBS_HTOD, TOK_HTOD, &r))
         return r;
+    if (observed() && !ckpt_replaying)
+        touch_dst(CU_STREAM_LEGACY, dstDevice);
     return after(CKPT_OBS_HTOD, TOK_HTOD, real(dstDevice, srcHost, ByteCount));
 }
 PT_SAME(cuMemcpyHtoD_v2, _ptds, htod, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
@@ -264,6 +304,8 @@ static CUresult memcpy_sync(__typeof__(&cuMemcpy) real, CUdeviceptr dst, CUdevic
     if (suppressed() && (!to_host || ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, false)) &&
         answered(CKPT_OBS_MEMCPY, TOK_MEMCPY, &r))
         return r;
+    if (!to_host && observed() && !ckpt_replaying)
+        touch_dst(CU_STREAM_LEGACY, dst);
     r = real(dst, src, ByteCount);
     if (r == CUDA_SUCCESS && to_host && observed())
         ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, true);
@@ -399,6 +441,9 @@ static void launched(const void *caller, CUfunction f, void **params, void **ext
 #define LAUNCHED launched(__builtin_return_address(0), f, kernelParams, extra)
 #define NOT_A_LAUNCH (void)0
 
+#define TOUCH_LAUNCH touch_launch(s_, f, kernelParams, extra)
+#define TOUCH_DST touch_dst(s_, dstDevice)
+
 /*
  * Under lazy module loading (CUDA's default since 12.2) a function's first
  * launch loads its code into device memory, between the program's
@@ -488,7 +533,7 @@ static void load_suppressed(CUfunction f)
     pthread_mutex_unlock(&loaded_lock);
 }
 
-#define QUEUE_HOOK_(name, stream, null_means, launch, suppressed, params, args) \
+#define QUEUE_HOOK_(name, stream, null_means, launch, suppressed, touch, params, args) \
     EXPORT CUresult name params                                                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
@@ -500,25 +545,28 @@ static void load_suppressed(CUfunction f)
                 suppressed;                                                    \
                 return CUDA_SUCCESS;                                           \
             }                                                                  \
-            if (!ckpt_replaying)                                               \
+            if (!ckpt_replaying) {                                             \
                 ckpt_stream_seen(s_);                                          \
+                touch;                                                         \
+            }                                                                  \
         }                                                                      \
         return real_##name args;                                               \
     }
+/* A copy or a memset into dstDevice. */
 #define QUEUE_HOOK(name, sfx, stream, params, args) \
-    LAUNCH_HOOK(name, sfx, stream, NOT_A_LAUNCH, NOT_A_LAUNCH, params, args)
-#define LAUNCH_HOOK(name, sfx, stream, launch, suppressed, params, args)                   \
-    QUEUE_HOOK_(name, stream, NULL, launch, suppressed, params, args)                      \
-    QUEUE_HOOK_(name##sfx, stream, CU_STREAM_PER_THREAD, launch, suppressed, params, args)
+    LAUNCH_HOOK(name, sfx, stream, NOT_A_LAUNCH, NOT_A_LAUNCH, TOUCH_DST, params, args)
+#define LAUNCH_HOOK(name, sfx, stream, launch, suppressed, touch, params, args)                   \
+    QUEUE_HOOK_(name, stream, NULL, launch, suppressed, touch, params, args)                      \
+    QUEUE_HOOK_(name##sfx, stream, CU_STREAM_PER_THREAD, launch, suppressed, touch, params, args)
 #define LOAD_SUPPRESSED load_suppressed(f)
 
-LAUNCH_HOOK(cuLaunchKernel, _ptsz, hStream, LAUNCHED, LOAD_SUPPRESSED,
+LAUNCH_HOOK(cuLaunchKernel, _ptsz, hStream, LAUNCHED, LOAD_SUPPRESSED, TOUCH_LAUNCH,
            (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
             unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
             void **kernelParams, void **extra),
            (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams,
             extra))
-LAUNCH_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL, LAUNCHED, LOAD_SUPPRESSED,
+LAUNCH_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL, LAUNCHED, LOAD_SUPPRESSED, TOUCH_LAUNCH,
            (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
            (config, f, kernelParams, extra))
 QUEUE_HOOK(cuMemcpyHtoDAsync_v2, _ptsz, hStream,
@@ -556,8 +604,10 @@ static CUresult graph_launch(__typeof__(&cuGraphLaunch) real, CUstream null_mean
         ckpt_graphmem_launched(hGraphExec, false);
         return CUDA_SUCCESS;
     }
-    if (!ckpt_replaying)
+    if (!ckpt_replaying) {
         ckpt_stream_seen(s);
+        ckpt_pace_touch_all(s, false); /* its nodes' writes are not looked into */
+    }
     if ((r = real(hGraphExec, hStream)) == CUDA_SUCCESS)
         ckpt_graphmem_launched(hGraphExec, true);
     return r;
@@ -645,8 +695,10 @@ static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_mean
     bool live = capturing(s) || ckpt_history_work();
     if (ckpt_replaying && !live)
         return CUDA_SUCCESS;
-    if (!ckpt_replaying)
+    if (!ckpt_replaying) {
         ckpt_stream_seen(s);
+        touch_dst(s, dst);
+    }
     return real(dst, src, ByteCount, hStream);
 }
 PT_PAIR(cuMemcpyAsync, _ptsz, memcpy_async, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),

@@ -6,7 +6,9 @@
  * one forwards the call unchanged and, when the call is the program's,
  * marks replay unfaithful from the current iteration on, naming the entry
  * point: restores past that point are refused with the reason, never made
- * into a silently wrong state.  Older snapshots stay restorable.  A wrapper
+ * into a silently wrong state.  Older snapshots stay restorable, so a call
+ * made while a snapshot's copies are pending first waits for them (it may
+ * write what they have yet to read: pacer.c).  A wrapper
  * must never change what the call does or returns, and this file holds no
  * per-entry-point code: what one needs beyond the taint is a hook of its
  * own elsewhere.
@@ -30,9 +32,11 @@ static bool programs(const void *caller)
     EXPORT ret name params                                                     \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_FOUND);                                 \
-        if (programs(__builtin_return_address(0)))                             \
+        if (programs(__builtin_return_address(0))) {                           \
             ckpt_history_taint(#name ": libckpt does not follow this call, "   \
                                "so replay cannot reproduce what it does");     \
+            ckpt_pace_touch_all(NULL, true);                                   \
+        }                                                                      \
         return real_##name args;                                               \
     }
 #include "hooks.def"

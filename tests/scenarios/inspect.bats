@@ -93,7 +93,7 @@ flip() { # file offset: flips the low bit of the byte there
     # Each line's kinds add up to the bytes it copied (its "bytes" is the
     # image's data area, allocations aligned); the exit line names them.
     awk 'function f(k) { return match($0, "\"" k "\":[0-9]+") ? substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0 : -1 }
-         { kinds = f("plain") + f("async") + f("vmm") + f("managed") + f("pitch") + f("global"); copied = f("boundary_bytes") + f("gap_bytes") + f("spill_bytes")
+         { kinds = f("plain") + f("async") + f("vmm") + f("managed") + f("pitch") + f("global"); copied = f("boundary_bytes") + f("gap_bytes") + f("spill_bytes") + f("touch_bytes")
            if (kinds != copied || f("vmm") <= 0 || kinds > f("bytes")) { print "line " NR ": " kinds " by kind, " copied " copied: " $0; bad = 1 } }
          END { exit bad }' "$D/stats"
     grep -Eq "snapshots [0-9]+ \(skipped [0-9]+\), [0-9.]+ MiB each \(the last: [0-9.]+ MiB of allocations; copied plain [0-9.]+, stream-ordered [0-9.]+, VMM [0-9.]+, managed [0-9.]+, pitched [0-9.]+, device variables [0-9.]+ MiB\)" "$D/err"
