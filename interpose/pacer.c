@@ -81,6 +81,7 @@ static struct {
      * (-1: none; BATCHES: an untimed one) and whether the rest went on the
      * side stream; the records in address order of their allocations. */
     bool pending, indexed;
+    uint64_t lo, hi; /* the job's allocations lie in [lo, hi) */
     CUstream side;
     CUevent side_done, tail;
     bool side_ok, side_used;
@@ -202,11 +203,16 @@ static bool index_records(void)
             return false;
         P.rec_cap = cap;
     }
+    uint64_t lo = UINT64_MAX, hi = 0;
     for (long i = 0; i < j->n; i++) {
         P.mb[i] = -1;
         P.sd[i] = false;
         P.order[i] = i;
+        lo = j->allocs[i].addr < lo ? j->allocs[i].addr : lo;
+        hi = j->allocs[i].addr + j->allocs[i].size > hi ? j->allocs[i].addr + j->allocs[i].size : hi;
     }
+    __atomic_store_n(&P.lo, lo, __ATOMIC_RELAXED);
+    __atomic_store_n(&P.hi, hi, __ATOMIC_RELAXED);
     qsort_r(P.order, j->n, sizeof(*P.order), by_address, (void *)j);
     return true;
 }
@@ -362,6 +368,13 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
 
     if (!__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE))
         return r;
+    /* Most words of most launches are sizes and strides: no lock for them. */
+    uint64_t lo = __atomic_load_n(&P.lo, __ATOMIC_RELAXED), hi = __atomic_load_n(&P.hi, __ATOMIC_RELAXED);
+    size_t k = 0;
+    while (k < n && (addrs[k] < lo || addrs[k] >= hi))
+        k++;
+    if (k == n && __atomic_load_n(&P.indexed, __ATOMIC_RELAXED))
+        return r;
     pthread_mutex_lock(&P.lock);
     if (!P.pending) {
         pthread_mutex_unlock(&P.lock);
@@ -372,11 +385,11 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
         pthread_mutex_unlock(&P.lock);
         return r;
     }
-    for (size_t k = 0; k < n && r == CUDA_SUCCESS; k++) {
-        long lo, hi;
-        if (!addrs[k] || !records_at(addrs[k], &lo, &hi))
+    for (; k < n && r == CUDA_SUCCESS; k++) {
+        long first, end;
+        if (!addrs[k] || !records_at(addrs[k], &first, &end))
             continue;
-        for (long o = lo; o < hi && r == CUDA_SUCCESS; o++) {
+        for (long o = first; o < end && r == CUDA_SUCCESS; o++) {
             long i = P.order[o];
             if (P.mb[i] > main_batch)
                 main_batch = P.mb[i];
