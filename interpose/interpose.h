@@ -346,6 +346,9 @@ void ckpt_history_init(const char *dir, uint64_t restore);
 /* Ends the process with CKPT_EXIT_RESTORE, saying why to the user and to
  * ckpt-resume.  Only while replaying. */
 __attribute__((noreturn, format(printf, 1, 2))) void ckpt_refuse(const char *fmt, ...);
+/* A standby of a program that carries its own copy of NCCL refuses to
+ * stand by, naming the object (static_nccl.c). */
+void ckpt_refuse_static_nccl(void);
 
 /* True when this run keeps a replay log (recording or replaying). */
 bool ckpt_history_recording(void);

@@ -289,6 +289,7 @@ static void follow_init(const char *dir, uint64_t max)
     ckpt_standby_mem_begin();
     replay_start = ckpt_now_s();
     target = UINT64_MAX; /* not known until the orders name it */
+    ckpt_refuse_static_nccl();
     ckpt_log(CKPT_INFO, "standing by: following the replay log in %s", dir);
     if (!follow_on(0))
         ckpt_refuse("a standby cannot go live before the first iteration");

@@ -117,6 +117,21 @@ run_killed() {
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
+@test "a program that carries its own copy of NCCL gets no standby: it refuses when CUDA starts, before a communicator can be made, naming the object; no other is started, and the cold path ends bit-exact" {
+    local prog=$BUILD/tests/progs/ncclstatic
+    CKPT_STANDBY=0 ckpt --nproc 1 -- "$prog" --iters 400 >"$D/plain" 2>/dev/null
+    CKPT_FAULT=kill:rank=0:iter=300 ckpt --nproc 1 -- "$prog" --iters 400 >"$D/out" 2>"$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -q "^libckpt\[rank 0\]: error: the standby stops: $prog carries its own copy of NCCL 2.28.9, linked in statically: libckpt cannot see its API" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: warning: no more standbys for this job: the standby of rank 0 refused to stand by before its first iteration and would again$" "$D/err"
+    [ "$(grep -c '^ckpt-resume: started 1 standby ' "$D/err")" -eq 1 ]
+    [ "$(grep -c 'the standby stops' "$D/err")" -eq 1 ]
+    ( ! grep -q "standing by: following" "$D/err" )
+    [[ $(tail -n 1 "$D/err") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(cold\ [0-9]+\.[0-9]{3}\ s\)$ ]]
+    diff <(resumed_output "$D/out") "$D/plain"
+}
+
 @test "standbys stay out of the live job's way: its log, history and checkpoint files and its output are its own, with a failure and without" {
     # fid_files appends to a log it opened before CUDA, appends to a history
     # it opens each time, and writes its own checkpoint whole every

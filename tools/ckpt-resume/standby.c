@@ -279,6 +279,14 @@ bool standby_reaped(struct job *job, pid_t pid, int status)
                      WEXITSTATUS(status) == RESUME_EXIT_REFUSED ? " (its reason is said above)" : "");
         ckpt_log(CKPT_WARN, "%s: a failure now recovers by replaying from the start", sb->lost);
     }
+    /* Refused before it replayed an iteration: it would refuse again (its
+     * program is not one a standby can follow, it said why). */
+    if (!WIFSIGNALED(status) && WEXITSTATUS(status) == RESUME_EXIT_REFUSED && sb->orders[i] &&
+        !ckpt_follow_get(&sb->orders[i]->at)) {
+        ckpt_log(CKPT_WARN, "no more standbys for this job: the standby of rank %d refused to stand by before "
+                 "its first iteration and would again", job->opt->first_rank + i);
+        sb->on = false;
+    }
     return true;
 }
 
