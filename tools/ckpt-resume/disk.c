@@ -111,14 +111,13 @@ static void *worker(void *arg)
     struct disk *d = arg;
     struct ckpt_persist_req rq = { .arena = d->arena, .job = d->job, .ranks = d->ranks, .nranks = d->nranks,
                                    .iteration = d->iteration };
-    struct ckpt_persist_stats st;
-    char why[512];
+    struct ckpt_persist_stats st = {0};
 
     uint64_t t0 = ckpt_now_ns();
-    int rc = ckpt_persist_generation(d->engine, &rq, &st, why, sizeof(why));
+    d->out_rc = ckpt_persist_generation(d->engine, &rq, &st, d->out_why, sizeof(d->out_why));
     if (d->own_pin)
         unlink(d->pin);
-    if (rc == 0) {
+    if (d->out_rc == 0) {
         /* The write on each rank's timeline (its disk-writes lane). */
         struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_now_ns(), .arg = st.logical_bytes / st.nranks,
                                   .kind = CKPT_TL_DISK, .detail = (uint32_t)st.iteration};
@@ -126,26 +125,33 @@ static void *worker(void *arg)
         for (unsigned i = 0; i < d->nranks; i++)
             if (ckpt_arena_path(dir, sizeof(dir), d->arena, d->job, d->ranks[i]) == 0)
                 ckpt_tl_agent_add(dir, &e);
-        d->persisted++;
-        if (st.iteration > d->newest)
-            d->newest = st.iteration;
-        d->bytes += st.logical_bytes;
-        d->seconds += st.seconds;
         ckpt_log(CKPT_DEBUG, "persisted iteration %llu: %llu bytes in %.3f s", (unsigned long long)st.iteration,
                  (unsigned long long)st.logical_bytes, st.seconds);
-    } else {
-        failed(d, d->iteration, rc, why);
     }
+    d->out_iteration = st.iteration;
+    d->out_bytes = st.logical_bytes;
+    d->out_seconds = st.seconds;
     __atomic_store_n(&d->done, true, __ATOMIC_RELEASE);
     return NULL;
 }
 
-/* Joins a worker that has finished; true when none is running now. */
+/* Joins a worker that has finished and counts what it did (the counters
+ * are the main thread's: the metrics and the summary read them); true
+ * when none is running now. */
 static bool reap_worker(struct disk *d)
 {
     if (d->running && __atomic_load_n(&d->done, __ATOMIC_ACQUIRE)) {
         pthread_join(d->thread, NULL);
         d->running = false;
+        if (d->out_rc == 0) {
+            d->persisted++;
+            if (d->out_iteration > d->newest)
+                d->newest = d->out_iteration;
+            d->bytes += d->out_bytes;
+            d->seconds += d->out_seconds;
+        } else {
+            failed(d, d->iteration, d->out_rc, d->out_why);
+        }
     }
     return !d->running;
 }

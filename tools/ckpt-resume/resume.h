@@ -123,6 +123,11 @@ struct disk {
     uint64_t worst_lag;     /* the most iterations every rank had committed past it, seen at a commit */
     double seconds;         /* spent persisting what was persisted */
     uint64_t warned;        /* fault kinds (errno, 63: others) said once */
+    /* The worker's outcome, counted by the main thread once it is joined. */
+    int out_rc;
+    uint64_t out_iteration, out_bytes;
+    double out_seconds;
+    char out_why[512];
 };
 
 /* The job's standbys (standby.c): one per local rank, in a process group
