@@ -75,16 +75,10 @@ int main(int argc, char **argv)
         }
     }
     rendezvous rv = { getenv("MASTER_ADDR"), getenv("MASTER_PORT"), env_int("RANK", 0), env_int("WORLD_SIZE", 1) };
-    check(rv.world == 1 || (rv.addr && rv.port), "MASTER_ADDR and MASTER_PORT");
     ncclUniqueId id;
     if (rv.rank == 0)
         check(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
-    if (rv.world > 1) {
-        if (rv.rank == 0)
-            rendezvous_serve(&rv, &id);
-        else
-            rendezvous_fetch(&rv, &id);
-    }
+    rendezvous_share(&rv, &id);
     ncclComm_t comm;
     check(ncclCommInitRank(&comm, rv.world, id, rv.rank) == ncclSuccess, "ncclCommInitRank");
 

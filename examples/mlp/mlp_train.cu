@@ -570,13 +570,8 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaStreamCreate(&s));
     if (t.rank == 0)
         NCCL_CHECK(ncclGetUniqueId(&id));
-    if (t.world > 1) {
-        rendezvous rv = {t.master_addr, t.master_port, t.rank, t.world};
-        if (t.rank == 0)
-            rendezvous_serve(&rv, &id);
-        else
-            rendezvous_fetch(&rv, &id);
-    }
+    rendezvous rv = {t.master_addr, t.master_port, t.rank, t.world};
+    rendezvous_share(&rv, &id);
     NCCL_CHECK(ncclCommInitRank(&comm, t.world, id, t.rank));
     dog.comm = comm;
     dog.iter = 0;

@@ -5,7 +5,8 @@
  * the others connect, retrying while rank 0 is not listening yet.  Both
  * sides give up after RENDEZVOUS_TIMEOUT_S, so a job whose ranks never meet
  * ends with a message instead of hanging.  Failures here exit with status 1.
- * Included once, by mlp_train.cu: nvcc builds the trainer from that source.
+ * Included by mlp_train.cu (nvcc builds the trainer from that source) and
+ * by the multi-rank test and bench programs.
  */
 #ifndef MLP_RENDEZVOUS_H
 #define MLP_RENDEZVOUS_H
@@ -38,8 +39,8 @@ static double now_s(void)
 
 __attribute__((noreturn)) static void rendezvous_fail(const rendezvous *rv, const char *why)
 {
-    fprintf(stderr, "mlp-train[rank %d]: rendezvous at %s:%s: %s\n", rv->rank, rv->addr,
-            rv->port, why);
+    fprintf(stderr, "%s[rank %d]: rendezvous at %s:%s: %s\n", program_invocation_short_name, rv->rank,
+            rv->addr ? rv->addr : "(MASTER_ADDR unset)", rv->port ? rv->port : "(MASTER_PORT unset)", why);
     exit(1);
 }
 
@@ -119,6 +120,19 @@ static void rendezvous_fetch(const rendezvous *rv, ncclUniqueId *id)
             rendezvous_fail(rv, strerror(errno));
     }
     close(fd);
+}
+
+/* Rank 0's id (made before this) to every rank; one rank: nothing to do. */
+static void rendezvous_share(const rendezvous *rv, ncclUniqueId *id)
+{
+    if (rv->world < 2)
+        return;
+    if (!rv->addr || !rv->port)
+        rendezvous_fail(rv, "MASTER_ADDR and MASTER_PORT must be set");
+    if (rv->rank == 0)
+        rendezvous_serve(rv, id);
+    else
+        rendezvous_fetch(rv, id);
 }
 
 #endif /* MLP_RENDEZVOUS_H */

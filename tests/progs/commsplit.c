@@ -105,15 +105,8 @@ int main(int argc, char **argv)
     ncclUniqueId id;
     if (rank == 0)
         NCHECK(ncclGetUniqueId(&id));
-    if (world > 1) {
-        rendezvous rv = {getenv("MASTER_ADDR"), getenv("MASTER_PORT"), rank, world};
-        if (!rv.addr || !rv.port)
-            fid_fail("rendezvous", "MASTER_ADDR and MASTER_PORT must be set", __FILE__, __LINE__);
-        if (rank == 0)
-            rendezvous_serve(&rv, &id);
-        else
-            rendezvous_fetch(&rv, &id);
-    }
+    rendezvous rv = {getenv("MASTER_ADDR"), getenv("MASTER_PORT"), rank, world};
+    rendezvous_share(&rv, &id);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t comm, half;

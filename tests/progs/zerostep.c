@@ -87,15 +87,8 @@ int main(int argc, char **argv)
     ncclUniqueId id;
     if (rank == 0)
         NCHECK(ncclGetUniqueId(&id));
-    if (world > 1) {
-        rendezvous rv = {getenv("MASTER_ADDR"), getenv("MASTER_PORT"), rank, world};
-        if (!rv.addr || !rv.port)
-            fid_fail("rendezvous", "MASTER_ADDR and MASTER_PORT must be set", __FILE__, __LINE__);
-        if (rank == 0)
-            rendezvous_serve(&rv, &id);
-        else
-            rendezvous_fetch(&rv, &id);
-    }
+    rendezvous rv = {getenv("MASTER_ADDR"), getenv("MASTER_PORT"), rank, world};
+    rendezvous_share(&rv, &id);
     ncclComm_t comm;
     NCHECK(ncclCommInitRank(&comm, world, id, rank));
 
