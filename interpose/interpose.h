@@ -279,9 +279,9 @@ bool ckpt_pace_pending(void);
  * thread, for work whose stream is unknown) waits for every copy. */
 CUresult ckpt_pace_touch_all(CUstream s, bool host);
 
-/* Every stream of the program now waits for the copies in flight: writes
- * need not wait one by one. */
-void ckpt_pace_ordered(void);
+/* Writes need not wait for the copies one by one any more: every stream
+ * of the program waits for them, they are done, or the snapshot is lost. */
+void ckpt_pace_settled(void);
 
 /* Blocks until every copy of the snapshot in flight and its done event
  * are queued (the committer waits on done only then).  Returns

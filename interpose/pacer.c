@@ -266,6 +266,10 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     } else {
         r = batch(UINT64_MAX, false);
     }
+    if (r != CUDA_SUCCESS) { /* the snapshot is not taken: nothing to gate, nothing to wait for */
+        __atomic_store_n(&P.paced, false, __ATOMIC_RELEASE);
+        __atomic_store_n(&P.pending, false, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&P.lock);
     return r;
 }
@@ -445,7 +449,7 @@ bool ckpt_pace_pending(void)
     return __atomic_load_n(&P.pending, __ATOMIC_ACQUIRE);
 }
 
-void ckpt_pace_ordered(void)
+void ckpt_pace_settled(void)
 {
     __atomic_store_n(&P.pending, false, __ATOMIC_RELEASE);
 }

@@ -206,7 +206,7 @@ static void streams_wait_done(void)
     for (int i = 0; i < nstreams; i++)
         real_cuStreamWaitEvent(streams[i], S.done, 0);
     pthread_mutex_unlock(&streams_lock);
-    ckpt_pace_ordered();
+    ckpt_pace_settled();
 }
 
 /* One JSON line per committed snapshot; sched holds the pacer's members
@@ -333,6 +333,7 @@ static void *committer(void *arg)
                      (unsigned long long)S.hdr.generation, (unsigned long long)S.hdr.iteration,
                      (unsigned long long)S.hdr.data_bytes, ms);
         } else {
+            ckpt_pace_settled();
             S.skipped++;
             ckpt_log(CKPT_WARN, "snapshot of iteration %llu lost: its copies failed (CUDA error %d)",
                      (unsigned long long)S.hdr.iteration, (int)r);
@@ -760,7 +761,7 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
         /* strict: hold the program here until the copies are done. */
         double t0 = ckpt_now_s();
         real_cuEventSynchronize(S.done);
-        ckpt_pace_ordered();
+        ckpt_pace_settled();
         S.held_ms_last = (ckpt_now_s() - t0) * 1e3;
         S.held_ms += S.held_ms_last;
     } else if (has_collectives && mode != CKPT_SCHED_OFF) {
