@@ -65,7 +65,8 @@ int ckpt_resolve(const char *name);
 #define NEED_REAL(name, err)                                                   \
     do {                                                                       \
         ckpt_hook_called(CKPT_HOOK_##name);                                    \
-        if (__builtin_expect(!real_##name, 0) && ckpt_resolve(#name) < 0)      \
+        if (__builtin_expect(!__atomic_load_n(&real_##name, __ATOMIC_ACQUIRE), 0) && \
+            ckpt_resolve(#name) < 0)                                           \
             return (err);                                                      \
     } while (0)
 
