@@ -425,7 +425,8 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     rpgid=$(sed -n 's/^ckpt-resume: started 2 ranks of .* (process group \([0-9]*\),.*/\1/p' "$D/err")
     [ -n "$(pgrep -g "$pgid")" ]
     kill -KILL $job
-    for i in $(seq 50); do
+    # SIGKILL takes a while to end a large process (under ThreadSanitizer, seconds).
+    for i in $(seq 100); do
         [ -z "$(pgrep -g "$pgid")" ] && break
         sleep 0.1
     done
