@@ -29,6 +29,7 @@
  * without protection keys, lets the host touch device pages.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -116,6 +117,30 @@ static void map_none(uintptr_t p, size_t n)
     mmap((void *)p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 }
 
+/*
+ * FAKEGPU_VA_HINT: an address to ask mmap for instead of none.  For tests
+ * run under ThreadSanitizer, whose runtime maps memory of its own in
+ * amounts that depend on what the process did before its first context:
+ * a standby's range would start 2 MiB from its rank's for the sanitizer's
+ * sake, not libckpt's.
+ */
+static void *va_hint(void)
+{
+    const char *v = getenv("FAKEGPU_VA_HINT");
+    char *end;
+    unsigned long long at;
+
+    if (!v || !*v)
+        return NULL;
+    errno = 0;
+    at = strtoull(v, &end, 0);
+    if (errno || *end || at % CHUNK) {
+        fprintf(stderr, "fakegpu: FAKEGPU_VA_HINT=%s is not a 2 MiB-aligned address; ignored\n", v);
+        return NULL;
+    }
+    return (void *)(uintptr_t)at;
+}
+
 int fg_va_init(size_t device_bytes)
 {
     size_t want, len;
@@ -133,7 +158,7 @@ int fg_va_init(size_t device_bytes)
         want = (size_t)64 << 30;
     want = align_up(want, CHUNK);
     len = want + CHUNK;
-    p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    p = mmap(va_hint(), len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return -ENOMEM;
     /* Trim to a 2 MiB-aligned range. */
