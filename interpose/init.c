@@ -14,9 +14,11 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -39,6 +41,23 @@ static void warn_unknown(const char *name, const char *suggestion)
         ckpt_log(CKPT_WARN, "%s is not a libckpt variable (ckpt-resume --help-env lists them)", name);
 }
 
+/*
+ * A standby dies with its agent, from its first line: nothing would ever
+ * order it live, and it would hold a context on the GPU.  The signal is
+ * armed first and the agent looked for after, so an agent gone before
+ * either is seen (its pid, not our parent's: ckpt-resume may be pid 1 in
+ * a container, and a wrapper may stand between, which dies with it the
+ * same way).  The takeover disarms it: a rank outlives its agent.
+ */
+static void follow_agent(pid_t agent)
+{
+    if (agent <= 0)
+        return;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (kill(agent, 0) < 0 && errno == ESRCH)
+        _exit(CKPT_EXIT_RESTORE);
+}
+
 __attribute__((constructor)) static void ckpt_load(void)
 {
     char err[512], prefix[48];
@@ -52,6 +71,7 @@ __attribute__((constructor)) static void ckpt_load(void)
     }
     ckpt_log_init(prefix, (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
+    follow_agent((pid_t)ckpt_cfg_int(CFG_FOLLOW));
     disabled = ckpt_cfg_int(CFG_DISABLE);
     /* Here: a replaying program may open its files before it touches CUDA. */
     if (!disabled)

@@ -277,11 +277,6 @@ static void follow_init(const char *dir, uint64_t max)
     if (!(orders = ckpt_follow_map(dir, 0)))
         ckpt_refuse("no orders for a standby in %s/%s: %s", dir, CKPT_FOLLOW_FILE, strerror(errno));
     ckpt_follow_set(&orders->pid, (uint64_t)getpid());
-    /* A standby dies with its agent: nothing would ever order it live, and
-     * it holds a context on the GPU.  (Not covered: an agent that died
-     * between this process's start and here.  Its parent's pid says
-     * nothing: ckpt-resume may be pid 1 in a container.) */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (ckpt_rlog_open_follow(dir, disk_log(dir), max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_replaying = 1;

@@ -433,3 +433,27 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     [ -n "$rpgid" ] && kill -KILL -- -"$rpgid" 2>/dev/null || true
     [ -z "$(pgrep -g "$pgid")" ] || { ps -o pid,stat,args -g "$pgid"; return 1; }
 }
+
+@test "a standby dies with its ckpt-resume from its first line, before the program touches CUDA, and one whose ckpt-resume is already gone exits at once" {
+    local lib=$BUILD/lib/libckpt.so parent child i rc=0
+    # A program that never calls cuInit (sleep), its agent killed: the
+    # signal was armed when libckpt loaded.
+    bash -c "LD_PRELOAD=$lib CKPT_FOLLOW=\$\$ sleep 60 & echo \$! >$D/child; wait" &
+    parent=$!
+    for i in $(seq 100); do [ -s "$D/child" ] && break; sleep 0.05; done
+    child=$(cat "$D/child")
+    sleep 0.2 # past the constructor
+    kill -0 "$child"
+    kill -KILL "$parent"
+    for i in $(seq 100); do kill -0 "$child" 2>/dev/null || break; sleep 0.05; done
+    ! kill -0 "$child" 2>/dev/null || { kill -KILL "$child"; echo "the standby outlived its agent"; return 1; }
+
+    # An agent gone before the standby started: it exits with 75 before
+    # the program's first line.
+    bash -c 'exit 0' &
+    parent=$!
+    wait "$parent"
+    CKPT_FOLLOW=$parent LD_PRELOAD=$lib timeout 30 "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || rc=$?
+    [ "$rc" -eq 75 ] || { echo "exit $rc"; cat "$D/err"; return 1; }
+    [ ! -s "$D/out" ]
+}

@@ -1,12 +1,13 @@
 /*
  * Standbys on one node (CKPT_STANDBY): beside each rank, the same command
- * with CKPT_FOLLOW=1, which replays the rank's log as the rank writes it
- * (interpose/replay.c) up to the newest iteration every rank has committed,
- * so that it is never past a restore point.  They are started once every
- * rank has committed a first snapshot (their logs are whole by then), in a
- * process group of their own that stopping the job never reaches, with a
- * channel and a rank 0 port of their own: their rendezvous is a shadow job
- * that never meets the live one.  When the job fails, the standbys are
+ * with CKPT_FOLLOW set to our pid (a standby dies with us), which replays
+ * the rank's log as the rank writes it (interpose/replay.c) up to the
+ * newest iteration every rank has committed, so that it is never past a
+ * restore point.  They are started once every rank has committed a first
+ * snapshot (their logs are whole by then), in a process group of their own
+ * that stopping the job never reaches, with a channel and a rank 0 port of
+ * their own: their rendezvous is a shadow job that never meets the live
+ * one.  When the job fails, the standbys are
  * told the iteration to go live at; each restores its rank's snapshot
  * there, and they become the job's ranks without a replay from the start.
  * A standby that died, or a takeover that fails, leaves the cold path: a
@@ -41,15 +42,18 @@
 #define TAKEOVER_WAIT_S 60.0
 #define TAKEOVER_STILL_S 5.0
 
-/* The standbys' variables: the job's, with their own channel, and CKPT_FOLLOW. */
+/* The standbys' variables: the job's, with their own channel, and
+ * CKPT_FOLLOW, our pid: a standby lives only as long as this process. */
 static int standby_vars(struct job *job)
 {
     struct standby *sb = &job->sb;
+    char self[24];
     int rc, k = 4;
+    snprintf(self, sizeof(self), "%ld", (long)getpid());
     if ((rc = job_set_var(&sb->vars[0], "LD_PRELOAD", job->opt->preload)) < 0 ||
         (rc = job_set_var(&sb->vars[1], "CKPT_JOB", job->opt->job_name)) < 0 ||
         (rc = job_set_var(&sb->vars[2], "CKPT_AGENT_SOCKET", sb->chan.path)) < 0 ||
-        (rc = job_set_var(&sb->vars[3], "CKPT_FOLLOW", "1")) < 0 ||
+        (rc = job_set_var(&sb->vars[3], "CKPT_FOLLOW", self)) < 0 ||
         (job->disk.log_dir[0] && (rc = job_set_var(&sb->vars[k++], "CKPT_REPLAY_LOG_DIR", job->disk.log_dir)) < 0) ||
         (job->opt->pythonpath && (rc = job_set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
         return rc;
