@@ -90,6 +90,9 @@ static struct {
     long *order;
     long rec_cap;
     uint64_t touch_bytes;
+    CUevent sev[BATCHES][2]; /* timed side-stream copies: one pair per write that queued some */
+    uint64_t sbytes[BATCHES];
+    unsigned nside;
 } P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* Queues up to max bytes of pieces from the cursor, timed as one batch
@@ -166,7 +169,9 @@ static void make_events(void)
                   real_cuEventCreate(&P.clock, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
     for (int b = 0; b < BATCHES && P.events_ok; b++)
         P.events_ok = real_cuEventCreate(&P.ev[b][0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
-                      real_cuEventCreate(&P.ev[b][1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+                      real_cuEventCreate(&P.ev[b][1], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+                      real_cuEventCreate(&P.sev[b][0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+                      real_cuEventCreate(&P.sev[b][1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
     if (!P.events_ok)
         ckpt_log_once(CKPT_WARN, "cannot create the copy timing events: copies are neither timed nor paced");
     P.side_ok = real_cuStreamCreate(&P.side, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
@@ -242,6 +247,7 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     make_events();
     P.side_used = false;
     P.touch_bytes = 0;
+    P.nside = 0;
     /* The side stream starts where the main one does: after the boundary. */
     P.indexed = P.side_ok && index_records() && real_cuStreamWaitEvent(P.side, job->start, 0) == CUDA_SUCCESS;
     __atomic_store_n(&P.pending, true, __ATOMIC_RELEASE);
@@ -369,6 +375,8 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
     CUresult r = CUDA_SUCCESS;
     int32_t main_batch = -1;
     bool side = false;
+    uint64_t sent = 0;
+    bool timed = false;
 
     if (!__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE))
         return r;
@@ -403,6 +411,9 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
             /* Not queued yet, or only its first pieces (at the cursor):
              * the rest goes now, on the side stream. */
             uint64_t from = i == P.i ? P.off : 0, len = j->recs[i].bytes - from;
+            if (!sent && P.events_ok && P.nside < BATCHES)
+                timed = real_cuEventRecord(P.sev[P.nside][0], P.side) == CUDA_SUCCESS;
+            sent += len;
             r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[i].offset + from,
                                           j->allocs[i].addr + j->recs[i].start + from, len, P.side);
             P.sd[i] = side = P.side_used = true;
@@ -414,6 +425,8 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
             }
         }
     }
+    if (timed && real_cuEventRecord(P.sev[P.nside][1], P.side) == CUDA_SUCCESS)
+        P.sbytes[P.nside++] = sent;
     if (r == CUDA_SUCCESS && side && (r = real_cuEventRecord(P.side_done, P.side)) == CUDA_SUCCESS)
         r = real_cuStreamWaitEvent(s, P.side_done, 0);
     if (r == CUDA_SUCCESS && main_batch >= 0) {
@@ -489,6 +502,18 @@ void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, siz
                                   .detail = (uint32_t)snap_iter};
         ckpt_tl_add(&e);
         busy_ns += (b - a) * 1e6;
+    }
+    for (unsigned k = 0; k < P.nside; k++) { /* copied before a write: not the link's idle rate */
+        if (real_cuEventElapsedTime_v2(&a, P.job.start, P.sev[k][0]) != CUDA_SUCCESS ||
+            real_cuEventElapsedTime_v2(&b, P.job.start, P.sev[k][1]) != CUDA_SUCCESS)
+            continue;
+        ckpt_tl_add(&(struct ckpt_tl_event){.start_ns = start_host + (uint64_t)(a * 1e6),
+                                            .end_ns = start_host + (uint64_t)(b * 1e6),
+                                            .iteration = snap_iter + 1,
+                                            .arg = P.sbytes[k],
+                                            .kind = CKPT_TL_COPY,
+                                            .flags = CKPT_TL_GPU_TIME | CKPT_TL_TOUCH,
+                                            .detail = (uint32_t)snap_iter});
     }
     uint64_t bytes = P.now_bytes + P.gap_bytes + P.spill_bytes;
     if (busy_ns > 0 && bytes >= MIN_PIECE) { /* the rate of the copies themselves, idle gaps left out */

@@ -39,6 +39,9 @@ enum ckpt_tl_kind {
 #define CKPT_TL_SPILL 0x2
 /* Of a COPY: placed in an idle gap by CKPT_SCHED=gap. */
 #define CKPT_TL_PACED 0x4
+/* Of a COPY: queued on the side stream because the program was about to
+ * write what it copies (copy before write, interpose/pacer.c). */
+#define CKPT_TL_TOUCH 0x8
 
 /* NCCL functions, as detail of a CKPT_TL_COLL. */
 enum ckpt_tl_func {

@@ -121,8 +121,11 @@ gated() {
                 { echo "$cfg: rank 1 killed at iteration $k: the job resumed on a wrong state"; cat "$D/zerr"; false; }
         done
         if [ "$kib" = 1024 ]; then
-            # Paced, and the copies of what the step writes ran ahead of it.
+            # Paced, and the copies of what the step writes ran ahead of it,
+            # on the timeline as such.
             grep -q '"paced":true,.*"touch_bytes":[1-9]' "$D/zstats" || { cat "$D/zstats"; false; }
+            "$INSPECT" --job "z-$sched-$kib-$standby-4" timeline --rank 0 --iters 1..120 | grep -q '^[0-9]* copy .* touch$' ||
+                { "$INSPECT" --job "z-$sched-$kib-$standby-4" timeline --rank 0 --iters 1..120; false; }
         fi
     done
 }

@@ -132,9 +132,11 @@ static void list(const struct ckpt_tl_event *ev, size_t n, uint64_t a, uint64_t 
             snprintf(what, sizeof(what), "%s", ckpt_tl_func_name(ev[i].detail));
         else if (ev[i].kind == CKPT_TL_STANDBY) /* where it stood, and how far behind */
             snprintf(what, sizeof(what), "at=%llu,behind=%u", (unsigned long long)ev[i].arg, ev[i].detail);
+        uint32_t f = ev[i].flags;
+        const char *how = f & CKPT_TL_SPILL ? " spill" : f & CKPT_TL_PACED ? " gap" : f & CKPT_TL_TOUCH ? " touch" : "";
         printf("%llu %s %.3f %.3f %s %s%s\n", (unsigned long long)ev[i].iteration, kind_name(ev[i].kind),
-               (ev[i].start_ns - t0) / 1e6, (ev[i].end_ns - t0) / 1e6, what,
-               ev[i].flags & CKPT_TL_GPU_TIME ? "gpu" : "host", ev[i].flags & CKPT_TL_SPILL ? " spill" : ev[i].flags & CKPT_TL_PACED ? " gap" : "");
+               (ev[i].start_ns - t0) / 1e6, (ev[i].end_ns - t0) / 1e6, what, f & CKPT_TL_GPU_TIME ? "gpu" : "host",
+               how);
     }
 }
 

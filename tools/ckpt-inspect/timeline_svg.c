@@ -134,7 +134,10 @@ static void rank_lanes(FILE *f, const struct scale *s, const struct tl_rank *r, 
             break;
         case CKPT_TL_COPY:
             bar(f, s, top, L_COPY, e->start_ns, e->end_ns,
-                e->flags & CKPT_TL_SPILL ? "snapshot copy, spilled to the update" : "snapshot copy", e->iteration);
+                e->flags & CKPT_TL_SPILL   ? "snapshot copy, spilled to the update"
+                : e->flags & CKPT_TL_TOUCH ? "snapshot copy, before a write"
+                                           : "snapshot copy",
+                e->iteration);
             break;
         case CKPT_TL_NET:
             bar(f, s, top, L_NET, e->start_ns, e->end_ns, "replica send", e->iteration);
