@@ -122,17 +122,28 @@ static void rendezvous_fetch(const rendezvous *rv, ncclUniqueId *id)
     close(fd);
 }
 
-/* Rank 0's id (made before this) to every rank; one rank: nothing to do. */
+/* Rank 0's id (made before this) to every rank; one rank: nothing to do.
+ * Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT is
+ * torchrun's own store, whose protocol this exchange does not speak: it
+ * meets on the port after it. */
 static void rendezvous_share(const rendezvous *rv, ncclUniqueId *id)
 {
+    rendezvous at = *rv;
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    char port[24];
+
     if (rv->world < 2)
         return;
     if (!rv->addr || !rv->port)
         rendezvous_fail(rv, "MASTER_ADDR and MASTER_PORT must be set");
-    if (rv->rank == 0)
-        rendezvous_serve(rv, id);
+    if (agent && strcmp(agent, "True") == 0) {
+        snprintf(port, sizeof(port), "%ld", strtol(rv->port, NULL, 10) + 1);
+        at.port = port;
+    }
+    if (at.rank == 0)
+        rendezvous_serve(&at, id);
     else
-        rendezvous_fetch(rv, id);
+        rendezvous_fetch(&at, id);
 }
 
 #endif /* MLP_RENDEZVOUS_H */

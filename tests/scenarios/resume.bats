@@ -81,38 +81,65 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     [ "$(cat "$CKPT_ARENA_DIR/$(id -u)-other/rank0/slot0")" = keep ]
 }
 
-@test "under torchrun, whose own process initialises CUDA: the worker checkpoints, not torchrun; killed, it is resumed bit-exact" {
-    # A stand-in for torchrun as it runs: a Python script named torchrun
-    # that touches the driver (torchrun counts the GPUs) and starts its
-    # worker with TORCHELASTIC_RUN_ID.
-    cat >"$D/torchrun" <<SCRIPT
+# torchrun_standin FILE: a stand-in for torchrun as it runs a job, in
+# FILE: a Python script named torchrun that touches the driver (torchrun
+# counts the GPUs), serves its agent store on MASTER_PORT (a free port, as
+# --standalone picks) and starts --nproc-per-node workers with the
+# variables torchrun sets them, TORCHELASTIC_USE_AGENT_STORE=True among
+# them; the first that fails has the others stopped, and it exits 1.  It
+# writes the restarts it was asked for (PET_MAX_RESTARTS or
+# --max-restarts) to $D/pet.
+torchrun_standin() {
+    cat >"$1" <<SCRIPT
 #!/usr/bin/env python3
-import ctypes, os, subprocess, sys
+import ctypes, os, signal, socket, subprocess, sys, time
+args, nproc, restarts = sys.argv[1:], 1, os.environ.get("PET_MAX_RESTARTS", "unset")
+while args and args[0].startswith("--"):
+    key, eq, value = args.pop(0).partition("=")
+    if key in ("--standalone", "--no-python", "--no_python"):
+        continue
+    value = value if eq else args.pop(0)
+    if key in ("--nproc-per-node", "--nproc_per_node"):
+        nproc = int(value)
+    elif key in ("--max-restarts", "--max_restarts"):
+        restarts = value
+open("$D/pet", "a").write(restarts + "\\n")
 assert ctypes.CDLL("$BUILD/fake/libcuda.so.1").cuInit(0) == 0
-sys.exit(subprocess.call(sys.argv[1:], env=dict(os.environ, TORCHELASTIC_RUN_ID="bats")))
+store = socket.socket()
+store.bind(("127.0.0.1", 0))
+store.listen()
+env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.getsockname()[1]), WORLD_SIZE=str(nproc),
+           LOCAL_WORLD_SIZE=str(nproc), TORCHELASTIC_RUN_ID="bats", TORCHELASTIC_USE_AGENT_STORE="True",
+           TORCHELASTIC_RESTART_COUNT="0")
+workers = [subprocess.Popen(args, env=dict(env, RANK=str(r), LOCAL_RANK=str(r), GROUP_RANK="0")) for r in range(nproc)]
+rc = 0
+while workers:
+    for w in [w for w in workers if w.poll() is not None]:
+        workers.remove(w)
+        if w.returncode and not rc:
+            rc = 1
+            for other in workers:
+                other.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+sys.exit(rc)
 SCRIPT
-    chmod +x "$D/torchrun"
-    ckpt -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
-    (crash 0 "$D/crashed" 29 && CKPT_LOG=debug ckpt -- "$D/torchrun" "$TRAIN" $ARGS >"$D/out" 2>"$D/err") ||
-        { echo "exit $?"; cat "$D/err"; return 1; }
+    chmod +x "$1"
+}
+
+@test "under torchrun, whose own process initialises CUDA and serves its store on MASTER_PORT: the workers checkpoint, not torchrun; one killed, the job is resumed bit-exact" {
+    torchrun_standin "$D/torchrun"
+    ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
+    (crash 1 "$D/crashed" 29 && CKPT_LOG=debug ckpt -- "$D/torchrun" --nproc-per-node 2 --no-python "$TRAIN" $ARGS \
+        >"$D/out" 2>"$D/err") || { echo "exit $?"; cat "$D/err"; return 1; }
     [ -e "$D/crashed" ]
     grep -q "torchrun's own process: no rank, pass-through" "$D/err" || { cat "$D/err"; return 1; }
-    ! grep -q "in use by process" "$D/err" || { cat "$D/err"; return 1; }
-    grep -q '^libckpt\[rank 0\]: restored iteration 25 ' "$D/err" || { cat "$D/err"; return 1; }
+    ! grep -q "in use by process\|Address already in use" "$D/err" || { cat "$D/err"; return 1; }
+    grep -q '^libckpt\[rank 1\]: restored iteration 25 ' "$D/err" || { cat "$D/err"; return 1; }
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
 @test "under torchrun, ckpt-resume restarts the job: torchrun's own restarts are 0; asking torchrun for restarts is refused before anything starts" {
-    # The stand-in records the restarts torchrun would make (PET_MAX_RESTARTS,
-    # what torchrun reads for --max-restarts) and runs its worker.
-    cat >"$D/torchrun" <<SCRIPT
-#!/usr/bin/env python3
-import os, subprocess, sys
-open("$D/pet", "a").write(os.environ.get("PET_MAX_RESTARTS", "unset") + "\\n")
-args = [a for a in sys.argv[1:] if not a.startswith("--max")]
-sys.exit(subprocess.call(args, env=dict(os.environ, TORCHELASTIC_RUN_ID="bats")))
-SCRIPT
-    chmod +x "$D/torchrun"
+    torchrun_standin "$D/torchrun"
     ckpt -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
     (crash 0 "$D/crashed" 29 && ckpt -- "$D/torchrun" "$TRAIN" $ARGS >"$D/out" 2>"$D/err") || { cat "$D/err"; return 1; }
     [ -e "$D/crashed" ]
