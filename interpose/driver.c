@@ -200,6 +200,7 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char *
 __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     NEED_REAL(cuMemAlloc_v2, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_pace_shadow_take();
     CUresult r;
     if (!standby_alloc(__builtin_return_address(0), &r, dptr, bytesize))
         r = real_cuMemAlloc_v2(dptr, bytesize);
@@ -212,6 +213,7 @@ __attribute__((visibility("default"))) CUresult cuMemAllocPitch_v2(CUdeviceptr *
                                                                    size_t Height, unsigned int ElementSizeBytes)
 {
     NEED_REAL(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_pace_shadow_take();
     CUresult r = real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (r == CUDA_SUCCESS)
         track(*dptr, *pPitch * Height, CKPT_ALLOC_PITCH, NULL);
@@ -221,6 +223,7 @@ __attribute__((visibility("default"))) CUresult cuMemAllocPitch_v2(CUdeviceptr *
 __attribute__((visibility("default"))) CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     NEED_REAL(cuMemAllocManaged, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_pace_shadow_take();
     CUresult r = real_cuMemAllocManaged(dptr, bytesize, flags);
     if (r == CUDA_SUCCESS) {
         track(*dptr, bytesize, CKPT_ALLOC_MANAGED, NULL);
@@ -266,6 +269,7 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
     __attribute__((visibility("default"))) CUresult name params                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
+        ckpt_pace_shadow_take();                                               \
         CUstream s_ = ckpt_stream_or(hStream, null_means);                     \
         CUresult r;                                                            \
         if ((ckpt_active && ckpt_stream_capturing(s_)) ||                      \
@@ -354,6 +358,7 @@ __attribute__((visibility("default"))) CUresult cuMemAddressReserve(CUdeviceptr 
                                                                     CUdeviceptr addr, unsigned long long flags)
 {
     NEED_REAL(cuMemAddressReserve, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_pace_shadow_take();
     CUresult r = real_cuMemAddressReserve(ptr, size, alignment, addr, flags);
     /* NCCL's only (inside an NCCL call, or on a thread a library started):
      * a standby makes the driver's and the runtime's own for real, and

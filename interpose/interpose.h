@@ -280,6 +280,11 @@ bool ckpt_pace_pending(void);
  * thread, for work whose stream is unknown) waits for every copy. */
 CUresult ckpt_pace_touch_all(CUstream s, bool host);
 
+/* The program is about to make its first device allocation: the shadow
+ * for copies before writes (CKPT_SHADOW_MB) is taken first, so that it
+ * lies in the same place in every run of the program. */
+void ckpt_pace_shadow_take(void);
+
 /* Writes need not wait for the copies one by one any more: every stream
  * of the program waits for them, they are done, or the snapshot is lost. */
 void ckpt_pace_settled(void);

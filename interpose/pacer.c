@@ -28,6 +28,16 @@
  * cannot describe) waits for every copy.  A kernel that only reads an
  * allocation waits for it too: the copies then run ahead of the program's
  * first use of each allocation instead of in the gaps (touch_bytes).
+ *
+ * Through device memory (CKPT_SHADOW_MB): with a shadow, taken at the
+ * program's first device allocation, a copy not queued yet is made device
+ * to device into the shadow instead (at the device's memory bandwidth, on
+ * a stream of its own), the write waits only for that, and the shadow
+ * goes to the host in the gaps as the allocation would have
+ * (shadow_bytes).  What does not fit goes on the side stream as above.
+ * The shadow moves the program's later allocations by its size, the same
+ * way in every run; the log says where it is (an ASIDE record), so a
+ * standby holds its place.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -93,6 +103,15 @@ static struct {
     CUevent sev[BATCHES][2]; /* timed side-stream copies: one pair per write that queued some */
     uint64_t sbytes[BATCHES];
     unsigned nside;
+
+    /* The shadow: records copied into it before a write (sh: offset + 1,
+     * shfrom: from where in the record), the rest of each sent from there. */
+    CUdeviceptr shadow;
+    uint64_t shadow_size, shadow_used, shadow_bytes;
+    CUstream dd;
+    CUevent dd_done;
+    bool dd_ok, dd_unwaited;
+    uint64_t *sh, *shfrom;
 } P = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 /* Queues up to max bytes of pieces from the cursor, timed as one batch
@@ -114,16 +133,22 @@ static CUresult batch(uint64_t max, bool spill)
             P.off = 0;
             continue;
         }
-        if (P.indexed)
-            P.mb[P.i] = timed ? (int32_t)b : BATCHES;
         uint64_t size = j->recs[P.i].bytes, len = size - P.off;
+        CUdeviceptr src = j->allocs[P.i].addr + j->recs[P.i].start + P.off;
+        if (P.indexed && P.sh[P.i]) { /* the allocation may be written already: its shadow holds the bytes */
+            src = P.shadow + P.sh[P.i] - 1 + (P.off - P.shfrom[P.i]);
+            if (P.dd_unwaited && (r = real_cuStreamWaitEvent(j->stream, P.dd_done, 0)) != CUDA_SUCCESS)
+                break;
+            P.dd_unwaited = false;
+        } else if (P.indexed) {
+            P.mb[P.i] = timed ? (int32_t)b : BATCHES;
+        }
         if (len > PIECE)
             len = PIECE;
         if (len > max - sent)
             len = max - sent;
         if (len)
-            r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[P.i].offset + P.off,
-                                          j->allocs[P.i].addr + j->recs[P.i].start + P.off, len, j->stream);
+            r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[P.i].offset + P.off, src, len, j->stream);
         sent += len;
         P.off += len;
         if (P.off >= size) {
@@ -180,6 +205,11 @@ static void make_events(void)
     if (!P.side_ok)
         ckpt_log_once(CKPT_WARN, "cannot create the side stream: a write before its allocation's copy waits "
                                  "for every copy of the snapshot");
+    P.dd_ok = P.shadow && P.side_ok && ckpt_resolve("cuMemcpyDtoDAsync_v2") == 0 &&
+              real_cuStreamCreate(&P.dd, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+              real_cuEventCreate(&P.dd_done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    if (P.shadow && !P.dd_ok)
+        ckpt_log_once(CKPT_WARN, "cannot create the shadow's stream: writes wait for their copies to the host");
 }
 
 static int by_address(const void *a, const void *b, void *job)
@@ -204,7 +234,11 @@ static bool index_records(void)
         P.sd = sd ? sd : P.sd;
         long *order = sd ? realloc(P.order, cap * sizeof(*order)) : NULL;
         P.order = order ? order : P.order;
-        if (!order)
+        uint64_t *sh = order ? realloc(P.sh, cap * sizeof(*sh)) : NULL;
+        P.sh = sh ? sh : P.sh;
+        uint64_t *shfrom = sh ? realloc(P.shfrom, cap * sizeof(*shfrom)) : NULL;
+        P.shfrom = shfrom ? shfrom : P.shfrom;
+        if (!shfrom)
             return false;
         P.rec_cap = cap;
     }
@@ -212,6 +246,7 @@ static bool index_records(void)
     for (long i = 0; i < j->n; i++) {
         P.mb[i] = -1;
         P.sd[i] = false;
+        P.sh[i] = 0;
         P.order[i] = i;
         lo = j->allocs[i].addr < lo ? j->allocs[i].addr : lo;
         hi = j->allocs[i].addr + j->allocs[i].size > hi ? j->allocs[i].addr + j->allocs[i].size : hi;
@@ -248,8 +283,11 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     P.side_used = false;
     P.touch_bytes = 0;
     P.nside = 0;
-    /* The side stream starts where the main one does: after the boundary. */
-    P.indexed = P.side_ok && index_records() && real_cuStreamWaitEvent(P.side, job->start, 0) == CUDA_SUCCESS;
+    P.shadow_used = P.shadow_bytes = 0; /* the last snapshot's copies from it are done */
+    P.dd_unwaited = false;
+    /* The side streams start where the main one does: after the boundary. */
+    P.indexed = P.side_ok && index_records() && real_cuStreamWaitEvent(P.side, job->start, 0) == CUDA_SUCCESS &&
+                (!P.dd_ok || real_cuStreamWaitEvent(P.dd, job->start, 0) == CUDA_SUCCESS);
     __atomic_store_n(&P.pending, true, __ATOMIC_RELEASE);
     paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && P.have_prof && P.rate_bps > 0 && P.events_ok;
     /* A snapshot copied within the profile's margin cannot delay a
@@ -376,7 +414,7 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
     int32_t main_batch = -1;
     bool side = false;
     uint64_t sent = 0;
-    bool timed = false;
+    bool timed = false, dd = false;
 
     if (!__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE))
         return r;
@@ -406,16 +444,28 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
             if (P.mb[i] > main_batch)
                 main_batch = P.mb[i];
             side |= P.sd[i];
-            if (P.sd[i] || i < P.i || !j->recs[i].bytes)
-                continue; /* its copy is queued whole */
+            if (P.sd[i] || P.sh[i] || i < P.i || !j->recs[i].bytes)
+                continue; /* its copy is queued whole, or its shadow made */
             /* Not queued yet, or only its first pieces (at the cursor):
-             * the rest goes now, on the side stream. */
+             * the rest goes into the shadow if it fits, else now, on the
+             * side stream. */
             uint64_t from = i == P.i ? P.off : 0, len = j->recs[i].bytes - from;
+            CUdeviceptr src = j->allocs[i].addr + j->recs[i].start + from;
+            if (P.dd_ok && len <= P.shadow_size - P.shadow_used) {
+                r = real_cuMemcpyDtoDAsync_v2(P.shadow + P.shadow_used, src, len, P.dd);
+                P.sh[i] = P.shadow_used + 1;
+                P.shfrom[i] = from;
+                P.shadow_used += (len + 255) & ~(uint64_t)255;
+                if (P.shadow_used > P.shadow_size)
+                    P.shadow_used = P.shadow_size;
+                P.shadow_bytes += len;
+                dd = true;
+                continue;
+            }
             if (!sent && P.events_ok && P.nside < BATCHES)
                 timed = real_cuEventRecord(P.sev[P.nside][0], P.side) == CUDA_SUCCESS;
             sent += len;
-            r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[i].offset + from,
-                                          j->allocs[i].addr + j->recs[i].start + from, len, P.side);
+            r = real_cuMemcpyDtoHAsync_v2(j->dst + j->recs[i].offset + from, src, len, P.side);
             P.sd[i] = side = P.side_used = true;
             P.queued += len;
             P.touch_bytes += len;
@@ -427,6 +477,10 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
     }
     if (timed && real_cuEventRecord(P.sev[P.nside][1], P.side) == CUDA_SUCCESS)
         P.sbytes[P.nside++] = sent;
+    if (r == CUDA_SUCCESS && dd && (r = real_cuEventRecord(P.dd_done, P.dd)) == CUDA_SUCCESS) {
+        P.dd_unwaited = true; /* the main stream waits too, before it reads the shadow */
+        r = real_cuStreamWaitEvent(s, P.dd_done, 0);
+    }
     if (r == CUDA_SUCCESS && side && (r = real_cuEventRecord(P.side_done, P.side)) == CUDA_SUCCESS)
         r = real_cuStreamWaitEvent(s, P.side_done, 0);
     if (r == CUDA_SUCCESS && main_batch >= 0) {
@@ -443,6 +497,33 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
     }
     pthread_mutex_unlock(&P.lock);
     return r;
+}
+
+void ckpt_pace_shadow_take(void)
+{
+    static bool taken;
+    if (__atomic_load_n(&taken, __ATOMIC_ACQUIRE) || !ckpt_active || ckpt_self_depth)
+        return;
+    pthread_mutex_lock(&P.lock);
+    uint64_t bytes = (uint64_t)ckpt_cfg_int(CFG_SHADOW_MB) << 20;
+    /* A standby takes none: the log holds the rank's shadow in its place
+     * until the takeover, after which this process writes through PCIe. */
+    if (!taken && bytes && !ckpt_standby_mem_on()) {
+        CUresult r = ckpt_resolve("cuMemAlloc_v2") < 0 ? CUDA_ERROR_NOT_FOUND : real_cuMemAlloc_v2(&P.shadow, bytes);
+        if (r == CUDA_SUCCESS) {
+            P.shadow_size = bytes;
+            ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_ALLOC, P.shadow, bytes);
+            ckpt_log(CKPT_DEBUG, "shadow for copies before writes: %llu MiB at 0x%llx",
+                     (unsigned long long)(bytes >> 20), (unsigned long long)P.shadow);
+        } else {
+            P.shadow = 0;
+            ckpt_log(CKPT_WARN, "cannot take CKPT_SHADOW_MB=%llu MiB of device memory (CUDA error %d): a write "
+                     "before its allocation's copy waits for the copy to the host", (unsigned long long)(bytes >> 20),
+                     (int)r);
+        }
+    }
+    __atomic_store_n(&taken, true, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&P.lock);
 }
 
 CUresult ckpt_pace_touch_all(CUstream s, bool host)
@@ -522,9 +603,11 @@ void ckpt_pace_finished(uint64_t copied_at, uint64_t snap_iter, char *stats, siz
     }
     int mode = (int)ckpt_cfg_int(CFG_SCHED);
     snprintf(stats, statslen, "\"sched\":\"%s\",\"paced\":%s,\"boundary_bytes\":%llu,\"gap_bytes\":%llu,"
-             "\"spill_bytes\":%llu,\"touch_bytes\":%llu,\"batches\":%u,\"profile_epoch\":%llu", modes[mode],
+             "\"spill_bytes\":%llu,\"touch_bytes\":%llu,\"shadow_bytes\":%llu,\"batches\":%u,\"profile_epoch\":%llu",
+             modes[mode],
              P.was_paced ? "true" : "false", (unsigned long long)P.now_bytes, (unsigned long long)P.gap_bytes,
-             (unsigned long long)P.spill_bytes, (unsigned long long)P.touch_bytes, P.nbatch,
+             (unsigned long long)P.spill_bytes, (unsigned long long)P.touch_bytes,
+             (unsigned long long)P.shadow_bytes, P.nbatch,
              (unsigned long long)(P.have_prof ? P.prof.epoch : 0));
     P.prof.copy_bps = (uint64_t)P.rate_bps;
     pthread_mutex_unlock(&P.lock);
