@@ -30,11 +30,11 @@
  * first use of each allocation instead of in the gaps (touch_bytes).
  *
  * Through device memory (CKPT_SHADOW_MB): with a shadow, taken at the
- * program's first device allocation, a copy not queued yet is made device
- * to device into the shadow instead (at the device's memory bandwidth, on
- * a stream of its own), the write waits only for that, and the shadow
- * goes to the host in the gaps as the allocation would have
- * (shadow_bytes).  What does not fit goes on the side stream as above.
+ * program's first device allocation, every allocation that fits is copied
+ * into it at the boundary, device to device (at the device's memory
+ * bandwidth, on a stream of its own); a write waits only for that, and the
+ * shadow goes to the host in the gaps as the allocations would have
+ * (shadow_bytes).  What does not fit is copied before a write as above.
  * The shadow moves the program's later allocations by its size, the same
  * way in every run; the log says where it is (an ASIDE record), so a
  * standby holds its place.
@@ -104,8 +104,8 @@ static struct {
     uint64_t sbytes[BATCHES];
     unsigned nside;
 
-    /* The shadow: records copied into it before a write (sh: offset + 1,
-     * shfrom: from where in the record), the rest of each sent from there. */
+    /* The shadow: records copied into it at the boundary (sh: offset + 1,
+     * shfrom: from where in the record), sent to the host from there. */
     CUdeviceptr shadow;
     uint64_t shadow_size, shadow_used, shadow_bytes;
     CUstream dd;
@@ -266,6 +266,28 @@ static CUresult next_gap(void)
     return b >= MIN_PIECE || (b && b >= P.total - P.queued) ? batch(b, false) : CUDA_SUCCESS;
 }
 
+/* With a shadow: every record that fits is copied into it at once, device
+ * to device; the host's copies read them there, and a write waits only for
+ * the copies into it.  With P.lock held, indexed. */
+static CUresult shadow_fill(void)
+{
+    const struct ckpt_pace_job *j = &P.job;
+    CUresult r = CUDA_SUCCESS;
+    for (long i = 0; i < j->n && r == CUDA_SUCCESS; i++) {
+        uint64_t len = j->recs[i].bytes, room = P.shadow_size - P.shadow_used;
+        if (!len || len > room)
+            continue;
+        r = real_cuMemcpyDtoDAsync_v2(P.shadow + P.shadow_used, j->allocs[i].addr + j->recs[i].start, len, P.dd);
+        P.sh[i] = P.shadow_used + 1;
+        P.shfrom[i] = 0;
+        P.shadow_used += len + 255 < room ? (len + 255) & ~(uint64_t)255 : room;
+        P.shadow_bytes += len;
+    }
+    if (r == CUDA_SUCCESS && P.shadow_bytes && (r = real_cuEventRecord(P.dd_done, P.dd)) == CUDA_SUCCESS)
+        P.dd_unwaited = true; /* the main stream waits for it before it reads the shadow */
+    return r;
+}
+
 CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
 {
     pthread_mutex_lock(&P.lock);
@@ -288,6 +310,7 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     /* The side streams start where the main one does: after the boundary. */
     P.indexed = P.side_ok && index_records() && real_cuStreamWaitEvent(P.side, job->start, 0) == CUDA_SUCCESS &&
                 (!P.dd_ok || real_cuStreamWaitEvent(P.dd, job->start, 0) == CUDA_SUCCESS);
+    CUresult r = P.indexed && P.dd_ok ? shadow_fill() : CUDA_SUCCESS;
     __atomic_store_n(&P.pending, true, __ATOMIC_RELEASE);
     paced = paced && ckpt_cfg_int(CFG_SCHED) == CKPT_SCHED_GAP && P.have_prof && P.rate_bps > 0 && P.events_ok;
     /* A snapshot copied within the profile's margin cannot delay a
@@ -296,8 +319,7 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
     if (paced && (double)P.total / P.rate_bps * 1e9 < (double)P.prof.margin_ns)
         paced = false;
     P.was_paced = paced;
-    CUresult r;
-    if (paced) {
+    if (r == CUDA_SUCCESS && paced) {
         /* The first gap shortened before placing, so that what it cannot
          * carry goes to the later gaps, not to the update. */
         struct ckpt_sched_profile prof = P.prof;
@@ -307,7 +329,7 @@ CUresult ckpt_pace_start(const struct ckpt_pace_job *job, bool paced)
         P.next = 0;
         __atomic_store_n(&P.paced, true, __ATOMIC_RELEASE);
         r = next_gap(); /* the GPU is idle at the boundary: the first gap starts now */
-    } else {
+    } else if (r == CUDA_SUCCESS) {
         r = batch(UINT64_MAX, false);
     }
     if (r != CUDA_SUCCESS) { /* the snapshot is not taken: nothing to gate, nothing to wait for */
@@ -414,7 +436,7 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
     int32_t main_batch = -1;
     bool side = false;
     uint64_t sent = 0;
-    bool timed = false, dd = false;
+    bool timed = false, shadowed = false;
 
     if (!__atomic_load_n(&P.pending, __ATOMIC_ACQUIRE))
         return r;
@@ -444,24 +466,13 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
             if (P.mb[i] > main_batch)
                 main_batch = P.mb[i];
             side |= P.sd[i];
+            shadowed |= P.sh[i] != 0; /* its copy into the shadow may still be reading it */
             if (P.sd[i] || P.sh[i] || i < P.i || !j->recs[i].bytes)
                 continue; /* its copy is queued whole, or its shadow made */
             /* Not queued yet, or only its first pieces (at the cursor):
-             * the rest goes into the shadow if it fits, else now, on the
-             * side stream. */
+             * the rest goes now, on the side stream. */
             uint64_t from = i == P.i ? P.off : 0, len = j->recs[i].bytes - from;
             CUdeviceptr src = j->allocs[i].addr + j->recs[i].start + from;
-            if (P.dd_ok && len <= P.shadow_size - P.shadow_used) {
-                r = real_cuMemcpyDtoDAsync_v2(P.shadow + P.shadow_used, src, len, P.dd);
-                P.sh[i] = P.shadow_used + 1;
-                P.shfrom[i] = from;
-                P.shadow_used += (len + 255) & ~(uint64_t)255;
-                if (P.shadow_used > P.shadow_size)
-                    P.shadow_used = P.shadow_size;
-                P.shadow_bytes += len;
-                dd = true;
-                continue;
-            }
             if (!sent && P.events_ok && P.nside < BATCHES)
                 timed = real_cuEventRecord(P.sev[P.nside][0], P.side) == CUDA_SUCCESS;
             sent += len;
@@ -477,10 +488,8 @@ CUresult ckpt_pace_touch(CUstream s, const uint64_t *addrs, size_t n)
     }
     if (timed && real_cuEventRecord(P.sev[P.nside][1], P.side) == CUDA_SUCCESS)
         P.sbytes[P.nside++] = sent;
-    if (r == CUDA_SUCCESS && dd && (r = real_cuEventRecord(P.dd_done, P.dd)) == CUDA_SUCCESS) {
-        P.dd_unwaited = true; /* the main stream waits too, before it reads the shadow */
+    if (r == CUDA_SUCCESS && shadowed)
         r = real_cuStreamWaitEvent(s, P.dd_done, 0);
-    }
     if (r == CUDA_SUCCESS && side && (r = real_cuEventRecord(P.side_done, P.side)) == CUDA_SUCCESS)
         r = real_cuStreamWaitEvent(s, P.side_done, 0);
     if (r == CUDA_SUCCESS && main_batch >= 0) {
