@@ -240,13 +240,15 @@ check-sanitize: deps
 # capture, capture, restore, resume), the persist engine's I/O threads
 # (unit/persist*) and ckpt-resume's persist thread beside its launcher
 # (persist), ckpt-resume's agent channel and restarts (resume), a
-# program's thread answering the snapshots' questions (footprint).  The
-# double's emulated device threads and the timeline's seqlock are
-# suppressed (tests/tsan.supp says why).  Not in the subset: the double's
-# own tests, and the tests of several nodes (whose agents' fabric threads
-# are libfabric's, not built with the sanitizer).
+# program's thread answering the snapshots' questions (footprint), the
+# pacer's copies before writes beside the committer and ckpt-resume's
+# persist worker (schedule).  The double's emulated device threads and the
+# timeline's seqlock are suppressed (tests/tsan.supp says why).  Not in the
+# subset: the double's own tests, the tests of several nodes (whose agents'
+# fabric threads are libfabric's, not built with the sanitizer), and the
+# standbys' (their 20,000-iteration runs take many minutes sanitized).
 TSAN := -fsanitize=thread -fno-omit-frame-pointer
-TSAN_TESTS := unit/ capture restore resume persist fidelity footprint
+TSAN_TESTS := unit/ capture restore resume persist fidelity footprint schedule
 check-tsan: deps
 	$(Q)$(MAKE) --no-print-directory B=build-tsan CFLAGS="-O1 -g $(TSAN) -Wno-tsan" LDFLAGS="$(TSAN)" all
 	$(Q)BUILD=$(CURDIR)/build-tsan LD_LIBRARY_PATH=$(CURDIR)/build-tsan/fake TEST_UNDER_TSAN=1 \
