@@ -60,6 +60,10 @@ column() { awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$D/out/table.t
     [ "$(wc -l <"$D/out/logs/mlp--double-.stats")" -ge 20 ]
     [[ $(result 'mlp (double): iteration time, CKPT_EVERY=1') =~ ^[-+][0-9.]+% ]]
 
+    # Through a shadow in device memory: the same digest, and killed and resumed bit-exact.
+    [[ $(result 'mlp (double): iteration time, CKPT_EVERY=1, CKPT_SHADOW_MB=256') =~ \(([1-9][0-9]*)\ snapshots\ through\ the\ shadow\)$ ]]
+    [ "$(result 'mlp (double): kill at iteration 23 and resume, CKPT_SHADOW_MB=256')" = bit-exact ]
+
     # The kept arena verifies, and its timeline has GPU-timed collectives.
     [ "$(result 'mlp (double): newest snapshot verifies (ckpt-inspect)')" = yes ]
     [[ $(column 'mlp (double): newest snapshot verifies (ckpt-inspect)' 3) == *"(iteration 30) verified on all 1 rank" ]]
