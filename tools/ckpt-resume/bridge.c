@@ -53,16 +53,17 @@
 #include "resume.h"
 #include "wire.h"
 
-/* Without a watch, etcd is read every TURN_MIN_MS while messages move and
- * less often (up to TURN_MAX_MS) while none do.  With the watch on the
- * job's keys running, etcd is read when it says something changed, and
- * otherwise every WATCHED_MAX_MS (within a sixth of the lease, so that
- * renewals keep their time): N agents polling every 10 ms are 100 N
- * requests a second, which at 32 nodes kept a small etcd from renewing
- * their leases.  What the member or the coordinator sends goes out at
- * once. */
+/* etcd is read every TURN_MIN_MS while messages move and less often (up
+ * to TURN_MAX_MS) while none do.  With the watch on the job's keys
+ * running, it is read at once when the watch says something changed, and
+ * otherwise from WATCHED_MIN_MS while messages move up to WATCHED_MAX_MS
+ * (within a sixth of the lease, so that renewals keep their time): N
+ * agents polling every 10 ms are 100 N requests a second, which at 32
+ * nodes kept a small etcd from renewing their leases.  What the member or
+ * the coordinator sends goes out at once. */
 #define TURN_MIN_MS 10
 #define TURN_MAX_MS 80
+#define WATCHED_MIN_MS 40
 #define WATCHED_MAX_MS 500
 #define RETRY_MS 50
 #define CLOSED 0xffff /* a message that says the connection it stands for was closed */
@@ -655,9 +656,11 @@ static void launch_turn(void)
 static void *run(void *arg)
 {
     struct pollfd *p = calloc(3 + B.n, sizeof(*p));
-    int wait_ms = TURN_MIN_MS, quiet_ms = TURN_MAX_MS;
-    if (B.watch)
+    int wait_ms = TURN_MIN_MS, busy_ms = TURN_MIN_MS, quiet_ms = TURN_MAX_MS;
+    if (B.watch) {
+        busy_ms = WATCHED_MIN_MS;
         quiet_ms = B.ttl_s * 1000 / 6 < WATCHED_MAX_MS ? (int)(B.ttl_s * 1000 / 6) : WATCHED_MAX_MS;
+    }
     (void)arg;
     for (; p;) {
         int k = 0;
@@ -683,7 +686,7 @@ static void *run(void *arg)
             leader_turn();
         member_turn();
         launch_turn();
-        wait_ms = B.watch ? quiet_ms : B.moved != moved ? TURN_MIN_MS : wait_ms * 2 > quiet_ms ? quiet_ms : wait_ms * 2;
+        wait_ms = B.moved != moved ? busy_ms : wait_ms * 2 > quiet_ms ? quiet_ms : wait_ms * 2;
         /* The lease keeps its own time: a turn when its renewal is due,
          * and every RETRY_MS while one is late (etcd electing a leader). */
         double due_ms = (B.renewed + B.ttl_s / 3 - ckpt_now_s()) * 1000;
