@@ -171,6 +171,10 @@ $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(call obj,$(RUNTIME_SRC))
 $(B)/tests/unit/wire_auth: $(call obj,replica/auth.c replica/wire.c)
 $(B)/tests/unit/wire_auth: UNIT_LIBS := -lnettle
 $(B)/obj/tests/unit/wire_auth.o: ALL_CFLAGS += -Ireplica
+# A rank's replay log between agents, over loopback.
+$(B)/tests/unit/logship: $(call obj,tools/ckpt-resume/logship.c replica/auth.c replica/wire.c)
+$(B)/tests/unit/logship: UNIT_LIBS := -lnettle
+$(B)/obj/tests/unit/logship.o: ALL_CFLAGS += -Itools/ckpt-resume -Ireplica
 # The etcd client, against an etcd the test starts.
 $(B)/tests/unit/etcd: $(call obj,tools/ckpt-resume/etcd.c)
 $(B)/tests/unit/etcd: UNIT_LIBS := -lcurl -ljson-c -lnettle

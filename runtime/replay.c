@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -34,7 +36,6 @@
 #include "replay.h"
 #include "replay_int.h"
 
-#define FILE_HEADER 64
 #define DISK_MAX (1ULL << 40) /* a log on disk: bounded by the address space a standby reserves to follow it */
 
 struct rec {
@@ -135,10 +136,20 @@ static void remember(const char *dir, const char *disk, uint64_t max_bytes)
     arena_max = max_bytes;
 }
 
+/* A new lineage (replay_int.h): never 0, and not the one before. */
+static uint64_t new_lineage(uint64_t old)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+        v = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32;
+    return v && v != old ? v : old + 1;
+}
+
 int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char *why, size_t whylen)
 {
     char path[PATH_MAX + 16], head[FILE_HEADER] = FILE_MAGIC;
     uint32_t version = FILE_VERSION;
+    uint64_t lineage = new_lineage(0);
 
     ckpt_rlog_close();
     remember(dir, disk, max_bytes);
@@ -151,6 +162,7 @@ int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char
         return -e;
     }
     memcpy(head + 8, &version, sizeof(version));
+    memcpy(head + FILE_LINEAGE, &lineage, sizeof(lineage));
     if (write(f, head, sizeof(head)) != (ssize_t)sizeof(head)) {
         snprintf(why, whylen, "cannot write %s", file);
         close(f);
@@ -837,7 +849,15 @@ int ckpt_rlog_go_live(void)
         mapped = 0;
         drop_index(&cut);
         limit = on_disk ? DISK_MAX : arena_max;
-        if (ftruncate(fd, (off_t)end) < 0 || lseek(fd, (off_t)end, SEEK_SET) < 0)
+        /* Cut short, then a new lineage before anything is appended: a
+         * reader that saw the old lineage after reading bytes read no byte
+         * of the new log (ckpt_rlog_lineage). */
+        uint64_t lineage = 0;
+        if (pread(fd, &lineage, sizeof(lineage), FILE_LINEAGE) != (ssize_t)sizeof(lineage))
+            lineage = 0;
+        lineage = new_lineage(lineage);
+        if (ftruncate(fd, (off_t)end) < 0 || lseek(fd, (off_t)end, SEEK_SET) < 0 ||
+            pwrite(fd, &lineage, sizeof(lineage), FILE_LINEAGE) != (ssize_t)sizeof(lineage))
             rc = -errno;
         written = end;
     }

@@ -143,6 +143,11 @@ void ckpt_rlog_close(void);
 /* A read-only descriptor of dir's log, wherever it lives (the caller
  * closes it), or -errno with why. */
 int ckpt_rlog_open_fd(const char *dir, char *why, size_t whylen);
+/* The lineage of the log open on fd (nonzero), drawn anew whenever the log
+ * is made or cut short at a restore: while it stays the same, the file
+ * only grows, so bytes read between two equal readings of it are a prefix
+ * of the log.  0 for a file too short to say. */
+uint64_t ckpt_rlog_lineage(int fd);
 /* 1 with the path in disk when dir's log lives on disk, 0 when in the
  * arena, -errno when there is none. */
 int ckpt_rlog_where(const char *dir, char *disk, size_t disklen);

@@ -10,6 +10,12 @@
 
 #define FILE_MAGIC "CKPTRLG2"
 #define FILE_VERSION 2u
+/* The file header (FILE_HEADER bytes): the magic, the version (u32 at 8),
+ * and the lineage (u64 at FILE_LINEAGE): a value drawn anew each time the
+ * log is made or cut short, so that bytes read under one lineage are
+ * known to be a prefix of the log of the same lineage. */
+#define FILE_HEADER 64
+#define FILE_LINEAGE 16
 
 /* dir's replay.log. */
 void rlog_path(char *out, size_t n, const char *dir);

@@ -90,6 +90,12 @@ int ckpt_rlog_open_fd(const char *dir, char *why, size_t whylen)
     return rlog_open_log(dir, O_RDONLY, NULL, 0, why, whylen);
 }
 
+uint64_t ckpt_rlog_lineage(int fd)
+{
+    uint64_t v;
+    return pread(fd, &v, sizeof(v), FILE_LINEAGE) == (ssize_t)sizeof(v) ? v : 0;
+}
+
 int ckpt_rlog_where(const char *dir, char *disk, size_t disklen)
 {
     char why[64];

@@ -272,15 +272,13 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
         sleep 0.1
     done
     [[ $out == *"a stale epoch: the offer is of epoch 1, this node acts under epoch 2"* ]] || { echo "$out"; show; return 1; }
-    # Its replay log too (LOG {rank, size, job, epoch}, the bytes, LOG_END {xxh3}): refused, -ESTALE.
+    # Its replay log too (LOG {rank, size, job, epoch}, logship.c): refused at the offer, -ESTALE.
     out=$(python3 - "${addr##*:}" <<'PY'
 import socket, struct, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
 def send(t, payload):
-    s.sendall(b"CKRP" + struct.pack("<HHII", 3, t, len(payload), 0) + payload)
+    s.sendall(b"CKRP" + struct.pack("<HHII", 4, t, len(payload), 0) + payload)
 send(96, struct.pack("<IIQ", 1, 0, 16) + b"nodes".ljust(64, b"\0") + struct.pack("<Q", 1))
-send(97, b"x" * 16)
-send(98, struct.pack("<Q", 0))
 head = s.recv(16, socket.MSG_WAITALL)
 print("status", struct.unpack("<i", s.recv(4, socket.MSG_WAITALL))[0])
 PY
@@ -364,8 +362,8 @@ import socket, struct, sys
 for job, rank in ((b"nodes/../../../escape", 0), (b"other", 0), (b"nodes", 99)):
     s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
     log = struct.pack("<IIQ", rank, 0, 16) + job.ljust(64, b"\0") + struct.pack("<Q", 1 << 40)  # any epoch
-    s.sendall(b"CKRP" + struct.pack("<HHII", 3, 96, len(log), 0) + log)
-    s.sendall(b"CKRP" + struct.pack("<HHII", 3, 97, 16, 0) + b"x" * 16)
+    s.sendall(b"CKRP" + struct.pack("<HHII", 4, 96, len(log), 0) + log)
+    s.sendall(b"CKRP" + struct.pack("<HHII", 4, 97, 16, 0) + b"x" * 16)
     try:
         while s.recv(4096):
             pass
@@ -703,6 +701,14 @@ standbys_on_every_node() {
     local durable
     durable=$(sed -n 's/^ckpt-resume: replication: .*newest durable iteration \([0-9]*\)$/\1/p' "$D/err.0")
     [ -n "$durable" ] && [ "$durable" -ge 2900 ] || { echo "newest durable iteration: ${durable:-none}"; show; return 1; }
+    # Each round sends what the log grew by, not the whole log again: the
+    # bytes sent are the log once, not once per round.
+    local i sent whole
+    for i in 0 1; do
+        read -r sent whole < <(sed -n 's/^ckpt-resume: replay logs to peers: \([0-9]*\) bytes sent, of logs \([0-9]*\) bytes long.*/\1 \2/p' "$D/err.$i")
+        echo "node $i: replay log bytes sent $sent of $whole"
+        [ -n "$sent" ] && [ "$sent" -gt 0 ] && [ $((sent * 10)) -lt "$whole" ] || { show; return 1; }
+    done
 }
 
 @test "replication rounds are sent from the ranks' published schedule and show on their timelines" {

@@ -101,7 +101,7 @@ import socket, struct, sys
 HELLO, OFFER, ACCEPT, DONE, RESULT, PROGRESS = 1, 2, 3, 4, 5, 6
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 def send(t, payload=b""):
-    s.sendall(b"CKRP" + struct.pack("<HHII", 3, t, len(payload), 0) + payload)
+    s.sendall(b"CKRP" + struct.pack("<HHII", 4, t, len(payload), 0) + payload)
 def exact(n):
     b = b""
     while len(b) < n:

@@ -847,6 +847,12 @@ int member_run(struct job *job, int *restarts)
     }
 out:
     hang_up(m);
+    rep_wait(m->rep);
+    uint64_t offered, shipped;
+    rep_log_totals(m->rep, &offered, &shipped);
+    if (offered)
+        ckpt_log(CKPT_INFO, "replay logs to peers: %llu bytes sent, of logs %llu bytes long in all (the rest the "
+                 "peers held)", (unsigned long long)shipped, (unsigned long long)offered);
     rep_close(m->rep);
     /* Node 0 keeps coordinating until the others have heard the end. */
     if (m->coord)

@@ -6,8 +6,9 @@
  * holders, the copies a recovery asks of this node (a peer's replica sent
  * back to a replacement of its node), and the promotion of such a copy
  * into the arena a rank restores from.  A snapshot travels with its rank's
- * replay log, which a restore needs as much as the image: the log first,
- * then the image, whose commit makes the pair usable.  Nothing here ever
+ * replay log, which a restore needs as much as the image: the log first
+ * (logship.c: what the holder lacks of it), then the image, whose commit
+ * makes the pair usable.  Nothing here ever
  * holds a rank: a peer that is slow or gone makes a round fail, reported
  * to the coordinator, and the training goes on.
  */
@@ -24,9 +25,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "arena.h"
 #include "config.h"
 #include "coord.h"
@@ -41,19 +39,7 @@
 #include "wire.h"
 #include "util.h"
 
-/* A replay log travels as LOG {rank, size, job, epoch} then its bytes in pieces, then LOG_END {xxh3}; one
- * reply.  A log of an older epoch than the receiver's is refused (-ESTALE): its sender was left behind. */
-enum { REP_LOG = 96, REP_LOG_DATA, REP_LOG_END, REP_LOG_RESULT };
-#define LOG_PIECE (8u << 20)
 #define RX_TIMEOUT_MS 30000
-
-struct rep_log {
-    uint32_t rank, reserved;
-    uint64_t size;
-    char job[CKPT_JOB_MAX];
-    uint64_t epoch;                     /* the plan the sender acts under (coord.h) */
-};
-_Static_assert(sizeof(struct rep_log) == 24 + CKPT_JOB_MAX, "replay log offer layout");
 
 struct rep {
     const struct options *opt;
@@ -75,113 +61,10 @@ struct rep {
                                          * older one are refused, ours carry it */
     struct coord_addr *addrs;           /* every node's receiver, for the worker */
     unsigned nnodes;
+    struct logship *logs;               /* the replay logs sent and held (logship.c) */
 };
 
 /* ---------------------------------------------------------------- receiving */
-
-/* Makes DIR/<uid>-<job>/rank<N> (0700) for rank's log; its path into out. */
-static int rank_dir(const char *root, const char *job, uint32_t rank, char *out, size_t outlen)
-{
-    int rc = ckpt_arena_path(out, outlen, root, job, (int)rank);
-    if (rc < 0)
-        return rc;
-    char *slash = strrchr(out, '/');
-    *slash = '\0';
-    if (mkdir(root, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    if (mkdir(out, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    *slash = '/';
-    if (mkdir(out, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    struct stat st;
-    if (lstat(out, &st) < 0 || !S_ISDIR(st.st_mode) || !ckpt_private(&st))
-        return -EPERM;
-    return 0;
-}
-
-/* Receives one replay log on ctl into the store's rank directory; answers with the status. */
-static int receive_log(struct rep *r, int ctl)
-{
-    uint16_t type;
-    void *msg = NULL;
-    size_t len;
-    char dir[PATH_MAX], tmp[PATH_MAX + 32], path[PATH_MAX + 32];
-    int rc = ckpt_wire_recv(ctl, RX_TIMEOUT_MS, &type, &msg, &len), fd = -1;
-    const struct rep_log *lg = msg;
-
-    if (rc < 0)
-        return rc;
-    /* Only this job's ranks, and logs no longer than a rank may write: the
-     * job name becomes a path, and without CKPT_JOB_KEY anyone may ask. */
-    if (type != REP_LOG || len != sizeof(*lg) || !memchr(lg->job, '\0', sizeof(lg->job)) ||
-        strcmp(lg->job, r->opt->job_name) != 0 || lg->rank >= (uint32_t)(r->opt->nnodes * r->opt->nproc) ||
-        lg->size > (uint64_t)ckpt_cfg_int(CFG_REPLAY_LOG_MAX)) {
-        free(msg);
-        return -EPROTO;
-    }
-    uint64_t size = lg->size, got = 0, now = __atomic_load_n(&r->epoch, __ATOMIC_ACQUIRE);
-    if (lg->epoch < now) {
-        ckpt_log(CKPT_WARN, "refused rank %u's replay log: a stale epoch: the offer is of epoch %llu, this node acts "
-                 "under epoch %llu (the sender was left behind by a newer plan and is fenced)", lg->rank,
-                 (unsigned long long)lg->epoch, (unsigned long long)now);
-        rc = -ESTALE;
-    } else {
-        rc = rank_dir(r->peers, lg->job, lg->rank, dir, sizeof(dir));
-    }
-    free(msg);
-    if (rc == 0) {
-        snprintf(tmp, sizeof(tmp), "%s/replay.log.tmp", dir);
-        snprintf(path, sizeof(path), "%s/replay.log", dir);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0)
-            rc = -errno;
-    }
-    XXH3_state_t *xs = XXH3_createState();
-    if (xs)
-        XXH3_64bits_reset(xs);
-    for (;;) {
-        int r2 = ckpt_wire_recv(ctl, RX_TIMEOUT_MS, &type, &msg, &len);
-        if (r2 < 0) {
-            rc = r2;
-            break;
-        }
-        if (type == REP_LOG_DATA && got + len <= size) {
-            if (xs)
-                XXH3_64bits_update(xs, msg, len);
-            if (fd >= 0 && rc == 0 && write(fd, msg, len) != (ssize_t)len)
-                rc = -EIO;
-            got += len;
-            free(msg);
-            continue;
-        }
-        if (type == REP_LOG_END && len == sizeof(uint64_t) && got == size) {
-            uint64_t want;
-            memcpy(&want, msg, sizeof(want));
-            if (rc == 0 && (!xs || XXH3_64bits_digest(xs) != want))
-                rc = -EBADMSG;
-        } else {
-            rc = -EPROTO;
-        }
-        free(msg);
-        break;
-    }
-    if (xs)
-        XXH3_freeState(xs);
-    if (fd >= 0) {
-        if (close(fd) < 0 && rc == 0)
-            rc = -errno;
-        if (rc == 0 && rename(tmp, path) < 0)
-            rc = -errno;
-        if (rc < 0)
-            unlink(tmp);
-    }
-    if (rc != -ECONNRESET && rc != -ETIMEDOUT) {
-        int32_t status = rc;
-        ckpt_wire_send(ctl, REP_LOG_RESULT, &status, sizeof(status), NULL, 0);
-    }
-    return rc;
-}
 
 static void report(void *arg, const struct ckpt_replica_stats *st)
 {
@@ -205,8 +88,9 @@ static void serve_one(struct rep *r, int ctl)
 
     if (poll(&p, 1, RX_TIMEOUT_MS) <= 0 || recv(ctl, &fr, sizeof(fr), MSG_PEEK | MSG_WAITALL) != sizeof(fr))
         return;
-    if (fr.type == REP_LOG) {
-        int rc = receive_log(r, ctl);
+    if (logship_offer(fr.type)) {
+        int rc = logship_receive(r->logs, r->peers, r->opt->job_name, (unsigned)(r->opt->nnodes * r->opt->nproc),
+                                 __atomic_load_n(&r->epoch, __ATOMIC_ACQUIRE), ctl);
         if (rc < 0 && rc != r->rx_warned)
             ckpt_log(CKPT_WARN, "a replay log from a peer was not kept: %s", strerror(-rc));
         r->rx_warned = rc;
@@ -287,72 +171,6 @@ static int map_slot(const char *dir, uint64_t it, void **base, size_t *len, int 
     return -ENOENT;
 }
 
-/* Sends the replay log of the rank directory @dir to @to. */
-static int send_log(const char *dir, const char *job, int rank, uint64_t epoch, const char *to, char *why,
-                    size_t whylen)
-{
-    char path[PATH_MAX + 32];
-    int ctl, rc;
-
-    snprintf(path, sizeof(path), "%s/replay.log", dir);
-    int fd = ckpt_rlog_open_fd(dir, why, whylen);
-    struct stat st;
-    if (fd < 0)
-        return fd;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        snprintf(why, whylen, "cannot read %.300s: %s", path, strerror(-rc));
-        close(fd);
-        return rc;
-    }
-    if ((rc = ckpt_wire_connect(to, &ctl, why, whylen)) < 0) {
-        close(fd);
-        return rc;
-    }
-    struct rep_log lg = { .rank = (uint32_t)rank, .size = (uint64_t)st.st_size, .epoch = epoch };
-    snprintf(lg.job, sizeof(lg.job), "%s", job);
-    char *buf = malloc(LOG_PIECE);
-    XXH3_state_t *xs = XXH3_createState();
-    rc = buf && xs ? ckpt_wire_send(ctl, REP_LOG, &lg, sizeof(lg), NULL, 0) : -ENOMEM;
-    if (xs)
-        XXH3_64bits_reset(xs);
-    for (uint64_t off = 0; rc == 0 && off < lg.size;) {
-        size_t n = lg.size - off < LOG_PIECE ? (size_t)(lg.size - off) : LOG_PIECE;
-        ssize_t got = pread(fd, buf, n, (off_t)off);
-        if (got <= 0) {
-            rc = got < 0 ? -errno : -EIO;
-            break;
-        }
-        XXH3_64bits_update(xs, buf, (size_t)got);
-        rc = ckpt_wire_send(ctl, REP_LOG_DATA, buf, (size_t)got, NULL, 0);
-        off += (uint64_t)got;
-    }
-    if (rc == 0) {
-        uint64_t sum = XXH3_64bits_digest(xs);
-        uint16_t type;
-        void *msg = NULL;
-        size_t len;
-        rc = ckpt_wire_send(ctl, REP_LOG_END, &sum, sizeof(sum), NULL, 0);
-        if (rc == 0)
-            rc = ckpt_wire_recv(ctl, RX_TIMEOUT_MS, &type, &msg, &len);
-        if (rc == 0) {
-            int32_t status = -EPROTO;
-            if (type == REP_LOG_RESULT && len == sizeof(status))
-                memcpy(&status, msg, sizeof(status));
-            rc = status;
-        }
-        free(msg);
-    }
-    if (rc < 0 && !*why)
-        snprintf(why, whylen, "the replay log of rank %d did not reach %s: %s", rank, to, strerror(-rc));
-    if (xs)
-        XXH3_freeState(xs);
-    free(buf);
-    close(ctl);
-    close(fd);
-    return rc;
-}
-
 /* Replication rounds send in the idle gaps of the rank's own traffic (CKPT_SCHED=gap, runtime/schedule.h). */
 struct pacing {
     struct ckpt_sched_reader sched;
@@ -393,8 +211,8 @@ static int send_copy(struct rep *r, const char *dir, int rank, uint64_t it, cons
     int rc = map_slot(dir, it, &image, &len, &slot, why, whylen);
     if (rc < 0)
         return rc;
-    if ((rc = send_log(dir, r->opt->job_name, rank, __atomic_load_n(&r->epoch, __ATOMIC_ACQUIRE), to, why,
-                       whylen)) < 0)
+    if ((rc = logship_send(r->logs, dir, r->opt->job_name, rank, __atomic_load_n(&r->epoch, __ATOMIC_ACQUIRE), to,
+                           why, whylen)) < 0)
         goto out;
     /* A failed write can leave the endpoint holding a broken connection
      * (to a node that was replaced at the same address, say): the next
@@ -512,6 +330,8 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, int wa
     r->opt = opt;
     r->lfd = r->stop[0] = r->stop[1] = -1;
     r->wake = wake;
+    if (logship_open(&r->logs, (unsigned)(opt->nnodes * opt->nproc)) < 0)
+        return -ENOMEM;
     snprintf(r->ip, sizeof(r->ip), "%s", ip);
     snprintf(r->peers, sizeof(r->peers), "%s/%s", opt->arena_root, CKPT_PEERS_SUBDIR);
     snprintf(hostport, sizeof(hostport), strchr(ip, ':') ? "[%s]:0" : "%s:0", ip);
@@ -587,7 +407,7 @@ int rep_start(struct rep *r, uint64_t it, const struct coord_addr *addrs, unsign
 /* Waits for a running round to end. */
 void rep_wait(struct rep *r)
 {
-    if (r->tx_running) {
+    if (r && r->tx_running) {
         pthread_join(r->tx, NULL);
         r->tx_running = false;
     }
@@ -673,7 +493,7 @@ int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, si
 
     int rc = ckpt_arena_path(from, sizeof(from), r->peers, opt->job_name, rank);
     if (rc == 0)
-        rc = rank_dir(opt->arena_root, opt->job_name, (uint32_t)rank, to, sizeof(to));
+        rc = logship_rank_dir(opt->arena_root, opt->job_name, (uint32_t)rank, to, sizeof(to));
     if (rc < 0) {
         snprintf(why, whylen, "cannot prepare rank %d's arena: %s", rank, strerror(-rc));
         return rc;
@@ -737,8 +557,14 @@ void rep_close(struct rep *r)
         ckpt_fab_close(r->rx_fab);
     if (r->tx_fab)
         ckpt_fab_close(r->tx_fab);
+    logship_close(r->logs);
     free(r->addrs);
     free(r);
+}
+
+void rep_log_totals(const struct rep *r, uint64_t *offered, uint64_t *shipped)
+{
+    logship_totals(r ? r->logs : NULL, offered, shipped);
 }
 
 /* Removes the replicas this node kept for the job (the job is over): the store is laid out as an arena. */

@@ -386,5 +386,32 @@ int rep_remove(const struct options *opt);
 /* The plan this node now acts under (its epoch, coord.h): what it sends
  * carries it, and it refuses offers of older ones. */
 void rep_epoch(struct rep *r, uint64_t epoch);
+/* Bytes of replay logs this node sent to peers, whole or in part, and of
+ * them the bytes that travelled (the rest the peers held already). */
+void rep_log_totals(const struct rep *r, uint64_t *offered, uint64_t *shipped);
+
+/* logship.c: a rank's replay log between agents, only the bytes the
+ * receiver lacks.  The first frame type of an offer, and how long either
+ * side waits for the other. */
+#define LOGSHIP_OFFER 96
+#define LOGSHIP_TIMEOUT_MS 30000
+struct logship;
+/* For the logs of ranks 0 .. nranks-1; logship_close lets go. */
+int logship_open(struct logship **out, unsigned nranks);
+void logship_close(struct logship *ls);
+/* Sends the replay log of the rank directory dir (rank's) to the agent at
+ * to, under epoch.  0 or -errno with why. */
+int logship_send(struct logship *ls, const char *dir, const char *job, int rank, uint64_t epoch, const char *to,
+                 char *why, size_t whylen);
+/* A connection whose first frame is of this type is an offer. */
+bool logship_offer(uint16_t type);
+/* Takes the log offered on ctl into root's rank directory, for job (of
+ * nranks ranks) under epoch: offers of older epochs are refused.  0 or
+ * -errno; the sender is told either way. */
+int logship_receive(struct logship *ls, const char *root, const char *job, unsigned nranks, uint64_t epoch, int ctl);
+void logship_totals(const struct logship *ls, uint64_t *offered, uint64_t *shipped);
+/* Makes root/<uid>-<job>/rank<N> (0700), a private directory, where a
+ * rank's log is kept; its path into out. */
+int logship_rank_dir(const char *root, const char *job, uint32_t rank, char *out, size_t outlen);
 
 #endif
