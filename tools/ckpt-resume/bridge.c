@@ -20,7 +20,10 @@
  *   <job>/e<epoch>/down/<I>/<lease>/<n>
  *                              the coordinator's n-th to it (a type and a
  *                              payload, as on the wire); each taken once, in
- *                              order, and deleted.  A new agent for node I
+ *                              order, and deleted; each put by a
+ *                              transaction that holds only while the
+ *                              leader key is of that epoch (down) or the
+ *                              node key is the one this agent claimed (up).  A new agent for node I
  *                              (a replacement, or one back from a
  *                              partition with a new lease) has boxes of its
  *                              own: nothing of its predecessor's reaches it.
@@ -77,9 +80,15 @@ struct link {
     uint64_t taken;         /* the next one it takes */
 };
 
-/* A message that etcd did not take yet: put again, in order, next turn. */
+/* A message that etcd did not take yet: put again, in order, next turn.
+ * It is put only while its guard holds: the key guard was created at
+ * revision rev (the leader key of the epoch a leader speaks for, or the
+ * node key a member's agent claimed), so that an agent that lost its
+ * lease, and may not know it yet, writes no message and no decision. */
 struct outgoing {
     char key[400];
+    char guard[300];
+    int64_t rev;
     char *value;
     size_t len;
 };
@@ -94,6 +103,7 @@ struct bridge {
     struct options copt;    /* the coordinator's: it listens on loopback */
     char prefix[256];
     int64_t lease;
+    int64_t claimed;            /* the revision this agent's node key was created at */
     double ttl_s, renewed;
     bool fenced;
     unsigned node, n;
@@ -140,6 +150,24 @@ static void box(char *out, size_t n, int64_t epoch, const char *dir, unsigned no
     snprintf(out, n, "%se%" PRId64 "/%s/%u/%" PRIx64 "/", B.prefix, epoch, dir, node, (uint64_t)lease);
 }
 
+/* A message etcd did not put: its guard no longer holds.  Said once per
+ * guard; the protocol does not wait for it (a leader that lost its lease
+ * is replaced, and a node whose claim is gone stops its ranks, renew()). */
+static void refused(const struct outgoing *o)
+{
+    static char said[300];
+    if (strcmp(said, o->guard) == 0)
+        return;
+    snprintf(said, sizeof(said), "%s", o->guard);
+    size_t n = strlen(o->guard);
+    if (n < 7 || strcmp(o->guard + n - 7, "/leader") != 0)
+        ckpt_log(CKPT_WARN, "etcd refused this node's messages: its claim on node rank %u (revision %" PRId64 ") "
+                 "is gone with its lease; nothing it says reaches the job", B.node, o->rev);
+    else
+        ckpt_log(CKPT_WARN, "etcd refused this agent's messages as the leader of epoch %" PRId64 ": another leads "
+                 "now, and no decision of a leader whose lease ended is written", o->rev);
+}
+
 /* Puts what etcd did not take yet, in order, until it refuses one. */
 static void flush(void)
 {
@@ -148,12 +176,17 @@ static void flush(void)
     static bool said;
     for (; done < B.nout && !B.paused; done++) {
         struct outgoing *o = &B.out[done];
-        if (etcd_put(B.e, o->key, o->value, o->len, 0, why, sizeof(why)) < 0) {
+        struct etcd_cmp held = { o->guard, ETCD_CREATE, o->rev, NULL };
+        struct etcd_op put = { o->key, o->value, o->len, 0 };
+        int rc = etcd_txn(B.e, &held, 1, &put, 1, NULL, why, sizeof(why));
+        if (rc < 0) {
             if (!said)
                 ckpt_log(CKPT_WARN, "messages for the coordination wait for etcd: %s", why);
             said = true;
             break;
         }
+        if (rc == 0)
+            refused(o);
         free(o->value);
         B.moved++;
     }
@@ -206,6 +239,13 @@ static int post(int64_t epoch, const char *dir, unsigned node, int64_t lease, ui
     if (!(o->value = malloc(len + 2)))
         return -ENOMEM;
     box(o->key, sizeof(o->key), epoch, dir, node, lease);
+    if (strcmp(dir, "down") == 0) {
+        snprintf(o->guard, sizeof(o->guard), "%sleader", B.prefix);
+        o->rev = epoch;
+    } else {
+        snprintf(o->guard, sizeof(o->guard), "%snode/%u", B.prefix, B.node);
+        o->rev = B.claimed;
+    }
     size_t k = strlen(o->key);
     snprintf(o->key + k, sizeof(o->key) - k, "%016" PRIx64, seq);
     memcpy(o->value, &type, 2);
@@ -712,10 +752,11 @@ static int claim(int want, char *why, size_t whylen)
         snprintf(key, sizeof(key), "%snode/%u", B.prefix, i);
         struct etcd_cmp none = { key, ETCD_CREATE, 0, NULL };
         struct etcd_op put = { key, B.ip, strlen(B.ip), B.lease };
-        int rc = etcd_txn(B.e, &none, 1, &put, 1, NULL, why, whylen);
+        int64_t rev = 0;
+        int rc = etcd_txn(B.e, &none, 1, &put, 1, &rev, why, whylen);
         if (rc != 0) {
             if (rc == 1)
-                B.node = i;
+                B.node = i, B.claimed = rev;
             return rc;
         }
         if (want >= 0)
