@@ -871,13 +871,6 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     B.opt = opt;
     B.n = (unsigned)opt->nnodes;
     B.ttl_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
-    /* A request waits at most a quarter of the lease (and 5 s): the
-     * renewal due every third of it must never wait behind one long
-     * enough for this node to fence itself (a request to a member that
-     * lost its quorum waits for etcd's own timeout). */
-    o.timeout_ms = B.ttl_s * 250 < 5000 ? (int)(B.ttl_s * 250) : 5000;
-    if (o.timeout_ms < 500)
-        o.timeout_ms = 500;
     snprintf(B.prefix, sizeof(B.prefix), "/ckpt/%s/", opt->job_name);
     int rc = etcd_open(&B.e, &o, why, whylen);
     if (rc == 0 && etcd_watch_start(&B.watch, &o, B.prefix, &B.watch_fd, why, whylen) < 0) {
