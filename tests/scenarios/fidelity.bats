@@ -35,6 +35,14 @@ setup() {
         FID_DIE_ONCE CKPT_FALLBACK CKPT_ADDR_RANDOMIZE
     # A snapshot every third iteration: restore points fall all over the run.
     export CKPT_ARENA_DIR=$D/arena CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=3 CKPT_LOG=info
+    # ThreadSanitizer's runtime maps memory of its own before the first
+    # context in amounts that depend on what the process did (a standby
+    # follows a log, a replaying run replays one, the recorded run did
+    # neither): the double's device range, placed by mmap, can start 2 MiB
+    # apart, and the restore be refused.  Under it the range is placed at
+    # a fixed address; the plain and AddressSanitizer runs test the
+    # placement mmap chooses.
+    [ -z "${TEST_UNDER_TSAN:-}" ] || export FAKEGPU_VA_HINT=0x7f0000000000
 }
 
 teardown() {
@@ -365,13 +373,6 @@ diverge() {
 }
 
 @test "standby: the programs that restore are taken over by their standby, which held their large allocations as reservations and their pinned buffers unpinned, bit-exact" {
-    # ThreadSanitizer's runtime maps memory of its own before the first
-    # context in amounts that depend on what the process did (a standby
-    # follows a log, its rank does not): the double's device range, placed
-    # by mmap, would start 2 MiB lower in the standby, and the takeover be
-    # refused.  Under it the range is placed at a fixed address; the plain
-    # and AddressSanitizer runs test the placement mmap chooses.
-    [ -z "${TEST_UNDER_TSAN:-}" ] || export FAKEGPU_VA_HINT=0x7f0000000000
     local prog
     for prog in fid_evalloc fid_pinpool fid_poll fid_pageable fid_graph fid_graphupdate fid_hostfn fid_bgthread \
         fid_ema fid_ptrtable devvars fid_twoctx; do
