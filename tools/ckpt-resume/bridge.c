@@ -32,11 +32,11 @@
  * would to node 0; on the leader, the bridge connects to the coordinator
  * for each node whose messages arrive, and carries the answers back.  A
  * new epoch closes the member's connection: it stops its ranks and joins
- * the new coordinator, as it does when it loses one.  The lease is renewed
- * every third of its TTL (CKPT_NODE_TIMEOUT); an agent that could not
- * renew it for the TTL less a margin takes itself as cut off and stops its
- * ranks (self-fencing) before the others, who wait the whole TTL, restart
- * without it.
+ * the new coordinator, as it does when it loses one.  The lease
+ * (CKPT_NODE_TIMEOUT) is renewed on a thread of its own (lease.c); an
+ * agent that could not renew it for the TTL less a margin takes itself as
+ * cut off and stops its ranks (self-fencing) before the others, who wait
+ * the whole TTL, restart without it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,6 +52,7 @@
 #include "config.h"
 #include "coord.h"
 #include "etcd.h"
+#include "lease.h"
 #include "log.h"
 #include "resume.h"
 #include "wire.h"
@@ -68,7 +69,6 @@
 #define TURN_MAX_MS 80
 #define WATCHED_MIN_MS 40
 #define WATCHED_MAX_MS 500
-#define RETRY_MS 50
 #define CLOSED 0xffff /* a message that says the connection it stands for was closed */
 #define MAX_NODES 65536
 
@@ -104,7 +104,8 @@ struct bridge {
     char prefix[256];
     int64_t lease;
     int64_t claimed;            /* the revision this agent's node key was created at */
-    double ttl_s, renewed;
+    struct lease *keeper;       /* renews the lease */
+    double ttl_s;
     bool fenced;
     unsigned node, n;
     char ip[64];            /* this machine's address towards etcd */
@@ -130,7 +131,6 @@ struct bridge {
     int lost_leader;        /* a leader whose lease ended while the job ran, -1: none; whoever leads
                              * next fences it (CKPT_FENCE_CMD): it may be frozen, not gone */
     char lost_leader_ip[64];
-    double paused_since;
 };
 
 static struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1 };
@@ -152,7 +152,7 @@ static void box(char *out, size_t n, int64_t epoch, const char *dir, unsigned no
 
 /* A message etcd did not put: its guard no longer holds.  Said once per
  * guard; the protocol does not wait for it (a leader that lost its lease
- * is replaced, and a node whose claim is gone stops its ranks, renew()). */
+ * is replaced, and a node whose claim is gone stops its ranks, lease_turn()). */
 static void refused(const struct outgoing *o)
 {
     static char said[300];
@@ -498,16 +498,18 @@ static void regain(double now)
     static bool said;
     static double tried;
     int64_t lease;
-    if (now - tried < B.ttl_s / 3)
+    if (now - tried < B.ttl_s / 3) /* the turns come at least every sixth of it */
         return;
     tried = now;
     if (etcd_lease_grant(B.e, (int)B.ttl_s, &lease, why, sizeof(why)) < 0)
         return;
     etcd_lease_revoke(B.e, B.lease, why, sizeof(why));
     B.lease = lease;
-    B.renewed = now;
     int rc = claim((int)B.node, why, sizeof(why));
     if (rc == 1) {
+        char key[300];
+        snprintf(key, sizeof(key), "%snode/%u", B.prefix, B.node);
+        lease_replace(B.keeper, lease, key);
         B.fenced = false;
         said = false;
         unpost_epoch(B.epoch);
@@ -520,87 +522,17 @@ static void regain(double now)
     }
 }
 
-/*
- * etcd answers, but has no leader: no lease can be renewed, and none
- * expires until it has one again (a new leader gives every lease its
- * TTL).  Nobody is fenced for it: the ranks train on, and the
- * coordination (checkpoints made durable, restarts) waits.
- */
-static void pause_for_quorum(double now, const char *why)
+/* What became of the lease (kept by its own thread, lease.c): a node
+ * whose lease lapsed fences itself, and once fenced tries to come back. */
+static void lease_turn(double now)
 {
-    if (B.paused)
-        return;
-    B.paused = true;
-    B.paused_since = now;
-    ckpt_log(CKPT_WARN, "etcd has lost its quorum (%s): replication and restarts pause until it is back; the ranks "
-             "train on", why);
-}
-
-/* Does etcd still hold this node's key under its lease?  Keys go with
- * their lease, so a key of ours proves the lease lives.  1 yes, 0 no,
- * -errno when etcd cannot tell now. */
-static int key_held(void)
-{
-    char key[300], why[512];
-    struct etcd_kv *kv;
-    size_t n;
-    snprintf(key, sizeof(key), "%snode/%u", B.prefix, B.node);
-    int rc = etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why));
-    if (rc < 0)
-        return rc;
-    rc = n == 1 && kv[0].lease == B.lease;
-    etcd_kvs_free(kv, n);
-    return rc;
-}
-
-static void renew(double now)
-{
-    char why[512];
-    if (B.fenced) {
+    struct lease_state s;
+    lease_state(B.keeper, &s);
+    B.paused = s.paused;
+    if (B.fenced)
         regain(now);
-        return;
-    }
-    if (B.paused) { /* its status is a local answer: cheap to ask each turn */
-        if (etcd_quorum(B.e, why, sizeof(why)) == 0)
-            return;
-        B.renewed = 0; /* renew at once */
-    }
-    if (now - B.renewed < B.ttl_s / 3)
-        return;
-    int rc = etcd_keepalive(B.e, B.lease, NULL, why, sizeof(why));
-    char quorum[256], what[800];
-    /* Right after etcd changed leaders a keepalive can answer that the
-     * lease is gone while it lives (seen with etcd 3.4 after one member of
-     * three was killed): believed only when the node's key is gone too. */
-    if (rc == -ENOENT && key_held() != 0)
-        rc = -EAGAIN;
-    if (rc < 0 && rc != -ENOENT) {
-        /* A request may have waited for a member that does not answer,
-         * or for a quorum that came back meanwhile (with every lease
-         * given its TTL again): asked again when etcd has a leader. */
-        int q = etcd_quorum(B.e, quorum, sizeof(quorum));
-        if (q == 0) {
-            pause_for_quorum(now, quorum);
-            return;
-        }
-        if (q == 1)
-            rc = etcd_keepalive(B.e, B.lease, NULL, why, sizeof(why));
-        if (rc == -ENOENT && key_held() != 0)
-            rc = -EAGAIN;
-    }
-    if (rc == 0) {
-        if (B.paused)
-            ckpt_log(CKPT_INFO, "etcd has its quorum again after %.1f s: the job's coordination goes on",
-                     ckpt_now_s() - B.paused_since);
-        B.paused = false;
-        B.renewed = ckpt_now_s();
-        return;
-    }
-    /* The others wait the whole TTL before they take the node as lost;
-     * a margin of a quarter of it leaves this one the time to stop. */
-    snprintf(what, sizeof(what), "this node cannot renew its etcd lease (%s)", why);
-    if (rc == -ENOENT || now - B.renewed > B.ttl_s * 3 / 4)
-        fence(rc == -ENOENT ? "this node's etcd lease has expired" : what);
+    else if (s.lapsed)
+        fence(s.why);
 }
 
 /* The node that leads now, and its address, for the next leader to fence
@@ -695,7 +627,7 @@ static void launch_turn(void)
 
 static void *run(void *arg)
 {
-    struct pollfd *p = calloc(3 + B.n, sizeof(*p));
+    struct pollfd *p = calloc(4 + B.n, sizeof(*p));
     int wait_ms = TURN_MIN_MS, busy_ms = TURN_MIN_MS, quiet_ms = TURN_MAX_MS;
     if (B.watch) {
         busy_ms = WATCHED_MIN_MS;
@@ -706,6 +638,7 @@ static void *run(void *arg)
         int k = 0;
         p[k++] = (struct pollfd){ .fd = B.stop[0], .events = POLLIN };
         p[k++] = (struct pollfd){ .fd = B.watch ? B.watch_fd : -1, .events = POLLIN };
+        p[k++] = (struct pollfd){ .fd = lease_fd(B.keeper), .events = POLLIN };
         p[k++] = (struct pollfd){ .fd = B.member.fd < 0 ? B.lfd : B.member.fd, .events = POLLIN };
         for (unsigned j = 0; B.leading && j < B.n; j++)
             p[k++] = (struct pollfd){ .fd = B.nodes[j].fd, .events = POLLIN };
@@ -717,7 +650,7 @@ static void *run(void *arg)
                 ;
         }
         unsigned moved = B.moved;
-        renew(ckpt_now_s());
+        lease_turn(ckpt_now_s());
         if (!B.paused) {
             leadership();
             flush();
@@ -727,11 +660,6 @@ static void *run(void *arg)
         member_turn();
         launch_turn();
         wait_ms = B.moved != moved ? busy_ms : wait_ms * 2 > quiet_ms ? quiet_ms : wait_ms * 2;
-        /* The lease keeps its own time: a turn when its renewal is due,
-         * and every RETRY_MS while one is late (etcd electing a leader). */
-        double due_ms = (B.renewed + B.ttl_s / 3 - ckpt_now_s()) * 1000;
-        if (due_ms < wait_ms)
-            wait_ms = due_ms > RETRY_MS ? (int)due_ms : RETRY_MS;
     }
     free(p);
     /* The nodes started from here are this thread's children (their
@@ -796,6 +724,7 @@ static int spare_wait(char *why, size_t whylen)
     int rc = etcd_put(B.e, mine, B.ip, strlen(B.ip), B.lease, why, whylen);
     if (rc < 0)
         return rc;
+    lease_hold(B.keeper, mine);
     ckpt_log(CKPT_INFO, "a spare for job %s (%u nodes), through etcd at %s: it takes the place of the first node "
              "lost", B.opt->job_name, B.n, B.opt->etcd);
     for (;; usleep(200 * 1000)) {
@@ -838,8 +767,6 @@ static int spare_wait(char *why, size_t whylen)
             rc = 1;
             break;
         }
-        if (now - B.renewed >= B.ttl_s / 3 && etcd_keepalive(B.e, B.lease, NULL, why, whylen) == 0)
-            B.renewed = now;
     }
     char gone[128];
     if (etcd_delete(B.e, mine, false, gone, sizeof(gone)) < 0)
@@ -877,14 +804,13 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
         ckpt_log(CKPT_WARN, "no etcd watch (%s): the job's keys are read every %d ms", why, TURN_MAX_MS);
         B.watch = NULL;
     }
+    int ttl = B.ttl_s < 2 ? 2 : (int)B.ttl_s;
+    if (rc == 0 && (rc = etcd_lease_grant(B.e, ttl, &B.lease, why, whylen)) == 0)
+        rc = lease_start(&B.keeper, &o, ttl, B.lease, why, whylen);
     memset(password, 0, sizeof(password));
     if (rc < 0)
         return rc;
-    int ttl = B.ttl_s < 2 ? 2 : (int)B.ttl_s;
-    if ((rc = etcd_lease_grant(B.e, ttl, &B.lease, why, whylen)) < 0)
-        return rc;
     B.ttl_s = ttl;
-    B.renewed = ckpt_now_s();
     if (etcd_local_ip(B.e, B.ip, sizeof(B.ip)) < 0)
         snprintf(B.ip, sizeof(B.ip), "127.0.0.1");
     /* A node rank whose lease has not expired yet is still taken: a
@@ -904,12 +830,13 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
                      opt->job_name, 10 * B.ttl_s, opt->nnodes);
             return -EBUSY;
         }
-        etcd_keepalive(B.e, B.lease, NULL, why, whylen);
-        B.renewed = ckpt_now_s();
         usleep(500 * 1000);
     }
     if (rc < 0)
         return rc;
+    char key[300];
+    snprintf(key, sizeof(key), "%snode/%u", B.prefix, B.node);
+    lease_hold(B.keeper, key);
     opt->node_rank = (int)B.node;
     if (!(B.nodes = calloc(B.n, sizeof(*B.nodes))))
         return -ENOMEM;
@@ -956,6 +883,8 @@ void bridge_stop(void)
     close_link(&B.member);
     etcd_watch_stop(B.watch);
     B.watch = NULL;
+    lease_stop(B.keeper);
+    B.keeper = NULL;
     if (B.e && B.lease)
         etcd_lease_revoke(B.e, B.lease, why, sizeof(why));
     etcd_close(B.e);

@@ -1,0 +1,36 @@
+/*
+ * A node's etcd lease, renewed on a thread and a client of its own (see
+ * lease.c): the bridge reads what became of it, woken through lease_fd.
+ */
+#ifndef CKPT_LEASE_H
+#define CKPT_LEASE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "etcd.h"
+
+struct lease;
+
+struct lease_state {
+    int64_t id;
+    bool paused;        /* etcd has no leader: nothing can be renewed, nothing expires */
+    bool lapsed;        /* the lease expired, or is too late to renew: fence the node */
+    char why[512];      /* why it lapsed */
+};
+
+/* Keeps lease @id of @ttl_s seconds, granted by the caller, on a client
+ * opened with @o.  0, or -errno with why. */
+int lease_start(struct lease **out, const struct etcd_opts *o, double ttl_s, int64_t id, char *why, size_t whylen);
+/* Readable each time the lease's state changes; lease_state drains it. */
+int lease_fd(const struct lease *l);
+void lease_state(struct lease *l, struct lease_state *s);
+/* @key is held under the lease: it proves the lease lives when a
+ * keepalive, right after etcd changed leaders, says otherwise. */
+void lease_hold(struct lease *l, const char *key);
+/* A new lease @id, holding @key, takes the place of a lapsed one. */
+void lease_replace(struct lease *l, int64_t id, const char *key);
+/* Stops renewing (the lease itself is the caller's to revoke). */
+void lease_stop(struct lease *l);
+
+#endif
