@@ -371,9 +371,6 @@ static void lead(int64_t epoch)
     snprintf(end, sizeof(end), "%send", B.prefix); /* an earlier run's */
     if (etcd_delete(B.e, end, false, why, sizeof(why)) < 0)
         ckpt_log(CKPT_DEBUG, "an earlier run's end key stays: %s", why);
-    B.copt = *B.opt;
-    B.copt.coord = "127.0.0.1:0";
-    B.copt.launcher = NULL;
     /* Rank 0's rendezvous is on node 0, wherever the coordinator runs:
      * its address comes from node 0's JOIN (coord.c).  The leader before
      * this one, if its lease ended while the job ran, is fenced first. */
@@ -850,6 +847,11 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
         snprintf(why, whylen, "cannot prepare CKPT_NODE_LAUNCHER: %s", strerror(-rc));
         return rc;
     }
+    /* The coordinator's options, should this agent lead: copied before
+     * the thread starts, as the agent goes on setting its own. */
+    B.copt = *opt;
+    B.copt.coord = "127.0.0.1:0";
+    B.copt.launcher = NULL;
     /* The thread takes no signal: SIGCHLD and the ones passed on to the
      * job are the agent loop's (its signalfd), and it starts before the
      * loop blocks them. */
