@@ -153,6 +153,9 @@ uint64_t ckpt_rlog_lineage(int fd);
 int ckpt_rlog_where(const char *dir, char *disk, size_t disklen);
 /* Removes dir's log, its file on disk included. */
 void ckpt_rlog_remove(const char *dir);
+/* Makes dir's log the file on disk at path (this user's, 0600): the
+ * arena's replay.log becomes a stub that names it.  0 or -errno with why. */
+int ckpt_rlog_point(const char *dir, const char *path, char *why, size_t whylen);
 
 /* Checks every record of dir's log without opening it for replay (tools;
  * safe beside a rank that is appending).  Returns 0 with *last_iteration

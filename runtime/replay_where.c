@@ -115,3 +115,11 @@ void ckpt_rlog_remove(const char *dir)
     unlink(path);
 }
 
+
+int ckpt_rlog_point(const char *dir, const char *path, char *why, size_t whylen)
+{
+    char now[PATH_MAX];
+    if (ckpt_rlog_where(dir, now, sizeof(now)) > 0 && strcmp(now, path) == 0)
+        return 0;
+    return rlog_write_stub(dir, path, why, whylen);
+}

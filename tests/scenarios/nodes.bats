@@ -36,9 +36,10 @@ teardown() {
 # NODE_NS set (an array, one network namespace per node), node I runs in ${NODE_NS[I]} and
 # meets the others at COORD_HOST.
 start() {
-    local i=$1 n=$2 p=$3 tag=${4:-} in=()
+    local i=$1 n=$2 p=$3 tag=${4:-} in=() logs=
     [ -n "${NODE_NS[$i]:-}" ] && in=(ip netns exec "${NODE_NS[$i]}")
-    CKPT_ARENA_DIR=$D/arena.$i "${in[@]}" setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 120 "$@"; echo $? >"$rc"' \
+    [ -n "${LOGS_ON_DISK:-}" ] && logs=$D/logs.$i && mkdir -p "$logs"
+    CKPT_REPLAY_LOG_DIR=$logs CKPT_ARENA_DIR=$D/arena.$i "${in[@]}" setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 120 "$@"; echo $? >"$rc"' \
         _ "$D/sid.$i$tag" "$D/rc.$i$tag" "$CKPT" --coord "${COORD_HOST:-127.0.0.1}:$PORT" --nnodes "$n" --node-rank "$i" \
         --nproc "$p" -- "$TRAIN" $ARGS >"$D/out.$i$tag" 2>"$D/err.$i$tag" </dev/null &
     for _ in $(seq 100); do [ -s "$D/sid.$i$tag" ] && return 0; sleep 0.01; done
@@ -54,11 +55,12 @@ wait_iter() {
     return 1
 }
 
-# Kills node $1 (its agent and its ranks) and wipes its host memory.
+# Kills node $1 (its agent and its ranks) and wipes its host memory (and
+# the disk its ranks keep their replay logs on, with LOGS_ON_DISK).
 lose() {
     pkill -KILL -s "$(cat "$D/sid.$1")"
     sleep 0.2
-    rm -rf "$D/arena.$1"
+    rm -rf "$D/arena.$1" "$D/logs.$1"
 }
 
 wait_rc() { # FILE...: waits for every rc file
@@ -86,6 +88,7 @@ recover_from_peers() { # N P LOST
     plain "$n" "$p" || { cat "$D/plain.err"; return 1; }
     for i in $(seq 0 $((n - 1))); do start "$i" "$n" "$p"; done
     wait_iter 60
+    ${BEFORE_LOSS:-true} || return 1
     lose "$lost"
     start "$lost" "$n" "$p" .new
     local rcs=()
@@ -109,6 +112,21 @@ recover_from_peers() { # N P LOST
 
 @test "2 nodes x 2 ranks: node 1 lost and replaced, recovered from a peer's memory, as uninterrupted" {
     recover_from_peers 2 2 1
+}
+
+# The copy of rank 1's log that node 0 keeps on its disk is past the memory bound.
+peer_log_on_disk() {
+    local f=$D/logs.0/peers/rank1.replay.log
+    for _ in $(seq 100); do [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" -gt 16384 ] && return 0; sleep 0.1; done
+    echo "$f: $(stat -c %s "$f" 2>&1)"
+    show
+    return 1
+}
+
+@test "replay logs on disk (CKPT_REPLAY_LOG_DIR), longer than CKPT_REPLAY_LOG_MAX: each peer keeps its copy on its disk; node 1 lost with its memory and its disk comes back from node 0's copy, as uninterrupted" {
+    export CKPT_REPLAY_LOG_MAX=16K LOGS_ON_DISK=1 BEFORE_LOSS=peer_log_on_disk
+    recover_from_peers 2 1 1
+    ! grep "refused rank .* replay log" "$D"/err.*
 }
 
 @test "tagged messages (CKPT_FABRIC_DATA=tagged on every node), 2 nodes x 2 ranks: node 1 lost and replaced, recovered from a peer's memory, as uninterrupted" {

@@ -5,7 +5,10 @@
  * the peer's copy is the log byte for byte each time; a log cut short by a
  * restore and grown past its old length again (a new lineage) is sent
  * whole; a peer's copy changed behind its agent's back is sent whole; an
- * offer under an older epoch changes nothing.
+ * offer under an older epoch changes nothing.  A peer that keeps logs on
+ * its disk takes one longer than CKPT_REPLAY_LOG_MAX (which one keeping
+ * them in memory refuses), into its disk, the replica's replay.log naming
+ * it, and the next rounds append to it there.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,7 +28,7 @@
 #define RANK 1
 #define EPOCH 5
 
-static char root[] = "/tmp/ckpt-logship-XXXXXX", src[256], peers[256], held[512], why[256];
+static char root[] = "/tmp/ckpt-logship-XXXXXX", src[256], peers[256], held[512], why[256], y_target[512];
 static struct logship *tx, *rx;
 static int lfd;
 
@@ -37,7 +40,7 @@ static void *receiver(void *arg)
         int ctl;
         if (ckpt_wire_accept(lfd, &ctl) < 0)
             return NULL;
-        logship_receive(rx, peers, JOB, 4, EPOCH, ctl);
+        logship_receive(__atomic_load_n(&rx, __ATOMIC_ACQUIRE), peers, JOB, 4, EPOCH, ctl);
         close(ctl);
     }
 }
@@ -74,6 +77,10 @@ static int same_files(void)
     char path[300];
     snprintf(path, sizeof(path), "%s/replay.log", src);
     char *x = slurp(path, &a), *y = slurp(held, &b);
+    if (y && b >= 8 && memcmp(y, "CKPTRLGD", 8) == 0) { /* a stub: the log it names */
+        free(y);
+        y = slurp(y_target, &b);
+    }
     int same = x && y && a == b && memcmp(x, y, a) == 0;
     free(x);
     free(y);
@@ -101,7 +108,7 @@ int main(void)
     strncat(held, "/replay.log", sizeof(held) - strlen(held) - 1);
     snprintf(path, sizeof(path), "%s/replay.log", src);
     if (ckpt_wire_listen("127.0.0.1:0", &lfd, addr, sizeof(addr), why, sizeof(why)) < 0 ||
-        logship_open(&tx, 4) < 0 || logship_open(&rx, 4) < 0 || pthread_create(&t, NULL, receiver, NULL))
+        logship_open(&tx, 4, NULL) < 0 || logship_open(&rx, 4, NULL) < 0 || pthread_create(&t, NULL, receiver, NULL))
         return 1;
 
     CHECK(ckpt_rlog_create(src, NULL, 1 << 30, why, sizeof(why)) == 0, "cannot create the log: %s", why);
@@ -152,6 +159,33 @@ int main(void)
     CHECK(round_trip(addr, EPOCH - 1, &moved) == -ESTALE && file_size(held) == kept,
           "an offer under an older epoch was not refused, or changed the copy");
     CHECK(round_trip(addr, EPOCH, &moved) == 0 && same_files(), "after the refusal: %s", why);
+
+    /* A log longer than a peer keeps in memory: refused there, taken by a
+     * peer that keeps logs on its disk. */
+    CHECK(setenv("CKPT_REPLAY_LOG_MAX", "64K", 1) == 0 && ckpt_config_load(why, sizeof(why)) == 0, "%s", why);
+    CHECK(file_size(path) > 64 * 1024, "the log is no longer than 64K");
+    CHECK(round_trip(addr, EPOCH, &moved) == -EFBIG, "a peer keeping logs in memory took one over its bound");
+    struct logship *mem = rx, *disk;
+    char dir[300], stub[512];
+    snprintf(dir, sizeof(dir), "%s/disk", root);
+    CHECK(mkdir(dir, 0700) == 0 && logship_open(&disk, 4, dir) == 0, "cannot open a receiver with a disk");
+    __atomic_store_n(&rx, disk, __ATOMIC_RELEASE);
+    snprintf(y_target, sizeof(y_target), "%s/peers/rank%d.replay.log", dir, RANK);
+    snprintf(stub, sizeof(stub), "%s", held);
+    *strrchr(stub, '/') = '\0';
+    CHECK(round_trip(addr, EPOCH, &moved) == 0 && moved == file_size(path) && same_files(),
+          "to a peer's disk: %s; %llu bytes sent of %llu, or the copy differs", why, (unsigned long long)moved,
+          (unsigned long long)file_size(path));
+    char named[512] = "";
+    CHECK(ckpt_rlog_where(stub, named, sizeof(named)) == 1 && strcmp(named, y_target) == 0,
+          "the replica's replay.log does not name %s (it names '%s')", y_target, named);
+    write_iterations(801, 900, 9);
+    uint64_t before = file_size(y_target);
+    CHECK(round_trip(addr, EPOCH, &moved) == 0 && moved == file_size(path) - before && same_files(),
+          "the next round to a peer's disk sent %llu bytes, the log grew by %llu", (unsigned long long)moved,
+          (unsigned long long)(file_size(path) - before));
+    logship_close(mem);
+    logship_close(disk);
 
     ckpt_rlog_close();
     logship_close(tx);

@@ -1,7 +1,10 @@
 /*
  * A rank's replay log between node agents: the sender's part (a round of
  * replication sends each rank's log before its snapshot) and the
- * receiver's (it keeps the log in the peer store beside the replica).
+ * receiver's (it keeps the log in the peer store beside the replica, in
+ * memory up to CKPT_REPLAY_LOG_MAX; or, on a node whose ranks keep their
+ * logs on disk, on that disk, as long as it has room, with a stub beside
+ * the replica naming it: a long job's logs outgrow any memory bound).
  *
  * A log only grows, until a restore cuts it short and draws a new lineage
  * (replay.h), so a receiver that already holds the first bytes of it needs
@@ -34,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -86,19 +90,22 @@ struct held_log {
 
 struct logship {
     unsigned nranks;
+    char disk[PATH_MAX];                /* where peers' logs are kept on disk, "": in memory */
     struct sent_log *sent;
     struct held_log *held;
     uint64_t offered, shipped;          /* atomic: bytes of the logs this node sent whole or in part, and
                                          * of them the bytes that travelled */
 };
 
-int logship_open(struct logship **out, unsigned nranks)
+int logship_open(struct logship **out, unsigned nranks, const char *disk)
 {
     struct logship *ls = calloc(1, sizeof(*ls));
     *out = ls;
     if (!ls || !(ls->sent = calloc(nranks, sizeof(*ls->sent))) || !(ls->held = calloc(nranks, sizeof(*ls->held))))
         return -ENOMEM;
     ls->nranks = nranks;
+    if (disk && *disk && snprintf(ls->disk, sizeof(ls->disk), "%s/peers", disk) >= (int)sizeof(ls->disk))
+        return -ENAMETOOLONG;
     return 0;
 }
 
@@ -349,26 +356,58 @@ static int take(int ctl, int fd, XXH3_state_t *st, uint64_t from, uint64_t size)
     }
 }
 
+/* The file that keeps @rank's log: the replay.log beside the replica
+ * (@dir), or with a disk, the rank's file there (the replay.log beside the
+ * replica then names it, ckpt_rlog_point).  0 or -errno. */
+static int place(const struct logship *ls, const char *dir, uint32_t rank, char *path, size_t len)
+{
+    struct stat st;
+    if (!*ls->disk) {
+        snprintf(path, len, "%s/replay.log", dir);
+        return 0;
+    }
+    if (mkdir(ls->disk, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    if (lstat(ls->disk, &st) < 0 || !S_ISDIR(st.st_mode) || !ckpt_private(&st))
+        return -EPERM;
+    snprintf(path, len, "%s/rank%u.replay.log", ls->disk, rank);
+    return 0;
+}
+
+/* Whether the disk has room for @more bytes of @rank's log; says so once when not. */
+static int room(const struct logship *ls, uint32_t rank, uint64_t more)
+{
+    static bool said;
+    struct statvfs vf;
+    if (statvfs(ls->disk, &vf) < 0 || (uint64_t)vf.f_bavail * vf.f_frsize >= more)
+        return 0;
+    if (!said)
+        ckpt_log(CKPT_WARN, "refused rank %u's replay log: %llu more bytes, and %s has %llu free", rank,
+                 (unsigned long long)more, ls->disk, (unsigned long long)vf.f_bavail * vf.f_frsize);
+    said = true;
+    return -ENOSPC;
+}
+
 int logship_receive(struct logship *ls, const char *root, const char *job, unsigned nranks, uint64_t epoch, int ctl)
 {
     uint16_t type;
     void *msg = NULL;
     size_t len;
-    char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 32];
+    char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 48], why[PATH_MAX + 128];
     int rc = ckpt_wire_recv(ctl, LOGSHIP_TIMEOUT_MS, &type, &msg, &len), fd = -1;
     const struct log_offer *lo = msg;
 
     if (rc < 0)
         return rc;
-    /* Only this job's ranks, and logs no longer than a rank may keep in
-     * memory: the job name becomes a path, and without CKPT_JOB_KEY anyone
-     * may ask. */
+    /* Only this job's ranks (the job name becomes a path, and without
+     * CKPT_JOB_KEY anyone may ask), and logs no longer than a rank may
+     * keep in memory, unless this node keeps them on its disk. */
     uint64_t max = (uint64_t)ckpt_cfg_int(CFG_REPLAY_LOG_MAX), size = 0;
     uint32_t rank = 0;
     if (type != LOG_OFFER || len != sizeof(*lo) || !memchr(lo->job, '\0', sizeof(lo->job)) ||
         strcmp(lo->job, job) != 0 || lo->rank >= nranks || lo->rank >= ls->nranks) {
         rc = -EPROTO;
-    } else if (lo->size > max) {
+    } else if (!*ls->disk && lo->size > max) {
         ckpt_log(CKPT_WARN, "refused rank %u's replay log: %llu bytes, over the %llu this node keeps of a peer's log "
                  "(CKPT_REPLAY_LOG_MAX)", lo->rank, (unsigned long long)lo->size, (unsigned long long)max);
         rc = -EFBIG;
@@ -386,8 +425,9 @@ int logship_receive(struct logship *ls, const char *root, const char *job, unsig
     struct held_log *h = rc == 0 ? &ls->held[rank] : NULL;
     struct log_have have = { 0 };
     uint64_t from = 0;
+    if (rc == 0)
+        rc = place(ls, dir, rank, path, sizeof(path));
     if (rc == 0) {
-        snprintf(path, sizeof(path), "%s/replay.log", dir);
         have = holding(h, path);
         if (have.held > size)
             have.held = 0;
@@ -401,6 +441,8 @@ int logship_receive(struct logship *ls, const char *root, const char *job, unsig
         if (rc < 0)
             return rc;
     }
+    if (rc == 0 && *ls->disk)
+        rc = room(ls, rank, size - from);
     /* From held: appended in place, from the memory's XXH3 (a copy, so a
      * failure leaves it as it was); from 0: a new file, then renamed. */
     XXH3_state_t *st = rc == 0 ? XXH3_createState() : NULL;
@@ -412,7 +454,7 @@ int logship_receive(struct logship *ls, const char *root, const char *job, unsig
             rc = -errno;
     } else if (rc == 0) {
         XXH3_64bits_reset(st);
-        snprintf(tmp, sizeof(tmp), "%s/replay.log.tmp", dir);
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
         if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
             rc = -errno;
     }
@@ -427,6 +469,8 @@ int logship_receive(struct logship *ls, const char *root, const char *job, unsig
         if (!from && rc < 0)
             unlink(tmp);
     }
+    if (rc == 0 && *ls->disk && (rc = ckpt_rlog_point(dir, path, why, sizeof(why))) < 0)
+        ckpt_log(CKPT_WARN, "rank %u's replay log is kept on disk, but the replica cannot name it: %s", rank, why);
     struct stat sb;
     if (rc == 0 && stat(path, &sb) == 0) {
         XXH3_freeState(h->st);

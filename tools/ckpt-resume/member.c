@@ -773,7 +773,7 @@ int member_run(struct job *job, int *restarts)
     }
     if (opt->node_rank == 0 && !opt->etcd && coord_start(&m->coord, opt, job->master_addr, job->master_port) < 0)
         goto out;
-    if (connect_coord(job, m) < 0 || rep_open(&m->rep, opt, m->ip, m->wake[1]) < 0)
+    if (connect_coord(job, m) < 0 || rep_open(&m->rep, opt, m->ip, job->disk.log_dir, m->wake[1]) < 0)
         goto out;
 
     for (;;) {

@@ -62,6 +62,7 @@ struct rep {
     struct coord_addr *addrs;           /* every node's receiver, for the worker */
     unsigned nnodes;
     struct logship *logs;               /* the replay logs sent and held (logship.c) */
+    char log_dir[PATH_MAX];             /* where this node's ranks keep their logs on disk, "": the arena */
 };
 
 /* ---------------------------------------------------------------- receiving */
@@ -316,10 +317,12 @@ static void *worker(void *arg)
 
 /*
  * Starts the receiver on @ip (the address the coordinator is reached
- * from), its store in CKPT_ARENA_DIR/peers.  @wake is written to when a
- * round ends.  The caller calls rep_close() whatever this returns.
+ * from), its store in CKPT_ARENA_DIR/peers, with the peers' replay logs
+ * in @log_dir/peers when this node keeps its ranks' logs on disk ("":
+ * beside the replicas).  @wake is written to when a round ends.  The
+ * caller calls rep_close() whatever this returns.
  */
-int rep_open(struct rep **out, const struct options *opt, const char *ip, int wake)
+int rep_open(struct rep **out, const struct options *opt, const char *ip, const char *log_dir, int wake)
 {
     char hostport[96], why[512];
     struct rep *r = calloc(1, sizeof(*r));
@@ -330,7 +333,8 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, int wa
     r->opt = opt;
     r->lfd = r->stop[0] = r->stop[1] = -1;
     r->wake = wake;
-    if (logship_open(&r->logs, (unsigned)(opt->nnodes * opt->nproc)) < 0)
+    snprintf(r->log_dir, sizeof(r->log_dir), "%s", log_dir);
+    if (logship_open(&r->logs, (unsigned)(opt->nnodes * opt->nproc), log_dir) < 0)
         return -ENOMEM;
     snprintf(r->ip, sizeof(r->ip), "%s", ip);
     snprintf(r->peers, sizeof(r->peers), "%s/%s", opt->arena_root, CKPT_PEERS_SUBDIR);
@@ -447,14 +451,16 @@ int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const s
 }
 
 /* Copies the file @from to @to (0600), through a temporary name. */
-static int copy_file(const char *from, const char *to)
+/* Copies what is open on @in (closed here; -errno: nothing to copy) to
+ * @to, through a file beside it renamed into place. */
+static int copy_fd(int in, const char *to)
 {
     char tmp[PATH_MAX + 40];
-    int in = open(from, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), out = -1, rc = 0;
-    struct stat st;
+    int out = -1, rc = in < 0 ? in : 0;
+    struct stat st = { 0 };
 
     snprintf(tmp, sizeof(tmp), "%s.tmp", to);
-    if (in < 0 || fstat(in, &st) < 0)
+    if (rc == 0 && fstat(in, &st) < 0)
         rc = -errno;
     if (rc == 0 && (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
         rc = -errno;
@@ -476,11 +482,18 @@ static int copy_file(const char *from, const char *to)
     return rc;
 }
 
+static int copy_file(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    return copy_fd(in < 0 ? -errno : in, to);
+}
+
 /*
  * Puts the replica of @rank's iteration @it that the store keeps into the
  * rank's arena directory (slot0, an empty slot1, replay.log), for a restore
  * on this node: the slot file is moved there (*@moved), or copied where it
- * cannot be.  The ranks must not run.  Returns 0 or -errno with why.
+ * cannot be; the log is copied, onto this node's disk when its ranks keep
+ * their logs there.  The ranks must not run.  Returns 0 or -errno with why.
  */
 int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, size_t whylen)
 {
@@ -520,9 +533,14 @@ int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, si
             close(fd);
     }
     if (rc == 0) {
-        snprintf(a, sizeof(a), "%s/replay.log", from);
-        snprintf(b, sizeof(b), "%s/replay.log", to);
-        rc = copy_file(a, b);
+        char lwhy[256];
+        if (r->log_dir[0])
+            snprintf(b, sizeof(b), "%s/rank%d.replay.log", r->log_dir, rank);
+        else
+            snprintf(b, sizeof(b), "%s/replay.log", to);
+        rc = copy_fd(ckpt_rlog_open_fd(from, lwhy, sizeof(lwhy)), b);
+        if (rc == 0 && r->log_dir[0] && ckpt_rlog_point(to, b, lwhy, sizeof(lwhy)) < 0)
+            rc = -EIO;
     }
     if (rc < 0)
         snprintf(why, whylen, "cannot copy the replica of rank %d into %s: %s", rank, to, strerror(-rc));

@@ -372,7 +372,7 @@ void coord_stop(struct coord *c);
 struct rep;
 struct coord_addr;
 struct coord_send;
-int rep_open(struct rep **out, const struct options *opt, const char *ip, int wake);
+int rep_open(struct rep **out, const struct options *opt, const char *ip, const char *log_dir, int wake);
 void rep_close(struct rep *r);
 const char *rep_address(const struct rep *r);
 int rep_start(struct rep *r, uint64_t it, const struct coord_addr *addrs, unsigned nnodes);
@@ -396,8 +396,10 @@ void rep_log_totals(const struct rep *r, uint64_t *offered, uint64_t *shipped);
 #define LOGSHIP_OFFER 96
 #define LOGSHIP_TIMEOUT_MS 30000
 struct logship;
-/* For the logs of ranks 0 .. nranks-1; logship_close lets go. */
-int logship_open(struct logship **out, unsigned nranks);
+/* For the logs of ranks 0 .. nranks-1; peers' logs kept in disk/peers
+ * (disk NULL or "": in memory, up to CKPT_REPLAY_LOG_MAX each);
+ * logship_close lets go. */
+int logship_open(struct logship **out, unsigned nranks, const char *disk);
 void logship_close(struct logship *ls);
 /* Sends the replay log of the rank directory dir (rank's) to the agent at
  * to, under epoch.  0 or -errno with why. */
