@@ -8,13 +8,14 @@ setup() {
     export BUILD=${BUILD:-$ROOT/build}
 }
 
-@test "bench/run parses, and every row it lists is a function of it" {
+@test "bench/run parses, and every row it lists is a function of it or of a file it sources" {
     bash -n "$ROOT/bench/run"
+    bash -n "$ROOT/bench/nodes.sh"
     local rows missing=
     rows=$(sed -n '/^ROWS=(/,/)/p' "$ROOT/bench/run" | tr -d '()' | sed 's/ROWS=//' | tr -s ' \n' '\n' | grep .)
     [ "$(echo "$rows" | wc -l)" -ge 10 ]
     for r in $rows; do
-        grep -q "^$r() {" "$ROOT/bench/run" || missing+=" $r"
+        grep -q "^$r() {" "$ROOT/bench/run" "$ROOT/bench/nodes.sh" || missing+=" $r"
     done
     [ -z "$missing" ] || { echo "rows without a function:$missing"; return 1; }
 }
