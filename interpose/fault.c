@@ -21,6 +21,7 @@
 #include "config.h"
 #include "interpose.h"
 #include "log.h"
+#include "pins.h"
 
 /* How long a boundary waits for the node agent to start a persist. */
 #define PERSIST_WAIT_S 0.1
@@ -41,7 +42,7 @@ void ckpt_fault_init(const char *rank_dir)
     if (!slash)
         return;
     *slash = '\0';
-    snprintf(pin, sizeof(pin), "%s/persist-pin", marker);
+    ckpt_pins_path(pin, sizeof(pin), marker);
     snprintf(slash, sizeof(marker) - (size_t)(slash - marker), "/fault-fired");
     armed = access(marker, F_OK) != 0;
 }

@@ -195,20 +195,6 @@ void ckpt_before_capture(void);
  * holds (we would keep only the newer one, a slower peer only the older). */
 bool ckpt_node_peers_hold(uint64_t iteration);
 
-/* What the node agent needs kept, from <job dir>/persist-pin beside
- * rank_dir: the iterations it is reading (persisting, replicating) or that
- * the job agreed to keep, and "from=T": from iteration T on, a committed
- * snapshot is kept too, so that every rank stops at the same one for the
- * agent's next round.  No file: nothing is pinned. */
-struct ckpt_pins {
-    uint64_t keep[4];
-    unsigned n;
-    uint64_t from;
-};
-void ckpt_node_read_pins(const char *rank_dir, struct ckpt_pins *p);
-
-/* Whether the snapshot of iteration it must not be overwritten. */
-bool ckpt_node_pinned(const struct ckpt_pins *p, uint64_t it);
 
 /* At the rank's first snapshot, of @total bytes: can this host hold the
  * arena, CKPT_SLOTS slots of that size for each of its ranks?  Under

@@ -46,41 +46,6 @@ bool ckpt_node_peers_hold(uint64_t iteration)
     return true;
 }
 
-void ckpt_node_read_pins(const char *rank_dir, struct ckpt_pins *p)
-{
-    char path[PATH_MAX + 96], text[128];
-    memset(p, 0, sizeof(*p));
-    snprintf(path, sizeof(path), "%s", rank_dir);
-    char *slash = strrchr(path, '/');
-    if (!slash)
-        return;
-    snprintf(slash, sizeof(path) - (size_t)(slash - path), "/persist-pin");
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n <= 0)
-        return;
-    text[n] = '\0';
-    for (char *tok = strtok(text, " \n"); tok; tok = strtok(NULL, " \n")) {
-        if (strncmp(tok, "from=", 5) == 0)
-            p->from = strtoull(tok + 5, NULL, 10);
-        else if (p->n < sizeof(p->keep) / sizeof(p->keep[0]))
-            p->keep[p->n++] = strtoull(tok, NULL, 10);
-    }
-}
-
-bool ckpt_node_pinned(const struct ckpt_pins *p, uint64_t it)
-{
-    if (!it)
-        return false;
-    for (unsigned i = 0; i < p->n; i++)
-        if (p->keep[i] == it)
-            return true;
-    return p->from && it >= p->from;
-}
-
 /* The slot files the job holds already count as room.  Run by hand (no
  * agent socket) or with CKPT_ALLOW_UNPROTECTED=1, the rank trains on, and
  * the snapshots that find no room are skipped and said (snapshot.c). */

@@ -28,6 +28,7 @@
 #include "image.h"
 #include "interpose.h"
 #include "log.h"
+#include "pins.h"
 #include "registry.h"
 #include "schedule.h"
 #include "timeline.h"
@@ -548,7 +549,7 @@ static bool repair(int older, const struct ckpt_pins *pins)
     uint64_t magic;
     void *newest = S.arena.base[S.last_slot];
 
-    if (!S.slot_iter[older] || !ckpt_node_peers_hold(S.slot_iter[older]) || ckpt_node_pinned(pins, S.last_iter))
+    if (!S.slot_iter[older] || !ckpt_node_peers_hold(S.slot_iter[older]) || ckpt_pins_hold(pins, S.last_iter))
         return false;
     memcpy(&magic, CKPT_MAGIC, sizeof(magic));
     ckpt_image_invalidate(newest);
@@ -571,8 +572,8 @@ static int choose_slot(uint64_t iter)
     struct ckpt_pins pins;
 
     if (ckpt_cfg_int(CFG_SLOTS) == 1) {
-        ckpt_node_read_pins(S.arena.dir, &pins);
-        if (S.slot_used[0] && ckpt_node_pinned(&pins, S.slot_iter[0])) {
+        ckpt_pins_read(S.arena.dir, &pins);
+        if (S.slot_used[0] && ckpt_pins_hold(&pins, S.slot_iter[0])) {
             S.skipped++;
             ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent is reading iteration %llu from the one slot; "
                      "snapshot skipped", (unsigned long long)iter, (unsigned long long)S.slot_iter[0]);
@@ -583,14 +584,14 @@ static int choose_slot(uint64_t iter)
 
     if (!S.slot_used[older])
         return older;
-    ckpt_node_read_pins(S.arena.dir, &pins);
-    if (ckpt_node_pinned(&pins, S.slot_iter[older]) && ckpt_node_pinned(&pins, S.last_iter)) {
+    ckpt_pins_read(S.arena.dir, &pins);
+    if (ckpt_pins_hold(&pins, S.slot_iter[older]) && ckpt_pins_hold(&pins, S.last_iter)) {
         S.skipped++;
         ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent keeps iterations %llu and %llu; snapshot skipped",
                  (unsigned long long)iter, (unsigned long long)S.slot_iter[older], (unsigned long long)S.last_iter);
         return -1;
     }
-    if (ckpt_node_pinned(&pins, S.slot_iter[older])) {
+    if (ckpt_pins_hold(&pins, S.slot_iter[older])) {
         /* The agent keeps the older iteration (the job's newest replicated
          * or persisted one) until the ranks of every node hold a newer one
          * in common.  Our newest is not what it waits for: nodes that

@@ -24,6 +24,7 @@
 #include "config.h"
 #include "log.h"
 #include "persist.h"
+#include "pins.h"
 #include "resume.h"
 #include "timeline.h"
 #include "util.h"
@@ -43,11 +44,10 @@ void disk_open(struct disk *d, const struct options *opt)
     ckpt_persist_opts_from_config(&o);
     if (!o.dirs || !*o.dirs)
         return;
-    if (arena_job_dir(opt, d->pin, sizeof(d->pin) - sizeof("/persist-pin.tmp")) < 0) {
+    if (arena_job_dir(opt, d->pin, sizeof(d->pin)) < 0) {
         ckpt_log(CKPT_WARN, "the arena path under %s is too long: snapshots are not persisted", opt->arena_root);
         return;
     }
-    strcat(d->pin, "/persist-pin");
     int rc = ckpt_persist_open(&d->engine, &o, why, sizeof(why));
     if (rc < 0) {
         ckpt_log(CKPT_WARN, "cannot persist snapshots to %s: %s; the job runs without", o.dirs, why);
@@ -64,25 +64,6 @@ void disk_open(struct disk *d, const struct options *opt)
     }
 }
 
-/*
- * Writes @iteration into the pin file, by rename so that a rank never
- * reads half a number (it would take it for another iteration).
- */
-static int pin(const struct disk *d, uint64_t iteration)
-{
-    char tmp[sizeof(d->pin) + 8];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", d->pin);
-    FILE *f = fopen(tmp, "we");
-    if (!f)
-        return -errno;
-    fprintf(f, "%llu\n", (unsigned long long)iteration);
-    if (fclose(f) != 0 || rename(tmp, d->pin) < 0) {
-        int rc = -errno;
-        unlink(tmp);
-        return rc;
-    }
-    return 0;
-}
 
 /* Says why a persist failed: faults once per kind, with the engine's reason naming the path. */
 static void failed(struct disk *d, uint64_t iteration, int rc, const char *why)
@@ -116,7 +97,7 @@ static void *worker(void *arg)
     uint64_t t0 = ckpt_now_ns();
     d->out_rc = ckpt_persist_generation(d->engine, &rq, &st, d->out_why, sizeof(d->out_why));
     if (d->own_pin)
-        unlink(d->pin);
+        ckpt_pins_remove(d->pin);
     if (d->out_rc == 0) {
         /* The write on each rank's timeline (its disk-writes lane). */
         struct ckpt_tl_event e = {.start_ns = t0, .end_ns = ckpt_now_ns(), .arg = st.logical_bytes / st.nranks,
@@ -225,8 +206,8 @@ int disk_start(struct job *job, uint64_t k, bool own_pin)
         return -EBUSY;
     if ((rc = pick_ranks(d, job)) < 0)
         return rc;
-    if (own_pin && (rc = pin(d, k)) < 0) {
-        failed(d, k, rc, d->pin);
+    if (own_pin && (rc = ckpt_pins_write(d->pin, &(struct ckpt_pins){ .keep = { k }, .n = 1 })) < 0) {
+        failed(d, k, rc, "cannot write the pin file");
         return rc;
     }
     d->own_pin = own_pin;
@@ -236,7 +217,7 @@ int disk_start(struct job *job, uint64_t k, bool own_pin)
     d->done = false;
     if ((rc = pthread_create(&t, NULL, worker, d)) != 0) {
         if (own_pin)
-            unlink(d->pin);
+            ckpt_pins_remove(d->pin);
         failed(d, k, -rc, "cannot start the persist thread");
         return -rc;
     }
@@ -389,7 +370,7 @@ void disk_close(struct disk *d)
     if (d->running) {
         ckpt_persist_cancel(d->engine);
         pthread_join(d->thread, NULL);
-        unlink(d->pin);
+        ckpt_pins_remove(d->pin);
     }
     if (d->engine)
         ckpt_persist_close(d->engine);

@@ -23,6 +23,7 @@
 #include "arena.h"
 #include "image.h"
 #include "log.h"
+#include "pins.h"
 #include "replay.h"
 #include "resume.h"
 
@@ -360,8 +361,8 @@ int arena_remove(const struct options *opt)
     }
     closedir(d);
     unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */
-    unlinkat(dfd, "persist-pin", 0);  /* left by an agent that was killed while persisting */
-    unlinkat(dfd, "persist-pin.tmp", 0);
+    unlinkat(dfd, CKPT_PINS_FILE, 0);  /* left by an agent that was killed while persisting */
+    unlinkat(dfd, CKPT_PINS_FILE ".tmp", 0);
     close(dfd);
     if (rmdir(dir) < 0) {
         rc = -errno;

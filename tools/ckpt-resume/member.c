@@ -27,6 +27,7 @@
 #include "coord.h"
 #include "log.h"
 #include "persist.h"
+#include "pins.h"
 #include "replay.h"
 #include "resume.h"
 #include "wire.h"
@@ -295,34 +296,24 @@ static int join(struct job *job, struct member *m, uint64_t refused)
 /* ------------------------------------------------------------- the pin file */
 
 /*
- * Tells the ranks what to keep: "<job dir>/persist-pin" lists the
- * iterations no snapshot may overwrite (the durable one, the one being
- * replicated, the one being persisted) and, after "from=", the iteration
- * from which on a committed snapshot is kept too, so that every rank of
- * every node stops at the same one for the next round.
+ * Tells the ranks what to keep (pins.h): the iterations no snapshot may
+ * overwrite (the durable one, the one being replicated, the one being
+ * persisted) and the iteration from which on a committed snapshot is kept
+ * too, so that every rank of every node stops at the same one for the
+ * next round.
  */
 static void write_pins(struct job *job, struct member *m)
 {
-    char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+    char dir[PATH_MAX];
+    struct ckpt_pins p = { .keep = { m->durable, m->replicating, m->persisting }, .n = 3, .from = m->target };
 
     if (arena_job_dir(job->opt, dir, sizeof(dir)) < 0)
         return;
     mkdir(job->opt->arena_root, 0700);
     mkdir(dir, 0700);
-    snprintf(path, sizeof(path), "%s/persist-pin", dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "we");
-    if (!f)
-        return;
-    uint64_t keep[3] = { m->durable, m->replicating, m->persisting };
-    for (int i = 0; i < 3; i++)
-        if (keep[i])
-            fprintf(f, "%llu ", (unsigned long long)keep[i]);
-    fprintf(f, "from=%llu\n", (unsigned long long)m->target);
-    if (fclose(f) != 0 || rename(tmp, path) < 0) {
-        ckpt_log_once(CKPT_WARN, "cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-    }
+    int rc = ckpt_pins_write(dir, &p);
+    if (rc < 0)
+        ckpt_log_once(CKPT_WARN, "cannot write the pin file in %s: %s", dir, strerror(-rc));
 }
 
 /* ------------------------------------------------------------- while the ranks run */

@@ -104,7 +104,7 @@ struct outcome {
 struct disk {
     struct ckpt_persist *engine;
     unsigned every;         /* CKPT_PERSIST_EVERY; 0: restore only */
-    char pin[PATH_MAX];     /* <job dir>/persist-pin */
+    char pin[PATH_MAX];     /* the job directory whose pin file (pins.h) it writes */
     char log_dir[PATH_MAX]; /* where the ranks keep their replay logs (CKPT_REPLAY_LOG_DIR, the user's or
                              * in the first persist directory), "": in the arena */
     uint64_t seen;          /* newest iteration every rank had committed */
