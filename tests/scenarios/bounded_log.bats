@@ -100,6 +100,24 @@ watch_arena_log() {
     [ "$(stat -c %s "$DISK/rank0.replay.log")" -gt 20000 ]
 }
 
+@test "after a restore from disk far behind the failure, persisting goes on from the restore point at its interval (CKPT_PERSIST_EVERY counts commits since the last persist, in any launch)" {
+    # Generations every 30 snapshots (300 iterations); the job fails at
+    # 590 with its arena wiped and comes back from iteration 300 on disk.
+    # 30 snapshots have been committed since that persist started (10 of
+    # them lost with the failed launch's arena), so the first one of the
+    # restored launch is persisted, not the first past iteration 590.
+    local wrap='trap : TERM; "$0" "$@"; rc=$?
+        [ -n "$CKPT_RESTORE" ] || [ $rc -eq 0 ] || rm -rf "$CKPT_ARENA_DIR"/*/rank*; exit $rc'
+    CKPT_LOG=debug CKPT_PERSIST_EVERY=30 CKPT_FAULT=kill:rank=0:iter=590 timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        sh -c "$wrap" "$TRAIN" --iters 700 $ARGS >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    grep -Eq "^ckpt-resume: restoring generation [0-9]+ \(iteration 300\) from disk$" "$D/err" ||
+        { grep '^ckpt-resume' "$D/err"; return 1; }
+    local after
+    after=$(sed -n '/restoring generation .* from disk$/,$ s/^ckpt-resume: debug: persisted iteration \([0-9]*\):.*/\1/p' "$D/err" | head -n 1)
+    echo "the first persist after the restore: iteration ${after:-none}"
+    [ -n "$after" ] && [ "$after" -le 320 ] || { grep '^ckpt-resume' "$D/err"; return 1; }
+}
+
 @test "CKPT_REPLAY_LOG_DIR that is not a directory stops the job before it trains, naming it (ckpt-resume and libckpt alone)" {
     local want="CKPT_REPLAY_LOG_DIR=$D/nowhere: not a directory; make it, or unset the variable"
     CKPT_PERSIST_DIRS= CKPT_REPLAY_LOG_DIR=$D/nowhere run -2 --separate-stderr \

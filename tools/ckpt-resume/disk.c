@@ -1,10 +1,15 @@
 /*
  * The job's snapshots on disk (runtime/persist.h), driven by the node
- * agent: when every rank has committed an iteration and a persist is due
- * (every CKPT_PERSIST_EVERY-th such iteration, none running), one worker
- * thread writes it as a generation while <job dir>/persist-pin keeps the
- * ranks from overwriting its slots; a persist that comes due meanwhile is
- * skipped and counted, never queued.  When a restart finds no iteration in
+ * agent.  CKPT_PERSIST_EVERY=N has one meaning on one node and on several:
+ * a persist is due once every rank of the node has committed N more
+ * iterations since the last one started, and starts at the first chance
+ * that finds none running (on one node, the next iteration every rank
+ * committed; on several, the next replication round, whose iteration the
+ * pin file holds already); a due point that finds one running is counted
+ * as skipped, and none is ever queued, so that persisting keeps up: the
+ * interval is N snapshots, or the time one persist takes, whichever is
+ * longer.  One worker thread writes the generation while the pin file
+ * (pins.h) keeps the ranks from overwriting its slots.  When a restart finds no iteration in
  * the arena, the newest complete generation is read back into it.  This
  * file must never hold a rank (the training goes on whatever the disks
  * do), never touch a complete generation but through the engine, and never
@@ -211,6 +216,7 @@ int disk_start(struct job *job, uint64_t k, bool own_pin)
         return rc;
     }
     d->own_pin = own_pin;
+    d->started = d->commits;
     d->arena = opt->arena_root;
     d->job = opt->job_name;
     d->iteration = k;
@@ -226,29 +232,40 @@ int disk_start(struct job *job, uint64_t k, bool own_pin)
     return 0;
 }
 
-/* After the channel was read: starts a persist when one is due, as this file's opening says. */
-void disk_tick(struct job *job)
+/*
+ * After the channel was read: counts a new iteration every rank of the
+ * node committed, and whether a persist is due (this file's opening).
+ * Returns the iteration when one is due and none runs, else 0.
+ */
+uint64_t disk_due(struct job *job)
 {
     struct disk *d = &job->disk;
 
     if (!d->engine || !d->every || job->phase != JOB_RUNNING)
-        return;
-    reap_worker(d);
-    uint64_t k = all_committed(job);
-    if (k <= d->seen)
-        return;
-    d->seen = k;
-    if (d->newest && k - d->newest > d->worst_lag)
-        d->worst_lag = k - d->newest;
-    if (++d->commits % d->every)
-        return;
-    if (d->running) {
-        d->skipped++;
-        ckpt_log(CKPT_DEBUG, "iteration %llu not persisted: the persist of iteration %llu is still running",
-                 (unsigned long long)k, (unsigned long long)d->iteration);
-        return;
+        return 0;
+    bool idle = reap_worker(d);
+    uint64_t k = all_committed(job), since;
+    if (k > d->seen) {
+        d->seen = k;
+        d->commits++;
+        if (d->newest && k > d->newest && k - d->newest > d->worst_lag)
+            d->worst_lag = k - d->newest;
+        since = d->commits - d->started;
+        if (!idle && since >= d->every && since % d->every == 0) {
+            d->skipped++;
+            ckpt_log(CKPT_DEBUG, "iteration %llu not persisted: the persist of iteration %llu is still running",
+                     (unsigned long long)k, (unsigned long long)d->iteration);
+        }
     }
-    disk_start(job, k, true);
+    return idle && d->seen && d->commits - d->started >= d->every ? d->seen : 0;
+}
+
+/* One node: starts a persist when one is due. */
+void disk_tick(struct job *job)
+{
+    uint64_t k = disk_due(job);
+    if (k)
+        disk_start(job, k, true);
 }
 
 /* Asks a running persist to stop; safe from any thread. */

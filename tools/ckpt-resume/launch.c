@@ -212,6 +212,7 @@ int job_launch(struct job *job, uint64_t restore)
         return -ENOMEM;
     }
     channel_reset(&job->chan);
+    job->disk.seen = 0; /* the commits of this launch count from its restore point */
 
     for (int i = 0; i < opt->nproc; i++) {
         int rc = spawn_rank(job, i);

@@ -44,7 +44,6 @@ struct member {
     double silence_s;               /* the coordinator silent this long is lost; through etcd never: its
                                      * lease says whether it lives, and the bridge closes the connection */
     uint64_t durable, target, replicating, persisting;
-    unsigned rounds;                /* replication rounds started, for CKPT_PERSIST_EVERY */
     struct coord_held last_held;
     bool stopped, failed_sent, finished;
     int finish_code, restarts;
@@ -388,6 +387,7 @@ void member_tick(struct job *job)
     struct member *m = job->member;
     struct coord_held h;
 
+    disk_due(job); /* counts the commits; a persist starts with the next round (replicate) */
     if (job->phase != JOB_RUNNING || m->replicating || m->fd < 0 || !node_held(job, m, &h))
         return;
     if (!memcmp(&h, &m->last_held, sizeof(h)))
@@ -400,11 +400,8 @@ void member_tick(struct job *job)
  * persisted too, unless @again (what the ranks restored from). */
 static void replicate(struct job *job, struct member *m, uint64_t it, bool again)
 {
-    struct disk *d = &job->disk;
-
     m->replicating = it;
-    if (!again && d->engine && d->every && !disk_busy(d) && m->rounds++ % d->every == 0 &&
-        disk_start(job, it, false) == 0)
+    if (!again && disk_due(job) && disk_start(job, it, false) == 0)
         m->persisting = it;
     write_pins(job, m);
     int rc = rep_start(m->rep, it, m->addrs, m->naddrs);

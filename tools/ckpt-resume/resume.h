@@ -107,8 +107,9 @@ struct disk {
     char pin[PATH_MAX];     /* the job directory whose pin file (pins.h) it writes */
     char log_dir[PATH_MAX]; /* where the ranks keep their replay logs (CKPT_REPLAY_LOG_DIR, the user's or
                              * in the first persist directory), "": in the arena */
-    uint64_t seen;          /* newest iteration every rank had committed */
+    uint64_t seen;          /* newest iteration every rank of this launch has committed */
     uint64_t commits;       /* such iterations seen */
+    uint64_t started;       /* commits when the last persist started */
     pthread_t thread;       /* the worker, while running */
     bool running, done;     /* done: set by the worker as it ends */
     bool own_pin;           /* the worker removes the pin file as it ends */
@@ -256,6 +257,7 @@ void standby_stop(struct job *job, const char *why);
 
 /* disk.c */
 void disk_open(struct disk *d, const struct options *opt);
+uint64_t disk_due(struct job *job);
 void disk_tick(struct job *job);
 void disk_cancel(struct disk *d);
 bool disk_wait(struct job *job);

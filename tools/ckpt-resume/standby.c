@@ -345,6 +345,7 @@ static int swap_in(struct job *job, uint64_t iteration)
     job->pgid = sb->pgid;
     job->chan = sb->chan;
     sb->chan = chan;
+    job->disk.seen = 0; /* the commits of the standbys' launch count from where they took over */
     channel_carry(&job->chan, &sb->chan);
     channel_reset(&sb->chan);
     job->master_port = sb->master_port;
