@@ -157,12 +157,15 @@ run_killed() {
 }
 
 @test "a standby that hangs: the takeover gives up on it within seconds, said with why, and the cold path ends bit-exact" {
+    # Long enough that the job is still running when its standbys are
+    # stopped, however late on a loaded machine they start.
+    ARGS="--iters 2000 --hidden 32 --layers 2"
     CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
     ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" &
     local job=$! pgid pid
     pgid=$(standbys_pgid "$D/err") || { wait $job; cat "$D/err"; return 1; }
     sleep 0.5
-    kill -STOP -- "-$pgid"
+    kill -STOP -- "-$pgid" || { wait $job; cat "$D/err"; return 1; }
     pid=$(live_pid 0) || { wait $job; cat "$D/err"; return 1; }
     kill -KILL "$pid"
     wait $job || { cat "$D/err"; return 1; }
