@@ -165,10 +165,13 @@ int main(void)
     CHECK(setenv("CKPT_REPLAY_LOG_MAX", "64K", 1) == 0 && ckpt_config_load(why, sizeof(why)) == 0, "%s", why);
     CHECK(file_size(path) > 64 * 1024, "the log is no longer than 64K");
     CHECK(round_trip(addr, EPOCH, &moved) == -EFBIG, "a peer keeping logs in memory took one over its bound");
-    struct logship *mem = rx, *disk;
+    struct logship *mem = rx, *disk = NULL;
     char dir[300], stub[512];
     snprintf(dir, sizeof(dir), "%s/disk", root);
-    CHECK(mkdir(dir, 0700) == 0 && logship_open(&disk, 4, dir) == 0, "cannot open a receiver with a disk");
+    if (mkdir(dir, 0700) < 0 || logship_open(&disk, 4, dir) < 0) {
+        printf("cannot open a receiver with a disk\n");
+        return 1;
+    }
     __atomic_store_n(&rx, disk, __ATOMIC_RELEASE);
     snprintf(y_target, sizeof(y_target), "%s/peers/rank%d.replay.log", dir, RANK);
     snprintf(stub, sizeof(stub), "%s", held);
