@@ -49,7 +49,7 @@ value() {
 }
 
 @test "a running job's metrics pass promtool's check, their counters move as it trains, and its recovery by a standby is counted" {
-    CKPT_METRICS_ADDR=127.0.0.1:$PORT CKPT_STANDBY=1 timeout -k 5 120 "$CKPT" --nproc 2 -- "$TRAIN" --iters 2000 \
+    CKPT_METRICS_ADDR=127.0.0.1:$PORT CKPT_STANDBY=1 timeout -k 5 120 "$CKPT" --nproc 2 -- "$TRAIN" --iters 8000 \
         --hidden 32 --layers 2 >"$D/out" 2>"$D/err" &
     JOB=$!
     scrape "$D/m1" || { cat "$D/err"; return 1; }
@@ -76,7 +76,7 @@ value() {
 
     # Rank 1 dies; its standby takes over; the page says so.
     local pid
-    pid=$(pgrep -f -x "$TRAIN --iters 2000 --hidden 32 --layers 2" | while read -r p; do
+    pid=$(pgrep -f -x "$TRAIN --iters 8000 --hidden 32 --layers 2" | while read -r p; do
         tr '\0' '\n' <"/proc/$p/environ" | grep -qx RANK=1 && ! tr '\0' '\n' <"/proc/$p/environ" | grep -q '^CKPT_FOLLOW=' &&
             echo "$p"; done | head -n 1)
     [ -n "$pid" ] || { cat "$D/err"; return 1; }
