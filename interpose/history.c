@@ -217,9 +217,13 @@ void ckpt_history_file(uint64_t size, int flags, const char *path)
     put(CKPT_RL_FILE, ckpt_thread_key(), size, (uint64_t)(unsigned)flags, 0, path, (uint32_t)strlen(path));
 }
 
+/* Under the lock: an iteration's end never falls between an observation
+ * and the copies it settled, which a standby's cut would part. */
 void ckpt_history_put(int type, uint64_t a)
 {
+    pthread_mutex_lock(&lock);
     put((enum ckpt_rl_type)type, ckpt_thread_key(), a, 0, 0, NULL, 0);
+    pthread_mutex_unlock(&lock);
 }
 
 /* The driver calls libckpt makes here for itself, resolved once. */
@@ -412,7 +416,7 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
     struct pending p = {.issuer = t, .seq = ++copies, .dst = dst, .src = src, .size = size, .stream = stream};
     if (ckpt_replaying) {
         struct ckpt_rl_rec rec;
-        if (ckpt_rlog_peek(t, &rec) == CKPT_RL_D2H && rec.c == (p.seq | AT_RETURN)) {
+        if (ckpt_history_peek(t, &rec) == CKPT_RL_D2H && rec.c == (p.seq | AT_RETURN)) {
             ckpt_history_next(t, CKPT_RL_D2H, &rec);
             if (rec.a != size || rec.len != size)
                 ckpt_refuse("a device-to-host copy of %zu bytes, the recorded run copied %llu", size,
@@ -420,6 +424,12 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
             memcpy(dst, rec.payload, size);
             return;
         }
+        /* A standby that went live while this thread waited for its next
+         * record: the copy replay held back is made now, as the restore
+         * makes those still pending (ckpt_history_forget). */
+        if (!ckpt_replaying && (ckpt_resolve("cuMemcpyDtoHAsync_v2") < 0 ||
+                                real_cuMemcpyDtoHAsync_v2(dst, src, size, stream) != CUDA_SUCCESS))
+            ckpt_refuse("a device-to-host copy queued before the snapshot could not be made again");
     }
     if (!ckpt_replaying) {
         pthread_once(&resolved, resolve);

@@ -360,6 +360,18 @@ bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
     }
 }
 
+int ckpt_history_peek(uint64_t thread, struct ckpt_rl_rec *rec)
+{
+    for (;;) {
+        uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
+        int type = ckpt_rlog_peek(thread, rec);
+        /* Only a standby's cut moves on: a record of this thread may lie
+         * past it, appended after the iteration end the cut stops at. */
+        if (type || !orders || !wait_live(cut0))
+            return type;
+    }
+}
+
 bool ckpt_history_dry_wait(void)
 {
     for (;;) {
