@@ -692,6 +692,8 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
     double since = job->out.failed_s > 0 ? job->out.failed_s : job->stopped_s;
     job->recovering = how;
     job->recovering_since = how ? since : 0;
+    arena_supersede(job->opt, restore);
+    rep_supersede(m->rep, restore);
     if (m->by_standby && standby_take_over(job, restore) < 0) {
         struct coord_status st = { .status = 1, .flags = COORD_TAKEOVER, .iteration = restore };
         m->failed_sent = true;

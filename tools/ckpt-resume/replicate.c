@@ -547,15 +547,27 @@ int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, si
     return rc;
 }
 
-/* The peer store's directory of @rank's replicas. */
 void rep_epoch(struct rep *r, uint64_t epoch)
 {
     __atomic_store_n(&r->epoch, epoch, __ATOMIC_RELEASE);
 }
 
+/* The peer store's directory of @rank's replicas. */
 int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen)
 {
     return ckpt_arena_path(out, outlen, r->peers, r->opt->job_name, rank);
+}
+
+/* Restoring @after: the replicas held here of later iterations are retired (arena_retire). */
+void rep_supersede(struct rep *r, uint64_t after)
+{
+    char dir[PATH_MAX];
+
+    if (rep_peer_dir(r, 0, dir, sizeof(dir)) < 0)
+        return;
+    *strrchr(dir, '/') = '\0';
+    for (int rank = 0; rank < r->opt->nnodes * r->opt->nproc; rank++)
+        arena_retire(r->opt->job_name, dir, rank, after, "held here for its node");
 }
 
 void rep_close(struct rep *r)

@@ -175,6 +175,8 @@ int job_run(struct job *job, int *restarts)
 
     *restarts = 0;
     for (;;) {
+        if (!took_over)
+            arena_supersede(opt, restore);
         bool started = took_over || job_launch(job, restore) == 0;
         took_over = false;
         job_watch(job);
@@ -221,6 +223,8 @@ int job_run(struct job *job, int *restarts)
             newest = restore;
         job->recovering = restore ? "standby" : NULL; /* a start from the beginning restores nothing */
         job->recovering_since = since;
+        if (restore)
+            arena_supersede(opt, restore);
         if (restore && standby_take_over(job, restore) == 0) {
             took_over = true;
             how = "standby";

@@ -282,6 +282,10 @@ struct restore_point {
 int arena_job_dir(const struct options *opt, char *out, size_t outlen);
 bool arena_pick(const struct options *opt, uint64_t below, struct restore_point *pt, char *why, size_t whylen);
 int arena_remove(const struct options *opt);
+/* Restoring @after: snapshots of later iterations belong to the run it
+ * replaces and are retired (one rank in @dir, or this node's ranks). */
+int arena_retire(const char *job, const char *dir, int r, uint64_t after, const char *what);
+void arena_supersede(const struct options *opt, uint64_t after);
 /* Makes this the one ckpt-resume of the job's arena on this machine: 0, -EBUSY (said), -errno. */
 int arena_lock(const struct options *opt);
 /* The job is over: the lock's file goes. */
@@ -384,6 +388,7 @@ int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const s
               unsigned nnodes);
 int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, size_t whylen);
 int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen);
+void rep_supersede(struct rep *r, uint64_t after);
 int rep_remove(const struct options *opt);
 /* The plan this node now acts under (its epoch, coord.h): what it sends
  * carries it, and it refuses offers of older ones. */
