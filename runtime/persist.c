@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -363,6 +364,52 @@ int ckpt_persist_list(struct ckpt_persist *p, const char *job, unsigned flags,
     }
     free(g);
     free(its);
+    return 0;
+}
+
+int ckpt_persist_retire(struct ckpt_persist *p, const char *job, uint64_t after, const char *whose, char *why,
+                        size_t whylen)
+{
+    char jobdir[PATH_MAX + 16], path[PATH_MAX + 64];
+    uint64_t *its;
+    size_t n;
+    int rc = pdir_job(p->dirs[0], job, false, jobdir, sizeof(jobdir), why, whylen);
+
+    if (rc == -ENOENT)
+        return 0; /* nothing persisted yet */
+    if (rc < 0)
+        return rc;
+    snprintf(path, sizeof(path), "%s/lock", jobdir);
+    int lock = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (lock < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
+        return rc;
+    }
+    if (flock(lock, LOCK_EX | LOCK_NB) < 0) {
+        snprintf(why, whylen, "another process is persisting job %s (it holds %s)", job, path);
+        close(lock);
+        return -EBUSY;
+    }
+    for (unsigned d = 0; d < p->ndirs; d++) {
+        char dwhy[256];
+        if (pdir_job(p->dirs[d], job, false, jobdir, sizeof(jobdir), dwhy, sizeof(dwhy)) < 0 ||
+            pdir_generations(jobdir, &its, &n, dwhy, sizeof(dwhy)) < 0)
+            continue;
+        for (size_t i = 0; i < n; i++) {
+            if (its[i] <= after)
+                continue;
+            snprintf(path, sizeof(path), "%s/gen-%llu/manifest", jobdir, (unsigned long long)its[i]);
+            if (d == 0 && access(path, F_OK) == 0)
+                ckpt_log(CKPT_INFO, "retired %s generation of iteration %llu on disk (%s): newer than the restore "
+                         "point %llu, it belongs to the run the restore replaces", whose,
+                         (unsigned long long)its[i], jobdir, (unsigned long long)after);
+            pdir_remove_gen(jobdir, its[i]);
+        }
+        free(its);
+        pdir_sync(jobdir, dwhy, sizeof(dwhy));
+    }
+    close(lock);
     return 0;
 }
 

@@ -9,7 +9,8 @@
  * normal CKPT_RESTORE=<iteration> restart works from it.  The engine must
  * never run inside a training process (it would stall it) and never
  * touch a complete generation except to remove it after a newer one is
- * complete.  Every function returns 0 or -errno; where there is a why, it
+ * complete, or when a restore of an older iteration on several nodes
+ * retires it (ckpt_persist_retire).  Every function returns 0 or -errno; where there is a why, it
  * holds one line naming the path or the rank at fault.
  *
  * Pacing (CKPT_PERSIST_EVERY = N): the agent persists the newest committed
@@ -125,6 +126,16 @@ struct ckpt_persist_gen {
  * (highest iteration) first. */
 int ckpt_persist_list(struct ckpt_persist *p, const char *job, unsigned flags,
                       void (*fn)(void *arg, const struct ckpt_persist_gen *g), void *arg, char *why, size_t whylen);
+
+/* A restore of iteration `after` on several nodes: every generation of a
+ * later iteration (complete or not) is removed from every directory, each
+ * complete one said as `whose` (e.g. "this node's").  Each node holds only
+ * its own ranks' generations, and one node's generation of a later
+ * iteration from the run the restore replaces must not be restored beside
+ * another node's from the new run.  -EBUSY when another process persists
+ * the job. */
+int ckpt_persist_retire(struct ckpt_persist *p, const char *job, uint64_t after, const char *whose, char *why,
+                        size_t whylen);
 
 /* The newest complete generation with an iteration below `below` (0: any)
  * into *g; each newer one that is torn or corrupt is skipped with a

@@ -207,7 +207,11 @@ refuse_everywhere() {
     printf '#!/bin/sh\n[ -z "$CKPT_RESTORE" ] || set -- "$@" --hidden 32\nexec "$TRAIN_BIN" "$@"\n' >"$D/narrow"
     chmod +x "$D/narrow"
     (export "$@" TRAIN_BIN=$TRAIN TRAIN=$D/narrow FAKEGPU_CRASH_AT=40 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed
-     ARGS="--iters 60 --hidden 64 --layers 3"; start 0 2 1; start 1 2 1)
+     ARGS="--iters 60 --hidden 64 --layers 3"
+     for i in 0 1; do
+         [ -z "${ON_DISK:-}" ] || { mkdir -p "$D/disk.$i"; export CKPT_PERSIST_DIRS=$D/disk.$i; }
+         start $i 2 1
+     done)
     wait_rc "$D/rc.0" "$D/rc.1"
 }
 
@@ -227,6 +231,23 @@ refuse_everywhere() {
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
     grep -q "falling back to a clean start (CKPT_FALLBACK=clean): .*; the training up to iteration [0-9]* is lost" \
         "$D/err.0" || { show; return 1; }
+    diff <(resumed_output "$D/out.0") "$D/plain"
+}
+
+@test "each restore on several nodes retires what is newer than its point, on disk too: the refused iterations' generations go, and a clean start leaves none of the replaced run's" {
+    ARGS="--iters 60 --hidden 64 --layers 3" plain 2 1 || { cat "$D/plain.err"; return 1; }
+    ON_DISK=1 refuse_everywhere CKPT_FALLBACK=clean || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    grep -q "falling back to a clean start (CKPT_FALLBACK=clean)" "$D/err.0" || { show; return 1; }
+    local i its
+    for i in 0 1; do
+        its=$(sed -n "s/^ckpt-resume: retired this node's generation of iteration \([0-9]*\) on disk (.*): newer than the restore point \([0-9]*\), it belongs to the run the restore replaces$/\1/p" "$D/err.$i")
+        echo "node $i retired the generations on disk of iterations" $its
+        [ -n "$its" ] || { show; return 1; }
+        # The last restore point was 0: every generation the failed run persisted went.
+        grep -q "^ckpt-resume: retired this node's generation of iteration [0-9]* on disk (.*): newer than the restore point 0, " \
+            "$D/err.$i" || { show; return 1; }
+    done
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 

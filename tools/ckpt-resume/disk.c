@@ -368,6 +368,25 @@ int disk_read(struct job *job, uint64_t it)
     return rc;
 }
 
+/*
+ * Restoring @after on several nodes: this node's generations of later
+ * iterations are removed (ckpt_persist_retire says why).  No persist may
+ * be running.
+ */
+void disk_supersede(struct job *job, uint64_t after)
+{
+    struct disk *d = &job->disk;
+    char why[512];
+
+    if (!d->engine)
+        return;
+    if (ckpt_persist_retire(d->engine, job->opt->job_name, after, "this node's", why, sizeof(why)) < 0)
+        ckpt_log(CKPT_WARN, "cannot retire the generations on disk newer than the restore point %llu: %s",
+                 (unsigned long long)after, why);
+    else if (d->newest > after)
+        d->newest = 0;
+}
+
 /* Ends persisting: waits for the running persist and says what was done. */
 void disk_finish(struct job *job)
 {

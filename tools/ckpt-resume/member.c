@@ -694,6 +694,7 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
     job->recovering_since = how ? since : 0;
     arena_supersede(job->opt, restore);
     rep_supersede(m->rep, restore);
+    disk_supersede(job, restore);
     if (m->by_standby && standby_take_over(job, restore) < 0) {
         struct coord_status st = { .status = 1, .flags = COORD_TAKEOVER, .iteration = restore };
         m->failed_sent = true;

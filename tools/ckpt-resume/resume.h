@@ -266,6 +266,7 @@ void disk_finish(struct job *job);
 bool disk_busy(struct disk *d);
 int disk_start(struct job *job, uint64_t k, bool own_pin);
 int disk_read(struct job *job, uint64_t it);
+void disk_supersede(struct job *job, uint64_t after);
 void disk_close(struct disk *d);
 
 /* jobarena.c */
