@@ -461,6 +461,9 @@ int ckpt_snapshot_open(bool fresh, char *dir, size_t dirlen)
 
 void ckpt_snapshot_resumed(uint64_t generation, uint64_t iteration, int slot)
 {
+    const char *rank = getenv("RANK");
+    uint64_t newer = 0;
+
     pthread_mutex_lock(&S.lock);
     S.generation = generation;
     S.last_slot = slot;
@@ -468,7 +471,17 @@ void ckpt_snapshot_resumed(uint64_t generation, uint64_t iteration, int slot)
     S.slot_used[0] = S.slot_used[1] = true;
     S.slot_iter[slot] = iteration;
     S.slot_iter[1 - slot] = 0; /* an older one, or none: not worth a pin */
+    /* A newer snapshot in the other slot is the failed run's: this run
+     * writes the replay log again from here (arena.h). */
+    int rc = S.arena.fd[1 - slot] < 0 ? 0 : ckpt_slot_retire(S.arena.fd[1 - slot], ckpt_cfg_str(CFG_JOB),
+                                                             rank ? atoi(rank) : 0, iteration, &newer);
     pthread_mutex_unlock(&S.lock);
+    if (rc > 0)
+        ckpt_log(CKPT_INFO, "retired its snapshot of iteration %llu: newer than the restored iteration %llu, it "
+                 "belongs to the run this one replaces", (unsigned long long)newer, (unsigned long long)iteration);
+    else if (rc < 0)
+        ckpt_log(CKPT_WARN, "cannot retire its snapshot of iteration %llu (newer than the restored iteration %llu): "
+                 "%s", (unsigned long long)newer, (unsigned long long)iteration, strerror(-rc));
 }
 
 /* Room for need entries in S.allocs and S.recs.  Returns 0 or -ENOMEM. */

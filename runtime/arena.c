@@ -20,6 +20,7 @@
 #include "aside.h"
 #include "arena.h"
 #include "format.h"
+#include "image.h"
 #include "util.h"
 
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank)
@@ -174,6 +175,30 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
     close(dirfd);
     if (rc < 0)
         ckpt_arena_close(a);
+    return rc;
+}
+
+int ckpt_slot_retire(int fd, const char *job, int rank, uint64_t after, uint64_t *iteration)
+{
+    struct ckpt_header h;
+    struct stat st;
+    char why[256];
+
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (st.st_size < (off_t)sizeof(h))
+        return 0; /* never written */
+    void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED)
+        return -errno;
+    /* Only a header that verifies: a damaged one stays for the reader that names it. */
+    int rc = ckpt_image_verify_header(base, (size_t)st.st_size, &h, why, sizeof(why)) == 0 &&
+             strncmp(h.job, job, sizeof(h.job)) == 0 && h.rank == (uint32_t)rank && h.iteration > after;
+    if (rc) {
+        *iteration = h.iteration;
+        ckpt_image_invalidate(base);
+    }
+    munmap(base, (size_t)st.st_size);
     return rc;
 }
 

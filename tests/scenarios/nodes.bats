@@ -234,19 +234,16 @@ refuse_everywhere() {
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
-@test "each restore on several nodes retires what is newer than its point, on disk too: the refused iterations' generations go, and a clean start leaves none of the replaced run's" {
+@test "on several nodes, a clean start after every restore was refused retires the failed run's generations on disk; the refused restores retired nothing" {
     ARGS="--iters 60 --hidden 64 --layers 3" plain 2 1 || { cat "$D/plain.err"; return 1; }
     ON_DISK=1 refuse_everywhere CKPT_FALLBACK=clean || { show; return 1; }
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
     grep -q "falling back to a clean start (CKPT_FALLBACK=clean)" "$D/err.0" || { show; return 1; }
-    local i its
+    local i points
     for i in 0 1; do
-        its=$(sed -n "s/^ckpt-resume: retired this node's generation of iteration \([0-9]*\) on disk (.*): newer than the restore point \([0-9]*\), it belongs to the run the restore replaces$/\1/p" "$D/err.$i")
-        echo "node $i retired the generations on disk of iterations" $its
-        [ -n "$its" ] || { show; return 1; }
-        # The last restore point was 0: every generation the failed run persisted went.
-        grep -q "^ckpt-resume: retired this node's generation of iteration [0-9]* on disk (.*): newer than the restore point 0, " \
-            "$D/err.$i" || { show; return 1; }
+        points=$(sed -n "s/^ckpt-resume: retired this node's generation of iteration [0-9]* on disk (.*): newer than the restore point \([0-9]*\), it belongs to the run the restore replaces$/\1/p" "$D/err.$i" | sort -u)
+        echo "node $i retired generations on disk at the restore points:" $points
+        [ "$points" = 0 ] || { show; return 1; }
     done
     diff <(resumed_output "$D/out.0") "$D/plain"
 }

@@ -242,11 +242,13 @@ SCRIPT
     [ "$(echo "$output" | grep '^digest')" = "$(grep '^digest' "$D/plain")" ]
 }
 
-@test "a restore retires the snapshots newer than its point: they belong to the run it replaces" {
+@test "a restore retires the snapshots newer than its point as the ranks go live: they belong to the run it replaces" {
     # After the restore of 15 the ranks' replay logs go on past 15 as the
     # new run's, and a program that is not bit-exact from run to run
     # computes another iteration 20: a rank's old 20 beside another rank's
-    # new one would be a state no run had.
+    # new one would be a state no run had.  (A refused restore retires
+    # nothing: "falls back past its damaged snapshot" below restores by
+    # hand what the refusals left.)
     export CKPT_JOB=by-hand
     crash 1 "$D/crashed"
     run -137 ckpt --nproc 2 --max-restarts 0 -- "$TRAIN" $ARGS
@@ -254,7 +256,7 @@ SCRIPT
     [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
     local r
     for r in 0 1; do
-        [[ $stderr == *"ckpt-resume: retired rank $r's snapshot of iteration 20 in this node's arena: newer than the restore point 15, it belongs to the run the restore replaces"* ]] ||
+        [[ $stderr == *"libckpt[rank $r]: retired its snapshot of iteration 20: newer than the restored iteration 15, it belongs to the run this one replaces"* ]] ||
             { echo "$stderr"; return 1; }
     done
     [[ $stderr == *"ckpt-resume: done exit=0 restarts=0" ]]

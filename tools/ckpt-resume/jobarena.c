@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,42 +305,30 @@ bool arena_pick(const struct options *opt, uint64_t below, struct restore_point 
 
 /*
  * Retires what rank @r holds under @dir (the arena, or the peers' store)
- * of iterations after @after: the slot's header loses its magic, so that
- * nothing reads it as a snapshot again; @what says where it was, in the
- * line that says so.  Returns how many it retired.
- *
- * A restore of @after makes those copies belong to another run: the
- * launch that restores replaces the rank's replay log past @after, and on
- * a program that is not bit-exact from run to run (atomics, autotuning)
- * its own snapshot of a later iteration would differ from the failed
- * launch's.  A restore point made of one rank's copy from each run would
- * be a state no run ever had.
+ * of iterations after @after (ckpt_slot_retire); @what says where it was,
+ * in the line that says so.  Returns how many it retired.
  */
 int arena_retire(const char *job, const char *dir, int r, uint64_t after, const char *what)
 {
-    static const char zero[sizeof(((struct ckpt_header *)0)->magic)];
     char path[PATH_MAX + 32];
     int retired = 0;
 
     for (int s = 0; s < 2; s++) {
-        struct ckpt_header h;
+        uint64_t it = 0;
         snprintf(path, sizeof(path), "%s/rank%d/slot%d", dir, r, s);
         int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             continue;
-        if (pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && memcmp(h.magic, CKPT_MAGIC, sizeof(h.magic)) == 0 &&
-            strncmp(h.job, job, sizeof(h.job)) == 0 && h.rank == (uint32_t)r && h.iteration > after) {
-            if (pwrite(fd, zero, sizeof(zero), offsetof(struct ckpt_header, magic)) == (ssize_t)sizeof(zero)) {
-                ckpt_log(CKPT_INFO, "retired rank %d's snapshot of iteration %llu %s: newer than the restore point "
-                         "%llu, it belongs to the run the restore replaces", r, (unsigned long long)h.iteration, what,
-                         (unsigned long long)after);
-                retired++;
-            } else {
-                ckpt_log(CKPT_WARN, "cannot retire %s (iteration %llu, newer than the restore point %llu): %s", path,
-                         (unsigned long long)h.iteration, (unsigned long long)after, strerror(errno));
-            }
-        }
+        int rc = ckpt_slot_retire(fd, job, r, after, &it);
         close(fd);
+        if (rc > 0)
+            ckpt_log(CKPT_INFO, "retired rank %d's snapshot of iteration %llu %s: newer than the restore point "
+                     "%llu, it belongs to the run the restore replaces", r, (unsigned long long)it, what,
+                     (unsigned long long)after);
+        else if (rc < 0)
+            ckpt_log(CKPT_WARN, "cannot retire %s (iteration %llu, newer than the restore point %llu): %s", path,
+                     (unsigned long long)it, (unsigned long long)after, strerror(-rc));
+        retired += rc > 0;
     }
     return retired;
 }

@@ -52,6 +52,8 @@ struct member {
     int plan_restarts;              /* the job's restarts in the last plan */
     uint64_t epoch;                 /* the last plan's (coord.h): replicas carry it, older ones are refused */
     bool by_standby;                /* the last plan: the standbys take over */
+    uint64_t restored;              /* the iteration this launch restored, 0: none */
+    bool superseded;                /* what is newer than it was retired (supersede) */
     char standby_port[16];          /* the last plan's port for the standbys' rank 0 */
     struct coord_addr *addrs;
     unsigned naddrs;
@@ -382,11 +384,31 @@ static bool node_held(struct job *job, struct member *m, struct coord_held *out)
 }
 
 /* After the agent channel was read: says what the node keeps when that changed. */
+/*
+ * The launch restored @after and its ranks here went live (or started from
+ * the beginning, @after 0): what this node holds of later iterations
+ * belongs to the run it replaces.  The ranks retired their own arena's
+ * newer snapshots as they went live; the replicas held for peers and, on
+ * this node's disks, the generations are retired here.  A restore that is
+ * refused retires nothing: the snapshots stay for a restore by hand.
+ */
+static void supersede(struct job *job, struct member *m, uint64_t after)
+{
+    if (!after)
+        arena_supersede(job->opt, 0);
+    rep_supersede(m->rep, after);
+    disk_supersede(job, after);
+    m->superseded = true;
+}
+
 void member_tick(struct job *job)
 {
     struct member *m = job->member;
     struct coord_held h;
 
+    /* Before the first commit of the restored run leaves this node. */
+    if (!m->superseded && job->chan.restored_s > 0)
+        supersede(job, m, m->restored);
     disk_due(job); /* counts the commits; a persist starts with the next round (replicate) */
     if (job->phase != JOB_RUNNING || m->replicating || m->fd < 0 || !node_held(job, m, &h))
         return;
@@ -692,9 +714,10 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
     double since = job->out.failed_s > 0 ? job->out.failed_s : job->stopped_s;
     job->recovering = how;
     job->recovering_since = how ? since : 0;
-    arena_supersede(job->opt, restore);
-    rep_supersede(m->rep, restore);
-    disk_supersede(job, restore);
+    m->restored = restore;
+    m->superseded = !restore && !m->launches; /* a first launch from the beginning has nothing to retire */
+    if (!m->superseded && !restore) /* started again from the beginning: nothing of the failed run counts */
+        supersede(job, m, 0);
     if (m->by_standby && standby_take_over(job, restore) < 0) {
         struct coord_status st = { .status = 1, .flags = COORD_TAKEOVER, .iteration = restore };
         m->failed_sent = true;

@@ -168,15 +168,16 @@ int job_run(struct job *job, int *restarts)
     const struct outcome *out = &job->out;
     uint64_t restore = opt->first_restore, newest = restore;
 
-    bool took_over = false;
+    bool took_over = false, launched = false;
     int early_code = -1;    /* the last launch failed with this exit status before any boundary */
     const char *how = NULL; /* a recovery under way: how it is made */
     double since = 0;       /* and when its failure was seen */
 
     *restarts = 0;
     for (;;) {
-        if (!took_over)
-            arena_supersede(opt, restore);
+        if (!took_over && !restore && launched)
+            arena_supersede(opt, 0); /* started again from the beginning: nothing of the failed run counts */
+        launched = true;
         bool started = took_over || job_launch(job, restore) == 0;
         took_over = false;
         job_watch(job);
@@ -223,8 +224,6 @@ int job_run(struct job *job, int *restarts)
             newest = restore;
         job->recovering = restore ? "standby" : NULL; /* a start from the beginning restores nothing */
         job->recovering_since = since;
-        if (restore)
-            arena_supersede(opt, restore);
         if (restore && standby_take_over(job, restore) == 0) {
             took_over = true;
             how = "standby";
