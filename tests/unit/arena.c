@@ -1,7 +1,8 @@
 /*
  * The arena's files: private directories and files, refusal of paths that
  * belong to someone else or are open to others or are symlinks, growth of
- * a slot, and files that outlive the mapping.
+ * a slot, files that outlive the mapping, and the retiring of a snapshot
+ * newer than a restore point.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "arena.h"
 #include "check.h"
+#include "image.h"
 
 int main(void)
 {
@@ -79,6 +81,32 @@ int main(void)
     }
     rc = ckpt_arena_open(&a, root, "../evil", 0, 0, why, sizeof(why));
     CHECK(rc == -EINVAL, "job with a slash accepted");
+
+    /* Retiring: only a verified snapshot of this job and rank, newer than
+     * the restore point, loses its magic; a damaged one is left as it is. */
+    struct ckpt_rec rec = {.ordinal = 0, .size = 8192, .bytes = 8192};
+    struct ckpt_header h = {.rank = 2, .world = 4, .generation = 4, .iteration = 20, .nallocs = 1,
+                            .chunk_bytes = 4096};
+    struct ckpt_header got;
+    uint64_t it = 0;
+    snprintf(h.job, sizeof(h.job), "job1");
+    size_t len = ckpt_image_layout(&h, &rec, 1);
+    rc = ckpt_arena_open(&a, root, "job1", 2, 0, why, sizeof(why));
+    CHECK(rc == 0 && ckpt_arena_reserve(&a, 0, len, &moved) == 0, "open for retiring: %d %s", rc, why);
+    ckpt_image_commit(a.base[0], &h, &rec);
+    CHECK(ckpt_slot_retire(a.fd[0], "job1", 2, 20, &it) == 0, "retired a snapshot of the restore point itself");
+    CHECK(ckpt_slot_retire(a.fd[0], "job2", 2, 15, &it) == 0, "retired another job's snapshot");
+    CHECK(ckpt_slot_retire(a.fd[0], "job1", 3, 15, &it) == 0, "retired another rank's snapshot");
+    CHECK(ckpt_image_verify(a.base[0], len, &got, why, sizeof(why)) == 0, "a kept snapshot no longer verifies: %s",
+          why);
+    rc = ckpt_slot_retire(a.fd[0], "job1", 2, 15, &it);
+    CHECK(rc == 1 && it == 20, "retire after 15: %d, iteration %llu", rc, (unsigned long long)it);
+    CHECK(ckpt_image_verify(a.base[0], len, &got, why, sizeof(why)) == -ENODATA, "a retired snapshot still reads");
+    ckpt_image_commit(a.base[0], &h, &rec);
+    ((struct ckpt_header *)a.base[0])->time_ns ^= 1; /* the header no longer verifies */
+    CHECK(ckpt_slot_retire(a.fd[0], "job1", 2, 15, &it) == 0, "retired a damaged header");
+    CHECK(ckpt_image_verify(a.base[0], len, &got, why, sizeof(why)) == -EBADMSG, "a damaged header lost its magic");
+    ckpt_arena_close(&a);
 
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
