@@ -584,7 +584,13 @@ void ckpt_history_hostfn_failed(void *data)
  * followed as any copy of the live run. */
 void ckpt_history_forget(void)
 {
+    pthread_once(&resolved, resolve); /* take_event's; replay resolved none of them */
     pthread_mutex_lock(&lock);
+    if (npend && missing) {
+        pthread_mutex_unlock(&lock);
+        ckpt_refuse("a device-to-host copy queued before the snapshot cannot be made again: the driver lacks %s",
+                    missing);
+    }
     ckpt_self_depth++;
     for (size_t i = 0; i < npend; i++) {
         struct pending *p = &pend[i];

@@ -388,3 +388,15 @@ diverge() {
     rm -f "$D/died"
     FID_STANDBY=1 fidelity fid_vmm restore 26 30 18
 }
+
+@test "a copy thread whose asynchronous copies return after the training thread ended the iteration: the cold path makes the copy pending at the snapshot again, a standby waits for the copy's record as its cut moves on; both bit-exact" {
+    # The copies return 20 ms after they are queued (the double's
+    # FAKEGPU_D2H_RETURN_US), and the training thread ends each iteration
+    # 5 ms after the copier made its call: the copy's record follows the
+    # iteration's end in the log.  The restore's copy is pending at the
+    # snapshot (made again as the restore goes live), and a standby
+    # replaying the call finds its record past its cut.
+    FAKEGPU_D2H_RETURN_US=20000 fidelity fid_lateret restore 12 27
+    rm -f "$D/died"
+    FAKEGPU_D2H_RETURN_US=20000 FID_STANDBY=1 fidelity fid_lateret restore 12 27
+}

@@ -14,6 +14,8 @@
  * device side of a copy must lie inside one known allocation: a copy that
  * runs off the end of one fails here instead of corrupting the heap.
  */
+#include <time.h>
+
 #include "driver.h"
 
 enum copy_dir { DIR_UNIFIED, DIR_HTOD, DIR_DTOH, DIR_DTOD };
@@ -89,6 +91,23 @@ static int copy_ok(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n)
 /* Copies on hStream, waiting for it when sync (the synchronous forms pass
  * their default stream: CU_STREAM_LEGACY, or CU_STREAM_PER_THREAD) or when
  * an asynchronous copy must complete before returning (async_waits). */
+/* FAKEGPU_D2H_RETURN_US=U: an asynchronous copy to the host returns U
+ * microseconds after it is queued, as a driver call held up by its own
+ * locks, or a thread preempted inside it, does: other threads run on
+ * meanwhile, and the copy is done by the time the call returns. */
+static void late_return(void)
+{
+    static uint64_t knob = UINT64_MAX;
+    uint64_t us = __atomic_load_n(&knob, __ATOMIC_RELAXED);
+
+    if (us == UINT64_MAX) {
+        us = fg_env_u64("FAKEGPU_D2H_RETURN_US", 0);
+        __atomic_store_n(&knob, us, __ATOMIC_RELAXED);
+    }
+    if (us)
+        nanosleep(&(struct timespec){.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000}, NULL);
+}
+
 static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, CUstream hStream, int sync)
 {
     struct fg_stream *s;
@@ -126,6 +145,8 @@ static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, 
         fg_stream_wait_seq(s, s->enq_seq);
 out:
     fg_unlock();
+    if (!rc && !sync && n && on_device(src) && !on_device(dst))
+        late_return();
     return rc;
 }
 
