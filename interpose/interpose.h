@@ -350,10 +350,13 @@ bool ckpt_history_recording(void);
  * it has then waited for the restore, and goes on live. */
 struct ckpt_rl_rec;
 bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec);
-/* Replaying: the type of thread's next record (0: none before the
- * snapshot), not taken.  A standby's thread that has none yet waits for
- * the cut to move on, or for the takeover (ckpt_replaying is then false). */
-int ckpt_history_peek(uint64_t thread, struct ckpt_rl_rec *rec);
+/* Replaying: serves the asynchronous copies of thread's that replay holds
+ * pending and whose bytes the recorded run saw as their call returned,
+ * once their records show at the head of the thread's.  A standby's cut
+ * may stop before such a record: another thread's iteration end can come
+ * between the call and its record, and the copy is held pending until the
+ * cut passes it. */
+void ckpt_history_late_copies(uint64_t thread);
 /* A call of the program that queues device work or frees memory.
  * Recording: counted for the calling thread.  Replaying: false when it was
  * made before the snapshot (suppress it as usual), true when this thread

@@ -346,6 +346,8 @@ bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
      * of the count goes (a call queued more often is suppressed too). */
     for (;;) {
         uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
+        if (type != CKPT_RL_D2H)
+            ckpt_history_late_copies(thread);
         while (type != CKPT_RL_WORK && ckpt_rlog_peek(thread, NULL) == CKPT_RL_WORK)
             ckpt_rlog_next(thread, CKPT_RL_WORK, rec, why, sizeof(why));
         int rc = ckpt_rlog_next(thread, type, rec, why, sizeof(why));
@@ -360,22 +362,11 @@ bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
     }
 }
 
-int ckpt_history_peek(uint64_t thread, struct ckpt_rl_rec *rec)
-{
-    for (;;) {
-        uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
-        int type = ckpt_rlog_peek(thread, rec);
-        /* Only a standby's cut moves on: a record of this thread may lie
-         * past it, appended after the iteration end the cut stops at. */
-        if (type || !orders || !wait_live(cut0))
-            return type;
-    }
-}
-
 bool ckpt_history_dry_wait(void)
 {
     for (;;) {
         uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
+        ckpt_history_late_copies(ckpt_thread_key());
         if (!ckpt_rlog_dry(ckpt_thread_key()))
             return false;
         if (!wait_live(cut0))
@@ -390,6 +381,7 @@ uint64_t ckpt_history_alloc_at(void)
     char why[256];
     for (;;) {
         uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
+        ckpt_history_late_copies(thread);
         while (ckpt_rlog_peek(thread, NULL) == CKPT_RL_WORK)
             ckpt_rlog_next(thread, CKPT_RL_WORK, &rec, why, sizeof(why));
         int type = ckpt_rlog_peek(thread, &rec);

@@ -93,8 +93,8 @@ void ckpt_world_init(uint64_t restore, bool follow)
     records = restore == 0 && !follow;
     if ((restore || follow) && ckpt_arena_path(dir, sizeof(dir), ckpt_cfg_str(CFG_ARENA_DIR), ckpt_cfg_str(CFG_JOB),
                                    rank ? atoi(rank) : 0) == 0 &&
-        (snprintf(scratch, sizeof(scratch), "%s/replay-files", dir) >= (int)sizeof(scratch) ||
-         snprintf(output, sizeof(output), "%s/replay-output", dir) >= (int)sizeof(output)))
+        (snprintf(scratch, sizeof(scratch), "%s/" CKPT_REPLAY_FILES, dir) >= (int)sizeof(scratch) ||
+         snprintf(output, sizeof(output), "%s/" CKPT_REPLAY_OUTPUT, dir) >= (int)sizeof(output)))
         scratch[0] = output[0] = '\0';
     /* A standby stays out of the live rank's way from its first line on. */
     following = follow && scratch[0];

@@ -32,6 +32,10 @@ struct ckpt_arena {
 
 /* The file in a rank's directory that its one live process holds a lock on. */
 #define CKPT_ARENA_OWNER "owner"
+/* In a rank's directory, a replaying process's (interpose/world.c): what
+ * the program prints, and the directory of the files it writes aside. */
+#define CKPT_REPLAY_OUTPUT "replay-output"
+#define CKPT_REPLAY_FILES "replay-files"
 
 enum {
     CKPT_ARENA_FRESH = 1, /* empty the slots: a new run must never be taken for an old one's restart */

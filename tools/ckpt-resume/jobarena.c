@@ -4,9 +4,10 @@
  * restart goes back to), and the removal of the arena after the job has
  * succeeded.  A slot is trusted only after ckpt_image_verify has checked
  * every chunk, so a damaged one is never chosen.  Removal touches only
- * what libckpt creates (rank<N>/slot0, slot1, replay.log, those
- * directories, the fault-fired marker and the persist pin) under this user's <uid>-<job> directory: never another
- * job's or another user's files.
+ * what libckpt creates (rank<N>/slot0, slot1, replay.log, the files a
+ * replaying process wrote aside, those directories, the fault-fired
+ * marker and the persist pin) under this user's <uid>-<job> directory:
+ * never another job's or another user's files.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -30,7 +31,7 @@
 /* The files libckpt keeps in a rank's directory. */
 static const char *const rank_files[] = { "slot0", "slot1", "replay.log", "timeline", "timeline.tmp", "schedule",
                                            "schedule.tmp", "timeline.agent", "timeline.agent.tmp",
-                                           CKPT_FOLLOW_FILE, "replay-output", CKPT_ARENA_OWNER };
+                                           CKPT_FOLLOW_FILE, CKPT_REPLAY_OUTPUT, CKPT_ARENA_OWNER };
 
 /* CKPT_ARENA_DIR/<uid>-<job>: the parent of every rank's directory. */
 int arena_job_dir(const struct options *opt, char *out, size_t outlen)
@@ -360,6 +361,17 @@ static int remove_rank(const char *dir, int dfd, const char *name)
     ckpt_rlog_remove(path);
     for (size_t i = 0; i < sizeof(rank_files) / sizeof(rank_files[0]); i++)
         unlinkat(rfd, rank_files[i], 0);
+    /* The files a replaying process wrote aside, left by one stopped before it went live. */
+    int sfd = openat(rfd, CKPT_REPLAY_FILES, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *sd = sfd >= 0 ? fdopendir(sfd) : NULL;
+    for (struct dirent *e; sd && (e = readdir(sd));)
+        if (e->d_name[0] != '.')
+            unlinkat(sfd, e->d_name, 0);
+    if (sd)
+        closedir(sd);
+    else if (sfd >= 0)
+        close(sfd);
+    unlinkat(rfd, CKPT_REPLAY_FILES, AT_REMOVEDIR);
     close(rfd);
     return unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
 }

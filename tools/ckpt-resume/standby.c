@@ -254,6 +254,10 @@ void standby_tick(struct job *job)
 
 bool standby_owns(const struct job *job, pid_t pid)
 {
+    /* By its pid too: a standby just started may not be in its group yet. */
+    for (int i = 0; job->sb.ranks && i < job->opt->nproc; i++)
+        if (job->sb.ranks[i].pid == pid)
+            return true;
     return job->sb.pgid > 0 && getpgid(pid) == job->sb.pgid;
 }
 
