@@ -93,13 +93,13 @@ int ckpt_arena_usable(const char *root, const char *job, char *why, size_t whyle
  * Retires the snapshot in the slot file open as @fd when its header
  * verifies and it is job @job's, rank @rank's, and of an iteration after
  * @after: its header loses its magic, so that nothing takes it for a
- * snapshot again (a damaged one is left for the reader that names it).  A restore of
- * @after makes such a copy belong to the run the restore replaces (the
- * restored run writes the rank's replay log again past @after, and a
- * program that is not bit-exact from run to run computes those iterations
- * otherwise): a later restore must never pair it with the new run's
- * copies.  Returns 1 with *@iteration set when it retired one, 0 when
- * there was none to retire, -errno.
+ * snapshot again (a damaged one is left for the reader that names it).
+ * A restore of @after makes such a copy belong to the run the restore
+ * replaces (the restored run writes the rank's replay log again past
+ * @after, and a program that is not bit-exact from run to run computes
+ * those iterations otherwise): a later restore must never pair it with
+ * the new run's copies.  Returns 1 with *@iteration set when it retired
+ * one, 0 when there was none to retire, -errno.
  */
 int ckpt_slot_retire(int fd, const char *job, int rank, uint64_t after, uint64_t *iteration);
 

@@ -10,8 +10,9 @@
  * never run inside a training process (it would stall it) and never
  * touch a complete generation except to remove it after a newer one is
  * complete, or when a restore of an older iteration on several nodes
- * retires it (ckpt_persist_retire).  Every function returns 0 or -errno; where there is a why, it
- * holds one line naming the path or the rank at fault.
+ * retires it (ckpt_persist_retire).  Every function returns 0 or -errno;
+ * where there is a why, it holds one line naming the path or the rank at
+ * fault.
  *
  * Pacing (CKPT_PERSIST_EVERY = N): the agent persists the newest committed
  * snapshot at every N-th boundary, but only when no persist is running; a
