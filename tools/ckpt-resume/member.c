@@ -383,7 +383,6 @@ static bool node_held(struct job *job, struct member *m, struct coord_held *out)
     return true;
 }
 
-/* After the agent channel was read: says what the node keeps when that changed. */
 /*
  * The launch restored @after and its ranks here went live (or started from
  * the beginning, @after 0): what this node holds of later iterations
@@ -401,6 +400,7 @@ static void supersede(struct job *job, struct member *m, uint64_t after)
     m->superseded = true;
 }
 
+/* After the agent channel was read: says what the node keeps when that changed. */
 void member_tick(struct job *job)
 {
     struct member *m = job->member;
