@@ -337,6 +337,30 @@ static size_t find_copy(uint64_t issuer, uint64_t seq)
     }
 }
 
+/* The pending copy number @seq of @thread, or npend.  Lock held. */
+static size_t own_copy(uint64_t thread, uint64_t seq)
+{
+    size_t i = 0;
+    while (i < npend && !(pend[i].issuer == thread && pend[i].seq == seq))
+        i++;
+    return i;
+}
+
+/* Replaying: the bytes of @rec go into pending copy @i (npend: none, which
+ * refuses), which is done.  Lock held; released. */
+static void fill(size_t i, const struct ckpt_rl_rec *rec)
+{
+    if (i == npend || pend[i].size != rec->a || rec->len != rec->a) {
+        pthread_mutex_unlock(&lock);
+        ckpt_refuse("the recorded run saw the bytes of an asynchronous copy of %llu bytes that the "
+                    "replaying program has not made", (unsigned long long)rec->a);
+    }
+    memcpy(pend[i].dst, rec->payload, rec->len);
+    pend[i] = pend[--npend];
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+}
+
 /* Replaying: the asynchronous copies' records that follow thread's
  * position go into the copies they belong to. */
 static void serve_copies(uint64_t thread)
@@ -345,16 +369,7 @@ static void serve_copies(uint64_t thread)
     while (ckpt_rlog_peek(thread, &rec) == CKPT_RL_D2H && rec.c && !(rec.c & AT_RETURN)) {
         ckpt_history_next(thread, CKPT_RL_D2H, &rec);
         pthread_mutex_lock(&lock);
-        size_t i = find_copy(rec.b, rec.c);
-        if (i == npend || pend[i].size != rec.a || rec.len != rec.a) {
-            pthread_mutex_unlock(&lock);
-            ckpt_refuse("the recorded run saw the bytes of an asynchronous copy of %llu bytes that the "
-                        "replaying program has not made", (unsigned long long)rec.a);
-        }
-        memcpy(pend[i].dst, rec.payload, rec.len);
-        pend[i] = pend[--npend];
-        pthread_cond_broadcast(&changed);
-        pthread_mutex_unlock(&lock);
+        fill(find_copy(rec.b, rec.c), &rec);
     }
 }
 
@@ -363,26 +378,14 @@ void ckpt_history_late_copies(uint64_t thread)
     struct ckpt_rl_rec rec;
     while (ckpt_rlog_peek(thread, &rec) == CKPT_RL_D2H && (rec.c & AT_RETURN)) {
         uint64_t seq = rec.c & ~AT_RETURN;
-        size_t i;
         pthread_mutex_lock(&lock);
-        for (i = 0; i < npend && !(pend[i].issuer == thread && pend[i].seq == seq); i++)
-            ;
+        bool mine = own_copy(thread, seq) < npend;
         pthread_mutex_unlock(&lock);
-        if (i == npend)
+        if (!mine)
             return; /* not a copy of this thread's that replay holds pending */
         ckpt_history_next(thread, CKPT_RL_D2H, &rec);
-        pthread_mutex_lock(&lock); /* only this thread takes its own copies out */
-        for (i = 0; i < npend && !(pend[i].issuer == thread && pend[i].seq == seq); i++)
-            ;
-        if (i == npend || pend[i].size != rec.a || rec.len != rec.a) {
-            pthread_mutex_unlock(&lock);
-            ckpt_refuse("the recorded run saw the bytes of an asynchronous copy of %llu bytes that the "
-                        "replaying program has not made", (unsigned long long)rec.a);
-        }
-        memcpy(pend[i].dst, rec.payload, rec.len);
-        pend[i] = pend[--npend];
-        pthread_cond_broadcast(&changed);
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_lock(&lock); /* another thread's fill may have moved it */
+        fill(own_copy(thread, seq), &rec);
     }
 }
 
