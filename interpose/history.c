@@ -98,6 +98,14 @@ void ckpt_history_release_pollers(void)
                  n == 1 ? "it" : "them", n == 1 ? "it" : "them");
 }
 
+void ckpt_history_count(int type, uint64_t a)
+{
+    if (type == CKPT_RL_OBSERVE && is_poll(a))
+        polls++;
+    else if (type != CKPT_RL_TAINT && type != CKPT_RL_ASIDE)
+        acts++;
+}
+
 void ckpt_history_poller_changes(const char *what)
 {
     if (!polls || acts || ckpt_replaying || !ckpt_active || ckpt_self_depth || ckpt_nccl_depth ||
@@ -203,10 +211,7 @@ static void put(enum ckpt_rl_type type, uint64_t t, uint64_t a, uint64_t b, uint
 {
     if (me && me->key == t)
         flush_work(me);
-    if (type == CKPT_RL_OBSERVE && is_poll(a))
-        polls++;
-    else if (type != CKPT_RL_TAINT && type != CKPT_RL_ASIDE)
-        acts++;
+    ckpt_history_count(type, a);
     ckpt_rlog_append(type, t, a, b, c, payload, len);
     if (__builtin_expect(__atomic_load_n(&checking, __ATOMIC_ACQUIRE), 0))
         check(type, t, a, b, c, payload, len);

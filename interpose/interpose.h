@@ -371,6 +371,10 @@ void ckpt_history_release_pollers(void);
 /* Recording: the program's calling thread changes allocator state (what:
  * "freed device memory"); a thread that had only polled taints the log. */
 void ckpt_history_poller_changes(const char *what);
+/* The calling thread made a record of type (what: a), recorded or, in
+ * replay, served: a thread that polled before a restore and acted too is
+ * no poller after it. */
+void ckpt_history_count(int type, uint64_t a);
 
 /* Replaying: when this thread has had all its records, waits for the
  * restore and returns true (the caller then makes its call for real). */
@@ -379,6 +383,10 @@ bool ckpt_history_dry_wait(void);
  * thread got, when its next record is one (its size checked later, by
  * ckpt_track); 0 when it is not, or the thread went live. */
 uint64_t ckpt_history_alloc_at(void);
+/* Replaying: when this thread's next record is the result of an exclusive
+ * create (CKPT_VALUE_OPEN_EXCL), takes it: *err is the errno the recorded
+ * run's open failed with, 0 when it created the file. */
+bool ckpt_history_excl(int *err);
 
 /* A standby's device memory (standby_mem.c): while it stands by, the
  * program's allocations are address reservations at the recorded
@@ -456,6 +464,7 @@ enum ckpt_value {
     CKPT_VALUE_MEMINFO_TOTAL,
     CKPT_VALUE_POOL_ATTR = 0x100, /* + the attribute */
     CKPT_VALUE_NCCL = 0x200,      /* + what comm.c asked */
+    CKPT_VALUE_OPEN_EXCL = 0x300, /* an O_CREAT | O_EXCL open: 0 or its errno */
 };
 void ckpt_history_value(uint64_t what, uint64_t *value);
 /* A host function queued on stream: *fn and *data are replaced by a

@@ -351,8 +351,10 @@ bool ckpt_history_next(uint64_t thread, int type, struct ckpt_rl_rec *rec)
         while (type != CKPT_RL_WORK && ckpt_rlog_peek(thread, NULL) == CKPT_RL_WORK)
             ckpt_rlog_next(thread, CKPT_RL_WORK, rec, why, sizeof(why));
         int rc = ckpt_rlog_next(thread, type, rec, why, sizeof(why));
-        if (rc == 0)
+        if (rc == 0) {
+            ckpt_history_count(type, rec->a);
             return true;
+        }
         /* The thread ending the iterations never runs dry: its last record
          * before the cut is the target's ITER. */
         if (rc != -ENODATA)
@@ -374,22 +376,40 @@ bool ckpt_history_dry_wait(void)
     }
 }
 
-uint64_t ckpt_history_alloc_at(void)
+/* Replaying: the type of this thread's next record (into rec), past the
+ * device work it counts; a standby waits for the cut to show one.  0:
+ * the thread went live. */
+static int peek_wait(uint64_t thread, struct ckpt_rl_rec *rec)
 {
-    uint64_t thread = ckpt_thread_key();
-    struct ckpt_rl_rec rec;
     char why[256];
     for (;;) {
         uint64_t cut0 = __atomic_load_n(&cuts, __ATOMIC_ACQUIRE);
         ckpt_history_late_copies(thread);
         while (ckpt_rlog_peek(thread, NULL) == CKPT_RL_WORK)
-            ckpt_rlog_next(thread, CKPT_RL_WORK, &rec, why, sizeof(why));
-        int type = ckpt_rlog_peek(thread, &rec);
+            ckpt_rlog_next(thread, CKPT_RL_WORK, rec, why, sizeof(why));
+        int type = ckpt_rlog_peek(thread, rec);
         if (type)
-            return type == CKPT_RL_ALLOC ? rec.c : 0;
+            return type;
         if (!wait_live(cut0))
             return 0;
     }
+}
+
+uint64_t ckpt_history_alloc_at(void)
+{
+    struct ckpt_rl_rec rec;
+    return peek_wait(ckpt_thread_key(), &rec) == CKPT_RL_ALLOC ? rec.c : 0;
+}
+
+bool ckpt_history_excl(int *err)
+{
+    uint64_t thread = ckpt_thread_key();
+    struct ckpt_rl_rec rec;
+    if (peek_wait(thread, &rec) != CKPT_RL_VALUE || rec.a != CKPT_VALUE_OPEN_EXCL)
+        return false;
+    ckpt_history_next(thread, CKPT_RL_VALUE, &rec);
+    *err = (int)rec.b;
+    return true;
 }
 
 /* Allocations whose address in replay is not the recorded one: the

@@ -6,7 +6,8 @@
  * for writing.  While a rank replays, a file it opens to write whole
  * (truncating, or not appending) is opened in a scratch directory of the
  * rank's arena instead, and read back from there; renaming or removing a
- * file it did not write in replay does nothing.  Appends go where they go
+ * file it did not write in replay does nothing; an exclusive create gets
+ * the result the recorded run's got.  Appends go where they go
  * (a log is often opened before CUDA, when libckpt cannot yet know this
  * process is the rank): when the restore goes live, every file the failed
  * run appended to is cut back to its length at the snapshot's boundary,
@@ -166,10 +167,45 @@ static bool mine(const void *caller)
     return !ckpt_self_depth && !ckpt_nccl_depth && !ckpt_thread_internal && !ckpt_caller_is_library(caller);
 }
 
-/* Recording, and the call may keep a file open for writing. */
+/* An exclusive create: the program learns whether the file was there (a
+ * lock, a marker that something happened once). */
+static bool excl(int flags)
+{
+    return (flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL);
+}
+
+/* Recording, and the call may keep a file open for writing, or create one. */
 static bool tracking(int flags)
 {
-    return (records || (!ckpt_replaying && ckpt_active)) && (flags & O_ACCMODE) != O_RDONLY;
+    return (records || (!ckpt_replaying && ckpt_active)) && ((flags & O_ACCMODE) != O_RDONLY || excl(flags));
+}
+
+/* An exclusive create's result is in the log (ok: it created the file;
+ * errno says why not), and replay gives the recorded one: the scratch
+ * copy knows nothing of what the recorded run, or a standby's earlier
+ * life, created.  excl_served: -1 with errno when the recorded create
+ * failed, 1 when it created the file (the caller opens its copy without
+ * O_EXCL, truncated), 0 when the log has no result for it. */
+static void excl_record(int flags, bool ok)
+{
+    if (!excl(flags) || !ckpt_active || __atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE) ||
+        !ckpt_history_recording())
+        return;
+    int err = errno;
+    uint64_t v = ok ? 0 : (uint64_t)err;
+    ckpt_history_value(CKPT_VALUE_OPEN_EXCL, &v);
+    errno = err;
+}
+
+static int excl_served(int flags)
+{
+    int err;
+    if (!excl(flags) || !__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE) || !ckpt_history_excl(&err))
+        return 0;
+    if (!err)
+        return 1;
+    errno = err;
+    return -1;
 }
 
 static bool writes(int flags)
@@ -264,6 +300,11 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode, cons
     if (!path || (dirfd != AT_FDCWD && path[0] != '/') || (!replaying() && !tracking(flags)) || !mine(caller))
         return real(dirfd, path, flags, mode);
     if (replaying() && (aside_flags(flags) || !writes(flags))) {
+        int served = excl_served(flags);
+        if (served < 0)
+            return -1;
+        if (served)
+            flags = (flags & ~O_EXCL) | O_TRUNC; /* created: whatever a scratch copy held goes */
         const char *p = redirect(path, flags, buf);
         if (p == buf && (flags & O_APPEND))
             flags |= O_CREAT, mode = 0600; /* a standby's appends start a copy of their own */
@@ -273,6 +314,7 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode, cons
         return fd;
     }
     int fd = real(dirfd, path, flags, mode);
+    excl_record(flags, fd >= 0);
     if (writes(flags))
         remember(fd, flags, path);
     return fd;
@@ -322,9 +364,10 @@ OPENAT_HOOK(openat64)
 static int mode_flags(const char *mode)
 {
     int plus = strchr(mode, '+') != NULL;
+    int x = mode[0] == 'w' && strchr(mode, 'x') ? O_EXCL : 0; /* glibc's "wx" */
     switch (mode[0]) {
     case 'w':
-        return (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC;
+        return (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_TRUNC | x;
     case 'a':
         return (plus ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND;
     default:
@@ -332,10 +375,21 @@ static int mode_flags(const char *mode)
     }
 }
 
+/* mode without its 'x' (a recorded exclusive create that succeeded). */
+static const char *mode_created(const char *mode, char *out, size_t n)
+{
+    size_t k = 0;
+    for (; *mode && k + 1 < n; mode++)
+        if (*mode != 'x')
+            out[k++] = *mode;
+    out[k] = '\0';
+    return out;
+}
+
 #define FOPEN_HOOK(name)                                                                      \
     EXPORT FILE *name(const char *path, const char *mode)                                     \
     {                                                                                         \
-        char buf[PATH_MAX + 32];                                                                   \
+        char buf[PATH_MAX + 32], m[16];                                                       \
         REAL(name);                                                                           \
         if (!real_##name##_) {                                                                \
             errno = ENOSYS;                                                                   \
@@ -345,8 +399,14 @@ static int mode_flags(const char *mode)
         if (!path || !mode || (!replaying() && !tracking(flags)) || !mine(__builtin_return_address(0))) \
             return real_##name##_(path, mode);                                                \
         bool aside_ = replaying() && (aside_flags(flags) || !writes(flags));                  \
+        int served = aside_ ? excl_served(flags) : 0;                                         \
+        if (served < 0)                                                                       \
+            return NULL;                                                                      \
+        if (served)                                                                           \
+            mode = mode_created(mode, m, sizeof(m));                                          \
         const char *p = aside_ ? redirect(path, flags, buf) : path;                           \
         FILE *f = real_##name##_(p, mode);                                                    \
+        excl_record(flags, f != NULL);                                                        \
         if (f && writes(flags))                                                               \
             remember(fileno(f), flags, path);                                                 \
         return f;                                                                             \

@@ -5,7 +5,10 @@
  * history it opens and appends to each time (open O_APPEND), and its own
  * checkpoint every iteration, written whole to a temporary name and
  * renamed over the last one (torch.save to a tmp file, os.replace), with
- * the file before it removed.  Its directory is FID_FILES_DIR.
+ * the file before it removed.  Its directory is FID_FILES_DIR.  It notes
+ * its one death (--die-at) the way a job notes a once-only event: a
+ * marker created with fopen "wx", whose failure with EEXIST says it
+ * happened already.
  *
  * A replay re-runs all of that: its writes must go nowhere near these
  * files, and the resumed run must append where the snapshot's run stood,
@@ -31,6 +34,8 @@ int main(int argc, char **argv)
     struct fid_opts o;
     char log_path[512], hist_path[512], ckpt_path[512], tmp_path[512], old_path[512];
     fid_parse(argc, argv, &o, "fid_files");
+    int die_at = o.die_at;
+    o.die_at = 0; /* its own death, below */
     path_of(log_path, sizeof(log_path), "train.log");
     path_of(hist_path, sizeof(hist_path), "history");
     path_of(ckpt_path, sizeof(ckpt_path), "model.ckpt");
@@ -70,6 +75,15 @@ int main(int argc, char **argv)
         unlink(old_path);
         rename(ckpt_path, old_path); /* fails at the first iteration: no checkpoint yet */
         REQUIRE(rename(tmp_path, ckpt_path) == 0);
+        if (it == die_at) {
+            FILE *m = fopen(getenv("FID_DIE_ONCE"), "wx");
+            REQUIRE(m != NULL || errno == EEXIST);
+            if (m) {
+                REQUIRE(fclose(m) == 0);
+                fflush(NULL);
+                kill(getpid(), SIGKILL);
+            }
+        }
         fid_end_iteration(&o, it);
     }
     fclose(log);

@@ -116,6 +116,16 @@ fidelity() {
             { echo "restored iteration $restored: no snapshot of iteration $from or later was there"; show_job; return 1; }
         [ "${FID_STANDBY:-0}" = 0 ] || grep -q '^ckpt-resume: the standby took over at iteration ' "$D/err" ||
             { echo "the standby did not take over"; show_job; return 1; }
+        # The resumed run stays protected: what replay served counts as
+        # what the program did (a thread that allocated before the restore
+        # and polls after it is no mere poller).
+        ! sed -n '/^libckpt\[rank 0\]: restored iteration /,$p' "$D/err" | grep -E 'cannot be restored by replay' ||
+            { echo "the resumed run's snapshots cannot be restored"; show_job; return 1; }
+        # The standby started behind the one that took over replays the
+        # same program (an exclusive create of FID_DIE_ONCE included: it
+        # must see the file there, as the live run did) and stays up.
+        ! grep -E '^ckpt-resume: .*the standby of rank [0-9]+ \(pid [0-9]+\) (was killed|exited)' "$D/err" ||
+            { echo "a standby died"; show_job; return 1; }
         ;;
     refuse:*)
         local why=${expect#refuse:}
@@ -371,6 +381,25 @@ diverge() {
     done
     [ "$(grep -c "^iter $s " "$D/out")" -eq 2 ] && [ "$(grep -cx "progress $s" "$D/err")" -eq 2 ]
     diff <(resumed_output "$D/out") "$D/plain/out" >"$D/diff" 2>&1 || { show_job; return 1; }
+}
+
+@test "fid_files under a standby: the files come out as the plain run's; the standby started after the takeover replays the once-only marker the failed run created (fopen wx) as the live run saw it, and stays up" {
+    local bin=$BUILD/tests/progs/fid_files k=$((12 + RANDOM % 16)) rc=0
+    mkdir -p "$D/plain" "$D/job"
+    FID_FILES_DIR=$D/plain timeout -k 5 30 "$bin" >"$D/plain/out" 2>"$D/plain/err" || { cat "$D/plain/err"; return 1; }
+    FID_FILES_DIR=$D/job FID_DIE_ONCE=$D/died CKPT_STANDBY=1 LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        "$bin" --die-at $k >"$D/out" 2>"$D/err" || rc=$?
+    echo "killed after iteration $k; the job exited $rc"
+    [ "$rc" -eq 0 ] && [ -e "$D/died" ] || { show_job; return 1; }
+    grep -q '^ckpt-resume: the standby took over at iteration ' "$D/err" || { show_job; return 1; }
+    for f in train.log history model.ckpt; do
+        diff "$D/plain/$f" "$D/job/$f" || { echo "$f differs from the plain run's"; show_job; return 1; }
+    done
+    grep -q '^ckpt-resume: started 1 standby .*' <(sed -n '/standby took over/,$p' "$D/err") ||
+        { echo "no standby started after the takeover"; show_job; return 1; }
+    ! grep -E '^ckpt-resume: .*the standby of rank [0-9]+ \(pid [0-9]+\) (was killed|exited)' "$D/err" ||
+        { echo "a standby died"; show_job; return 1; }
+    diff <(program_lines "$D/out" | resumed_output) "$D/plain/out" >"$D/diff" 2>&1 || { show_job; return 1; }
 }
 
 @test "standby: the programs that restore are taken over by their standby, which held their large allocations as reservations and their pinned buffers unpinned, bit-exact" {
