@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +166,9 @@ void ckpt_persist_close(struct ckpt_persist *p)
         munmap(p->rings[i].buf, (size_t)p->depth * p->block);
     }
     free(p->rings);
+    for (size_t i = 0; i < p->nscans; i++)
+        ckpt_rlog_scan_free(&p->scans[i].sc);
+    free(p->scans);
     free(p);
 }
 
@@ -284,6 +288,21 @@ static int by_iteration_desc(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
+}
+
+bool ckpt_persist_names_log(const char *path)
+{
+    char dir[PATH_MAX], why[PATH_MAX + 64];
+    uint64_t *its = NULL;
+    size_t n = 0;
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash - path >= (ptrdiff_t)sizeof(dir))
+        return false;
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    if (pdir_generations(dir, &its, &n, why, sizeof(why)) < 0)
+        return false;
+    free(its);
+    return n > 0;
 }
 
 int pdir_generations(const char *jobdir, uint64_t **out, size_t *n, char *why, size_t whylen)

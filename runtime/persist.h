@@ -95,8 +95,15 @@ struct ckpt_persist_stats {
                                 * arena's memory and the disk, copied through no buffer */
 };
 
+/* Whether the replay log on disk at path lies beside generations, which
+ * name it (persist_format.h: CKPT_PM_LOG_FILE): it stays as long as they do. */
+bool ckpt_persist_names_log(const char *path);
+
 /* Writes the snapshot of req->iteration (committed in a slot of every
- * listed rank) and each rank's replay log as one generation; when it is
+ * listed rank) and each rank's replay log as one generation (a log kept on
+ * disk beside the generations is named, not copied: only its part the
+ * snapshot needs is read, and of that only what the last call on this
+ * engine did not read; one call at a time per engine); when it is
  * complete, removes generations beyond CKPT_PERSIST_KEEP and any partial
  * ones.  The ranks may keep training, but must not overwrite that slot
  * meanwhile (with a snapshot every iteration: persist within two of

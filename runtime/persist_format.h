@@ -11,8 +11,14 @@
  *     [ckpt_pm_header][ckpt_pm_rank x nranks][uint64 stripe bytes x ndirs]
  *     [ckpt_pm_extent x nextents][uint64 extent index x nrefs]
  *     [each rank's image header area (header, records, chunk sums), 8-aligned]
- * A rank's image data chunk c is extent refs[data_ref + c]; its replay log,
- * cut in chunks of the same size, has chunk c in extent refs[log_ref + c].  Identical chunks of several ranks
+ * A rank's image data chunk c is extent refs[data_ref + c].  Its replay
+ * log is where log_where says: CKPT_PM_LOG_CHUNKS, cut in chunks of the
+ * same size, chunk c in extent refs[log_ref + c]; or CKPT_PM_LOG_FILE, the
+ * first log_bytes of the rank's log on disk beside the generations,
+ *     <dir_0>/<uid>-<J>/rank<R>.replay.log     (CKPT_RLOG_DISK_NAME)
+ * whose records have the XXH3 log_sum (replay.h: ckpt_rlog_scan), no
+ * chunk of it in the stripes: the log grows with the job, and each
+ * generation writing all of it again would too.  Identical chunks of several ranks
  * (data-parallel replicas) name the same extent, which is stored once.
  * Extents start at multiples of CKPT_PM_ALIGN and are stored padded to it
  * (O_DIRECT); bytes is the true length.  All integers are little-endian.
@@ -25,7 +31,7 @@
 #include "format.h"
 
 #define CKPT_PM_MAGIC "CKPTGEN1"
-#define CKPT_PM_VERSION 1u
+#define CKPT_PM_VERSION 2u
 #define CKPT_PM_ALIGN 4096u             /* extent offsets and I/O sizes */
 #define CKPT_PM_MAX_BYTES (1ull << 30)  /* a manifest larger than this is refused as corrupt */
 
@@ -58,8 +64,14 @@ struct ckpt_pm_rank {
     uint64_t data_chunks;      /* = the image's nchunks */
     uint64_t log_bytes;        /* the replay log's length */
     uint64_t log_ref;          /* first of log_chunks refs */
-    uint64_t log_chunks;       /* of chunk_bytes, the last shorter */
+    uint64_t log_chunks;       /* of chunk_bytes, the last shorter; 0 for CKPT_PM_LOG_FILE */
+    uint64_t log_sum;          /* CKPT_PM_LOG_FILE: the XXH3 of the log's records */
+    uint32_t log_where;        /* CKPT_PM_LOG_CHUNKS or CKPT_PM_LOG_FILE */
+    uint32_t reserved;
 };
+
+#define CKPT_PM_LOG_CHUNKS 0u
+#define CKPT_PM_LOG_FILE 1u
 
 struct ckpt_pm_extent {
     uint32_t dir;              /* stripe file index */
@@ -70,7 +82,7 @@ struct ckpt_pm_extent {
 };
 
 _Static_assert(sizeof(struct ckpt_pm_header) == 152, "ckpt_pm_header layout changed: bump CKPT_PM_VERSION");
-_Static_assert(sizeof(struct ckpt_pm_rank) == 88, "ckpt_pm_rank layout changed: bump CKPT_PM_VERSION");
+_Static_assert(sizeof(struct ckpt_pm_rank) == 104, "ckpt_pm_rank layout changed: bump CKPT_PM_VERSION");
 _Static_assert(sizeof(struct ckpt_pm_extent) == 32, "ckpt_pm_extent layout changed: bump CKPT_PM_VERSION");
 
 #endif

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "persist.h"
 #include "persist_format.h"
+#include "replay.h"
 
 struct pio_ring {
     struct io_uring ring;
@@ -33,6 +34,13 @@ struct ckpt_persist {
     int cancel;                /* atomic; cleared when a call starts */
     struct ckpt_fault fault;   /* CKPT_FAULT; only kind CKPT_FAULT_IO matters here */
     unsigned long long passes[2]; /* pio_run calls so far: writes, reads */
+    /* How far each rank's log on disk has been summed (persist_save.c):
+     * the generations name it, and each reads only what is new. */
+    struct log_scan {
+        int rank;
+        struct ckpt_rlog_scan sc;
+    } *scans;
+    size_t nscans;
 };
 
 /* A place read bytes go to: a file of the arena being rebuilt, and where

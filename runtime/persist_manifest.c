@@ -77,8 +77,8 @@ static int check_rank(const struct ckpt_pm_header *m, const struct ckpt_pm_rank 
     if (r->head_offset % 8 || r->head_offset < tables || r->head_offset > m->manifest_bytes ||
         r->head_bytes > m->manifest_bytes - r->head_offset || r->head_bytes < sizeof(h) ||
         r->data_ref > m->nrefs || r->data_chunks > m->nrefs - r->data_ref || r->log_ref > m->nrefs ||
-        r->log_chunks > m->nrefs - r->log_ref ||
-        !r->chunk_bytes || r->log_chunks != (r->log_bytes + r->chunk_bytes - 1) / r->chunk_bytes) {
+        r->log_chunks > m->nrefs - r->log_ref || !r->chunk_bytes || r->log_where > CKPT_PM_LOG_FILE ||
+        r->log_chunks != (r->log_where == CKPT_PM_LOG_FILE ? 0 : (r->log_bytes + r->chunk_bytes - 1) / r->chunk_bytes)) {
         snprintf(why, whylen, "manifest entry of rank %u is inconsistent", r->rank);
         return -EBADMSG;
     }

@@ -165,6 +165,28 @@ static int install(const char *dir, const struct pm_dest *t, const struct ckpt_p
     return 0;
 }
 
+/* A log the generation names (CKPT_PM_LOG_FILE): the part it needs, from
+ * the rank's log beside the generations, checked against its sum. */
+static int log_from_file(const char *jobdir, const struct ckpt_pm_rank *r, const struct pm_dest *t, char *why,
+                         size_t whylen)
+{
+    char path[PATH_MAX + 64], iwhy[256];
+    if (r->log_where != CKPT_PM_LOG_FILE)
+        return 0;
+    snprintf(path, sizeof(path), "%s/" CKPT_RLOG_DISK_NAME, jobdir, (int)r->rank);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int rc = fd < 0 ? -errno : ckpt_rlog_copy_prefix(fd, t->fd[1], r->log_bytes, r->log_sum, iwhy, sizeof(iwhy));
+    if (fd < 0)
+        snprintf(iwhy, sizeof(iwhy), "%s", strerror(-rc));
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0) {
+        snprintf(why, whylen, "rank %u's replay log %s, which the generation names: %s", r->rank, path, iwhy);
+        return rc == -ENOMEM || rc == -ENOSPC ? rc : -EBADMSG;
+    }
+    return 0;
+}
+
 static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq, uint64_t it,
                        struct ckpt_persist_stats *st, char *why, size_t whylen)
 {
@@ -214,6 +236,8 @@ static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq
     if ((rc = pm_read(p, rq->job, m, t, rq->progress, rq->arg, &st->moved_bytes, &st->direct_bytes, why,
                       whylen)) < 0)
         goto out;
+    for (uint32_t i = 0; i < m->nranks && !rc; i++)
+        rc = log_from_file(jobdir, &pm_ranks(m)[i], &t[i], why, whylen);
     for (uint32_t i = 0; i < m->nranks && !rc; i++)
         rc = install(dirs[i], &t[i], m, &pm_ranks(m)[i], why, whylen);
     clock_gettime(CLOCK_MONOTONIC, &t1);

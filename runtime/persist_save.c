@@ -43,8 +43,10 @@ struct src {
     bool ok[2];
     int slot;
     char *head;                /* copy of the chosen image's header area */
-    const char *log;
+    const char *log;           /* mapped, when the generation copies it */
     size_t log_len;
+    bool log_file;             /* the generation names the log on disk instead */
+    uint64_t log_sum;
 };
 
 struct save {
@@ -118,8 +120,50 @@ static void describe(const struct src *s, int k, char *out, size_t n)
         snprintf(out, n, "slot%d holds no committed snapshot", k);
 }
 
+/* The scan of rank's log the engine keeps, or a new one. */
+static struct ckpt_rlog_scan *scan_of(struct ckpt_persist *p, int rank)
+{
+    for (size_t i = 0; i < p->nscans; i++)
+        if (p->scans[i].rank == rank)
+            return &p->scans[i].sc;
+    struct log_scan *n = realloc(p->scans, (p->nscans + 1) * sizeof(*n));
+    if (!n)
+        return NULL;
+    p->scans = n;
+    n[p->nscans] = (struct log_scan){.rank = rank};
+    return &n[p->nscans++].sc;
+}
+
+/* A rank's log open on fd: when it is the file beside the generations
+ * (CKPT_PM_LOG_FILE), the part the snapshot needs and its sum; 1 when it is
+ * not (the generation copies it), 0 when it is, -errno with why. */
+static int log_beside(struct save *sv, struct src *s, int fd, char *why, size_t whylen)
+{
+    char jobdir[PATH_MAX + 16], path[PATH_MAX + 64], iwhy[200];
+    struct stat st, there;
+    if (pdir_job(sv->p->dirs[0], sv->rq->job, false, jobdir, sizeof(jobdir), iwhy, sizeof(iwhy)) < 0)
+        return 1;
+    snprintf(path, sizeof(path), "%s/" CKPT_RLOG_DISK_NAME, jobdir, s->rank);
+    if (fstat(fd, &st) < 0 || stat(path, &there) < 0 || st.st_dev != there.st_dev || st.st_ino != there.st_ino)
+        return 1;
+    struct ckpt_rlog_scan *sc = scan_of(sv->p, s->rank);
+    if (!sc) {
+        snprintf(why, whylen, "out of memory");
+        return -ENOMEM;
+    }
+    int rc = ckpt_rlog_scan(fd, sv->iteration, sc, iwhy, sizeof(iwhy));
+    if (rc < 0) {
+        snprintf(why, whylen, "rank %d's replay log %s: %s", s->rank, path, iwhy);
+        return rc;
+    }
+    s->log_file = true;
+    s->log_len = sc->bytes;
+    s->log_sum = sc->sum;
+    return 0;
+}
+
 /* Maps every rank's slots, picks the iteration, copies the headers and
- * maps the logs.  The header copy is verified again: the rank may have
+ * maps the logs (or names them: log_beside).  The header copy is verified again: the rank may have
  * started to overwrite the slot since it was first read. */
 static int open_sources(struct save *sv, char *why, size_t whylen)
 {
@@ -185,6 +229,12 @@ static int open_sources(struct save *sv, char *why, size_t whylen)
                 close(fd);
             return -ENOENT;
         }
+        if ((rc = log_beside(sv, s, fd, why, whylen)) <= 0) {
+            close(fd);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         s->log_len = (size_t)st.st_size;
         s->log = mmap(NULL, s->log_len, PROT_READ, MAP_SHARED, fd, 0);
         close(fd);
@@ -228,7 +278,7 @@ static int plan(struct save *sv, char *why, size_t whylen)
     for (unsigned i = 0; i < n; i++) {
         const struct src *s = &sv->src[i];
         const struct ckpt_header *h = &s->h[s->slot];
-        chunks += h->nchunks + (s->log_len + h->chunk_bytes - 1) / h->chunk_bytes;
+        chunks += h->nchunks + (s->log_file ? 0 : (s->log_len + h->chunk_bytes - 1) / h->chunk_bytes);
     }
     while (size < 2 * chunks)
         size *= 2;
@@ -253,7 +303,7 @@ static int plan(struct save *sv, char *why, size_t whylen)
                       sums[c], s->rank, false, c);
         }
         sv->first_ref[2 * i + 1] = sv->nrefs;
-        for (uint64_t c = 0; c * h->chunk_bytes < s->log_len; c++) {
+        for (uint64_t c = 0; !s->log_file && c * h->chunk_bytes < s->log_len; c++) {
             uint64_t left = s->log_len - c * h->chunk_bytes;
             uint64_t len = left < h->chunk_bytes ? left : h->chunk_bytes;
             const char *src = s->log + c * h->chunk_bytes;
@@ -368,7 +418,8 @@ static int commit(struct save *sv, char *why, size_t whylen)
             .image_bytes = h->data_offset + h->data_bytes, .head_offset = at, .head_bytes = h->header_bytes,
             .chunk_bytes = h->chunk_bytes, .data_ref = sv->first_ref[2 * i], .data_chunks = h->nchunks,
             .log_bytes = s->log_len, .log_ref = sv->first_ref[2 * i + 1],
-            .log_chunks = (s->log_len + h->chunk_bytes - 1) / h->chunk_bytes};
+            .log_chunks = s->log_file ? 0 : (s->log_len + h->chunk_bytes - 1) / h->chunk_bytes,
+            .log_sum = s->log_sum, .log_where = s->log_file ? CKPT_PM_LOG_FILE : CKPT_PM_LOG_CHUNKS};
         memcpy((char *)m + at, s->head, h->header_bytes);
         at += ckpt_align_up(h->header_bytes, 8);
         m->logical_bytes += h->data_offset + h->data_bytes + s->log_len;

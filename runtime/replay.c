@@ -38,14 +38,6 @@
 
 #define DISK_MAX (1ULL << 40) /* a log on disk: bounded by the address space a standby reserves to follow it */
 
-struct rec {
-    uint32_t type;
-    uint32_t len;
-    uint64_t thread;
-    uint64_t a, b, c;
-    uint64_t sum;
-};
-_Static_assert(sizeof(struct rec) == 48, "replay record layout changed: bump FILE_VERSION");
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int fd = -1;
@@ -108,24 +100,6 @@ static uint64_t rec_sum(const struct rec *r, const void *payload)
     return XXH3_64bits_digest(&st);
 }
 
-static size_t padded(uint32_t len)
-{
-    return ((size_t)len + 7) & ~(size_t)7; /* in 64 bits: a length near 4 GiB must not wrap to 0 */
-}
-
-/* All of n bytes at off: one pread returns at most about 2 GiB. */
-static int pread_all(int fd, void *buf, size_t n, off_t off)
-{
-    for (size_t done = 0; done < n;) {
-        ssize_t k = pread(fd, (char *)buf + done, n - done, off + (off_t)done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? -errno : -ENODATA;
-        done += (size_t)k;
-    }
-    return 0;
-}
 
 /* Remembers where this rank's log is to live (lock not needed: before any
  * append). */
@@ -948,7 +922,7 @@ int ckpt_rlog_verify_fd(int f, const char *path, uint64_t *last_iteration, char 
             payload = n;
             cap = r.len;
         }
-        if (pread_all(f, payload, r.len, (off_t)(off + sizeof(r))) < 0 || rec_sum(&r, payload) != r.sum) {
+        if (rlog_pread(f, payload, r.len, (off_t)(off + sizeof(r))) < 0 || rec_sum(&r, payload) != r.sum) {
             snprintf(why, whylen, "replay log record at byte %zu is damaged (after iteration %llu)", off,
                      (unsigned long long)*last_iteration);
             rc = -EBADMSG;

@@ -157,6 +157,30 @@ void ckpt_rlog_remove(const char *dir);
  * arena's replay.log becomes a stub that names it.  0 or -errno with why. */
 int ckpt_rlog_point(const char *dir, const char *path, char *why, size_t whylen);
 
+/* The name of rank r's log in a directory on disk (CKPT_REPLAY_LOG_DIR). */
+#define CKPT_RLOG_DISK_NAME "rank%d.replay.log"
+
+/* The part of a log a snapshot of iteration needs (replay_prefix.c): the
+ * log up to the end of that iteration's record, and the XXH3-64 of its
+ * records.  A scan goes on from where the last one on the same file and
+ * lineage stopped (start from a zeroed struct; free it with
+ * ckpt_rlog_scan_free).  0 with bytes and sum; -ENODATA when the log does
+ * not end the iteration (yet); -ESTALE when a restore cut it short while
+ * it was read; -EBADMSG when it is not a log that could; why says which. */
+struct ckpt_rlog_scan {
+    uint64_t dev, ino, lineage; /* the file and lineage scanned */
+    uint64_t iteration;         /* the iteration the prefix ends */
+    uint64_t bytes;             /* the prefix's length; 0: start over */
+    uint64_t sum;
+    void *state;                /* the running XXH3 over the prefix's records */
+};
+int ckpt_rlog_scan(int fd, uint64_t iteration, struct ckpt_rlog_scan *sc, char *why, size_t whylen);
+void ckpt_rlog_scan_free(struct ckpt_rlog_scan *sc);
+/* Copies the first bytes of the log on from into to (to < 0: only
+ * checks), checking its records against sum as ckpt_rlog_scan made it: 0,
+ * -EBADMSG when they are not those bytes (why says so), or -errno. */
+int ckpt_rlog_copy_prefix(int from, int to, uint64_t bytes, uint64_t sum, char *why, size_t whylen);
+
 /* Checks every record of dir's log without opening it for replay (tools;
  * safe beside a rank that is appending).  Returns 0 with *last_iteration
  * the last iteration the log closes; -errno (why says so) when it cannot

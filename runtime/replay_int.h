@@ -1,12 +1,15 @@
 /*
- * Between the replay log's files (replay.c) and the place they live
- * (replay_where.c): the file's identity, its path in a rank directory, and
- * the stub that points the arena at a log on disk.
+ * Between the replay log's files (replay.c, replay_prefix.c) and the
+ * place they live (replay_where.c): the file's identity and record
+ * layout, its path in a rank directory, and the stub that points the
+ * arena at a log on disk.
  */
 #ifndef CKPT_REPLAY_INT_H
 #define CKPT_REPLAY_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #define FILE_MAGIC "CKPTRLG2"
 #define FILE_VERSION 2u
@@ -16,6 +19,25 @@
  * known to be a prefix of the log of the same lineage. */
 #define FILE_HEADER 64
 #define FILE_LINEAGE 16
+
+/* A record: this header, then len bytes of payload padded to 8. */
+struct rec {
+    uint32_t type;
+    uint32_t len;
+    uint64_t thread;
+    uint64_t a, b, c;
+    uint64_t sum;
+};
+_Static_assert(sizeof(struct rec) == 48, "replay record layout changed: bump FILE_VERSION");
+
+static inline size_t padded(uint32_t len)
+{
+    return ((size_t)len + 7) & ~(size_t)7; /* in 64 bits: a length near 4 GiB must not wrap to 0 */
+}
+
+/* All of n bytes at off (one pread returns at most about 2 GiB): 0, or
+ * -errno, -ENODATA at the end of the file. */
+int rlog_pread(int fd, void *buf, size_t n, off_t off);
 
 /* dir's replay.log. */
 void rlog_path(char *out, size_t n, const char *dir);

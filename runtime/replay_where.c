@@ -22,6 +22,19 @@
 #define STUB_MAGIC "CKPTRLGD"
 #define STUB_BYTES 4096
 
+int rlog_pread(int fd, void *buf, size_t n, off_t off)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t k = pread(fd, (char *)buf + done, n - done, off + (off_t)done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -ENODATA;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
 void rlog_path(char *out, size_t n, const char *dir)
 {
     snprintf(out, n, "%s/replay.log", dir);

@@ -4,7 +4,8 @@
 # old the job is, the disk holds it whole, and every way back reads it
 # there: the cold path's replay from the start after 100,000 iterations,
 # a restore from a generation on disk (after which the log goes back to
-# disk), ckpt-inspect verify.  A directory that is
+# disk), ckpt-inspect verify.  A generation names the log on disk and
+# holds none of it.  A directory that is
 # not there stops the job before it trains.
 
 load output
@@ -46,7 +47,7 @@ watch_arena_log() {
     # The cold path, which replays all 100,000 iterations out of the log on
     # disk (a standby reads the same file: standby.bats, bench/run).
     "$TRAIN" --iters 100020 $ARGS >"$D/plain" 2>/dev/null
-    CKPT_PERSIST_EVERY=20000 CKPT_FAULT=kill:rank=0:iter=100000 timeout -k 5 500 "$CKPT" --nproc 1 -- \
+    CKPT_PERSIST_EVERY=2000 CKPT_FAULT=kill:rank=0:iter=100000 timeout -k 5 500 "$CKPT" --nproc 1 -- \
         "$TRAIN" --iters 100020 $ARGS >"$D/out" 2>"$D/err" &
     local job=$! max
     max=$(watch_arena_log $job)
@@ -65,6 +66,18 @@ watch_arena_log() {
     [ "$status" -eq 0 ] || { echo "$output"; return 1; }
     [[ $output == *"rank0 replay log (arena, kept on disk in $DISK/rank0.replay.log): verified through iteration 100020"* ]] ||
         { echo "$output"; return 1; }
+    # A generation names the log beside it, and the part its snapshot
+    # needs verifies: its stripes hold the image alone, however long the
+    # log has grown.
+    run "$BUILD/bin/ckpt-inspect" --tier disk verify all
+    echo "$output"
+    [ "$status" -eq 0 ] && echo "$output" | grep -Eq '^rank0 replay log \(disk gen-[0-9]+\): verified through iteration [0-9]+$'
+    local g bytes
+    for g in "$DISK"/gen-*; do
+        bytes=$(cat "$g"/stripe-* | wc -c)
+        echo "$g: $bytes bytes in its stripes"
+        [ "$bytes" -lt 1000000 ] || return 1
+    done
 }
 
 @test "the cold path replays from the start out of the log on disk, bit-exact, and the log stays there (1 and 2 ranks)" {

@@ -99,12 +99,12 @@ it, = struct.unpack_from('<Q', m, 80)
 ndirs, = struct.unpack_from('<I', m, 12)
 nranks, = struct.unpack_from('<I', m, 96)
 nextents, nrefs = struct.unpack_from('<QQ', m, 104)
-ranks = [struct.unpack_from('<IIQQQQQQQQQQ', m, 152 + 88 * i) for i in range(nranks)]
-ext_at = 152 + 88 * nranks + 8 * ndirs
+ranks = [struct.unpack_from('<IIQQQQQQQQQQQII', m, 152 + 104 * i) for i in range(nranks)]
+ext_at = 152 + 104 * nranks + 8 * ndirs
 ext = [struct.unpack_from('<IIQQQ', m, ext_at + 32 * e) for e in range(nextents)]
 refs = struct.unpack_from('<%dQ' % nrefs, m, ext_at + 32 * nextents)
 uses = {}  # extent -> [(rank, generation, kind, chunk, chunk_bytes)]
-for (rank, world, gen, ib, ho, hb, cb, dref, dn, lb, lref, ln) in ranks:
+for (rank, world, gen, ib, ho, hb, cb, dref, dn, lb, lref, ln, lsum, lwhere, _) in ranks:
     for c in range(dn):
         uses.setdefault(refs[dref + c], []).append((rank, gen, 'data', c, cb))
     for c in range(ln):

@@ -82,12 +82,29 @@ gen() { echo "$1/$(id -u)-$CKPT_JOB/gen-$2"; }
         [ "$status" -eq 0 ] && [[ $output == "persisted iteration 15 of job p: ranks $n,"* ]] || { echo "$output"; false; }
         run "$PERSIST" save
         [ "$status" -eq 0 ] && [[ $output == "persisted iteration 20 of job p: ranks $n,"* ]] || { echo "$output"; false; }
-        [ -s "$(gen "$D/ssd0" 20)/stripe-0" ] && [ -s "$(gen "$D/ssd1" 20)/stripe-1" ]
+        [ -s "$(gen "$D/ssd0" 20)/stripe-0" ] && [ -e "$(gen "$D/ssd1" 20)/stripe-1" ]
         rm -rf "$CKPT_ARENA_DIR"
         run "$PERSIST" restore
         [ "$status" -eq 0 ] && [[ $output == "restored iteration 20 of job p: ranks $n,"* ]] || { echo "$output"; false; }
         resumes $n 20
     done
+}
+
+@test "one node: a restore of an older iteration retires, once live, the generations on disk of later ones (the logs they name are cut there); the restored run persists those iterations again, and they restore bit-exact" {
+    crashed 2
+    "$PERSIST" save --iteration 15 >/dev/null
+    "$PERSIST" save >/dev/null
+    [ -e "$(gen "$D/ssd0" 20)/manifest" ]
+    run --separate-stderr env CKPT_RESTORE=15 CKPT_PERSIST_EVERY=1 CKPT_PERSIST_KEEP=10 LD_PRELOAD="$LIB" \
+        timeout -k 5 60 "$RESUME" --nproc 2 -- "$TRAIN" $ARGS
+    [ "$status" -eq 0 ] || { echo "$stderr"; return 1; }
+    [[ $stderr == *"ckpt-resume: retired this node's generation of iteration 20 on disk ("*"): newer than the restore point 15, it belongs to the run the restore replaces"* ]] ||
+        { echo "$stderr"; return 1; }
+    # The restored run's 20, with the log as it wrote it, comes back.
+    rm -rf "$CKPT_ARENA_DIR"
+    run "$PERSIST" restore --iteration 20
+    [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+    resumes 2 20
 }
 
 @test "a damaged newer generation is skipped with its reason; the older one restores bit-exact" {
@@ -194,7 +211,7 @@ wiping() {
         grep -q "^ckpt-resume: summary: snapshots [1-9][0-9]* committed, [0-9]* skipped; in memory through iteration [1-9][0-9]* (a boundary at most [0-9]* iterations past its rank's newest commit); persisted through iteration 30 (at most [0-9]* iterations behind the commits; [1-9][0-9]* generations, [0-9]* skipped, 0 failed); 1 restart$" "$D/err" ||
             { cat "$D/err"; false; }
         restored_tail "$(cat "$D/plain.$n")" "$(cat "$D/out.$it.0")"
-        [ -s "$(gen "$D/ssd0" 30)/manifest" ] && [ -s "$(gen "$D/ssd1" 30)/stripe-1" ]
+        [ -s "$(gen "$D/ssd0" 30)/manifest" ] && [ -e "$(gen "$D/ssd1" 30)/stripe-1" ]
         [ ! -e "$CKPT_ARENA_DIR/$(id -u)-p" ] # removed after success, pin included
     done
 }

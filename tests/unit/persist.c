@@ -7,7 +7,12 @@
  * a cancelled persist, a slot that changed under the copy, a job another
  * process is persisting and an iteration persisted twice leave nothing
  * behind; without registered
- * buffers (RLIMIT_MEMLOCK) it still works.
+ * buffers (RLIMIT_MEMLOCK) it still works.  A rank's replay log kept on
+ * disk beside the generations is named, not copied: the generation holds
+ * the part its snapshot needs and that part's sum; a restore brings back
+ * exactly that part, and refuses a log whose part differs (damaged, or
+ * written again by another run); a restore that cuts the log short keeps
+ * the older generations restorable.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +31,7 @@
 #include "image.h"
 #include "persist.h"
 #include "persist_int.h"
+#include "replay.h"
 #include "check.h"
 
 static char root[] = "/tmp/ckpt-persist-XXXXXX";
@@ -492,6 +498,98 @@ static void unregistered(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "unregistered buffers: child status %d", status);
 }
 
+/* iterations from..to of a log being written: each a copy of 300 bytes
+ * (seeded) and its end. */
+static void log_iterations(uint64_t from, uint64_t to, uint32_t seed)
+{
+    char payload[300];
+    for (uint64_t it = from; it <= to; it++) {
+        pattern(payload, sizeof(payload), seed + (uint32_t)it);
+        ckpt_rlog_append(CKPT_RL_D2H, 1, sizeof(payload), 1, 0, payload, sizeof(payload));
+        ckpt_rlog_append(CKPT_RL_ITER, 1, it, 0, 0, NULL, 0);
+        ckpt_rlog_flush();
+    }
+}
+
+/* The last iteration rank 0's restored log in arena ends, or 0. */
+static uint64_t restored_through(const char *arena)
+{
+    char dir[PATH_MAX], why[256];
+    uint64_t last = 0;
+    rank_dir(dir, sizeof(dir), arena, 0);
+    return ckpt_rlog_verify(dir, &last, why, sizeof(why)) == 0 ? last : 0;
+}
+
+static void log_beside(void)
+{
+    struct ckpt_persist_stats st;
+    struct ckpt_pm_header *m = NULL;
+    struct place c;
+    char why[512], jobdir[PATH_MAX + 16], disk[PATH_MAX + 64], dir[PATH_MAX];
+
+    fresh(&c, "beside");
+    struct ckpt_persist *p = engine(&c, 3, 16, 0);
+    CHECK(ckpt_persist_job_dir(p, "job", jobdir, sizeof(jobdir), why, sizeof(why)) == 0, "job dir: %s", why);
+    snprintf(disk, sizeof(disk), "%s/" CKPT_RLOG_DISK_NAME, jobdir, 0);
+    make_rank(c.arena, 0, 1, 70, 5, 100);
+    rank_dir(dir, sizeof(dir), c.arena, 0);
+    CHECK(ckpt_rlog_create(dir, disk, 4096, why, sizeof(why)) == 0, "log on disk: %s", why);
+    log_iterations(1, 80, 1); /* the rank is past its snapshot of 70 */
+    int rc = save(p, c.arena, 1, 70, &st, why);
+    CHECK(rc == 0, "persist 70: %s", why);
+    rc = pm_load(jobdir, 70, "job", 2, &m, why, sizeof(why));
+    CHECK(rc == 0 && pm_ranks(m)[0].log_where == CKPT_PM_LOG_FILE && pm_ranks(m)[0].log_chunks == 0 &&
+              m->stored_bytes < pm_ranks(m)[0].image_bytes + 8192,
+          "the generation names the log, and holds none of it: %d %s (%llu bytes stored)", rc, why,
+          m ? (unsigned long long)m->stored_bytes : 0ull);
+    free(m);
+    rc = restore(p, c.back, 70, &st, why);
+    CHECK(rc == 0 && restored_through(c.back) == 70, "restore 70: %d %s, its log ends iteration %llu", rc, why,
+          (unsigned long long)restored_through(c.back));
+
+    /* Later generations read on where the last one stopped; the log grows. */
+    make_rank(c.arena, 0, 0, 150, 6, 100); /* (its made-up log gives way to the one on disk) */
+    rank_dir(dir, sizeof(dir), c.arena, 0);
+    CHECK(ckpt_rlog_point(dir, disk, why, sizeof(why)) == 0, "point at %s: %s", disk, why);
+    log_iterations(81, 160, 1);
+    CHECK(save(p, c.arena, 1, 150, &st, why) == 0, "persist 150: %s", why);
+    CHECK(restore(p, c.back, 150, &st, why) == 0 && restored_through(c.back) == 150, "restore 150: %s", why);
+    ckpt_rlog_close();
+
+    /* A restore of 70 goes live: the log is cut there and written on, with
+     * a new lineage.  150 belongs to the run it replaced (retired when the
+     * restore goes live, ckpt_persist_retire); 70 still restores, and a
+     * generation of the new run reads the log afresh. */
+    CHECK(ckpt_rlog_open_replay(dir, disk, 70, 4096, why, sizeof(why)) == 0 && ckpt_rlog_go_live() == 0,
+          "restore 70 and go live: %s", why);
+    log_iterations(71, 200, 2);
+    ckpt_rlog_close();
+    rc = restore(p, c.back, 150, &st, why);
+    CHECK(rc == -EBADMSG && strstr(why, "replay log") && strstr(why, "not the ones"),
+          "150, whose log part was written again, is refused: %d %s", rc, why);
+    CHECK(restore(p, c.back, 70, &st, why) == 0 && restored_through(c.back) == 70, "70 after the cut: %s", why);
+    make_rank(c.arena, 0, 1, 110, 7, 100);
+    rank_dir(dir, sizeof(dir), c.arena, 0);
+    CHECK(ckpt_rlog_point(dir, disk, why, sizeof(why)) == 0, "point at %s: %s", disk, why);
+    CHECK(save(p, c.arena, 1, 110, &st, why) == 0, "persist 110 after the cut: %s", why);
+    CHECK(restore(p, c.back, 110, &st, why) == 0 && restored_through(c.back) == 110, "restore 110: %s", why);
+
+    /* A damaged byte in the part a generation needs: refused, naming the log. */
+    int fd = open(disk, O_RDWR);
+    char b = 0;
+    CHECK(fd >= 0 && pread(fd, &b, 1, 200) == 1, "read %s", disk);
+    b ^= 1;
+    CHECK(pwrite(fd, &b, 1, 200) == 1, "damage %s", disk);
+    close(fd);
+    rc = restore(p, c.back, 110, &st, why);
+    CHECK(rc == -EBADMSG && strstr(why, disk), "a damaged log is refused, naming it: %d %s", rc, why);
+    /* A log gone: refused too. */
+    unlink(disk);
+    rc = restore(p, c.back, 70, &st, why);
+    CHECK(rc == -EBADMSG && strstr(why, disk), "a log gone is refused, naming it: %d %s", rc, why);
+    ckpt_persist_close(p);
+}
+
 int main(void)
 {
     if (!mkdtemp(root))
@@ -501,6 +599,7 @@ int main(void)
     torn();
     keep_and_leave_nothing();
     unregistered();
+    log_beside();
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
     if (system(cmd) != 0)

@@ -27,6 +27,8 @@ static const struct {
     AT(ckpt_pm_rank, chunk_bytes, 40),     AT(ckpt_pm_rank, data_ref, 48),
     AT(ckpt_pm_rank, data_chunks, 56),     AT(ckpt_pm_rank, log_bytes, 64),
     AT(ckpt_pm_rank, log_ref, 72),         AT(ckpt_pm_rank, log_chunks, 80),
+    AT(ckpt_pm_rank, log_sum, 88),         AT(ckpt_pm_rank, log_where, 96),
+    AT(ckpt_pm_rank, reserved, 100),
     AT(ckpt_pm_extent, dir, 0),            AT(ckpt_pm_extent, reserved, 4),
     AT(ckpt_pm_extent, offset, 8),         AT(ckpt_pm_extent, bytes, 16),
     AT(ckpt_pm_extent, sum, 24),

@@ -267,6 +267,27 @@ static void disk_unmap(const struct tier *t, struct view *v)
     *v = (struct view){0};
 }
 
+/* The log a generation names (CKPT_PM_LOG_FILE): the part it needs, from
+ * the rank's log beside the generations, checked against its sum, into fd. */
+static int log_from_file(const struct ckpt_persist *p, const struct image *img, const struct ckpt_pm_rank *r, int fd,
+                         char *why, size_t whylen)
+{
+    char jobdir[PATH_MAX + 16], path[PATH_MAX + 64], iwhy[256];
+    int rc = pdir_job(p->dirs[0], img->job, false, jobdir, sizeof(jobdir), why, whylen);
+    if (rc < 0)
+        return rc;
+    snprintf(path, sizeof(path), "%s/" CKPT_RLOG_DISK_NAME, jobdir, img->rank);
+    int from = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    rc = from < 0 ? -errno : ckpt_rlog_copy_prefix(from, fd, r->log_bytes, r->log_sum, iwhy, sizeof(iwhy));
+    if (from < 0)
+        snprintf(iwhy, sizeof(iwhy), "%s", strerror(-rc));
+    else
+        close(from);
+    if (rc < 0)
+        snprintf(why, whylen, "the log it names, %s: %s", path, iwhy);
+    return rc < 0 && rc != -ENOMEM ? -EBADMSG : rc;
+}
+
 /* The generation's copy of the rank's log: every chunk against its sum
  * first (naming the chunk), then every record, in a memory file. */
 static int disk_rlog_verify(const struct tier *t, const struct image *img, uint64_t *last_iteration, char *why,
@@ -281,6 +302,20 @@ static int disk_rlog_verify(const struct tier *t, const struct image *img, uint6
     int rc = load(t, img, &p, &m, &r, why, whylen);
     if (rc < 0)
         return rc;
+    if (r->log_where == CKPT_PM_LOG_FILE) {
+        int fd = memfd_create("replay.log", MFD_CLOEXEC);
+        rc = fd < 0 ? -errno : log_from_file(p, img, r, fd, why, whylen);
+        if (fd < 0)
+            snprintf(why, whylen, "cannot hold a replay log in memory: %s", strerror(-rc));
+        snprintf(name, sizeof(name), "%s (rank %d's replay log, named by it)", img->where, img->rank);
+        if (rc == 0)
+            rc = ckpt_rlog_verify_fd(fd, name, last_iteration, why, whylen);
+        if (fd >= 0)
+            close(fd);
+        free(m);
+        free(p);
+        return rc == -ENODATA ? -EBADMSG : rc;
+    }
     char *buf = r->log_bytes ? malloc(r->log_bytes) : NULL;
     if (r->log_bytes && !buf) {
         snprintf(why, whylen, "out of memory for a replay log of %llu bytes", (unsigned long long)r->log_bytes);

@@ -260,9 +260,17 @@ uint64_t disk_due(struct job *job)
     return idle && d->seen && d->commits - d->started >= d->every ? d->seen : 0;
 }
 
-/* One node: starts a persist when one is due. */
+/* One node: once a restore is live, the generations of later iterations
+ * go (they name parts of the logs the restore cut away, and a later
+ * persist of the same iteration would find them there); then starts a
+ * persist when one is due. */
 void disk_tick(struct job *job)
 {
+    struct disk *d = &job->disk;
+    if (d->retire_after && job->chan.restored_s > 0 && !disk_busy(d)) {
+        disk_supersede(job, d->retire_after);
+        d->retire_after = 0;
+    }
     uint64_t k = disk_due(job);
     if (k)
         disk_start(job, k, true);
@@ -369,9 +377,8 @@ int disk_read(struct job *job, uint64_t it)
 }
 
 /*
- * Restoring @after on several nodes: this node's generations of later
- * iterations are removed (ckpt_persist_retire says why).  No persist may
- * be running.
+ * Restoring @after: this node's generations of later iterations are
+ * removed (ckpt_persist_retire says why).  No persist may be running.
  */
 void disk_supersede(struct job *job, uint64_t after)
 {

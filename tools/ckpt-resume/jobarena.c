@@ -24,6 +24,7 @@
 #include "arena.h"
 #include "image.h"
 #include "log.h"
+#include "persist.h"
 #include "pins.h"
 #include "replay.h"
 #include "resume.h"
@@ -347,7 +348,8 @@ void arena_supersede(const struct options *opt, uint64_t after)
 
 /*
  * Removes the rank directory @name of the job directory @dir (open as
- * @dfd), with the files libckpt keeps in it and its replay log on disk;
+ * @dfd), with the files libckpt keeps in it and its replay log on disk
+ * unless generations on disk name it;
  * anything else there stays, and so does the directory.  Returns 0, or
  * -errno.
  */
@@ -358,7 +360,11 @@ static int remove_rank(const char *dir, int dfd, const char *name)
     if (rfd < 0)
         return -errno;
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    ckpt_rlog_remove(path);
+    /* A log on disk that generations name stays with them (its stub goes
+     * with the rank's files). */
+    char disk[PATH_MAX];
+    if (ckpt_rlog_where(path, disk, sizeof(disk)) <= 0 || !ckpt_persist_names_log(disk))
+        ckpt_rlog_remove(path);
     for (size_t i = 0; i < sizeof(rank_files) / sizeof(rank_files[0]); i++)
         unlinkat(rfd, rank_files[i], 0);
     /* The files a replaying process wrote aside, left by one stopped before it went live. */

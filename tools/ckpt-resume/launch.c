@@ -188,6 +188,7 @@ int job_launch(struct job *job, uint64_t restore)
     job->term_sent = false;
     job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1, .no_room_rank = -1 };
     job->restore = restore;
+    job->disk.retire_after = restore;
     for (int i = job->nfixed; i < job->nfixed + 3; i++) {
         free(job->vars[i]);
         job->vars[i] = NULL;

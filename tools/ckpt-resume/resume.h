@@ -119,6 +119,7 @@ struct disk {
     unsigned nranks;
     uint64_t iteration;     /* being persisted, or last persisted */
     uint64_t restored;      /* the iteration last read back from disk, 0: none */
+    uint64_t retire_after;  /* one node: a launch restored this; what is newer goes once it is live */
     uint64_t persisted, skipped, failed, bytes;
     uint64_t newest;        /* the newest iteration persisted whole, 0: none */
     uint64_t worst_lag;     /* the most iterations every rank had committed past it, seen at a commit */

@@ -363,6 +363,7 @@ static int swap_in(struct job *job, uint64_t iteration)
     job->term_sent = false;
     job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1, .no_room_rank = -1 };
     job->restore = iteration;
+    job->disk.retire_after = iteration;
     free(job->vars[2]);
     job->vars[2] = NULL;
     if (asprintf(&job->vars[2], "CKPT_AGENT_SOCKET=%s", job->chan.path) < 0) {
