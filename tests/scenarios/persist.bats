@@ -206,7 +206,7 @@ wiping() {
         # came due while that of 15 was still running (a loaded machine).
         it=$(sed -n 's/^ckpt-resume: restoring generation [0-9]* (iteration \(15\|20\)) from disk$/\1/p' "$D/err")
         [ -n "$it" ] || { cat "$D/err"; false; }
-        grep -q "^ckpt-resume: persisted [1-9][0-9]* generations (skipped [0-9]*, failed 0), [0-9]* bytes, " "$D/err"
+        grep -q "^ckpt-resume: persisted [1-9][0-9]* generations (skipped [0-9]*, failed 0), [0-9]* bytes written, " "$D/err"
         # The line before the last says how the job was protected.
         grep -q "^ckpt-resume: summary: snapshots [1-9][0-9]* committed, [0-9]* skipped; in memory through iteration [1-9][0-9]* (a boundary at most [0-9]* iterations past its rank's newest commit); persisted through iteration 30 (at most [0-9]* iterations behind the commits; [1-9][0-9]* generations, [0-9]* skipped, 0 failed); 1 restart$" "$D/err" ||
             { cat "$D/err"; false; }

@@ -111,11 +111,12 @@ static void *worker(void *arg)
         for (unsigned i = 0; i < d->nranks; i++)
             if (ckpt_arena_path(dir, sizeof(dir), d->arena, d->job, d->ranks[i]) == 0)
                 ckpt_tl_agent_add(dir, &e);
-        ckpt_log(CKPT_DEBUG, "persisted iteration %llu: %llu bytes in %.3f s", (unsigned long long)st.iteration,
-                 (unsigned long long)st.logical_bytes, st.seconds);
+        ckpt_log(CKPT_DEBUG, "persisted iteration %llu: %llu bytes of state, %llu written, in %.3f s",
+                 (unsigned long long)st.iteration, (unsigned long long)st.logical_bytes,
+                 (unsigned long long)st.moved_bytes, st.seconds);
     }
     d->out_iteration = st.iteration;
-    d->out_bytes = st.logical_bytes;
+    d->out_bytes = st.moved_bytes; /* written: a log named, not copied, and chunks stored once are not */
     d->out_seconds = st.seconds;
     __atomic_store_n(&d->done, true, __ATOMIC_RELEASE);
     return NULL;
@@ -403,7 +404,7 @@ void disk_finish(struct job *job)
         return;
     disk_wait(job);
     double s = d->seconds > 0 ? d->seconds : 1e-9;
-    ckpt_log(CKPT_INFO, "persisted %llu generation%s (skipped %llu, failed %llu), %llu bytes, %.1f MB/s",
+    ckpt_log(CKPT_INFO, "persisted %llu generation%s (skipped %llu, failed %llu), %llu bytes written, %.1f MB/s",
              (unsigned long long)d->persisted, d->persisted == 1 ? "" : "s", (unsigned long long)d->skipped,
              (unsigned long long)d->failed, (unsigned long long)d->bytes, d->bytes / s / 1e6);
 }
