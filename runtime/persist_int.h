@@ -147,7 +147,7 @@ int pm_check_stripes(const struct ckpt_persist *p, const char *job, const struct
  * each mapped where it could be (map NULL: written with pwrite). */
 struct pm_dest {
     int fd[2];
-    char path[2][PATH_MAX + 32];
+    char path[2][PATH_MAX + 64]; /* [1]: the log on disk a generation names (CKPT_PM_LOG_FILE) */
     char *map[2];
     uint64_t len[2];
 };

@@ -154,7 +154,12 @@ static int install(const char *dir, const struct pm_dest *t, const struct ckpt_p
         return -e;
     }
     close(fd);
-    for (int k = 0; k < 2; k++) {
+    if (r->log_where == CKPT_PM_LOG_FILE) {
+        int rc = ckpt_rlog_point(dir, t->path[1], why, whylen);
+        if (rc < 0)
+            return rc;
+    }
+    for (int k = 0; k < (r->log_where == CKPT_PM_LOG_FILE ? 1 : 2); k++) {
         snprintf(to, sizeof(to), "%s/%s", dir, names[k]);
         if (rename(t->path[k], to) < 0) {
             int e = errno;
@@ -165,17 +170,19 @@ static int install(const char *dir, const struct pm_dest *t, const struct ckpt_p
     return 0;
 }
 
-/* A log the generation names (CKPT_PM_LOG_FILE): the part it needs, from
- * the rank's log beside the generations, checked against its sum. */
-static int log_from_file(const char *jobdir, const struct ckpt_pm_rank *r, const struct pm_dest *t, char *why,
-                         size_t whylen)
+/* A log the generation names (CKPT_PM_LOG_FILE): its part, in the rank's
+ * log beside the generations, checked against its sum.  The log stays
+ * there: the arena's replay.log becomes a stub naming it (install), so a
+ * restore from disk holds no copy of a log of any length in memory, and
+ * replay finds the failed run's records past the restore point too. */
+static int log_check(const char *jobdir, const struct ckpt_pm_rank *r, struct pm_dest *t, char *why, size_t whylen)
 {
-    char path[PATH_MAX + 64], iwhy[256];
+    char *path = t->path[1], iwhy[256];
     if (r->log_where != CKPT_PM_LOG_FILE)
         return 0;
-    snprintf(path, sizeof(path), "%s/" CKPT_RLOG_DISK_NAME, jobdir, (int)r->rank);
+    snprintf(path, sizeof(t->path[1]), "%s/" CKPT_RLOG_DISK_NAME, jobdir, (int)r->rank);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    int rc = fd < 0 ? -errno : ckpt_rlog_copy_prefix(fd, t->fd[1], r->log_bytes, r->log_sum, iwhy, sizeof(iwhy));
+    int rc = fd < 0 ? -errno : ckpt_rlog_copy_prefix(fd, -1, r->log_bytes, r->log_sum, iwhy, sizeof(iwhy));
     if (fd < 0)
         snprintf(iwhy, sizeof(iwhy), "%s", strerror(-rc));
     if (fd >= 0)
@@ -223,7 +230,7 @@ static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq
         t[made].len[1] = r->log_bytes;
         rc = make_file(dirs[made], "slot0.from-disk", r->image_bytes, &t[made].fd[0], &t[made].map[0],
                        t[made].path[0], sizeof(t[made].path[0]), why, whylen);
-        if (!rc)
+        if (!rc && r->log_where != CKPT_PM_LOG_FILE)
             rc = make_file(dirs[made], "replay.log.from-disk", r->log_bytes, &t[made].fd[1], &t[made].map[1],
                            t[made].path[1], sizeof(t[made].path[1]), why, whylen);
         if (rc < 0) {
@@ -237,7 +244,7 @@ static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq
                       whylen)) < 0)
         goto out;
     for (uint32_t i = 0; i < m->nranks && !rc; i++)
-        rc = log_from_file(jobdir, &pm_ranks(m)[i], &t[i], why, whylen);
+        rc = log_check(jobdir, &pm_ranks(m)[i], &t[i], why, whylen);
     for (uint32_t i = 0; i < m->nranks && !rc; i++)
         rc = install(dirs[i], &t[i], m, &pm_ranks(m)[i], why, whylen);
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -249,8 +256,8 @@ out:
                 munmap(t[i].map[k], t[i].len[k]);
             if (t[i].fd[k] >= 0)
                 close(t[i].fd[k]);
-            if (rc < 0 && t[i].path[k][0])
-                unlink(t[i].path[k]);
+            if (rc < 0 && t[i].path[k][0] && (k == 0 || pm_ranks(m)[i].log_where != CKPT_PM_LOG_FILE))
+                unlink(t[i].path[k]); /* never the log on disk a generation names */
         }
     }
     free(t);
