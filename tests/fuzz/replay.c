@@ -2,7 +2,10 @@
  * libFuzzer target: replay logs (runtime/replay.c), as a restarted rank
  * meets them after a crash, a torn write or tampering.  Opening the log for
  * any iteration and reading it back record by record must succeed or refuse
- * with a reason, never read outside the file or crash.
+ * with a reason, never read outside the file or crash.  So must the scan a
+ * persist makes of the part a snapshot needs (ckpt_rlog_scan, going on from
+ * one iteration to the next), and a part it summed must check against its
+ * sum when a restore reads it back.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -32,11 +35,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* A valid file header first, so the records are what gets fuzzed. */
     char head[64] = "CKPTRLG2";
     head[8] = 2;
+    head[16] = 1; /* a lineage */
     if (write(fd, head, sizeof(head)) != (ssize_t)sizeof(head) || write(fd, data, size) != (ssize_t)size) {
         close(fd);
         return 0;
     }
     close(fd);
+    fd = open(path, O_RDONLY);
+    struct ckpt_rlog_scan sc = {0};
+    for (uint64_t it = 1; fd >= 0 && it <= 3; it++) {
+        if (ckpt_rlog_scan(fd, it, &sc, why, sizeof(why)) == 0 &&
+            (sc.iteration != it || ckpt_rlog_copy_prefix(fd, -1, sc.bytes, sc.sum, why, sizeof(why)) != 0))
+            abort(); /* a part the scan summed does not check */
+    }
+    ckpt_rlog_scan_free(&sc);
+    if (fd >= 0)
+        close(fd);
     for (uint64_t it = 1; it <= 3; it++) {
         if (ckpt_rlog_open_replay(dir, NULL, it, 1 << 20, why, sizeof(why)) < 0)
             continue;
