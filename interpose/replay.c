@@ -253,10 +253,11 @@ static const char *disk_log(const char *dir)
     const char *logdir = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
     struct stat st;
 
-    if (!logdir || !*logdir)
+    if (!logdir || !*logdir || strcmp(logdir, CKPT_LOG_IN_ARENA) == 0)
         return NULL;
     if (stat(logdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: not a directory; make it, or unset the variable", logdir);
+        ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: not a directory; make it, set it to \"" CKPT_LOG_IN_ARENA
+                 "\", or unset the variable", logdir);
         _exit(2);
     }
     const char *base = strrchr(dir, '/');

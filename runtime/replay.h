@@ -159,6 +159,10 @@ int ckpt_rlog_point(const char *dir, const char *path, char *why, size_t whylen)
 
 /* The name of rank r's log in a directory on disk (CKPT_REPLAY_LOG_DIR). */
 #define CKPT_RLOG_DISK_NAME "rank%d.replay.log"
+/* CKPT_REPLAY_LOG_DIR=arena: the logs live in the arena, in memory. */
+#define CKPT_LOG_IN_ARENA "arena"
+/* Where ckpt-resume keeps them on disk when nothing else says where. */
+#define CKPT_LOG_HOME "/var/tmp"
 
 /* The part of a log a snapshot of iteration needs (replay_prefix.c): the
  * log up to the end of that iteration's record, and the XXH3-64 of its

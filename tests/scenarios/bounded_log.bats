@@ -97,6 +97,45 @@ watch_arena_log() {
     done
 }
 
+@test "without CKPT_PERSIST_DIRS or CKPT_REPLAY_LOG_DIR the logs go to disk, past CKPT_REPLAY_LOG_MAX: an arena in memory's under /var/tmp, one on disk's beside its ranks; they go with the job; CKPT_REPLAY_LOG_DIR=arena keeps them in memory, bounded" {
+    local logs n=0 shm=/dev/shm/ckpt-boundlog-$$-$RANDOM
+    CKPT_PERSIST_DIRS= timeout -k 5 120 "$CKPT" --nproc 1 -- "$TRAIN" --iters 1500 $ARGS >"$D/plain" 2>/dev/null
+    # The arena in memory (/dev/shm): a log of about 300 KB against a bound
+    # of 16 KiB; the rank is killed near the end and comes back from it.
+    CKPT_ARENA_DIR=$shm CKPT_PERSIST_DIRS= CKPT_KEEP_ARENA=0 CKPT_REPLAY_LOG_MAX=16K CKPT_FAULT=kill:rank=0:iter=1400 \
+        timeout -k 5 120 "$CKPT" --nproc 1 -- "$TRAIN" --iters 1500 $ARGS >"$D/out" 2>"$D/err" ||
+        { cat "$D/err"; rm -rf "$shm"; return 1; }
+    rm -rf "$shm"
+    case $(stat -f -c %T /var/tmp) in
+    tmpfs | ramfs)
+        # Where /var/tmp is memory too, the logs stay in the arena, and that is said.
+        grep -q "^ckpt-resume: warning: the replay logs stay in the arena, bounded by CKPT_REPLAY_LOG_MAX .*it is in memory" \
+            "$D/err" || { cat "$D/err"; return 1; } ;;
+    *)
+        grep -Eq '^libckpt\[rank 0\]: replaying 1[34][0-9]{2} iterations to restore generation ' "$D/err" ||
+            { cat "$D/err"; return 1; }
+        ( ! grep -q "CKPT_REPLAY_LOG_MAX" "$D/err" )
+        diff <(resumed_output "$D/out") "$D/plain"
+        # Gone with the job that succeeded, its directory too.
+        for logs in /var/tmp/libckpt-$(id -u)/*-$CKPT_JOB; do [ ! -e "$logs" ] || n=$((n + 1)); done
+        [ "$n" -eq 0 ] || { ls -la /var/tmp/libckpt-$(id -u)/; return 1; } ;;
+    esac
+    # The arena on disk (this test's): the logs beside its rank directories,
+    # the arena's replay.log a stub; kept with the arena after a failure.
+    CKPT_PERSIST_DIRS= CKPT_MAX_RESTARTS=0 CKPT_FAULT=kill:rank=0:iter=700 timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        "$TRAIN" --iters 1500 $ARGS >/dev/null 2>"$D/err2" && { cat "$D/err2"; return 1; }
+    [ "$(stat -c %s "$ARENA/rank0.replay.log")" -gt 100000 ] && [ "$(stat -c %s "$ARENA/rank0/replay.log")" -le 4096 ]
+    grep -q "kept on disk in $ARENA/rank0.replay.log" <("$BUILD/bin/ckpt-inspect" verify) || return 1
+    # ... and restored from there, past the bound, then removed with the arena.
+    CKPT_PERSIST_DIRS= CKPT_KEEP_ARENA=0 CKPT_REPLAY_LOG_MAX=16K CKPT_RESTORE=700 timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        "$TRAIN" --iters 1500 $ARGS >"$D/out3" 2>"$D/err3" || { cat "$D/err3"; return 1; }
+    [ ! -e "$ARENA" ] || { ls -la "$ARENA"; return 1; }
+    # In memory: bounded, and said when full.
+    CKPT_PERSIST_DIRS= CKPT_REPLAY_LOG_DIR=arena CKPT_REPLAY_LOG_MAX=16K timeout -k 5 120 "$CKPT" --nproc 1 -- \
+        "$TRAIN" --iters 300 $ARGS >/dev/null 2>"$D/err4" || { cat "$D/err4"; return 1; }
+    grep -q "CKPT_REPLAY_LOG_MAX" "$D/err4" || { cat "$D/err4"; return 1; }
+}
+
 @test "a restore from a generation on disk (the arena wiped) goes live with its log back on disk" {
     CKPT_PERSIST_DIRS= timeout -k 5 120 "$CKPT" --nproc 1 -- "$TRAIN" --iters 300 $ARGS >"$D/plain" 2>/dev/null
     # The first launch's arena is wiped when it fails; the restored launch
@@ -132,7 +171,7 @@ watch_arena_log() {
 }
 
 @test "CKPT_REPLAY_LOG_DIR that is not a directory stops the job before it trains, naming it (ckpt-resume and libckpt alone)" {
-    local want="CKPT_REPLAY_LOG_DIR=$D/nowhere: not a directory; make it, or unset the variable"
+    local want="CKPT_REPLAY_LOG_DIR=$D/nowhere: not a directory; make it, set it to \"arena\", or unset the variable"
     CKPT_PERSIST_DIRS= CKPT_REPLAY_LOG_DIR=$D/nowhere run -2 --separate-stderr \
         timeout -k 5 60 "$CKPT" --nproc 1 -- "$TRAIN" --iters 50 $ARGS
     [ "$stderr" = "ckpt-resume: error: $want" ] || { echo "$stderr"; return 1; }

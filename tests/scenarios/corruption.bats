@@ -49,11 +49,12 @@ setup_file() {
     unset CKPT_RESTORE CKPT_FAULT LD_PRELOAD FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE
     export CKPT_ARENA_DIR=$P/arena CKPT_JOB=c CKPT_EVERY=5 CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 \
         CKPT_PERSIST_DIRS=$P/ssd0,$P/ssd1 CKPT_PERSIST_EVERY=0
-    # The replay logs stay in the arena (no CKPT_PERSIST_DIRS for the job
-    # itself): every row damages its own copy of them.
-    CKPT_PERSIST_DIRS= "$RESUME" --nproc 2 -- "$TRAIN" $ARGS >"$P/plain" 2>/dev/null
-    CKPT_PERSIST_DIRS= FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=1 "$RESUME" --nproc 2 --max-restarts 0 -- "$TRAIN" $ARGS \
-        >/dev/null 2>&1 || true
+    # The replay logs stay in the arena (CKPT_REPLAY_LOG_DIR=arena, no
+    # CKPT_PERSIST_DIRS for the job itself): every row damages its own copy
+    # of them.
+    CKPT_PERSIST_DIRS= CKPT_REPLAY_LOG_DIR=arena "$RESUME" --nproc 2 -- "$TRAIN" $ARGS >"$P/plain" 2>/dev/null
+    CKPT_PERSIST_DIRS= CKPT_REPLAY_LOG_DIR=arena FAKEGPU_CRASH_AT=24 FAKEGPU_CRASH_RANK=1 "$RESUME" --nproc 2 \
+        --max-restarts 0 -- "$TRAIN" $ARGS >/dev/null 2>&1 || true
     "$PERSIST" save --iteration 15 >/dev/null
     "$PERSIST" save --iteration 20 >/dev/null
 }

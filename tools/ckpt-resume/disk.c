@@ -17,38 +17,108 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "arena.h"
 #include "config.h"
 #include "log.h"
 #include "persist.h"
 #include "pins.h"
+#include "replay.h"
 #include "resume.h"
 #include "timeline.h"
 #include "util.h"
 
 /*
+ * Without a directory for the replay logs (CKPT_REPLAY_LOG_DIR unset, no
+ * CKPT_PERSIST_DIRS) they would live in the arena's rank directories, in
+ * memory, and end the job's protection when they reach
+ * CKPT_REPLAY_LOG_MAX.  They go to disk instead: where the arena itself is
+ * on disk, to its job directory; where it is in memory (/dev/shm), to a
+ * directory of this user's under CKPT_LOG_HOME, one per arena and job
+ * (libckpt-<uid>/<hash of the arena's job directory>-<job>), removed with
+ * the logs when the job succeeds.  Where neither can be, they stay in the
+ * arena, and that is said.
+ */
+static bool in_memory(const char *path)
+{
+    struct statfs fs;
+    return statfs(path, &fs) < 0 || fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
+}
+
+/* Makes dir, this user's alone (or finds it so). */
+static bool private_dir(const char *dir)
+{
+    struct stat st;
+    return (mkdir(dir, 0700) == 0 || errno == EEXIST) && lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+           ckpt_private(&st);
+}
+
+static void default_log_dir(struct disk *d, const struct options *opt)
+{
+    char home[PATH_MAX], arena[PATH_MAX];
+    const char *why = NULL;
+
+    snprintf(home, sizeof(home), "%s/libckpt-%u", CKPT_LOG_HOME, (unsigned)geteuid());
+    if (arena_job_dir(opt, arena, sizeof(arena)) < 0)
+        why = "the arena's path is too long";
+    else if (!in_memory(opt->arena_root))
+        snprintf(d->log_dir, sizeof(d->log_dir), "%s", arena);
+    else if (in_memory(CKPT_LOG_HOME))
+        why = "it is in memory";
+    else if (snprintf(d->log_dir, sizeof(d->log_dir), "%s/%016llx-%s", home,
+                      (unsigned long long)XXH3_64bits(arena, strlen(arena)), opt->job_name) >= (int)sizeof(d->log_dir))
+        why = "the path is too long";
+    else if (!private_dir(home))
+        why = "it cannot be made this user's alone";
+    if (!why && !private_dir(d->log_dir))
+        why = "it cannot be made this user's alone";
+    if (why) {
+        d->log_dir[0] = '\0';
+        ckpt_log(CKPT_WARN, "the replay logs stay in the arena, bounded by CKPT_REPLAY_LOG_MAX (a long job loses its "
+                 "protection when they reach it): no directory for them under %s (%s); set CKPT_REPLAY_LOG_DIR or "
+                 "CKPT_PERSIST_DIRS to a directory on disk", CKPT_LOG_HOME, why);
+        return;
+    }
+    d->log_default = true;
+}
+
+/*
  * Opens the engine when CKPT_PERSIST_DIRS is set.  CKPT_PERSIST_EVERY=0
  * turns persisting off but keeps recovery from what an earlier run wrote.
- * A failure to open is said and leaves the job running without it.
+ * A failure to open is said and leaves the job running without it.  Then
+ * decides where the ranks keep their replay logs (log_dir).
  */
 void disk_open(struct disk *d, const struct options *opt)
 {
     struct ckpt_persist_opts o;
     char why[512];
+    const char *given = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
 
     memset(d, 0, sizeof(*d));
     d->every = (unsigned)ckpt_cfg_int(CFG_PERSIST_EVERY);
+    if (given && strcmp(given, CKPT_LOG_IN_ARENA) == 0)
+        ; /* the user's choice: in memory, bounded */
+    else if (given && *given)
+        snprintf(d->log_dir, sizeof(d->log_dir), "%s", given);
     ckpt_persist_opts_from_config(&o);
-    if (!o.dirs || !*o.dirs)
+    if (!o.dirs || !*o.dirs) {
+        if (!given || !*given)
+            default_log_dir(d, opt);
         return;
+    }
     if (arena_job_dir(opt, d->pin, sizeof(d->pin)) < 0) {
         ckpt_log(CKPT_WARN, "the arena path under %s is too long: snapshots are not persisted", opt->arena_root);
         return;
@@ -61,7 +131,6 @@ void disk_open(struct disk *d, const struct options *opt)
     }
     /* The replay logs go whole to disk beside the generations, so that the
      * arena holds none of them at any age of the job. */
-    const char *given = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
     if ((!given || !*given) &&
         ckpt_persist_job_dir(d->engine, opt->job_name, d->log_dir, sizeof(d->log_dir), why, sizeof(why)) < 0) {
         d->log_dir[0] = '\0';
@@ -418,6 +487,14 @@ void disk_close(struct disk *d)
     }
     if (d->engine)
         ckpt_persist_close(d->engine);
+    if (d->log_default) {
+        /* Once the logs are gone with the arena and the replicas (a job
+         * kept keeps them): only empty directories are removed. */
+        char peers[PATH_MAX + 8];
+        snprintf(peers, sizeof(peers), "%s/peers", d->log_dir);
+        rmdir(peers);
+        rmdir(d->log_dir);
+    }
     free(d->ranks);
     memset(d, 0, sizeof(*d));
 }

@@ -382,6 +382,21 @@ static int remove_rank(const char *dir, int dfd, const char *name)
     return unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
 }
 
+/* Removes the ranks' logs (rank<N>.replay.log) from the directory open as @dfd. */
+static void remove_logs(int dfd)
+{
+    DIR *d = fdopendir(dup(dfd));
+    int r;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char name[64];
+        if (sscanf(e->d_name, "rank%d.replay.log", &r) == 1 && r >= 0 &&
+            snprintf(name, sizeof(name), CKPT_RLOG_DISK_NAME, r) < (int)sizeof(name) && strcmp(name, e->d_name) == 0)
+            unlinkat(dfd, e->d_name, 0);
+    }
+    if (d)
+        closedir(d);
+}
+
 /*
  * Removes the job's arena, as this file's opening says.  Returns 1 when
  * there was one and it is gone, 0 when there was none, -errno (said) when
@@ -417,6 +432,16 @@ int arena_remove(const struct options *opt)
     for (struct dirent *e; (e = readdir(d));) {
         if (rank_dir(e->d_name, &r) && (rc = remove_rank(dir, dfd, e->d_name)) < 0)
             ckpt_log(CKPT_WARN, "cannot remove %s/%s: %s", dir, e->d_name, strerror(-rc));
+    }
+    /* The ranks' logs on disk, where the arena is on disk too (disk.c),
+     * whose stubs went with their rank directories or before them, and the
+     * peers' the agent keeps beside them. */
+    remove_logs(dfd);
+    int pfd = openat(dfd, "peers", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (pfd >= 0) {
+        remove_logs(pfd);
+        close(pfd);
+        unlinkat(dfd, "peers", AT_REMOVEDIR);
     }
     closedir(d);
     unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */

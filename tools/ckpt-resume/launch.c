@@ -75,9 +75,6 @@ int job_open(struct job *job, const struct options *opt)
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
         return -errno;
     disk_open(&job->disk, opt);
-    const char *given = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
-    if (given && *given)
-        snprintf(job->disk.log_dir, sizeof(job->disk.log_dir), "%s", given);
     job->nfixed = 3;
     if (job->disk.log_dir[0] &&
         (rc = job_set_var(&job->vars[job->nfixed++], "CKPT_REPLAY_LOG_DIR", job->disk.log_dir)) < 0)

@@ -27,6 +27,7 @@
 #include "config.h"
 #include "log.h"
 #include "placement.h"
+#include "replay.h"
 #include "resume.h"
 
 #define USAGE_ERROR 2
@@ -426,8 +427,9 @@ static int configure(struct options *opt, bool restarts_given)
         snprintf(opt->job_name, sizeof(opt->job_name), "j%d-%lld", (int)getpid(), (long long)time(NULL));
     const char *logdir = ckpt_cfg_str(CFG_REPLAY_LOG_DIR);
     struct stat st;
-    if (logdir && *logdir && (stat(logdir, &st) < 0 || !S_ISDIR(st.st_mode))) {
-        ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: not a directory; make it, or unset the variable", logdir);
+    if (logdir && *logdir && strcmp(logdir, CKPT_LOG_IN_ARENA) != 0 && (stat(logdir, &st) < 0 || !S_ISDIR(st.st_mode))) {
+        ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: not a directory; make it, set it to \"" CKPT_LOG_IN_ARENA
+                 "\", or unset the variable", logdir);
         return -ENOTDIR;
     }
     if (torchrun_check(opt->cmd) < 0)

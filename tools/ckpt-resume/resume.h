@@ -105,8 +105,9 @@ struct disk {
     struct ckpt_persist *engine;
     unsigned every;         /* CKPT_PERSIST_EVERY; 0: restore only */
     char pin[PATH_MAX];     /* the job directory whose pin file (pins.h) it writes */
-    char log_dir[PATH_MAX]; /* where the ranks keep their replay logs (CKPT_REPLAY_LOG_DIR, the user's or
-                             * in the first persist directory), "": in the arena */
+    char log_dir[PATH_MAX]; /* where the ranks keep their replay logs (CKPT_REPLAY_LOG_DIR, the user's, in
+                             * the first persist directory, or under CKPT_LOG_HOME), "": in the arena */
+    bool log_default;       /* log_dir is the one under CKPT_LOG_HOME (disk.c) */
     uint64_t seen;          /* newest iteration every rank of this launch has committed */
     uint64_t commits;       /* such iterations seen */
     uint64_t started;       /* commits when the last persist started */
