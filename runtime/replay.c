@@ -36,7 +36,11 @@
 #include "replay.h"
 #include "replay_int.h"
 
-#define DISK_MAX (1ULL << 40) /* a log on disk: bounded by the address space a standby reserves to follow it */
+/* A log on disk: bounded by the address space a standby reserves to follow
+ * it, which must fit among libckpt's own mappings (aside.c: 512 GiB) so that
+ * it moves none of the program's, nor the device addresses the driver
+ * picks after it. */
+#define DISK_MAX (1ULL << 38)
 
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
