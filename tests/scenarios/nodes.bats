@@ -550,6 +550,15 @@ u64() {
 # (its generation at byte 88, its iteration at 96) and the newer one
 # uncommitted, as an old copy left where the newer one belongs.  Prints
 # the iterations the damaged copies claim.
+# How many committed copies of rank 1 node 0 holds.
+copies() {
+    local s n=0
+    for s in "$D"/arena.0/peers/*/rank1/slot?; do
+        [ -s "$s" ] && [ "$(head -c 8 "$s")" = LIBCKPT1 ] && n=$((n + 1))
+    done
+    echo $n
+}
+
 damage_replicas() {
     local s off byte slots=() old new
     for s in "$D"/arena.0/peers/*/rank1/slot?; do
@@ -593,6 +602,12 @@ damage_replicas() {
             CKPT_PERSIST_DIRS=$D/disk.0 start 0 2 1
             CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1
             wait_iter 60
+            # Replication keeps its own pace (slower under a sanitizer on a
+            # loaded machine): wait for the copies the mode needs.
+            for _ in $(seq 600); do
+                [ "$(copies)" -ge "$([ "$mode" = stale ] && echo 2 || echo 1)" ] && break
+                sleep 0.1
+            done
             lose 1
             damaged=$(damage_replicas "$mode" | tr '\n' ' ')
             [ -n "$damaged" ] && break
