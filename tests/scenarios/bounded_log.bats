@@ -118,7 +118,15 @@ watch_arena_log() {
         diff <(resumed_output "$D/out") "$D/plain"
         # Gone with the job that succeeded, its directory too.
         for logs in /var/tmp/libckpt-$(id -u)/*-$CKPT_JOB; do [ ! -e "$logs" ] || n=$((n + 1)); done
-        [ "$n" -eq 0 ] || { ls -la /var/tmp/libckpt-$(id -u)/; return 1; } ;;
+        [ "$n" -eq 0 ] || { ls -la /var/tmp/libckpt-$(id -u)/; return 1; }
+        # Kept with an arena kept after a failure; gc --yes takes both.
+        CKPT_ARENA_DIR=$shm CKPT_PERSIST_DIRS= CKPT_MAX_RESTARTS=0 CKPT_FAULT=kill:rank=0:iter=700 \
+            timeout -k 5 120 "$CKPT" --nproc 1 -- "$TRAIN" --iters 1500 $ARGS >/dev/null 2>&1 && return 1
+        for logs in /var/tmp/libckpt-$(id -u)/*-$CKPT_JOB; do [ -s "$logs/rank0.replay.log" ] || return 1; done
+        CKPT_ARENA_DIR=$shm run "$BUILD/bin/ckpt-inspect" gc --yes --min-age 0
+        rm -rf "$shm"
+        [ "$status" -eq 0 ] && [[ $output == *"removed $CKPT_JOB: "* ]] || { echo "$output"; return 1; }
+        [ ! -e "$logs" ] || { ls -la "$logs"; return 1; } ;;
     esac
     # The arena on disk (this test's): the logs beside its rank directories,
     # the arena's replay.log a stub; kept with the arena after a failure.

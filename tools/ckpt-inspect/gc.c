@@ -8,7 +8,10 @@
  * whose files changed in the last S seconds (default 60, longer than
  * ckpt-resume's longest wait between a crash and the restart that reads
  * the arena) is left alone too.  Without --yes nothing is removed; with it,
- * only what a dead job's own directory holds, never through a symlink.
+ * only what a dead job's own directory holds, never through a symlink, and
+ * the ranks' replay logs on disk its stubs name (ckpt-resume keeps them
+ * under /var/tmp for an arena in memory), unless generations on disk name
+ * them, with their directory once it is empty.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +25,8 @@
 #include "arena.h"
 #include "inspect.h"
 #include "log.h"
+#include "persist.h"
+#include "replay.h"
 
 #define MIN_AGE_DEFAULT 60
 
@@ -56,6 +61,31 @@ static int remove_one(const char *path, const struct stat *st, int type, struct 
         return -1;
     }
     return 0;
+}
+
+static bool under(const char *path, const char *dir);
+
+/* Removes the logs on disk the stubs of a's rank directories name (not
+ * those generations name), and their directory when that is left empty. */
+static void remove_logs(const struct arena_job *a)
+{
+    char rank[PATH_MAX + 300], disk[PATH_MAX];
+    DIR *d = opendir(a->dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, "rank", 4) != 0 || strchr(e->d_name, '.'))
+            continue;
+        snprintf(rank, sizeof(rank), "%s/%s", a->dir, e->d_name);
+        if (ckpt_rlog_where(rank, disk, sizeof(disk)) <= 0 || ckpt_persist_names_log(disk) || under(disk, a->dir))
+            continue;
+        ckpt_rlog_remove(rank);
+        char *slash = strrchr(disk, '/');
+        if (slash) {
+            *slash = '\0';
+            rmdir(disk);
+        }
+    }
+    if (d)
+        closedir(d);
 }
 
 /* Whether path is dir or lies under it. */
@@ -199,10 +229,12 @@ int cmd_gc(const struct options *o, int argc, char **argv)
             printf("dead   %s: %s, %s, last changed %s ago\n", a->name, a->dir, size, age);
             dead++;
             dead_bytes += a->bytes;
-        } else if (nftw(a->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0) {
-            printf("removed %s: %s, %s, last changed %s ago\n", a->name, a->dir, size, age);
         } else {
-            rc = EXIT_ERROR;
+            remove_logs(a);
+            if (nftw(a->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0)
+                printf("removed %s: %s, %s, last changed %s ago\n", a->name, a->dir, size, age);
+            else
+                rc = EXIT_ERROR;
         }
     }
     if (!n)
