@@ -29,15 +29,21 @@ static int client_port[3], peer_port[3];
 static pid_t member[3];
 static char endpoints[128], cluster[256];
 
-static int free_port(void)
+/* n distinct free loopback ports: each held until all are chosen. */
+static void free_ports(int *port, int n)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *)&a, &len) < 0)
-        return -1;
-    close(fd);
-    return ntohs(a.sin_port);
+    int fd[8];
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+        port[i] = fd[i] >= 0 && bind(fd[i], (struct sockaddr *)&a, sizeof(a)) == 0 &&
+                          getsockname(fd[i], (struct sockaddr *)&a, &len) == 0
+                      ? ntohs(a.sin_port)
+                      : -1;
+    }
+    for (int i = 0; i < n; i++)
+        close(fd[i]);
 }
 
 static void start(int i)
@@ -48,6 +54,7 @@ static void start(int i)
     snprintf(curls, sizeof(curls), "http://127.0.0.1:%d", client_port[i]);
     snprintf(purls, sizeof(purls), "http://127.0.0.1:%d", peer_port[i]);
     snprintf(log, sizeof(log), "%s/%s.log", dir, name);
+    fflush(NULL); /* what the test printed is not the child's to print again */
     if ((member[i] = fork()) == 0) {
         freopen(log, "a", stderr);
         freopen("/dev/null", "w", stdout);
@@ -65,6 +72,10 @@ static void stop(int i)
     waitpid(member[i], NULL, 0);
     member[i] = 0;
 }
+
+/* Whether member i answers with a leader within timeout_s; if not, the
+ * end of its log, so that a failure says why. */
+static int member_up(int i, double timeout_s);
 
 static double now_s(void)
 {
@@ -93,6 +104,28 @@ static int answers(struct etcd *e, double timeout_s)
     return 0;
 }
 
+static int member_up(int i, double timeout_s)
+{
+    char ep[32], cmd[256];
+    struct etcd *one;
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d", client_port[i]);
+    struct etcd_opts o = {.endpoints = ep, .timeout_ms = 1000};
+    if (etcd_open(&one, &o, why, sizeof(why)) < 0)
+        return 0;
+    int up = 0;
+    for (double t0 = now_s(); !(up = etcd_quorum(one, why, sizeof(why)) == 1) && now_s() - t0 < timeout_s;)
+        usleep(100 * 1000);
+    etcd_close(one);
+    if (!up) {
+        printf("member m%d (client port %d) is not up: %s; the end of its log:\n", i, client_port[i], why);
+        fflush(stdout);
+        snprintf(cmd, sizeof(cmd), "tail -n 20 %s/m%d.log", dir, i);
+        if (system(cmd) != 0)
+            printf("(no log)\n");
+    }
+    return up;
+}
+
 static int etcdctl(const char *args)
 {
     char cmd[512];
@@ -110,9 +143,11 @@ int main(void)
     setenv("ETCDCTL_API", "3", 1);
     if (!mkdtemp(dir))
         return 1;
+    int ports[6];
+    free_ports(ports, 6);
     for (int i = 0; i < 3; i++) {
-        client_port[i] = free_port();
-        peer_port[i] = free_port();
+        client_port[i] = ports[2 * i];
+        peer_port[i] = ports[2 * i + 1];
     }
     snprintf(cluster, sizeof(cluster), "m0=http://127.0.0.1:%d,m1=http://127.0.0.1:%d,m2=http://127.0.0.1:%d",
              peer_port[0], peer_port[1], peer_port[2]);
@@ -124,6 +159,8 @@ int main(void)
     struct etcd_opts o = {.endpoints = endpoints, .timeout_ms = 2000};
     CHECK(etcd_open(&e, &o, why, sizeof(why)) == 0, "open: %s", why);
     CHECK(answers(e, 20), "the cluster never answered: %s", why);
+    for (int i = 0; i < 3; i++) /* all three: the tests below lose two */
+        CHECK(member_up(i, 20), "member m%d did not come up", i);
 
     /* Keys and prefixes. */
     CHECK(etcd_put(e, "/job/a/node/0", "zero", 4, 0, why, sizeof(why)) == 0, "put: %s", why);
@@ -195,7 +232,10 @@ int main(void)
 
     /* A member lost: the others answer.  Two lost: no quorum, said. */
     stop(0);
-    CHECK(answers(e, 10), "after one member was killed: %s", why);
+    int ok = answers(e, 10);
+    CHECK(ok, "after one member was killed: %s", why);
+    for (int i = 1; i < 3 && !ok; i++) /* why not, in the survivors' words */
+        member_up(i, 0);
     /* The watch was on the first member: it goes on through another. */
     for (double t0 = now_s(); now_s() - t0 < 1;)
         readable(wfd, 200);
