@@ -284,14 +284,19 @@ static void release(struct ckpt_store_tx *tx)
 }
 
 /*
- * Drops every mapping whose file is now shorter than it (cut by something
- * other than this store): reading it would be SIGBUS, and what it held is
- * no replica anymore.  Returns the count dropped.
+ * Forgets what changed under the store, through the slot files: a mapping
+ * whose file is now shorter than it (cut by something other than this
+ * store: reading it would be SIGBUS) is dropped, and a slot whose magic is
+ * gone (retired by the node's agent at a restore, ckpt_slot_retire) holds
+ * no replica anymore.  Such a slot must count as empty: taken for a
+ * replica, one of an older run with a higher generation would make every
+ * new replica go into the other slot, over the rank's newest.  Returns the
+ * count forgotten.
  */
-static int drop_shrunk(struct ckpt_store *st)
+static int forget_changed(struct ckpt_store *st)
 {
     struct stat sb;
-    int dropped = 0;
+    int forgotten = 0;
 
     for (unsigned i = 0; i < st->nholders; i++) {
         for (unsigned s = 0; s < 2; s++) {
@@ -299,11 +304,15 @@ static int drop_shrunk(struct ckpt_store *st)
             if (sl->base && (fstat(st->holders[i].arena.fd[s], &sb) < 0 || (size_t)sb.st_size < sl->len)) {
                 unmap(sl);
                 sl->valid = 0;
-                dropped++;
+                forgotten++;
+            } else if (sl->valid && sl->base &&
+                       memcmp(((const struct ckpt_header *)sl->base)->magic, CKPT_MAGIC, sizeof(sl->h.magic))) {
+                sl->valid = 0;
+                forgotten++;
             }
         }
     }
-    return dropped;
+    return forgotten;
 }
 
 static int begin(struct ckpt_store *st, const void *offer, size_t len, struct ckpt_store_tx *tx, char *why,
@@ -314,7 +323,7 @@ static int begin(struct ckpt_store *st, const void *offer, size_t len, struct ck
     int rc;
 
     memset(tx, 0, sizeof(*tx));
-    if (drop_shrunk(st) && (rc = reindex(st)) < 0)
+    if (forget_changed(st) && (rc = reindex(st)) < 0)
         return rc;
     if (len < sizeof(h)) {
         snprintf(why, whylen, "an offer of %zu bytes is no snapshot header", len);
