@@ -228,7 +228,8 @@ soak: deps
 	$(Q)tests/matrix/run --cells $(SOAK_CELLS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 # Every test again with AddressSanitizer and UndefinedBehaviorSanitizer, in
-# build-asan/.  libckpt.so is preloaded into sanitized programs, so the
+# build-asan/, but those tagged `long` (tests/run: runs whose point is their
+# length, whose code the shorter ones beside them run too).  libckpt.so is preloaded into sanitized programs, so the
 # runtime's link-order check is relaxed; leak checking is off (forked ranks
 # and worker threads that outlive main are expected).  ASan's dlopen
 # interceptor hides the fake libraries' RUNPATH from their dlopen calls,
@@ -237,7 +238,7 @@ SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 check-sanitize: deps
 	$(Q)$(MAKE) --no-print-directory B=build-asan CFLAGS="-O1 -g $(SAN)" LDFLAGS="$(SAN)" all
 	$(Q)BUILD=$(CURDIR)/build-asan ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0 \
-	    UBSAN_OPTIONS=print_stacktrace=1 LD_LIBRARY_PATH=$(CURDIR)/build-asan/fake tests/run
+	    UBSAN_OPTIONS=print_stacktrace=1 LD_LIBRARY_PATH=$(CURDIR)/build-asan/fake TEST_SKIP_TAGS=long tests/run
 
 # ThreadSanitizer on the tests whose code runs threads of its own, in
 # build-tsan/: the snapshot engine's committer beside the program (unit/
@@ -260,7 +261,7 @@ check-tsan: deps
 	    tests/run $(TSAN_TESTS)
 
 # Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/
-# (and replica/wire.c, ckpt-resume's channel.c or coord.c with spawn.c, for the targets
+# (and replica/wire.c, ckpt-resume's channel.c or coord.c with fence.c and spawn.c, for the targets
 # that fuzz them), for FUZZ_SECONDS each, from the corpus kept in
 # tests/fuzz/corpus/<name>/ (new interesting inputs are added there).  A
 # crash stops it with the input saved in build-fuzz/; that input then goes
@@ -271,7 +272,8 @@ FUZZERS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
 FUZZ_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(RUNTIME_SRC))
 FUZZ_EXTRA_wire := build-fuzz/obj/replica/wire.o build-fuzz/obj/replica/auth.o -Ireplica -lnettle
 FUZZ_EXTRA_channel := build-fuzz/obj/tools/ckpt-resume/channel.o -Itools/ckpt-resume
-FUZZ_EXTRA_coord := build-fuzz/obj/tools/ckpt-resume/coord.o build-fuzz/obj/tools/ckpt-resume/coord_round.o build-fuzz/obj/tools/ckpt-resume/spawn.o $(FUZZ_EXTRA_wire) -Itools/ckpt-resume
+FUZZ_EXTRA_coord := build-fuzz/obj/tools/ckpt-resume/coord.o build-fuzz/obj/tools/ckpt-resume/coord_round.o \
+    build-fuzz/obj/tools/ckpt-resume/fence.o build-fuzz/obj/tools/ckpt-resume/spawn.o $(FUZZ_EXTRA_wire) -Itools/ckpt-resume
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory -s B=build-fuzz CC=clang CFLAGS="$(FUZZ_FLAGS)" $(FUZZ_OBJS) \
 	    $(filter %.o,$(FUZZ_EXTRA_wire) $(FUZZ_EXTRA_channel) $(FUZZ_EXTRA_coord))

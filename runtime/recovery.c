@@ -128,3 +128,42 @@ uint64_t ckpt_recovery_pick(const struct ckpt_held *held, size_t n, unsigned nra
         explain(held, n, nranks, nproc, below, why, whylen);
     return found;
 }
+
+bool ckpt_decision_add(struct ckpt_decision *d, unsigned *n, unsigned max, struct ckpt_decision x)
+{
+    unsigned at = 0;
+    while (at < *n && d[at].epoch < x.epoch)
+        at++;
+    if ((at < *n && d[at].epoch == x.epoch) || (*n == max && !at))
+        return false;
+    if (*n == max) { /* the oldest goes */
+        memmove(&d[0], &d[1], (at - 1) * sizeof(d[0]));
+        d[at - 1] = x;
+        return true;
+    }
+    memmove(&d[at + 1], &d[at], (*n - at) * sizeof(d[0]));
+    d[at] = x;
+    (*n)++;
+    return true;
+}
+
+uint64_t ckpt_decision_of(const struct ckpt_decision *d, size_t n, uint64_t iteration)
+{
+    uint64_t epoch = 0;
+    for (size_t i = 0; i < n; i++)
+        if (d[i].restore <= iteration && d[i].epoch > epoch)
+            epoch = d[i].epoch;
+    return epoch;
+}
+
+bool ckpt_decision_replaced(const struct ckpt_decision *d, size_t n, uint64_t epoch, uint64_t iteration,
+                            struct ckpt_decision *by)
+{
+    bool replaced = false;
+    for (size_t i = 0; i < n; i++)
+        if (d[i].epoch > epoch && d[i].restore < iteration && (!replaced || d[i].epoch < by->epoch)) {
+            *by = d[i];
+            replaced = true;
+        }
+    return replaced;
+}

@@ -10,6 +10,7 @@
 #ifndef CKPT_RECOVERY_H
 #define CKPT_RECOVERY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,5 +52,40 @@ const char *ckpt_tier_name(unsigned tier);
  */
 uint64_t ckpt_recovery_pick(const struct ckpt_held *held, size_t n, unsigned nranks, unsigned nproc,
                             uint64_t below, struct ckpt_source *src, char *why, size_t whylen);
+
+/*
+ * The job's restart decisions, for copies that outlived the run they were
+ * taken in.  A launch that went back to iteration `restore` under plan
+ * `epoch` replaced everything the job had done after it: the nodes in the
+ * job retire their newer copies then, but a node that was away (cut off,
+ * stopped, rebooted) keeps them, and brings them back when it returns.
+ * Each node keeps the decisions it acted under (its ledger); a copy it
+ * holds of iteration I belongs to the newest of them at or below I (the
+ * launch it was taken in, or the restore that took it as its point), and
+ * is replaced when any later decision, known to any node, went back below
+ * I.  Epochs grow by one per plan (coord.h).
+ */
+struct ckpt_decision {
+    uint64_t epoch;
+    uint64_t restore;     /* iteration, 0: from the beginning */
+};
+_Static_assert(sizeof(struct ckpt_decision) == 16, "decision layout changed: bump the coordination protocol version");
+
+/* Adds @x to d[0..*n), kept in epoch order and at most @max long (the
+ * oldest goes); false when @x was there (the same epoch) or is older than
+ * all of a full list. */
+bool ckpt_decision_add(struct ckpt_decision *d, unsigned *n, unsigned max, struct ckpt_decision x);
+
+/* The epoch of the decision in d[0..n) (a node's ledger) that a copy of
+ * @iteration held by that node belongs to: the newest whose restore point
+ * is at or below it; 0 when none is. */
+uint64_t ckpt_decision_of(const struct ckpt_decision *d, size_t n, uint64_t iteration);
+
+/* Whether a copy of @iteration that belongs to decision @epoch was
+ * replaced by one of d[0..n) (every node's ledger together): a later
+ * decision that went back below @iteration.  *by gets the earliest such
+ * decision when there is one. */
+bool ckpt_decision_replaced(const struct ckpt_decision *d, size_t n, uint64_t epoch, uint64_t iteration,
+                            struct ckpt_decision *by);
 
 #endif

@@ -57,6 +57,19 @@ double backoff_s(const struct options *opt, int n)
     return opt->backoff_s;
 }
 
+/* env.c's: the ports of a launch's rank 0 and of its standbys (free ones there; any here). */
+int job_master_port(char *port)
+{
+    snprintf(port, 16, "29500");
+    return 0;
+}
+
+int job_spare_port(char *port)
+{
+    snprintf(port, 16, "29501");
+    return 0;
+}
+
 /* Every close in this process: one of a descriptor already closed is a bug
  * (the number may belong to another thread's file by then). */
 int close(int fd)
@@ -123,8 +136,9 @@ static void hang_up(struct client *cl)
 static void check_plan(const struct harness *h, const void *msg, size_t len)
 {
     const struct coord_plan *p = msg;
-    if (len < sizeof(*p) || p->nnodes != h->nnodes ||
-        len != sizeof(*p) + p->nnodes * sizeof(struct coord_addr) + p->nsend * sizeof(struct coord_send) ||
+    if (len < sizeof(*p) || p->nnodes != h->nnodes || p->ndecided > COORD_DECIDED_MAX ||
+        len != sizeof(*p) + p->nnodes * sizeof(struct coord_addr) + p->nsend * sizeof(struct coord_send) +
+                   p->ndecided * sizeof(struct ckpt_decision) ||
         !memchr(p->master_addr, '\0', sizeof(p->master_addr)) || !memchr(p->master_port, '\0', sizeof(p->master_port)))
         abort();
     const struct coord_addr *addrs = (const void *)(p + 1);
@@ -188,7 +202,11 @@ static void send_join(struct harness *h, int fd, struct input *in, const struct 
 {
     struct coord_join jn = { .node = byte(in) & 7, .nnodes = h->nnodes, .nproc = h->nproc,
                              .replicas = (uint32_t)ckpt_cfg_int(CFG_REPLICAS) };
-    struct ckpt_held held[16];
+    struct {
+        struct ckpt_held held[16];
+        struct ckpt_decision decided[8];
+    } tail;
+    struct ckpt_held *held = tail.held;
     uint8_t wrong = byte(in);
 
     snprintf(jn.job, sizeof(jn.job), "%s", opt->job_name);
@@ -199,6 +217,10 @@ static void send_join(struct harness *h, int fd, struct input *in, const struct 
         held[i] = (struct ckpt_held){ .rank = r < 0xf0 ? r % (h->nnodes * h->nproc) : UINT32_MAX - (r & 0xf),
                                       .tier = t & 7, .iteration = iteration(in), .node = t >> 3 };
     }
+    /* Decisions the node acted under, in any order, epochs and restore points as the input says. */
+    jn.ndecided = byte(in) % 9;
+    for (uint32_t i = 0; i < jn.ndecided; i++)
+        tail.decided[i] = (struct ckpt_decision){ .epoch = byte(in) % 8, .restore = iteration(in) };
     if (wrong & 1)
         jn.nnodes++;
     if (wrong & 2)
@@ -211,8 +233,10 @@ static void send_join(struct harness *h, int fd, struct input *in, const struct 
         jn.node = u32(in);
     if (wrong & 32)
         jn.nheld = u32(in); /* the length no longer matches */
-    size_t tail = (wrong & 32 ? 16 : jn.nheld) * sizeof(held[0]);
-    ckpt_wire_send(fd, COORD_JOIN, &jn, sizeof(jn), held, (wrong & 64) && tail ? tail - 1 : tail);
+    size_t nheld = wrong & 32 ? 16 : jn.nheld, len = nheld * sizeof(held[0]);
+    memmove((char *)held + len, tail.decided, jn.ndecided * sizeof(tail.decided[0])); /* right after the copies */
+    len += jn.ndecided * sizeof(tail.decided[0]);
+    ckpt_wire_send(fd, COORD_JOIN, &jn, sizeof(jn), held, (wrong & 64) && len ? len - 1 : len);
 }
 
 /* One step of the script. */

@@ -13,6 +13,7 @@ load output
 bats_require_minimum_version 1.5.0
 
 setup() {
+    export WIRE_VERSION; WIRE_VERSION=$(sed -n 's/^#define CKPT_WIRE_VERSION \([0-9]*\)u.*/\1/p' "$BATS_TEST_DIRNAME/../../replica/wire.h") # frames made by hand
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
     CKPT=$BUILD/bin/ckpt-resume
     TRAIN=$BUILD/examples/mlp-train
@@ -28,6 +29,7 @@ setup() {
 teardown() {
     for f in "$D"/sid.*; do [ -f "$f" ] && pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
     for ns in ${NETNS:-}; do ip netns del "$ns" 2>/dev/null; done
+    [ -n "${KEEP_D:-}" ] && cp -r "$D" "$KEEP_D"
     rm -rf "$D"
 }
 
@@ -310,10 +312,10 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     [[ $out == *"a stale epoch: the offer is of epoch 1, this node acts under epoch 2"* ]] || { echo "$out"; show; return 1; }
     # Its replay log too (LOG {rank, size, job, epoch}, logship.c): refused at the offer, -ESTALE.
     out=$(python3 - "${addr##*:}" <<'PY'
-import socket, struct, sys
+import os, socket, struct, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
 def send(t, payload):
-    s.sendall(b"CKRP" + struct.pack("<HHII", 4, t, len(payload), 0) + payload)
+    s.sendall(b"CKRP" + struct.pack("<HHII", int(os.environ["WIRE_VERSION"]), t, len(payload), 0) + payload)
 send(96, struct.pack("<IIQ", 1, 0, 16) + b"nodes".ljust(64, b"\0") + struct.pack("<Q", 1))
 head = s.recv(16, socket.MSG_WAITALL)
 print("status", struct.unpack("<i", s.recv(4, socket.MSG_WAITALL))[0])
@@ -394,12 +396,12 @@ PY
     done
     [ -n "$port" ] || { show; return 1; }
     python3 - "$port" <<'PY'
-import socket, struct, sys
+import os, socket, struct, sys
 for job, rank in ((b"nodes/../../../escape", 0), (b"other", 0), (b"nodes", 99)):
     s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
     log = struct.pack("<IIQ", rank, 0, 16) + job.ljust(64, b"\0") + struct.pack("<Q", 1 << 40)  # any epoch
-    s.sendall(b"CKRP" + struct.pack("<HHII", 4, 96, len(log), 0) + log)
-    s.sendall(b"CKRP" + struct.pack("<HHII", 4, 97, 16, 0) + b"x" * 16)
+    s.sendall(b"CKRP" + struct.pack("<HHII", int(os.environ["WIRE_VERSION"]), 96, len(log), 0) + log)
+    s.sendall(b"CKRP" + struct.pack("<HHII", int(os.environ["WIRE_VERSION"]), 97, 16, 0) + b"x" * 16)
     try:
         while s.recv(4096):
             pass
@@ -640,6 +642,76 @@ stale|header checksum mismatch
 ROWS
 }
 
+# iter_again N: node 0's rank 0 has printed iteration N a second time (a launch that started again from the beginning).
+iter_again() {
+    for _ in $(seq 1800); do
+        [ "$(grep -c "^iter $1 " "$D/out.0" 2>/dev/null)" -ge 2 ] && return 0
+        sleep 0.05
+    done
+    echo "iteration $1 never came again" >&2
+    return 1
+}
+
+# away_and_back [WIPE]: node 1 of 2 goes away (its agent and rank killed,
+# its arena and disk kept; WIPE=arena: its arena lost, as in a reboot), the
+# job goes back to the beginning without it, and node 1 comes back with
+# what it kept while the new run is past the old run's copies.
+away_and_back() {
+    ARGS="--iters 800 --hidden 64 --layers 3"
+    plain 2 1 || { cat "$D/plain.err"; return 1; }
+    # While $D/narrow exists a launch that restores runs a narrower model,
+    # whose allocations no snapshot matches: every restore is refused, and
+    # the job starts again from the beginning (CKPT_FALLBACK=clean).
+    printf '#!/bin/sh\n[ -z "$CKPT_RESTORE" ] || [ ! -e "%s/narrow" ] || set -- "$@" --hidden 32\nexec "%s" "$@"\n' \
+        "$D" "$TRAIN" >"$D/train"
+    chmod +x "$D/train"
+    mkdir -p "$D/disk.0" "$D/disk.1"
+    export TRAIN=$D/train CKPT_FALLBACK=clean
+    for i in 0 1; do CKPT_PERSIST_DIRS=$D/disk.$i start $i 2 1; done
+    wait_iter 100
+    pkill -KILL -s "$(cat "$D/sid.1")"
+    sleep 0.2
+    mv "$D/arena.1" "$D/arena.1.away" && mv "$D/disk.1" "$D/disk.1.away"
+    [ "${1:-}" != arena ] || rm -rf "$D/arena.1.away"
+    # Another machine takes its place, and the job goes back to the beginning.
+    touch "$D/narrow"
+    mkdir -p "$D/disk.1"
+    CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1 .new
+    for _ in $(seq 600); do grep -q "falling back to a clean start" "$D/err.0" && break; sleep 0.05; done
+    grep -q "falling back to a clean start" "$D/err.0" || return 1
+    rm "$D/narrow"
+    iter_again 40 || return 1
+    # That machine is lost, and node 1's own comes back, with what it kept.
+    pkill -KILL -s "$(cat "$D/sid.1.new")"
+    sleep 0.2
+    rm -rf "$D/arena.1" "$D/disk.1"
+    [ ! -d "$D/arena.1.away" ] || mv "$D/arena.1.away" "$D/arena.1"
+    mv "$D/disk.1.away" "$D/disk.1"
+    CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1 .back
+    wait_rc "$D/rc.0" "$D/rc.1.back" || return 1
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.back")" = 0 ] || return 1
+    grep -q "^ckpt-resume: node 1 holds copies of a run that the restore of iteration [0-9]* (epoch [0-9]*) replaced while it was away, from rank [01]'s of iteration [0-9]* in the [a-z]* tier on: not used$" \
+        "$D/err.0" || return 1
+    grep -q "^ckpt-resume: while this node was away the job went back to iteration 0: what this node holds of later iterations belongs to the run that restore replaced, and is retired$" \
+        "$D/err.1.back" || return 1
+    grep -q "^ckpt-resume: retired this node's generation of iteration [0-9]* on disk" "$D/err.1.back" || return 1
+    diff <(resumed_output "$D/out.0") "$D/plain"
+}
+
+@test "a node away while the job went back (its machine returns with its arena and disk): its copies of the replaced run are named, never used, and retired; the job ends as uninterrupted" {
+    away_and_back || { show; return 1; }
+    grep -q "^ckpt-resume: retired rank 1's snapshot of iteration [0-9]* in this node's arena" "$D/err.1.back" ||
+        { show; return 1; }
+    # Its own arena is the fastest source of rank 1: taken from there, an
+    # old run's copy would be paired with rank 0's of the new run (on a GPU
+    # that is not bit-deterministic, weights that differ between ranks).
+    ! grep "^ckpt-resume: rank 1: from the arena of node 1$" "$D/err.0" || { show; return 1; }
+}
+
+@test "a node away while the job went back, its arena lost (a reboot): the decisions kept on its disk name its generations of the replaced run, never used, and retired; as uninterrupted" {
+    away_and_back arena || { show; return 1; }
+}
+
 @test "after a restart the restored iteration is made durable before any newer one (a node lost next finds it in its peers)" {
     # A rank of node 1 dies once; the restart restores from the ranks' own
     # arenas an iteration the peers may hold no copy of.  Before any newer
@@ -740,6 +812,7 @@ standbys_on_every_node() {
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=long
 @test "replication keeps up over a long run: the newest durable iteration is near the last one" {
     # Nodes whose ranks skipped different iterations (one was busy being
     # replicated) once waited for each other for ever, every snapshot

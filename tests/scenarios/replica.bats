@@ -18,6 +18,7 @@
 # RMA is found on 127.0.0.1.
 
 setup() {
+    export WIRE_VERSION; WIRE_VERSION=$(sed -n 's/^#define CKPT_WIRE_VERSION \([0-9]*\)u.*/\1/p' "$BATS_TEST_DIRNAME/../../replica/wire.h") # frames made by hand
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
     REP=$BUILD/bin/ckpt-replica
     LIB=$BUILD/lib/libckpt.so
@@ -97,11 +98,11 @@ replica_of() { # DIR JOB GENERATION [RANK]
 # data path, whichever.
 fake_sender() {
     python3 - "$PORT" "$@" <<'PY'
-import socket, struct, sys
+import os, socket, struct, sys
 HELLO, OFFER, ACCEPT, DONE, RESULT, PROGRESS = 1, 2, 3, 4, 5, 6
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 def send(t, payload=b""):
-    s.sendall(b"CKRP" + struct.pack("<HHII", 4, t, len(payload), 0) + payload)
+    s.sendall(b"CKRP" + struct.pack("<HHII", int(os.environ["WIRE_VERSION"]), t, len(payload), 0) + payload)
 def exact(n):
     b = b""
     while len(b) < n:
@@ -295,6 +296,40 @@ receiver_killed() {
     r2=$(replica_of "$D/rep" big "$(u64 "$new" 88)")
     [ -n "$r2" ] && same "$new" "$r2"
     [ "$(replica_of "$D/rep" big "$(u64 "$old" 88)")" = "$r" ]
+}
+
+@test "replicas retired under a running receiver (a restore went back past them) count as empty: a new run's replicas, of lower generations, fill both slots and never go over the newest" {
+    # One rank's snapshots from an old run (generations 5 and 6) and from
+    # the run that replaced it (1 and 2), each pair oldest first.
+    local run g gens=() slots=()
+    for run in old:6 new:2; do
+        rm -rf "$D/arena"
+        CKPT_ARENA_DIR=$D/arena CKPT_JOB=ret CKPT_BOUNDARY=every:1 LD_PRELOAD=$LIB \
+            "$BUILD/tests/progs/statewriter" --iters "${run#*:}" --mib 1 >/dev/null 2>&1
+        for g in 0 1; do cp "$(slot ret "$g")" "$D/${run%:*}.$g"; done
+        [ "$(u64 "$D/${run%:*}.0" 88)" -lt "$(u64 "$D/${run%:*}.1" 88)" ] ||
+            { mv "$D/${run%:*}.0" "$D/x" && mv "$D/${run%:*}.1" "$D/${run%:*}.0" && mv "$D/x" "$D/${run%:*}.1"; }
+    done
+    serve "$D/rep"
+    for g in 0 1; do
+        run "$REP" send --to "127.0.0.1:$PORT" --image "$D/old.$g"
+        [ "$status" -eq 0 ] || { echo "$output"; false; }
+        [ -n "$(replica_of "$D/rep" ret "$(u64 "$D/old.$g" 88)")" ]
+    done
+    # The node's agent retires both through their files (ckpt_slot_retire:
+    # the magic goes), as a restore of an older iteration does.
+    for s in "$D/rep/$(id -u)-ret/rank0"/slot[01]; do
+        printf '\0\0\0\0\0\0\0\0' | dd of="$s" bs=8 count=1 conv=notrunc 2>/dev/null
+    done
+    for g in 0 1; do
+        run "$REP" send --to "127.0.0.1:$PORT" --image "$D/new.$g"
+        [ "$status" -eq 0 ] || { echo "$output"; false; }
+    done
+    # Both of the new run's are kept: the second did not go over the first.
+    for g in 0 1; do
+        r=$(replica_of "$D/rep" ret "$(u64 "$D/new.$g" 88)")
+        [ -n "$r" ] && same "$D/new.$g" "$r" || { echo "generation $(u64 "$D/new.$g" 88) is not kept"; false; }
+    done
 }
 
 @test "a sender killed in the middle of a transfer leaves the previous replica, and the receiver serves on" { sender_killed; }

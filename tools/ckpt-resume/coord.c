@@ -142,6 +142,47 @@ static bool by_standbys(const struct coord *c, uint64_t it, const struct ckpt_so
     return !*why;
 }
 
+/* Every decision any node acted under, the newest COORD_DECIDED_MAX, oldest first, in d; how many. */
+static unsigned decisions(const struct coord *c, struct ckpt_decision *d)
+{
+    unsigned n = 0;
+    for (unsigned j = 0; j < c->n; j++)
+        for (uint32_t i = 0; i < c->nodes[j].ndecided; i++)
+            ckpt_decision_add(d, &n, COORD_DECIDED_MAX, c->nodes[j].decided[i]);
+    return n;
+}
+
+/*
+ * Leaves out of @all (k copies, their nodes set) those that belong to a
+ * run a later decision replaced (recovery.h): a node that was away while
+ * the job went back brings them; it retires them when the plan reaches it
+ * (member.c).  Each node's copies belong to its own decisions.  Returns
+ * how many are left.
+ */
+static size_t leave_out_replaced(const struct coord *c, struct ckpt_held *all, size_t k, const struct ckpt_decision *d,
+                                 unsigned nd)
+{
+    size_t kept = 0;
+    for (unsigned j = 0, said = 0; j < c->n; j++, said = 0)
+        for (size_t i = 0; i < k; i++) {
+            if (all[i].node != j)
+                continue;
+            const struct node *node = &c->nodes[j];
+            uint64_t own = ckpt_decision_of(node->decided, node->ndecided, all[i].iteration);
+            struct ckpt_decision by;
+            if (!ckpt_decision_replaced(d, nd, own, all[i].iteration, &by)) {
+                all[kept++] = all[i];
+                continue;
+            }
+            if (!said++)
+                ckpt_log(CKPT_INFO, "node %u holds copies of a run that the restore of iteration %llu (epoch %llu) "
+                         "replaced while it was away, from rank %u's of iteration %llu in the %s tier on: "
+                         "not used", j, (unsigned long long)by.restore, (unsigned long long)by.epoch,
+                         all[i].rank, (unsigned long long)all[i].iteration, ckpt_tier_name(all[i].tier));
+        }
+    return kept;
+}
+
 /* Every node has joined: decide where to go and send the plan. */
 static void plan(struct coord *c)
 {
@@ -165,6 +206,9 @@ static void plan(struct coord *c)
             all[k] = c->nodes[j].held[i];
             all[k++].node = j;
         }
+    struct ckpt_decision decided[COORD_DECIDED_MAX];
+    unsigned ndecided = decisions(c, decided);
+    k = leave_out_replaced(c, all, k, decided, ndecided);
     uint64_t it = ckpt_recovery_pick(all, k, nranks, c->nproc, c->below, src, why, sizeof(why));
     if (!it && c->launches && c->ever_durable && !c->below) {
         char msg[1200];
@@ -229,7 +273,7 @@ static void plan(struct coord *c)
         struct coord_addr *addrs = calloc(c->n, sizeof(*addrs));
         struct coord_plan p = { .restore = it, .launch = (uint64_t)c->launches, .nnodes = c->n,
                                 .by_standby = by_standby, .restarts = (uint32_t)c->restarts,
-                                .epoch = c->epoch };
+                                .epoch = c->epoch, .ndecided = ndecided };
         size_t ns = 0;
         if (!addrs) {
             free(all), free(src), free(sends);
@@ -245,12 +289,13 @@ static void plan(struct coord *c)
         snprintf(p.master_addr, sizeof(p.master_addr), "%s", c->master_addr);
         snprintf(p.master_port, sizeof(p.master_port), "%s", c->master_port);
         snprintf(p.standby_port, sizeof(p.standby_port), "%s", c->standby_port);
-        /* One payload: the plan, the addresses, the sends. */
-        size_t len = c->n * sizeof(*addrs) + ns * sizeof(*sends);
+        /* One payload: the plan, the addresses, the sends, the decisions. */
+        size_t at = c->n * sizeof(*addrs) + ns * sizeof(*sends), len = at + ndecided * sizeof(decided[0]);
         char *tail = malloc(len ? len : 1);
         if (tail) {
             memcpy(tail, addrs, c->n * sizeof(*addrs));
             memcpy(tail + c->n * sizeof(*addrs), sends, ns * sizeof(*sends));
+            memcpy(tail + at, decided, ndecided * sizeof(decided[0]));
             coord_tell(c, j, COORD_PLAN, &p, sizeof(p), tail, len);
         }
         free(tail);
@@ -409,7 +454,9 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     const struct coord_join *jn = msg;
     char why[256] = "";
 
-    if (len < sizeof(*jn) || len != sizeof(*jn) + (size_t)jn->nheld * sizeof(struct ckpt_held))
+    if (len < sizeof(*jn) || jn->ndecided > COORD_DECIDED_MAX ||
+        len != sizeof(*jn) + (size_t)jn->nheld * sizeof(struct ckpt_held) +
+                   jn->ndecided * sizeof(struct ckpt_decision))
         snprintf(why, sizeof(why), "a malformed JOIN");
     else if (jn->nheld > HELD_MAX * c->n * c->nproc) /* a node holds a few copies of each rank */
         snprintf(why, sizeof(why), "node %u lists %u copies held, more than %u per rank of the job", jn->node,
@@ -460,6 +507,8 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     free(nd->held);
     nd->held = h;
     nd->nheld = jn->nheld;
+    memcpy(nd->decided, (const struct ckpt_held *)(jn + 1) + jn->nheld, jn->ndecided * sizeof(nd->decided[0]));
+    nd->ndecided = jn->ndecided;
     nd->fd = fd;
     nd->addr = jn->replica;
     nd->refused = jn->refused;

@@ -6,13 +6,16 @@
  *
  *   member                                  coordinator
  *   JOIN {node, shape, replica address,
- *         what it holds, its standbys} -->  waits for every node, then
+ *         what it holds, its standbys,
+ *         the decisions it acted under} -->  waits for every node, then
  *                                     <---  PLAN {restore point, master,
  *                                                 replica addresses, copies
  *                                                 this member must send,
- *                                                 the standbys' port, and
- *                                                 whether they take over}
- *   sends the copies peers lack,
+ *                                                 the standbys' port, whether
+ *                                                 they take over, and every
+ *                                                 decision the nodes know}
+ *   retires what a decision it missed
+ *   replaced, sends the copies peers lack,
  *   FETCHED {status}                  --->  once every member fetched:
  *                                     <---  LAUNCH {restore point}, then
  *                                     <---  REPLICATE {restore point, again}
@@ -45,8 +48,8 @@
 
 /* Above the replica protocol's types (replica.h), so a frame sent to the wrong port is refused. */
 enum coord_msg {
-    COORD_JOIN = 64,    /* coord_join + ckpt_held[nheld] */
-    COORD_PLAN,         /* coord_plan + coord_addr[nnodes] + coord_send[nsend] */
+    COORD_JOIN = 64,    /* coord_join + ckpt_held[nheld] + ckpt_decision[ndecided] */
+    COORD_PLAN,         /* coord_plan + coord_addr[nnodes] + coord_send[nsend] + ckpt_decision[ndecided] */
     COORD_FETCHED,      /* coord_status */
     COORD_LAUNCH,       /* coord_iter */
     COORD_HELD,         /* coord_held */
@@ -61,6 +64,7 @@ enum coord_msg {
 };
 
 #define COORD_ADDR_MAX 64
+#define COORD_DECIDED_MAX 64 /* decisions a node keeps and a JOIN or PLAN carries: the newest */
 #define COORD_AGAIN 1 /* REPLICATE of what the ranks restored: sent where missing, not persisted again */
 #define COORD_NO_ROOM 1u /* FAILED: libckpt stopped the rank, its host cannot hold its arena: no restart would find room */
 #define COORD_EARLY 2u   /* FAILED: an exit status, before any rank of the node reached an iteration boundary */
@@ -80,6 +84,8 @@ struct coord_join {
     uint32_t launched;                 /* 1: a coordinator of this job has launched it (this one, or one before) */
     uint32_t restarts;                 /* the job's restarts in the last plan it got */
     uint64_t epoch;                    /* the epoch of the last plan it got, 0: none */
+    uint32_t ndecided;                 /* the decisions it acted under (recovery.h), oldest first */
+    uint32_t reserved;
 };
 
 struct coord_plan {
@@ -93,6 +99,8 @@ struct coord_plan {
     uint32_t restarts;                 /* the job's restarts, this launch's included, whoever coordinated them */
     uint64_t epoch;                    /* this plan's number, above every plan any node has had: replicas
                                         * carry it, and a node refuses those of an older one (replica.h) */
+    uint32_t ndecided;                 /* the decisions before this one that the nodes know, oldest first */
+    uint32_t reserved;
 };
 
 /* Copy rank's replica of iteration from this member's peer store to node's agent. */
@@ -119,8 +127,8 @@ struct coord_status {
     uint64_t value;
 };
 
-_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 40, "join layout");
-_Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8 + 16 + 8 + 8, "plan layout");
+_Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX + 48, "join layout");
+_Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8 + 16 + 8 + 8 + 8, "plan layout");
 _Static_assert(sizeof(struct coord_send) == 16, "send layout");
 _Static_assert(sizeof(struct coord_status) == 24, "status layout");
 

@@ -38,6 +38,8 @@ struct node {
     struct coord_addr addr;
     struct ckpt_held *held;
     uint32_t nheld;
+    struct ckpt_decision decided[COORD_DECIDED_MAX]; /* its JOIN: the decisions it acted under */
+    uint32_t ndecided;
     struct coord_held h;
     double heard, sent;
     struct ckpt_wire_rx rx;     /* a message on its way in */

@@ -6,8 +6,9 @@
  * every chunk, so a damaged one is never chosen.  Removal touches only
  * what libckpt creates (rank<N>/slot0, slot1, replay.log, the files a
  * replaying process wrote aside, those directories, the fault-fired
- * marker and the persist pin) under this user's <uid>-<job> directory:
- * never another job's or another user's files.
+ * marker, the persist pin and the agent's ledger of decisions) under this
+ * user's <uid>-<job> directory: never another job's or another user's
+ * files.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -447,6 +448,8 @@ int arena_remove(const struct options *opt)
     unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */
     unlinkat(dfd, CKPT_PINS_FILE, 0);  /* left by an agent that was killed while persisting */
     unlinkat(dfd, CKPT_PINS_FILE ".tmp", 0);
+    unlinkat(dfd, LEDGER_FILE, 0);          /* the decisions its snapshots belonged to (ledger.c) */
+    unlinkat(dfd, LEDGER_FILE ".tmp", 0);
     close(dfd);
     if (rmdir(dir) < 0) {
         rc = -errno;

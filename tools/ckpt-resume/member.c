@@ -51,6 +51,7 @@ struct member {
     bool planned;                   /* a coordinator planned a launch: a new one goes on counting restarts */
     int plan_restarts;              /* the job's restarts in the last plan */
     uint64_t epoch;                 /* the last plan's (coord.h): replicas carry it, older ones are refused */
+    struct ledger ledger;           /* the decisions this node acted under (ledger.c) */
     bool by_standby;                /* the last plan: the standbys take over */
     uint64_t restored;              /* the iteration this launch restored, 0: none */
     bool superseded;                /* what is newer than it was retired (supersede) */
@@ -286,10 +287,20 @@ static int join(struct job *job, struct member *m, uint64_t refused)
     snprintf(jn.job, sizeof(jn.job), "%s", opt->job_name);
     snprintf(jn.replica.hostport, sizeof(jn.replica.hostport), "%s", rep_address(m->rep));
     jn.nheld = hs.n;
+    jn.ndecided = m->ledger.n;
     for (uint32_t i = 0; i < hs.n; i++)
         ckpt_log(CKPT_DEBUG, "holding rank %u iteration %llu in the %s tier", hs.h[i].rank,
                  (unsigned long long)hs.h[i].iteration, ckpt_tier_name(hs.h[i].tier));
-    int rc = send_msg(m, COORD_JOIN, &jn, sizeof(jn), hs.h, hs.n * sizeof(*hs.h));
+    /* One payload: the copies, then the decisions they belong to. */
+    size_t held = hs.n * sizeof(*hs.h), len = held + m->ledger.n * sizeof(m->ledger.d[0]);
+    char *tail = malloc(len ? len : 1);
+    int rc = -ENOMEM;
+    if (tail) {
+        memcpy(tail, hs.h, held);
+        memcpy(tail + held, m->ledger.d, len - held);
+        rc = send_msg(m, COORD_JOIN, &jn, sizeof(jn), tail, len);
+    }
+    free(tail);
     free(hs.h);
     return rc;
 }
@@ -593,15 +604,40 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
     }
 }
 
+/*
+ * Decisions the job made while this node was away (cut off, frozen, or
+ * down, on the machine it comes back on): what it holds past the lowest
+ * of their restore points belongs to a run one of them replaced, and
+ * goes before anything is fetched or restored here (the coordinator
+ * already chose no such copy: coord.c's plan).
+ */
+static void missed(struct job *job, struct member *m, const struct ckpt_decision *d, unsigned n)
+{
+    uint64_t newest = ledger_newest(&m->ledger), after = ledger_take(job, &m->ledger, d, n);
+    if (after == UINT64_MAX)
+        return;
+    if (newest) /* a node new to the job has nothing of it */
+        ckpt_log(CKPT_INFO, "while this node was away the job went back to iteration %llu: what this node holds "
+                 "of later iterations belongs to the run that restore replaced, and is retired",
+                 (unsigned long long)after);
+    arena_supersede(job->opt, after);
+    rep_supersede(m->rep, after);
+    if (!disk_busy(&job->disk)) /* the ranks are gone and their persist settled (settle) */
+        disk_supersede(job, after);
+}
+
 /* Takes a PLAN: the master and the nodes' addresses; sends what is asked of us.  Returns the restore point. */
 static int take_plan(struct job *job, struct member *m, const void *msg, size_t len, uint64_t *restore)
 {
     const struct coord_plan *p = msg;
-    if (len < sizeof(*p) || p->nnodes != (uint32_t)job->opt->nnodes ||
-        len != sizeof(*p) + p->nnodes * sizeof(struct coord_addr) + p->nsend * sizeof(struct coord_send))
+    if (len < sizeof(*p) || p->nnodes != (uint32_t)job->opt->nnodes || p->ndecided > COORD_DECIDED_MAX ||
+        len != sizeof(*p) + p->nnodes * sizeof(struct coord_addr) + p->nsend * sizeof(struct coord_send) +
+                   p->ndecided * sizeof(struct ckpt_decision))
         return -EPROTO;
     const struct coord_addr *addrs = (const void *)(p + 1);
     const struct coord_send *sends = (const void *)(addrs + p->nnodes);
+    struct ckpt_decision decided[COORD_DECIDED_MAX];
+    memcpy(decided, sends + p->nsend, p->ndecided * sizeof(decided[0]));
     struct coord_addr *copy = malloc(p->nnodes * sizeof(*copy));
     char *maddr = strndup(p->master_addr, sizeof(p->master_addr)), *mport = strndup(p->master_port,
                                                                                     sizeof(p->master_port));
@@ -631,6 +667,8 @@ static int take_plan(struct job *job, struct member *m, const void *msg, size_t 
     /* The first launch of a fresh job: what an earlier run left here is not ours. */
     if (p->launch == 1 && !p->restore && arena_remove(job->opt) > 0)
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", job->opt->job_name);
+    missed(job, m, decided, p->ndecided);
+    ledger_take(job, &m->ledger, &(struct ckpt_decision){ .epoch = p->epoch, .restore = p->restore }, 1);
     busy_begin(m);
     int rc = rep_fetch(m->rep, sends, p->nsend, m->addrs, m->naddrs);
     busy_end(m);
@@ -765,6 +803,8 @@ int member_run(struct job *job, int *restarts)
     if (!m)
         return 1;
     m->fd = m->wake[0] = m->wake[1] = -1;
+    ledger_load(job, &m->ledger);
+    m->epoch = ledger_newest(&m->ledger); /* a new plan's is above it */
     m->timeout_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
     m->silence_s = job->opt->etcd ? INFINITY : m->timeout_s;
     pthread_mutex_init(&m->beat.lock, NULL);

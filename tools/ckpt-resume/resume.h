@@ -17,8 +17,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "coord.h"
 #include "follow.h"
 #include "format.h"
+#include "recovery.h"
 #include "util.h"
 
 #define RESUME_MAX_NPROC 4096
@@ -270,6 +272,21 @@ int disk_start(struct job *job, uint64_t k, bool own_pin);
 int disk_read(struct job *job, uint64_t it);
 void disk_supersede(struct job *job, uint64_t after);
 void disk_close(struct disk *d);
+
+/* ledger.c: the restart decisions this node acted under, oldest first
+ * (recovery.h), kept in LEDGER_FILE in the arena's job directory and in the
+ * first persist directory's. */
+#define LEDGER_FILE "decisions"
+struct ledger {
+    struct ckpt_decision d[COORD_DECIDED_MAX];
+    unsigned n;
+};
+void ledger_load(const struct job *job, struct ledger *l);
+/* Adds those of d[0..n) it lacks and keeps the files; returns the lowest
+ * restore point among them (what they replaced is past it), UINT64_MAX
+ * when it lacked none. */
+uint64_t ledger_take(const struct job *job, struct ledger *l, const struct ckpt_decision *d, unsigned n);
+uint64_t ledger_newest(const struct ledger *l);
 
 /* jobarena.c */
 /* What one rank holds: up to two verified snapshots. */
