@@ -43,6 +43,7 @@ watch_arena_log() {
     echo "$max"
 }
 
+# bats test_tags=long
 @test "over 100,000 iterations the arena holds one page of the replay log, the disk all of it; a failure at the end is restored from it bit-exact" {
     # The cold path, which replays all 100,000 iterations out of the log on
     # disk (a standby reads the same file: standby.bats, bench/run).

@@ -235,6 +235,7 @@ EOF
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
 }
 
+# bats test_tags=long
 @test "replication keeps up through etcd over a long run: the newest durable iteration is near the last one" {
     # Targets travel through etcd slower than the ranks iterate: aimed just
     # past the nodes' commits, they reached the nodes at different

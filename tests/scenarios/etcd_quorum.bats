@@ -9,6 +9,7 @@ load etcd
 
 bats_require_minimum_version 1.5.0
 
+# bats test_tags=long
 @test "two of three etcd members killed: the ranks train on, replication and restarts pause, said; the members restarted, replication goes on and the job ends as uninterrupted, with no restart" {
     # Long enough that the ranks still train when etcd is back: they run
     # about 1,000 iterations a second here, and the pause lasts until an

@@ -247,6 +247,7 @@ run_killed() {
     done
 }
 
+# bats test_tags=long
 @test "recovery by the standbys does not grow with the job's age: killed at iteration 1,000 and 20,000, each takes over a snapshot from where it stood, as fast, bit-exact" {
     # The live rank is killed by libckpt's fault point at the end of that
     # iteration; the standby replays at most one snapshot interval to the
