@@ -161,8 +161,16 @@ int ckpt_rlog_point(const char *dir, const char *path, char *why, size_t whylen)
 #define CKPT_RLOG_DISK_NAME "rank%d.replay.log"
 /* CKPT_REPLAY_LOG_DIR=arena: the logs live in the arena, in memory. */
 #define CKPT_LOG_IN_ARENA "arena"
-/* Where ckpt-resume keeps them on disk when nothing else says where. */
+/* Where ckpt-resume keeps them on disk when nothing else says where: a
+ * directory of its own per arena, CKPT_LOG_HOME/libckpt-<uid>/<xxh3 of the
+ * arena's job directory>-<job>, with a file CKPT_LOG_HOME_ARENA naming that
+ * job directory, so that ckpt-inspect gc finds the logs of an arena that
+ * is gone. */
 #define CKPT_LOG_HOME "/var/tmp"
+#define CKPT_LOG_HOME_ARENA "arena"
+/* Removes such a directory once it holds nothing but that file: 0, or
+ * -errno (-ENOTEMPTY: logs are left in it). */
+int ckpt_rlog_home_close(const char *dir);
 
 /* The part of a log a snapshot of iteration needs (replay_prefix.c): the
  * log up to the end of that iteration's record, and the XXH3-64 of its

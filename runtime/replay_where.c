@@ -5,6 +5,7 @@
  * A stub is replaced by rename, so a reader sees the old file or the new
  * one; the file it names must be this user's and 0600.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -128,6 +129,25 @@ void ckpt_rlog_remove(const char *dir)
     unlink(path);
 }
 
+int ckpt_rlog_home_close(const char *dir)
+{
+    char peers[PATH_MAX + 8], note[PATH_MAX + 16];
+    snprintf(peers, sizeof(peers), "%s/peers", dir);
+    rmdir(peers);
+    if (rmdir(dir) == 0 || errno != ENOTEMPTY)
+        return errno == ENOENT ? 0 : -errno;
+    DIR *d = opendir(dir);
+    int others = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, CKPT_LOG_HOME_ARENA);
+    if (d)
+        closedir(d);
+    if (!d || others)
+        return -ENOTEMPTY;
+    snprintf(note, sizeof(note), "%s/" CKPT_LOG_HOME_ARENA, dir);
+    unlink(note);
+    return rmdir(dir) == 0 ? 0 : -errno;
+}
 
 int ckpt_rlog_point(const char *dir, const char *path, char *why, size_t whylen)
 {

@@ -98,7 +98,7 @@ watch_arena_log() {
     done
 }
 
-@test "without CKPT_PERSIST_DIRS or CKPT_REPLAY_LOG_DIR the logs go to disk, past CKPT_REPLAY_LOG_MAX: an arena in memory's under /var/tmp, one on disk's beside its ranks; they go with the job; CKPT_REPLAY_LOG_DIR=arena keeps them in memory, bounded" {
+@test "without CKPT_PERSIST_DIRS or CKPT_REPLAY_LOG_DIR the logs go to disk, past CKPT_REPLAY_LOG_MAX: an arena in memory's under /var/tmp, one on disk's beside its ranks; they go with the job, or with gc, with their arena or after it; CKPT_REPLAY_LOG_DIR=arena keeps them in memory, bounded" {
     local logs n=0 shm=/dev/shm/ckpt-boundlog-$$-$RANDOM
     CKPT_PERSIST_DIRS= timeout -k 5 120 "$CKPT" --nproc 1 -- "$TRAIN" --iters 1500 $ARGS >"$D/plain" 2>/dev/null
     # The arena in memory (/dev/shm): a log of about 300 KB against a bound
@@ -127,6 +127,20 @@ watch_arena_log() {
         CKPT_ARENA_DIR=$shm run "$BUILD/bin/ckpt-inspect" gc --yes --min-age 0
         rm -rf "$shm"
         [ "$status" -eq 0 ] && [[ $output == *"removed $CKPT_JOB: "* ]] || { echo "$output"; return 1; }
+        [ ! -e "$logs" ] || { ls -la "$logs"; return 1; }
+        # Kept again, and the arena removed by hand (or lost with the
+        # machine's memory): gc finds the logs by the arena they name.
+        CKPT_ARENA_DIR=$shm CKPT_PERSIST_DIRS= CKPT_MAX_RESTARTS=0 CKPT_FAULT=kill:rank=0:iter=700 \
+            timeout -k 5 120 "$CKPT" --nproc 1 -- "$TRAIN" --iters 1500 $ARGS >/dev/null 2>&1 && return 1
+        for logs in /var/tmp/libckpt-$(id -u)/*-$CKPT_JOB; do [ -s "$logs/rank0.replay.log" ] || return 1; done
+        [ "$(cat "$logs/arena")" = "$shm/$(id -u)-$CKPT_JOB" ] || { cat "$logs/arena"; return 1; }
+        rm -rf "$shm"
+        CKPT_ARENA_DIR=$shm run "$BUILD/bin/ckpt-inspect" gc --min-age 0
+        [[ $output == *"dead   $CKPT_JOB (replay logs; its arena $shm/$(id -u)-$CKPT_JOB is gone): $logs, "* ]] ||
+            { echo "$output"; return 1; }
+        [ -s "$logs/rank0.replay.log" ] || return 1
+        CKPT_ARENA_DIR=$shm run "$BUILD/bin/ckpt-inspect" gc --yes --min-age 0
+        [ "$status" -eq 0 ] && [[ $output == *"removed $CKPT_JOB (replay logs; "* ]] || { echo "$output"; return 1; }
         [ ! -e "$logs" ] || { ls -la "$logs"; return 1; } ;;
     esac
     # The arena on disk (this test's): the logs beside its rank directories,

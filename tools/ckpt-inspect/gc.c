@@ -11,10 +11,13 @@
  * only what a dead job's own directory holds, never through a symlink, and
  * the ranks' replay logs on disk its stubs name (ckpt-resume keeps them
  * under /var/tmp for an arena in memory), unless generations on disk name
- * them, with their directory once it is empty.
+ * them, with their directory once it is empty.  Such a directory whose
+ * arena is gone (removed by hand, or with the machine's memory) is dead
+ * too, and goes whole.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,17 +30,19 @@
 #include "log.h"
 #include "persist.h"
 #include "replay.h"
+#include "util.h"
 
 #define MIN_AGE_DEFAULT 60
 
 struct arena_job {
-    char name[CKPT_JOB_MAX + 16];
+    char name[PATH_MAX + 320];
     char dir[PATH_MAX];      /* as the user named the root */
     char real[PATH_MAX];     /* canonical, as /proc shows paths */
     int pid;                 /* a process using it, or 0 */
     char comm[64];
     uint64_t newest_ns, bytes;
     bool peer;               /* replicas held for a peer, not the job's own arena */
+    bool logs;               /* the replay logs kept under CKPT_LOG_HOME for an arena that is gone */
 };
 
 /* nftw has no argument for its callback. */
@@ -81,7 +86,7 @@ static void remove_logs(const struct arena_job *a)
         char *slash = strrchr(disk, '/');
         if (slash) {
             *slash = '\0';
-            rmdir(disk);
+            ckpt_rlog_home_close(disk);
         }
     }
     if (d)
@@ -93,6 +98,64 @@ static bool under(const char *path, const char *dir)
 {
     size_t n = strlen(dir);
     return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/' || path[n] == ' ');
+}
+
+/* Room for one more in *j (n of *cap); NULL when there is none. */
+static struct arena_job *another(struct arena_job **j, size_t n, size_t *cap)
+{
+    if (n == *cap) {
+        struct arena_job *more = realloc(*j, (*cap = *cap ? 2 * *cap : 16) * sizeof(**j));
+        if (!more)
+            return NULL;
+        *j = more;
+    }
+    return &(*j)[n];
+}
+
+/*
+ * Adds to *j the directories of replay logs that ckpt-resume keeps under
+ * CKPT_LOG_HOME (disk.c) for an arena in memory, whose arena is gone
+ * (removed by hand, or lost with the machine's memory): each names its
+ * arena's job directory (CKPT_LOG_HOME_ARENA).  Returns how many there
+ * are now.
+ */
+static size_t orphan_logs(struct arena_job **j, size_t n, size_t *cap)
+{
+    char home[64], note[PATH_MAX + 16], arena[PATH_MAX];
+    snprintf(home, sizeof(home), "%s/libckpt-%u", CKPT_LOG_HOME, (unsigned)geteuid());
+    DIR *d = opendir(home);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        struct stat st;
+        struct arena_job *a = e->d_name[0] != '.' ? another(j, n, cap) : NULL;
+        if (!a)
+            continue;
+        *a = (struct arena_job){.logs = true};
+        snprintf(a->dir, sizeof(a->dir), "%s/%s", home, e->d_name);
+        /* Only a real directory of this user's, whose arena is gone. */
+        if (lstat(a->dir, &st) < 0 || !S_ISDIR(st.st_mode) || !ckpt_private(&st))
+            continue;
+        snprintf(note, sizeof(note), "%s/" CKPT_LOG_HOME_ARENA, a->dir);
+        int fd = open(note, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+        arena[0] = '\0';
+        if (f && !fgets(arena, sizeof(arena), f))
+            arena[0] = '\0';
+        if (f)
+            fclose(f);
+        else if (fd >= 0)
+            close(fd);
+        arena[strcspn(arena, "\n")] = '\0';
+        if (!*arena || lstat(arena, &st) == 0 || errno != ENOENT || !realpath(a->dir, a->real))
+            continue;
+        snprintf(a->name, sizeof(a->name), "%s (replay logs; its arena %s is gone)",
+                 strchr(e->d_name, '-') ? strchr(e->d_name, '-') + 1 : e->d_name, arena);
+        walking = a;
+        nftw(a->dir, measure, 16, FTW_PHYS);
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 /* Marks in j[] the jobs some process (not this one) maps or holds open. */
@@ -178,17 +241,13 @@ int cmd_gc(const struct options *o, int argc, char **argv)
         }
         for (size_t i = 0; i < jobs.n; i++) {
             struct stat st;
-            if (n == cap) {
-                struct arena_job *more = realloc(j, (cap = cap ? 2 * cap : 16) * sizeof(*j));
-                if (!more) {
-                    free(j);
-                    names_free(&jobs);
-                    ckpt_log(CKPT_ERROR, "out of memory");
-                    return EXIT_ERROR;
-                }
-                j = more;
+            struct arena_job *a = another(&j, n, &cap);
+            if (!a) {
+                free(j);
+                names_free(&jobs);
+                ckpt_log(CKPT_ERROR, "out of memory");
+                return EXIT_ERROR;
             }
-            struct arena_job *a = &j[n];
             *a = (struct arena_job){.peer = tiers[t].ops == &peer_tier_ops};
             snprintf(a->name, sizeof(a->name), "%s", jobs.v[i]);
             if (ckpt_arena_path(a->dir, sizeof(a->dir), tiers[t].root, a->name, 0) < 0)
@@ -204,6 +263,8 @@ int cmd_gc(const struct options *o, int argc, char **argv)
         }
         names_free(&jobs);
     }
+    size_t arenas = n;
+    n = orphan_logs(&j, n, &cap);
     if (!j) {
         printf("no arena at %s\n", o->arena_root);
         return EXIT_OK;
@@ -230,14 +291,15 @@ int cmd_gc(const struct options *o, int argc, char **argv)
             dead++;
             dead_bytes += a->bytes;
         } else {
-            remove_logs(a);
+            if (!a->logs)
+                remove_logs(a);
             if (nftw(a->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0)
                 printf("removed %s: %s, %s, last changed %s ago\n", a->name, a->dir, size, age);
             else
                 rc = EXIT_ERROR;
         }
     }
-    if (!n)
+    if (!arenas)
         printf("no arenas of this user in %s\n", o->arena_root);
     if (dead)
         printf("%llu dead arena%s, %s: `ckpt-inspect gc --yes` removes %s\n", (unsigned long long)dead,

@@ -85,6 +85,11 @@ static void default_log_dir(struct disk *d, const struct options *opt)
         why = "it cannot be made this user's alone";
     if (!why && !private_dir(d->log_dir))
         why = "it cannot be made this user's alone";
+    char note[PATH_MAX + 16], text[PATH_MAX + 1];
+    int len = snprintf(text, sizeof(text), "%s\n", arena);
+    snprintf(note, sizeof(note), "%s/" CKPT_LOG_HOME_ARENA, d->log_dir);
+    if (!why && d->log_dir[0] && strcmp(d->log_dir, arena) && ckpt_write_whole(note, text, (size_t)len) < 0)
+        ckpt_log(CKPT_DEBUG, "cannot note the arena in %s: ckpt-inspect gc will not find these logs", note);
     if (why) {
         d->log_dir[0] = '\0';
         ckpt_log(CKPT_WARN, "the replay logs stay in the arena, bounded by CKPT_REPLAY_LOG_MAX (a long job loses its "
@@ -487,14 +492,8 @@ void disk_close(struct disk *d)
     }
     if (d->engine)
         ckpt_persist_close(d->engine);
-    if (d->log_default) {
-        /* Once the logs are gone with the arena and the replicas (a job
-         * kept keeps them): only empty directories are removed. */
-        char peers[PATH_MAX + 8];
-        snprintf(peers, sizeof(peers), "%s/peers", d->log_dir);
-        rmdir(peers);
-        rmdir(d->log_dir);
-    }
+    if (d->log_default) /* once the logs are gone with the arena and the replicas (a job kept keeps them) */
+        ckpt_rlog_home_close(d->log_dir);
     free(d->ranks);
     memset(d, 0, sizeof(*d));
 }
