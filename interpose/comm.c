@@ -30,8 +30,10 @@
  *
  * A communicator made and destroyed while standing by is never made.
  * Other ways of making communicators (ncclCommInitAll, InitRankScalable,
- * Shrink) stop a standby with the reason: its rank recovers by the cold
- * path.
+ * Shrink, Grow) stop a standby with the reason: its rank recovers by the
+ * cold path; so do the calls that revoke, suspend, resume or measure a
+ * communicator.  Every call of NCCL's that takes a communicator is
+ * wrapped here or in nccl.c: a virtual handle must never reach NCCL.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -293,6 +295,15 @@ ncclComm_t ckpt_comm_real(ncclComm_t c, ncclResult_t *err)
         (c) = ckpt_comm_real((c), &e_);                                        \
         if (e_ != ncclSuccess)                                                 \
             return (err);                                                      \
+    } while (0)
+
+/* Calls the real name with args, as NCCL's own work (its allocations are internal). */
+#define FORWARD_COMM(name, args)                                               \
+    do {                                                                       \
+        ckpt_nccl_depth++;                                                     \
+        ncclResult_t r_ = real_##name args;                                    \
+        ckpt_nccl_depth--;                                                     \
+        return r_;                                                             \
     } while (0)
 
 enum { INIT_RESULT, SPLIT_RESULT, COUNT, USER_RANK, CU_DEVICE, PREMUL_RESULT, PREMUL_OP };
@@ -585,6 +596,98 @@ EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
     ncclResult_t r = real_ncclCommWindowDeregister(v ? v->real : comm, win);
     ckpt_nccl_depth--;
     return r;
+}
+
+/* A window the program holds as the real one: a standby's virtual window
+ * once its communicator is made (which registers it), else itself. */
+ncclWindow_t ckpt_comm_window(ncclWindow_t win)
+{
+    struct vreg *g = virtual_reg(win);
+    if (!g)
+        return win;
+    pthread_mutex_lock(&lock);
+    void *real = g->gone ? NULL : g->real;
+    pthread_mutex_unlock(&lock);
+    return real;
+}
+
+EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr)
+{
+    NEED_REAL(ncclWinGetUserPtr, ncclSystemError);
+    struct vreg *g = virtual_reg(win);
+    struct vcomm *v = virtual_comm(comm);
+    if (g && v && !__atomic_load_n(&v->made, __ATOMIC_ACQUIRE) && standing() && outUserPtr) {
+        *outUserPtr = g->buff; /* what the window was made over, as the recorded run got it */
+        return ncclSuccess;
+    }
+    REAL_COMM(comm, ncclInvalidArgument);
+    if (g && !(win = ckpt_comm_window(win)))
+        return ncclInvalidArgument;
+    FORWARD_COMM(ncclWinGetUserPtr, (comm, win, outUserPtr));
+}
+
+/* ---- what NCCL 2.28.7 and 2.29 added: revoking, growing, suspending a
+ * communicator and its memory statistics.  A standby stands by without
+ * any of them (a communicator it has not made has nothing to revoke,
+ * suspend or measure, and what the recorded run got cannot be served
+ * without it): it stops, naming the call, and its rank recovers by the
+ * cold path.  Live, each takes the real communicator. */
+
+static void not_standing_by(const char *how)
+{
+    if (standing())
+        ckpt_refuse("the program calls %s, which a standby cannot answer for a communicator it has not made", how);
+}
+
+EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags)
+{
+    NEED_REAL(ncclCommRevoke, ncclSystemError);
+    not_standing_by("ncclCommRevoke");
+    REAL_COMM(comm, ncclInvalidArgument);
+    FORWARD_COMM(ncclCommRevoke, (comm, revokeFlags));
+}
+
+EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags)
+{
+    NEED_REAL(ncclCommSuspend, ncclSystemError);
+    not_standing_by("ncclCommSuspend");
+    REAL_COMM(comm, ncclInvalidArgument);
+    FORWARD_COMM(ncclCommSuspend, (comm, flags));
+}
+
+EXPORT ncclResult_t ncclCommResume(ncclComm_t comm)
+{
+    NEED_REAL(ncclCommResume, ncclSystemError);
+    not_standing_by("ncclCommResume");
+    REAL_COMM(comm, ncclInvalidArgument);
+    FORWARD_COMM(ncclCommResume, (comm));
+}
+
+EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value)
+{
+    NEED_REAL(ncclCommMemStats, ncclSystemError);
+    not_standing_by("ncclCommMemStats");
+    REAL_COMM(comm, ncclInvalidArgument);
+    FORWARD_COMM(ncclCommMemStats, (comm, stat, value));
+}
+
+EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId)
+{
+    NEED_REAL(ncclCommGetUniqueId, ncclSystemError);
+    not_standing_by("ncclCommGetUniqueId");
+    REAL_COMM(comm, ncclInvalidArgument);
+    FORWARD_COMM(ncclCommGetUniqueId, (comm, uniqueId));
+}
+
+/* Ranks new to the communicator pass none. */
+EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                                 ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    NEED_REAL(ncclCommGrow, ncclSystemError);
+    not_while_standing("ncclCommGrow");
+    if (comm)
+        REAL_COMM(comm, ncclInvalidArgument);
+    FORWARD_COMM(ncclCommGrow, (comm, nRanks, uniqueId, rank, newcomm, config));
 }
 
 /* ---- reduction operators */

@@ -405,6 +405,9 @@ ncclComm_t ckpt_comm_real(ncclComm_t c, ncclResult_t *err);
 /* The reduction operator to give NCCL for op on the program's comm: the
  * real one for a standby's operator made at the takeover, else op. */
 ncclRedOp_t ckpt_comm_op(ncclComm_t comm, ncclRedOp_t op);
+/* The real window behind the program's handle (a standby's virtual one once
+ * its communicator is made), NULL when there is none. */
+ncclWindow_t ckpt_comm_window(ncclWindow_t win);
 /* A standby's pinned host memory (hostmem.c): ordinary memory while it
  * stands by, registered at takeover (0, or -1 with why). */
 int ckpt_standby_host_back(char *why, size_t whylen);

@@ -188,3 +188,51 @@ __attribute__((visibility("default"))) ncclResult_t ncclScatter(const void *send
 {
     COLLECTIVE(ncclScatter, (sendbuff, recvbuff, count, datatype, root, comm, stream), OP_SCATTER, count, datatype, comm, stream, recvbuff);
 }
+
+/*
+ * One-sided signals (NCCL 2.29): a peer's put lands in this rank's window
+ * whenever it runs, and no snapshot copy of the window can be ordered
+ * before it (the write is the peer's, on the peer's stream), so the first
+ * one taints the log: snapshots from then on are not restored, said at
+ * once.  While replaying they are tokens, as collectives are; live, the
+ * program's handles become the real communicator and window.
+ */
+#define ONE_SIDED(name, args, op, count, comm, stream, win)                    \
+    NEED_REAL(name, ncclSystemError);                                          \
+    ncclComm_t held = comm;                                                    \
+    if (ckpt_replaying) {                                                      \
+        ckpt_on_collective(token(op, count, 0, held), stream);                 \
+        return ncclSuccess;                                                    \
+    }                                                                          \
+    ckpt_history_taint("the program uses one-sided NCCL signals (" #name "): a peer's write into this rank's " \
+                       "window cannot be ordered against its snapshot copy");  \
+    ncclResult_t r;                                                            \
+    if ((comm = ckpt_comm_real(comm, &r)) == NULL && r != ncclSuccess)         \
+        return r;                                                              \
+    if ((win) && !((win) = ckpt_comm_window(win)))                             \
+        return ncclInvalidArgument;                                            \
+    ckpt_nccl_depth++;                                                         \
+    r = real_##name args;                                                      \
+    ckpt_nccl_depth--;                                                         \
+    if (r == ncclSuccess && ckpt_active)                                       \
+        ckpt_on_collective(token(op, count, 0, held), stream);                 \
+    return r
+
+enum { OP_PUT_SIGNAL = 0x100, OP_SIGNAL, OP_WAIT_SIGNAL }; /* tokens only: not the timeline's */
+
+__attribute__((visibility("default"))) ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream)
+{
+    ONE_SIDED(ncclPutSignal, (localbuff, count, datatype, peer, peerWin, peerWinOffset, sigIdx, ctx, flags, comm, stream), OP_PUT_SIGNAL, count, comm, stream, peerWin);
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream)
+{
+    ncclWindow_t none = NULL;
+    ONE_SIDED(ncclSignal, (peer, sigIdx, ctx, flags, comm, stream), OP_SIGNAL, (size_t)peer, comm, stream, none);
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream)
+{
+    ncclWindow_t none = NULL;
+    ONE_SIDED(ncclWaitSignal, (nDesc, signalDescs, comm, stream), OP_WAIT_SIGNAL, (size_t)nDesc, comm, stream, none);
+}

@@ -1,6 +1,7 @@
 /*
- * The subset of the NCCL API (nccl.h, NCCL 2.28) that libckpt, its test
- * double and the example programs need.  It only restates NCCL's ABI and is
+ * The subset of the NCCL API (nccl.h, NCCL 2.28; and what NCCL 2.29 added
+ * that takes a communicator) that libckpt, its test double and the example
+ * programs need.  It only restates NCCL's ABI and is
  * checked against the real nccl.h by tests/abi when a toolkit is present.
  * Every ncclX also exists as pncclX in the real library (and the double).
  */
@@ -112,6 +113,23 @@ typedef enum {
     ncclScalarHostImmediate = 1
 } ncclScalarResidence_t;
 
+#define NCCL_REVOKE_DEFAULT 0x00
+
+/* NCCL 2.29: suspending a communicator's memory, and one-sided signals. */
+#define NCCL_SUSPEND_MEM 0x01
+typedef enum {
+    ncclStatGpuMemSuspend = 0,
+    ncclStatGpuMemSuspended = 1,
+    ncclStatGpuMemPersist = 2,
+    ncclStatGpuMemTotal = 3
+} ncclCommMemStat_t;
+typedef struct {
+    int opCnt;
+    int peer;
+    int sigIdx;
+    int ctx;
+} ncclWaitSignalDesc_t;
+
 #endif /* CKPT_ABI_PROTOTYPES_ONLY */
 
 /* Each name is declared twice, as NCCL does: ncclX and its pncclX alias. */
@@ -154,6 +172,21 @@ CKPT_NCCL_DECLARE(ncclResult_t, ncclRedOpCreatePreMulSum, (ncclRedOp_t *op, void
 CKPT_NCCL_DECLARE(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size))
 CKPT_NCCL_DECLARE(ncclResult_t, ncclMemFree, (void *ptr))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
+/* NCCL 2.29.2 and 2.29.7 (checked against headers that have them). */
+#if !defined(CKPT_ABI_PROTOTYPES_ONLY) || NCCL_VERSION_CODE >= 22902
+CKPT_NCCL_DECLARE(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId *uniqueId))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclCommGrow, (ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclWinGetUserPtr, (ncclComm_t comm, ncclWindow_t win, void **outUserPtr))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclPutSignal, (const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclSignal, (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclWaitSignal, (int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream))
+#endif
+#if !defined(CKPT_ABI_PROTOTYPES_ONLY) || NCCL_VERSION_CODE >= 22907
+CKPT_NCCL_DECLARE(ncclResult_t, ncclCommSuspend, (ncclComm_t comm, int flags))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclCommResume, (ncclComm_t comm))
+CKPT_NCCL_DECLARE(ncclResult_t, ncclCommMemStats, (ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value))
+#endif
 #undef CKPT_NCCL_DECLARE
 
 #ifdef __cplusplus

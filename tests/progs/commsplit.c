@@ -23,7 +23,9 @@
  * ncclGather to rank 0, ncclScatter from it, ncclBcast in place, as
  * expert-parallel and evaluation code does); after the last collective the
  * weights take in all three (the update); rank 0 prints the loss, and at
- * the end every rank's digest of its weights.  Integer
+ * the end every rank's digest of its weights, then the communicators' ends
+ * as an elastic framework makes them (the memory NCCL holds, the window's
+ * buffer, the parity group revoked before it is destroyed).  Integer
  * sums only: the same on every run, whatever the order of arrival.
  *
  * Ranks from RANK and WORLD_SIZE, rank 0's unique id over TCP at
@@ -176,6 +178,25 @@ int main(int argc, char **argv)
     }
     printf("rank %d digest %016llx\n", rank,
            (unsigned long long)fid_hash_device(FID_HASH_INIT, w, WORDS * sizeof(uint32_t)));
+#ifdef NCCL_SUSPEND_MEM
+    /* A framework's memory report (NCCL 2.29): the window's buffer, and what
+     * the communicator holds on the device. */
+    uint64_t held = 0;
+    NCHECK(ncclCommMemStats(comm, ncclStatGpuMemTotal, &held));
+    if (win) {
+        void *user = NULL;
+        NCHECK(ncclWinGetUserPtr(comm, win, &user));
+        if (user != w) {
+            fprintf(stderr, "rank %d: the window's buffer is %p, not %p\n", rank, user, (void *)w);
+            return 1;
+        }
+    }
+#endif
+    /* The parity group revoked before it is destroyed (NCCL 2.28.7), as an
+     * elastic framework ends a group whose member it lost: no operation of
+     * it is in flight once its state leaves ncclInProgress. */
+    NCHECK(ncclCommRevoke(half, NCCL_REVOKE_DEFAULT));
+    wait_ready(half);
     NCHECK(ncclRedOpDestroy(by_host, half));
     NCHECK(ncclRedOpDestroy(by_device, comm));
     NCHECK(ncclCommDeregister(comm, handle));

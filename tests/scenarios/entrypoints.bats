@@ -5,7 +5,8 @@
 # table of docs/entry-points.md, and the table is true to
 # interpose/hooks.def: an entry point called hooked has a wrapper row there
 # (any kind but USE and UNFOLLOWED), one that taints replay an UNFOLLOWED
-# row, and every UNFOLLOWED row is in the table.  Then, end to end, one
+# row, and every UNFOLLOWED row is in the table; every call of NCCL's that
+# takes a communicator is wrapped.  Then, end to end, one
 # entry point libckpt does not follow (cuMemsetD8_v2, the double
 # runtime's synchronous cudaMemset): a program that calls it has every
 # restore past its first call refused, naming it, and older snapshots
@@ -134,6 +135,18 @@ check_table() { # list table hooks.def
         grep -qx "$s" "$D/exports" || missing="$missing $s"
     done
     [ -z "$missing" ] || { echo "not exported:$missing"; false; }
+}
+
+@test "every call of NCCL's that takes a communicator (docs/nccl-comm-api.txt) has a row in hooks.def and a wrapper in libckpt.so: a standby's virtual handle never reaches NCCL" {
+    local lib=$BUILD/lib/libckpt.so missing= n=0
+    [ -f "$lib" ] || { echo "missing $lib: build first"; return 1; }
+    nm -D --defined-only "$lib" | awk '{print $3}' | sort >"$D/exports"
+    for s in $(grep -v '^#' "$ROOT/docs/nccl-comm-api.txt"); do
+        n=$((n + 1))
+        grep -q "^NCCL([^,]*, $s," "$HOOKS" || missing="$missing $s (no row)"
+        grep -qx "$s" "$D/exports" || missing="$missing $s (not exported)"
+    done
+    [ "$n" -ge 37 ] && [ -z "$missing" ] || { echo "$n names; missing:$missing"; false; }
 }
 
 # The job: build/tests/progs/fid_memset under ckpt-resume with libckpt,

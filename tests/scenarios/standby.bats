@@ -326,7 +326,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     diff "$D/out" "$D/plain"
 }
 
-@test "communicators made nonblocking, split with splitShare, a registered buffer, state in ncclMemAlloc memory, PreMulSum operators, AlltoAll, Gather, Scatter and Bcast: the standbys take over, and the cold path restores, bit-exact (2 and 4 ranks; NCCL's buffers by cuMem and by cuMemAlloc)" {
+@test "communicators made nonblocking, split with splitShare, a registered buffer, state in ncclMemAlloc memory, PreMulSum operators, AlltoAll, Gather, Scatter and Bcast, and at the end NCCL's memory asked for, a window's buffer and a communicator revoked: the standbys take over, and the cold path restores, bit-exact (2 and 4 ranks; NCCL's buffers by cuMem and by cuMemAlloc)" {
     local n mode prog=$BUILD/tests/progs/commsplit
     for n in 2 4; do
         # NCCL makes its buffers with cuMem calls by default; older NCCL

@@ -293,6 +293,10 @@ static ncclResult_t enqueue(struct nf_op *op, ncclComm_t comm, bool needs_redop,
     err = nf_comm_status(c);
     if (err == -EINPROGRESS)
         err = nf_fail(-EPERM, "rank %d: communicator still initialising", c->rank);
+    else if (!err && atomic_load(&c->revoked))
+        err = nf_fail(-EPERM, "rank %d: communicator revoked", c->rank);
+    else if (!err && atomic_load(&c->suspended))
+        err = nf_fail(-EPERM, "rank %d: communicator suspended", c->rank);
     if (err)
         return nf_result(nf_group_fail(err));
     if (!op->count)
@@ -579,3 +583,122 @@ ncclResult_t pncclMemFree(void *ptr)
     return ncclSuccess;
 }
 NF_ALIAS(ncclMemFree);
+
+/* ---- NCCL 2.28.7 and 2.29: revoking, suspending, measuring a communicator;
+ * its windows' buffers.  Growing a communicator and one-sided signals are
+ * not in the double: said, and refused. */
+
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!c || revokeFlags != NCCL_REVOKE_DEFAULT)
+        return nf_result(nf_fail(-EINVAL, "ncclCommRevoke: invalid argument"));
+    /* Operations run in the order they were issued: once the stream side has
+     * run the last, the communicator is quiescent, as NCCL's is when its
+     * state leaves ncclInProgress. */
+    atomic_store(&c->revoked, true);
+    nf_info("comm %p rank %d revoked", (void *)c, c->rank);
+    return ncclSuccess;
+}
+NF_ALIAS(ncclCommRevoke);
+
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!c || (flags & ~NCCL_SUSPEND_MEM))
+        return nf_result(nf_fail(-EINVAL, "ncclCommSuspend: invalid argument"));
+    atomic_store(&c->suspended, true);
+    return ncclSuccess;
+}
+NF_ALIAS(ncclCommSuspend);
+
+ncclResult_t pncclCommResume(ncclComm_t comm)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+
+    if (!c)
+        return nf_result(nf_fail(-EINVAL, "ncclCommResume: invalid communicator"));
+    if (!atomic_exchange(&c->suspended, false))
+        return nf_result(nf_fail(-EPERM, "ncclCommResume: rank %d's communicator is not suspended", c->rank));
+    return ncclSuccess;
+}
+NF_ALIAS(ncclCommResume);
+
+/* The library's device memory of the communicator: its FIFO and flags,
+ * which a suspend would keep (the double frees nothing). */
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    uint64_t kept = NF_FIFO_BYTES + NF_FLAGS_BYTES;
+
+    if (!c || !value || (unsigned)stat > ncclStatGpuMemTotal)
+        return nf_result(nf_fail(-EINVAL, "ncclCommMemStats: invalid argument"));
+    *value = stat == ncclStatGpuMemSuspend ? 0 : stat == ncclStatGpuMemSuspended ? atomic_load(&c->suspended) : kept;
+    return ncclSuccess;
+}
+NF_ALIAS(ncclCommMemStats);
+
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr)
+{
+    struct nf_comm *c = nf_comm_get(comm);
+    const struct nf_reg *w;
+
+    if (!c || !outUserPtr)
+        return nf_result(nf_fail(-EINVAL, "ncclWinGetUserPtr: invalid argument"));
+    pthread_mutex_lock(&c->lock);
+    for (w = c->wins; w && (const void *)w != (const void *)win; w = w->next)
+        ;
+    if (w)
+        *outUserPtr = w->buff;
+    pthread_mutex_unlock(&c->lock);
+    return w ? ncclSuccess : nf_result(nf_fail(-EINVAL, "ncclWinGetUserPtr: %p is no window of rank %d's communicator",
+                                               (void *)win, c->rank));
+}
+NF_ALIAS(ncclWinGetUserPtr);
+
+static ncclResult_t not_here(const char *what)
+{
+    return nf_result(nf_fail(-EPERM, "%s: not in the test double", what));
+}
+
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId)
+{
+    return nf_comm_get(comm) && uniqueId ? not_here("ncclCommGetUniqueId")
+                                         : nf_result(nf_fail(-EINVAL, "ncclCommGetUniqueId: invalid argument"));
+}
+NF_ALIAS(ncclCommGetUniqueId);
+
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm,
+                           ncclConfig_t *config)
+{
+    (void)nRanks, (void)uniqueId, (void)rank, (void)config;
+    return (comm && !nf_comm_get(comm)) || !newcomm ? nf_result(nf_fail(-EINVAL, "ncclCommGrow: invalid argument"))
+                                                    : not_here("ncclCommGrow");
+}
+NF_ALIAS(ncclCommGrow);
+
+ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin,
+                            size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                            cudaStream_t stream)
+{
+    (void)localbuff, (void)count, (void)datatype, (void)peer, (void)peerWin, (void)peerWinOffset, (void)sigIdx;
+    (void)ctx, (void)flags, (void)stream;
+    return nf_comm_get(comm) ? not_here("ncclPutSignal") : nf_result(nf_fail(-EINVAL, "invalid communicator"));
+}
+NF_ALIAS(ncclPutSignal);
+
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)peer, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+    return nf_comm_get(comm) ? not_here("ncclSignal") : nf_result(nf_fail(-EINVAL, "invalid communicator"));
+}
+NF_ALIAS(ncclSignal);
+
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)nDesc, (void)signalDescs, (void)stream;
+    return nf_comm_get(comm) ? not_here("ncclWaitSignal") : nf_result(nf_fail(-EINVAL, "invalid communicator"));
+}
+NF_ALIAS(ncclWaitSignal);

@@ -313,6 +313,8 @@ struct nf_comm {
     /* 0, -EINPROGRESS while initialising, or the first error. */
     _Atomic int async_err;
     _Atomic bool aborting;
+    _Atomic bool revoked;   /* ncclCommRevoke: no operation is taken any more */
+    _Atomic bool suspended; /* ncclCommSuspend: none until ncclCommResume */
     bool finalized;
     uint32_t splits; /* splits made from this comm, to name their segments */
 
