@@ -296,7 +296,8 @@ static int join(struct job *job, struct member *m, uint64_t refused)
     char *tail = malloc(len ? len : 1);
     int rc = -ENOMEM;
     if (tail) {
-        memcpy(tail, hs.h, held);
+        if (held) /* none held: hs.h is NULL */
+            memcpy(tail, hs.h, held);
         memcpy(tail + held, m->ledger.d, len - held);
         rc = send_msg(m, COORD_JOIN, &jn, sizeof(jn), tail, len);
     }
