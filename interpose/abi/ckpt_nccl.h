@@ -115,7 +115,9 @@ typedef enum {
 
 #define NCCL_REVOKE_DEFAULT 0x00
 
-/* NCCL 2.29: suspending a communicator's memory, and one-sided signals. */
+/* NCCL 2.29: suspending a communicator's memory, and one-sided signals.
+ * (abi: newer than 2.28: tests/abi/check compares what lies between these
+ * markers only with headers that have it.) */
 #define NCCL_SUSPEND_MEM 0x01
 typedef enum {
     ncclStatGpuMemSuspend = 0,
@@ -129,6 +131,7 @@ typedef struct {
     int sigIdx;
     int ctx;
 } ncclWaitSignalDesc_t;
+/* (abi: end of newer than 2.28) */
 
 #endif /* CKPT_ABI_PROTOTYPES_ONLY */
 
