@@ -16,6 +16,7 @@
 # CKPT_RESTORE (as after a failure) and must say what it refused.
 
 load output
+load bytes
 
 bats_require_minimum_version 1.5.0
 
@@ -80,19 +81,10 @@ damage() {
     *) off=$where ;;
     esac
     case $mode in
-    flip)
-        local byte
-        byte=$(od -A n -t u1 -j "$off" -N 1 "$f" | tr -d ' ')
-        printf "$(printf '\\%03o' $(((byte ^ 16) & 255)))" | dd of="$f" bs=1 seek="$off" conv=notrunc 2>/dev/null ;;
+    flip) flip "$f" "$off" 16 ;;
     zero) dd if=/dev/zero of="$f" bs=4096 seek=$((off / 4096)) count=1 conv=notrunc 2>/dev/null ;;
     trunc) truncate -s "$off" "$f" ;;
     esac
-}
-
-# u64 FILE OFFSET VALUE: writes a little-endian 64-bit value.
-u64() {
-    printf "$(printf '%016x' "$3" | sed 's/\(..\)/\1 /g' | awk '{for (i = NF; i > 0; i--) printf "\\x%s", $i}')" |
-        dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
 }
 
 # apply MODE TARGET...: the row's damage on the copy in $D.

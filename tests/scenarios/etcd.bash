@@ -49,13 +49,13 @@ etcd_member() { # I: (re)starts member I
 
 # start TAG N [NODE_RANK]: an agent of N nodes x 1 rank in a session of its own, arena $D/arena.TAG
 # (or $D/arena.$ARENA_OF: the machine of an agent that died); out/err/rc in $D/{out,err,rc}.TAG.
-# SPARE=1: the agent is a spare (--spare).
+# SPARE=1: the agent is a spare (--spare).  AGENT_TIMEOUT: seconds it may run (150).
 start() {
     local tag=$1 n=$2 rank=()
     [ -n "${3:-}" ] && rank=(--node-rank "$3")
     [ -n "${SPARE:-}" ] && rank=(--spare)
-    CKPT_ARENA_DIR=$D/arena.${ARENA_OF:-$tag} setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 150 "$@"; echo $? >"$rc"' \
-        _ "$D/sid.$tag" "$D/rc.$tag" "$CKPT" --coord "etcd://$ENDPOINTS" --nnodes "$n" "${rank[@]}" --nproc 1 -- \
+    CKPT_ARENA_DIR=$D/arena.${ARENA_OF:-$tag} setsid bash -c 'echo $$ >"$1"; rc=$2 limit=$3; shift 3; timeout -k 5 "$limit" "$@"; echo $? >"$rc"' \
+        _ "$D/sid.$tag" "$D/rc.$tag" "${AGENT_TIMEOUT:-150}" "$CKPT" --coord "etcd://$ENDPOINTS" --nnodes "$n" "${rank[@]}" --nproc 1 -- \
         "$TRAIN" $ARGS >"$D/out.$tag" 2>"$D/err.$tag" </dev/null &
     for _ in $(seq 100); do [ -s "$D/sid.$tag" ] && return 0; sleep 0.01; done
 }
@@ -63,7 +63,7 @@ start() {
 wait_rc() { # TAG...: waits for each agent's exit status
     local t
     for t in "$@"; do
-        for _ in $(seq 1500); do [ -s "$D/rc.$t" ] && break; sleep 0.1; done
+        for _ in $(seq $(((${AGENT_TIMEOUT:-150} + 10) * 10))); do [ -s "$D/rc.$t" ] && break; sleep 0.1; done
         [ -s "$D/rc.$t" ] || { echo "node $t never ended" >&2; return 1; }
     done
 }
@@ -81,9 +81,10 @@ digests() { grep -h '^digest ' "$@" | sort -u; }
 leaders_elected_twice() {
     [ "$(sed -n 's/^ckpt-resume: this node ([0-9]*) leads the job (etcd epoch \([0-9]*\))$/\1/p' "$D"/err.* | sort -u | wc -l)" -ge 2 ]
 }
-show() { for f in "$D"/err.*; do echo "== $f"; grep -v '^libckpt' "$f" | tail -n 25; done; }
+show() { show_agents 25; }
 
-plain() { CKPT_ARENA_DIR=$D/arena.plain timeout -k 5 300 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null; }
+# plain N: the job on one node, without libckpt: what the job must end with.
+plain() { CKPT_DISABLE=1 timeout -k 5 300 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null; }
 
 # The highest iteration any rank has printed.
 newest_iter() { cat "$D"/out.* 2>/dev/null | sed -n 's/^iter \([0-9]*\) .*/\1/p' | sort -n | tail -n 1; }

@@ -11,11 +11,13 @@ bats_require_minimum_version 1.5.0
 
 # bats test_tags=long
 @test "two of three etcd members killed: the ranks train on, replication and restarts pause, said; the members restarted, replication goes on and the job ends as uninterrupted, with no restart" {
-    # Long enough that the ranks still train when etcd is back: they run
-    # about 1,000 iterations a second here, and the pause lasts until an
-    # agent has said so (up to 15 s: a request to the member left waits
-    # for etcd's own timeout), 25,000 once ended within it.
+    # Long enough that the ranks still train when etcd is back: the pause
+    # lasts until an agent has said so (up to 15 s: a request to the member
+    # left waits for etcd's own timeout) and 7 s more; they run 400 to
+    # 1,000 iterations a second, and 25,000 once ended within it.  On a
+    # loaded machine the job takes minutes: the agents are given 10.
     ARGS="--iters 40000 --hidden 16 --layers 2 --batch 30"
+    AGENT_TIMEOUT=600
     plain 3
     local t before during durable
     for t in a b c; do start $t 3; done

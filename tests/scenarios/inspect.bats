@@ -7,6 +7,7 @@
 # jobs' arenas; docs/configuration.md is the generated table.
 
 load output
+load bytes
 
 bats_require_minimum_version 1.5.0
 
@@ -47,15 +48,6 @@ slot() { # job rank slot: the slot file
     echo "$CKPT_ARENA_DIR/$(id -u)-$1/rank$2/slot$3"
 }
 
-u64() { # file offset: the little-endian 64-bit integer there
-    od -A n -t u8 -j "$2" -N 8 "$1" | tr -d ' '
-}
-
-flip() { # file offset: flips the low bit of the byte there
-    local byte
-    byte=$(od -A n -t u1 -j "$2" -N 1 "$1" | tr -d ' ')
-    printf "$(printf '\\%03o' $(((byte ^ 1) & 255)))" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
-}
 
 @test "list shows both slots of every rank, verified, for 1 and 2 ranks" {
     train one 1

@@ -11,6 +11,8 @@
 
 bats_require_minimum_version 1.5.0
 
+load bytes
+
 setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
     LIB=$BUILD/lib/libckpt.so
@@ -40,15 +42,6 @@ slot() { # job rank slot [root]: the slot file
     echo "${4:-$CKPT_ARENA_DIR}/$(id -u)-$1/rank$2/slot$3"
 }
 
-u64() { # file offset
-    od -A n -t u8 -j "$2" -N 8 "$1" | tr -d ' '
-}
-
-flip() { # file offset: flips the low bit of the byte there
-    local byte
-    byte=$(od -A n -t u1 -j "$2" -N 1 "$1" | tr -d ' ')
-    printf "$(printf '\\%03o' $(((byte ^ 1) & 255)))" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
-}
 
 # replicate JOB RANK SLOT: the slot sent to a receiver that keeps replicas
 # where the node agent keeps them, CKPT_ARENA_DIR/peers.

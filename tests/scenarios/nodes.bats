@@ -9,6 +9,7 @@
 # lost.
 
 load output
+load bytes
 
 bats_require_minimum_version 1.5.0
 
@@ -72,8 +73,8 @@ wait_rc() { # FILE...: waits for every rc file
     done
 }
 
-plain() { # N P: the same job on one node
-    timeout -k 5 120 "$CKPT" --nproc $(($1 * $2)) -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err"
+plain() { # N P: the same job on one node, without libckpt: what the job must end with
+    CKPT_DISABLE=1 timeout -k 5 120 "$CKPT" --nproc $(($1 * $2)) -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err"
 }
 
 # done_line HOW: node 0's last line ends the job after one recovery made HOW (standby, cold).
@@ -82,7 +83,7 @@ done_line() {
         { echo "last line: $(tail -n 1 "$D/err.0")"; return 1; }
 }
 
-show() { for f in "$D"/err.*; do echo "== $f"; grep -v '^libckpt' "$f" | tail -n 30; done; }
+show() { show_agents 30; }
 
 # A lost node comes back from its peers' memory, bit-exact.
 recover_from_peers() { # N P LOST
@@ -540,12 +541,6 @@ EOF
 }
 
 # u64 FILE OFFSET [VALUE]: reads, or writes, a little-endian 64-bit field.
-u64() {
-    [ $# -eq 2 ] && { od -A n -t u8 -j "$2" -N 8 "$1" | tr -d ' '; return; }
-    printf "$(printf '%016x' "$3" | sed 's/\(..\)/\1 /g' | awk '{for (i = NF; i > 0; i--) printf "\\x%s", $i}')" |
-        dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
-}
-
 # damage_replicas MODE: every replica node 0 keeps of rank 1, damaged: one
 # bit flipped in its data (flip), its first page of data zeroed (zero), cut
 # in half (trunc); or (stale) the older one relabelled as the newer one
@@ -580,9 +575,7 @@ damage_replicas() {
         u64 "$s" 96
         case $1 in
         flip)
-            off=$(($(stat -c %s "$s") - 1000))
-            byte=$(od -A n -t u1 -j $off -N 1 "$s" | tr -d ' ')
-            printf "$(printf '\\%03o' $(((byte ^ 1) & 255)))" | dd of="$s" bs=1 seek=$off conv=notrunc 2>/dev/null ;;
+            flip "$s" $(($(stat -c %s "$s") - 1000)) ;;
         zero) dd if=/dev/zero of="$s" bs=4096 seek=1 count=1 conv=notrunc 2>/dev/null ;;
         trunc) truncate -s $(($(stat -c %s "$s") / 2)) "$s" ;;
         esac

@@ -56,3 +56,19 @@ live_pid() {
     done
     return 1
 }
+
+# show_agents [N]: how each agent of the job in $D ended (err.TAG,
+# rc.TAG), one line each, then the last N lines (30) each said, its banner
+# left out: the cause of a failure first, where a cut log still has it.
+show_agents() {
+    local f t
+    for f in "$D"/err.*; do
+        t=${f##*/err.}
+        echo "== $t: exit $(cat "$D/rc.$t" 2>/dev/null || echo none); last: $(grep -v '^libckpt' "$f" | tail -n 1)"
+    done
+    for f in "$D"/err.*; do
+        echo "== $f"
+        grep -v -e '^libckpt' -e '^placement: ' -e '^  node [0-9]* -> ' -e '^  [0-9]* nodes\? failed at once: ' \
+            -e 'CKPT_JOB_KEY is not set' "$f" | tail -n "${1:-30}"
+    done
+}

@@ -22,6 +22,7 @@
 # killed at the end of iteration 23, so the arena holds iterations 15 and 20.
 
 load output
+load bytes
 
 bats_require_minimum_version 1.5.0
 
@@ -112,7 +113,7 @@ gen() { echo "$1/$(id -u)-$CKPT_JOB/gen-$2"; }
     "$PERSIST" save --iteration 15 >/dev/null
     "$PERSIST" save >/dev/null
     stripe=$(gen "$D/ssd1" 20)/stripe-1
-    printf '\xff\xff\xff\xff' | dd of="$stripe" bs=1 seek=1000 conv=notrunc 2>/dev/null
+    flip "$stripe" 1000 0xff
     rm -rf "$CKPT_ARENA_DIR"
     run "$PERSIST" list --verify
     [[ ${lines[0]} == "iteration 20: not usable: $stripe: bytes "*" do not match their checksum" ]] ||

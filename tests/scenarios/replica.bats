@@ -17,6 +17,8 @@
 # offer under an older plan (epoch) than the receiver's is refused unread.  Skipped where no libfabric provider with
 # RMA is found on 127.0.0.1.
 
+load bytes
+
 setup() {
     export WIRE_VERSION; WIRE_VERSION=$(sed -n 's/^#define CKPT_WIRE_VERSION \([0-9]*\)u.*/\1/p' "$BATS_TEST_DIRNAME/../../replica/wire.h") # frames made by hand
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
@@ -63,10 +65,6 @@ serve() {
     done
     echo "the receiver did not start:" && cat "$D/serve.err"
     return 1
-}
-
-u64() { # FILE OFFSET: a little-endian u64 of a slot's header (format.h)
-    od -A n -t u8 -j "$2" -N 8 "$1" | tr -d ' '
 }
 
 # same SOURCE REPLICA: header region and data area equal byte for byte.

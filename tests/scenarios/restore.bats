@@ -7,6 +7,7 @@
 # refused (exit 75) with the reason, never run on.
 
 load output
+load bytes
 
 setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
@@ -59,8 +60,7 @@ slot_iterations() { # rank: the iterations its two slots hold
     # Flip one byte inside the data area (past the 4 KiB-aligned header).
     size=$(stat -c %s "$slot")
     off=$((size - 100000))
-    byte=$(od -A n -t u1 -j $off -N 1 "$slot" | tr -d ' ')
-    printf "$(printf '\\%03o' $(( (byte ^ 1) & 255 )))" | dd of="$slot" bs=1 seek=$off conv=notrunc 2>/dev/null
+    flip "$slot" $off
     run env CKPT_RESTORE=$k LD_PRELOAD=$LIB "$TRAIN" $ARGS
     [ "$status" -eq 75 ]
     echo "$output" | grep -q "slot0: chunk [0-9]* (bytes [0-9]*..) checksum mismatch"

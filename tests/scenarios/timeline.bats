@@ -6,6 +6,8 @@
 # snapshot copies, ckpt-inspect draws it as a well-formed SVG with every
 # lane and a legend, and refuses a damaged one.
 
+load bytes
+
 setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
     LIB=$BUILD/lib/libckpt.so
@@ -98,7 +100,7 @@ check_rank() {
 @test "a damaged timeline is refused, and bad arguments are usage errors" {
     train 1
     f=$ARENA/$(id -u)-tl/rank0/timeline
-    printf '\xff' | dd of="$f" bs=1 seek=60 conv=notrunc status=none
+    flip "$f" 60 0xff
     run "$INSPECT" timeline -o "$ARENA/y.svg"
     [ "$status" -eq 1 ]
     [[ $output == *checksum* ]]
