@@ -61,6 +61,7 @@ wait_iter() {
 # Kills node $1 (its agent and its ranks) and wipes its host memory (and
 # the disk its ranks keep their replay logs on, with LOGS_ON_DISK).
 lose() {
+    [ ! -s "$D/rc.$1" ] || { echo "node $1 ended (exit $(cat "$D/rc.$1")) before it could be lost: the job is too short"; return 1; }
     pkill -KILL -s "$(cat "$D/sid.$1")"
     sleep 0.2
     rm -rf "$D/arena.$1" "$D/logs.$1"
@@ -583,6 +584,9 @@ damage_replicas() {
 }
 
 @test "a damaged replica in a peer's memory (bit flip, zeroed page, truncation, stale label) is named and never loaded: the lost node's rank comes from its disk" {
+    # Long enough to still run while the test waits for the copies it
+    # damages (200 iterations took under a second from the 60th on).
+    ARGS="--iters 1000 --hidden 64 --layers 3"
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     local mode said damaged restored
     # what node 0 says: found by its scan when node 1 joins again, or by node 1 as the copy arrives
