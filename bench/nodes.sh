@@ -1,6 +1,30 @@
 # The benchmarks of several nodes, sourced by bench/run (row, skip, say,
 # stamp and OUT are its): recovery of a lost node (bench_nodes) and the
-# control plane's time to a restart decision (bench_control).
+# control plane's time to a restart decision (bench_control).  The agents
+# meet through a one-member etcd on loopback (bench_etcd).
+
+# bench_etcd DIR: starts an etcd with its data in DIR; sets BENCH_ETCD
+# (its address) and BENCH_ETCD_PID.  Returns 1 when etcd is missing or
+# does not come up.
+bench_etcd() {
+    local port
+    command -v etcd >/dev/null && command -v etcdctl >/dev/null || return 1
+    port=$((20000 + RANDOM % 10000))
+    etcd --name b --data-dir "$1/etcd" --listen-client-urls "http://127.0.0.1:$port" \
+        --advertise-client-urls "http://127.0.0.1:$port" --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" --initial-cluster "b=http://127.0.0.1:$((port + 1))" \
+        >"$1/etcd.log" 2>&1 &
+    BENCH_ETCD_PID=$!
+    disown # not a job that `wait` for the agents would wait for
+    BENCH_ETCD=127.0.0.1:$port
+    for _ in $(seq 100); do ETCDCTL_API=3 etcdctl --endpoints "$BENCH_ETCD" endpoint health >/dev/null 2>&1 && return 0; sleep 0.1; done
+    return 1
+}
+bench_etcd_stop() {
+    kill "$BENCH_ETCD_PID" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$BENCH_ETCD_PID" 2>/dev/null || return 0; sleep 0.1; done
+    kill -KILL "$BENCH_ETCD_PID" 2>/dev/null
+}
 
 # Recovery of a lost node, from a peer's memory against from disk: two nodes
 # of one rank each (statewriter, 256 MiB of state, a snapshot every
@@ -8,12 +32,13 @@
 # iteration is durable (replicated) and persisted, node 1 is killed and its
 # memory wiped, and a new node 1 started: timed from its start to its rank
 # running again, restored from node 0's copy.  Then the same with both
-# nodes lost, so that only the disks hold the snapshots.
+# nodes lost, so that only the disks hold the snapshots.  Each job is one
+# of its own in etcd (NODES_JOB).
 node_up() { # I DIR TAG: starts node I of 2 in a session of its own
     local i=$1 dir=$2 tag=$3
     CKPT_ARENA_DIR=$dir/arena.$i CKPT_PERSIST_DIRS=$dir/disk.$i CKPT_LOG=debug CKPT_BOUNDARY=every:1 \
-        CKPT_JOB=benchnodes CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=1 setsid bash -c 'echo $$ >"$1"; shift; "$@"' _ \
-        "$dir/sid.$i" "$BUILD/bin/ckpt-resume" --coord "127.0.0.1:$NODES_PORT" --nnodes 2 --node-rank "$i" --nproc 1 \
+        CKPT_JOB=$NODES_JOB CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=1 setsid bash -c 'echo $$ >"$1"; shift; "$@"' _ \
+        "$dir/sid.$i" "$BUILD/bin/ckpt-resume" --coord "etcd://$BENCH_ETCD" --nnodes 2 --node-rank "$i" --nproc 1 \
         -- "$BUILD/tests/progs/statewriter" --iters 80 --mib 256 2>&1 >/dev/null </dev/null | stamp >"$dir/log.$i$tag" &
     sleep 0.2
 }
@@ -25,8 +50,13 @@ span() { awk -v pat="$2" 'NR == 1 { t0 = $1 } $0 ~ pat { printf "%.2f", $1 - t0;
 bench_nodes() {
     local dir=$OUT/nodes peer disk
     say "recovery of a lost node (256 MiB of state): from a peer's memory, from disk"
-    NODES_PORT=$((10000 + RANDOM % 22000)) # below the ephemeral ports
     rm -rf "$dir" && mkdir -p "$dir/disk.0" "$dir/disk.1"
+    if ! bench_etcd "$dir"; then
+        skip "lost node back, from peer memory" "s" "no etcd (scripts/setup-deps installs it)"
+        skip "lost node back, from disk" "s" "no etcd (scripts/setup-deps installs it)"
+        return
+    fi
+    NODES_JOB=benchnodes
     node_up 0 "$dir" "" && node_up 1 "$dir" ""
     if wait_line "$dir/log.0" "held by every node and its replicas" && wait_line "$dir/log.1" "persisted iteration"; then
         node_down "$dir" 1
@@ -34,7 +64,7 @@ bench_nodes() {
         wait_line "$dir/log.1.peer" "restored iteration" && peer=$(span "$dir/log.1.peer" "restored iteration")
     fi
     wait
-    NODES_PORT=$((NODES_PORT + 1))
+    NODES_JOB=benchnodes-disk
     rm -rf "$dir/arena.0" "$dir/arena.1"
     node_up 0 "$dir" .d && node_up 1 "$dir" .d
     if wait_line "$dir/log.0.d" "held by every node and its replicas" && wait_line "$dir/log.1.d" "persisted iteration"; then
@@ -44,6 +74,7 @@ bench_nodes() {
         grep -q "from disk" "$dir/log.1.disk" || disk=""
     fi
     wait
+    bench_etcd_stop
     if [ -n "${peer:-}" ]; then
         row "lost node back, from peer memory" "$peer" "s"
     else
@@ -57,83 +88,57 @@ bench_nodes() {
     [ -n "${peer:-}" ] && [ -n "${disk:-}" ] && rm -rf "$dir"
 }
 
-# The control plane through etcd (--coord etcd://): N agents (3, 8, 32;
-# BENCH_ETCD_NODES) of one rank each, the rank a trivial program (sleep),
-# a one-member etcd on loopback, CKPT_NODE_TIMEOUT=2.  One agent is killed
-# and a replacement started at once: timed from the kill to the leader's
-# stop order (detection: bounded by CKPT_NODE_TIMEOUT, the heartbeats' and
-# the lease's), and from the replacement's join (its node rank claimed,
-# once the lost agent's lease ended) to the leader's restart decision (the
-# agreement over every node's inventory).  Beside it, the same through the
-# TCP coordinator on node 0 (--coord HOST:PORT, the replacement given the
-# rank): what etcd's mailboxes cost the agreement.
-etcd_agents() { # DIR N COORD TAG: N agents in sessions of their own
-    local dir=$1 n=$2 coord=$3 tag=$4 i rank
-    for ((i = 0; i < n; i++)); do
-        rank=(); [[ $coord == etcd://* ]] || rank=(--node-rank $i)
-        CKPT_ARENA_DIR=$dir/arena.$tag.$i CKPT_JOB=benchcp$tag CKPT_NODE_TIMEOUT=2 CKPT_RESTART_BACKOFF=0 \
-            CKPT_REPLICAS=1 setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$dir/sid.$tag.$i" \
-            "$BUILD/bin/ckpt-resume" --coord "$coord" --nnodes "$n" "${rank[@]}" --nproc 1 -- sleep 600 \
-            2>&1 </dev/null | stamp >"$dir/log.$tag.$i" &
-    done
+# The control plane: N agents (3, 8, 32; BENCH_ETCD_NODES) of one rank
+# each, the rank a trivial program (sleep), a one-member etcd on loopback,
+# CKPT_NODE_TIMEOUT=2.  One agent is killed and a replacement started at
+# once: timed from the kill to the leader's stop order (detection: bounded
+# by CKPT_NODE_TIMEOUT, the lease's), and from the replacement's join (its
+# node rank claimed, once the lost agent's lease ended) to the leader's
+# restart decision (the agreement over every node's inventory).
+etcd_agents() { # DIR N TAG: N agents in sessions of their own
+    local dir=$1 n=$2 tag=$3 i
+    for ((i = 0; i < n; i++)); do etcd_agents_one "$dir" "$n" "$tag" "$i"; done
 }
 bench_control() {
-    local dir=$OUT/control n port t_kill t_stop t_join t_plan victim leader mode coord logs failed=0
-    say "the control plane: a node lost and replaced, to the restart decision, through etcd and through node 0"
-    command -v etcd >/dev/null || { skip "control plane" "s" "etcd is not installed"; return; }
+    local dir=$OUT/control n t_kill t_stop t_join t_plan victim failed=0
+    say "the control plane: a node lost and replaced, to the restart decision"
     rm -rf "$dir" && mkdir -p "$dir"
-    port=$((20000 + RANDOM % 10000))
-    etcd --name b --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$port" \
-        --advertise-client-urls "http://127.0.0.1:$port" --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" --initial-cluster "b=http://127.0.0.1:$((port + 1))" \
-        >"$dir/etcd.log" 2>&1 &
-    local etcd_pid=$!
-    sleep 2
+    bench_etcd "$dir" || { skip "control plane" "s" "no etcd (scripts/setup-deps installs it)"; return; }
     for n in ${BENCH_ETCD_NODES:-3 8 32}; do
-        for mode in etcd tcp; do
-            [ $mode = etcd ] && coord=etcd://127.0.0.1:$port || coord=127.0.0.1:$((port + 2))
-            local tag=$mode$n
-            etcd_agents "$dir" "$n" "$coord" "$tag"
-            for _ in $(seq 600); do [ "$(cat "$dir"/log.$tag.* 2>/dev/null | grep -c 'started 1 rank')" -ge "$n" ] && break; sleep 0.1; done
-            # A node that does not lead: a leader's loss is an election first.
-            victim=$((n - 1))
-            while [ $victim -gt 0 ] && grep -q 'leads the job' "$dir/log.$tag.$victim"; do victim=$((victim - 1)); done
-            t_kill=$EPOCHREALTIME
-            pkill -KILL -s "$(cat "$dir/sid.$tag.$victim")"
-            rm -rf "$dir/arena.$tag.$victim"
-            local t_new=$EPOCHREALTIME
-            if [ $mode = etcd ]; then
-                etcd_agents_one "$dir" "$n" "$coord" "$tag" new
-            else
-                etcd_agents_one "$dir" "$n" "$coord" "$tag" new "$victim"
-            fi
-            for _ in $(seq 900); do grep -q 'restarting from' "$dir"/log.$tag.* 2>/dev/null && break; sleep 0.1; done
-            t_stop=$(awk '/stopping the job on every node/ { print $1; exit }' "$dir"/log.$tag.* | sort -n | head -n 1)
-            t_join=$(awk '/node [0-9]* of [0-9]* in job/ { print $1; exit }' "$dir/log.$tag.new")
-            t_plan=$(awk '/restarting from/ { print $1; exit }' "$dir"/log.$tag.* | sort -n | head -n 1)
-            for f in "$dir"/sid.$tag.*; do pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
-            if [ -z "$t_stop" ] || [ -z "$t_plan" ]; then
-                skip "node lost to stop, $n nodes, $mode" "s" "no decision (see $dir/log.$tag.*)"
-                failed=1
-                continue
-            fi
-            row "node lost to stop, $n nodes, $mode" "$(awk -v a="$t_kill" -v b="$t_stop" 'BEGIN { printf "%.3f", b - a }')" "s"
-            row "replacement to decision, $n nodes, $mode" \
-                "$(awk -v a="$t_new" -v b="$t_plan" 'BEGIN { printf "%.3f", b - a }')" "s"
-            [ $mode = etcd ] && [ -n "$t_join" ] && row "claim to decision, $n nodes, etcd" \
-                "$(awk -v a="$t_join" -v b="$t_plan" 'BEGIN { printf "%.3f", (b > a ? b - a : 0) }')" "s"
-            sleep 1
-        done
+        local tag=n$n
+        etcd_agents "$dir" "$n" "$tag"
+        for _ in $(seq 600); do [ "$(cat "$dir"/log.$tag.* 2>/dev/null | grep -c 'started 1 rank')" -ge "$n" ] && break; sleep 0.1; done
+        # A node that does not lead: a leader's loss is an election first.
+        victim=$((n - 1))
+        while [ $victim -gt 0 ] && grep -q 'leads the job' "$dir/log.$tag.$victim"; do victim=$((victim - 1)); done
+        t_kill=$EPOCHREALTIME
+        pkill -KILL -s "$(cat "$dir/sid.$tag.$victim")"
+        rm -rf "$dir/arena.$tag.$victim"
+        local t_new=$EPOCHREALTIME
+        etcd_agents_one "$dir" "$n" "$tag" new
+        for _ in $(seq 900); do grep -q 'restarting from' "$dir"/log.$tag.* 2>/dev/null && break; sleep 0.1; done
+        t_stop=$(awk '/stopping the job on every node/ { print $1; exit }' "$dir"/log.$tag.* | sort -n | head -n 1)
+        t_join=$(awk '/node [0-9]* of [0-9]* in job/ { print $1; exit }' "$dir/log.$tag.new")
+        t_plan=$(awk '/restarting from/ { print $1; exit }' "$dir"/log.$tag.* | sort -n | head -n 1)
+        for f in "$dir"/sid.$tag.*; do pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
+        if [ -z "$t_stop" ] || [ -z "$t_plan" ]; then
+            skip "node lost to stop, $n nodes" "s" "no decision (see $dir/log.$tag.*)"
+            failed=1
+            continue
+        fi
+        row "node lost to stop, $n nodes" "$(awk -v a="$t_kill" -v b="$t_stop" 'BEGIN { printf "%.3f", b - a }')" "s"
+        row "replacement to decision, $n nodes" "$(awk -v a="$t_new" -v b="$t_plan" 'BEGIN { printf "%.3f", b - a }')" "s"
+        [ -n "$t_join" ] && row "claim to decision, $n nodes" \
+            "$(awk -v a="$t_join" -v b="$t_plan" 'BEGIN { printf "%.3f", (b > a ? b - a : 0) }')" "s"
+        sleep 1
     done
-    kill "$etcd_pid" 2>/dev/null
-    wait "$etcd_pid" 2>/dev/null
+    bench_etcd_stop
     [ $failed = 1 ] || rm -rf "$dir" # a skipped row names the logs to read
 }
-etcd_agents_one() { # DIR N COORD TAG NAME [RANK]: one more agent, NAME
-    local dir=$1 n=$2 coord=$3 tag=$4 name=$5 rank=()
-    [ -n "${6:-}" ] && rank=(--node-rank "$6")
+etcd_agents_one() { # DIR N TAG NAME: one more agent, NAME, that claims whichever node rank is free
+    local dir=$1 n=$2 tag=$3 name=$4
     CKPT_ARENA_DIR=$dir/arena.$tag.$name CKPT_JOB=benchcp$tag CKPT_NODE_TIMEOUT=2 CKPT_RESTART_BACKOFF=0 \
         CKPT_REPLICAS=1 setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$dir/sid.$tag.$name" \
-        "$BUILD/bin/ckpt-resume" --coord "$coord" --nnodes "$n" "${rank[@]}" --nproc 1 -- sleep 600 \
+        "$BUILD/bin/ckpt-resume" --coord "etcd://$BENCH_ETCD" --nnodes "$n" --nproc 1 -- sleep 600 \
         2>&1 </dev/null | stamp >"$dir/log.$tag.$name" &
 }

@@ -44,4 +44,14 @@ void ckpt_auth_seal(int fd, const void *hdr, size_t hlen, const void *a, size_t 
 int ckpt_auth_check(int fd, const void *hdr, size_t hlen, const void *payload, size_t len,
                     const uint8_t got[CKPT_AUTH_TAG]);
 
+/* The tag of a message that travels through a third party rather than
+ * over a connection (the agents' mailboxes in etcd): HMAC-SHA256, under a
+ * key of its own drawn from the job key, of the name it is put under (its
+ * mailbox and sequence number) and of what it says.  A message written
+ * without the job key, altered, or moved to another name fails its tag. */
+void ckpt_auth_mac(const char *name, const void *msg, size_t len, uint8_t out[CKPT_AUTH_TAG]);
+
+/* Checks such a tag.  Returns 0 or -EACCES. */
+int ckpt_auth_mac_check(const char *name, const void *msg, size_t len, const uint8_t got[CKPT_AUTH_TAG]);
+
 #endif

@@ -1,5 +1,8 @@
 # Helpers of the etcd scenarios (etcd.bats, etcd_faults.bats): a three-member
-# etcd cluster on loopback ports, agents in sessions of their own.
+# etcd cluster on loopback ports (etcd_cluster.bash), agents in sessions of
+# their own.
+
+load etcd_cluster
 
 setup() {
     BUILD=${BUILD:-$BATS_TEST_DIRNAME/../../build}
@@ -18,33 +21,8 @@ setup() {
 
 teardown() {
     for f in "$D"/sid.*; do [ -f "$f" ] && pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
-    for i in 0 1 2; do [ -f "$D/etcd.pid.$i" ] && kill -KILL "$(cat "$D/etcd.pid.$i")" 2>/dev/null; done
+    etcd_down
     [ -n "${KEEP_D:-}" ] && cp -r "$D" "$KEEP_D"; rm -rf "$D"
-}
-
-# etcd_up N: an etcd cluster of N members on free loopback ports; ENDPOINTS lists their client addresses.
-etcd_up() {
-    local n=$1 i base cluster=""
-    base=$((20000 + RANDOM % 10000))
-    for ((i = 0; i < n; i++)); do cluster+="${cluster:+,}m$i=http://127.0.0.1:$((base + 2 * i + 1))"; done
-    ENDPOINTS=""
-    for ((i = 0; i < n; i++)); do
-        ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((base + 2 * i))"
-        echo "--name m$i --data-dir $D/etcd.$i --listen-client-urls http://127.0.0.1:$((base + 2 * i)) \
---advertise-client-urls http://127.0.0.1:$((base + 2 * i)) --listen-peer-urls http://127.0.0.1:$((base + 2 * i + 1)) \
---initial-advertise-peer-urls http://127.0.0.1:$((base + 2 * i + 1)) --initial-cluster $cluster \
---heartbeat-interval 50 --election-timeout 500" >"$D/etcd.args.$i"
-        etcd_member $i
-    done
-    for _ in $(seq 100); do etcdctl --endpoints "$ENDPOINTS" endpoint health >/dev/null 2>&1 && return 0; sleep 0.1; done
-    echo "etcd did not come up" >&2
-    cat "$D"/etcd.log.* >&2
-    return 1
-}
-etcd_member() { # I: (re)starts member I
-    # shellcheck disable=SC2046
-    etcd $(cat "$D/etcd.args.$1") >>"$D/etcd.log.$1" 2>&1 &
-    echo $! >"$D/etcd.pid.$1"
 }
 
 # start TAG N [NODE_RANK]: an agent of N nodes x 1 rank in a session of its own, arena $D/arena.TAG

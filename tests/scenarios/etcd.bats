@@ -236,7 +236,7 @@ EOF
 }
 
 # bats test_tags=long
-@test "replication keeps up through etcd over a long run: the newest durable iteration is near the last one" {
+@test "replication keeps up through etcd over a long run: the newest durable iteration is near the last one, and each round sends what the replay logs grew by" {
     # Targets travel through etcd slower than the ranks iterate: aimed just
     # past the nodes' commits, they reached the nodes at different
     # iterations, and rounds kept missing each other.
@@ -255,6 +255,14 @@ EOF
     rounds=${BASH_REMATCH[1]} durable=${BASH_REMATCH[2]}
     [ "$rounds" -ge 20 ] && [ "$durable" -ge $((12000 - 4 * 12000 / rounds)) ] ||
         { echo "$rounds rounds, newest durable iteration $durable"; show; return 1; }
+    # Each round sends what the log grew by, not the whole log again: the
+    # bytes sent are the log once, not once per round.
+    local sent whole
+    for t in a b c; do
+        read -r sent whole < <(sed -n 's/^ckpt-resume: replay logs to peers: \([0-9]*\) bytes sent, of logs \([0-9]*\) bytes long.*/\1 \2/p' "$D/err.$t")
+        echo "$t: replay log bytes sent $sent of $whole"
+        [ -n "$sent" ] && [ "$sent" -gt 0 ] && [ $((sent * 10)) -lt "$whole" ] || { show; return 1; }
+    done
 }
 
 @test "standbys through etcd, 3 nodes: a rank killed, the standbys of every node take over at the leader's word, as uninterrupted" {

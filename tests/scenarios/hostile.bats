@@ -37,6 +37,7 @@
 #     manifest
 
 load output
+load etcd_cluster
 
 bats_require_minimum_version 1.5.0
 
@@ -52,6 +53,7 @@ setup() {
 }
 
 teardown() {
+    etcd_down
     mountpoint -q "$D/shm" 2>/dev/null && umount "$D/shm"
     rm -rf "$D"
 }
@@ -274,9 +276,10 @@ $D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be t
     mkdir -p "$D/shm"
     mount -t tmpfs -o size=1m,mode=1777 tmpfs "$D/shm" 2>/dev/null || skip "cannot mount a small tmpfs here"
     ARGS="--iters 6 --hidden 256 --layers 3" # 3.3 MiB of state
-    local port=$((10000 + RANDOM % 22000)) i
+    etcd_up 1
+    local i
     for i in 0 1; do
-        CKPT_ARENA_DIR=$D/shm/node$i CKPT_NODE_TIMEOUT=10 timeout -k 5 60 "$RESUME" --coord 127.0.0.1:$port \
+        CKPT_ARENA_DIR=$D/shm/node$i CKPT_NODE_TIMEOUT=10 timeout -k 5 60 "$RESUME" --coord "etcd://$ENDPOINTS" \
             --nnodes 2 --node-rank $i --nproc 1 -- "$TRAIN" $ARGS >"$D/out.$i" 2>"$D/err.$i" &
     done
     wait
@@ -288,9 +291,10 @@ $D/theirs|$D/theirs belongs to uid $(id -u nobody): a shared directory must be t
 }
 
 @test "a usage error on a node of several (the same exit status before any boundary, twice): the coordinator ends the job, saying so, without using up the restarts" {
-    local port=$((10000 + RANDOM % 22000)) i
+    etcd_up 1
+    local i
     for i in 0 1; do
-        CKPT_ARENA_DIR=$D/node$i CKPT_NODE_TIMEOUT=10 timeout -k 5 60 "$RESUME" --coord 127.0.0.1:$port \
+        CKPT_ARENA_DIR=$D/node$i CKPT_NODE_TIMEOUT=10 timeout -k 5 60 "$RESUME" --coord "etcd://$ENDPOINTS" \
             --nnodes 2 --node-rank $i --nproc 1 --max-restarts 5 -- "$TRAIN" --no-such-option >"$D/out.$i" 2>"$D/err.$i" &
     done
     wait

@@ -244,10 +244,10 @@ true|expected '--' before the command, got 'true'
 --max-restarts -1 -- true|--max-restarts: expected an integer from 0 to 1000, got '-1'
 --max-restarts 1.5 -- true|--max-restarts: expected an integer from 0 to 1000, got '1.5'
 --max-restarts=1001 -- true|--max-restarts: expected an integer from 0 to 1000, got '1001'
---frobnicate -- true|unknown option '--frobnicate'; accepted: --nproc N, --max-restarts R, --coord HOST:PORT
+--frobnicate -- true|unknown option '--frobnicate'; accepted: --nproc N, --max-restarts R, --coord etcd://HOST:PORT
 --nnodes 0 -- true|--nnodes: expected an integer from 1 to 65536, got '0'
 --node-rank x -- true|--node-rank: expected an integer from 0 to 65535, got 'x'
---coord|--coord needs a value: HOST:PORT
+--coord|--coord needs a value: etcd://HOST:PORT[,...]
 EOF
     CKPT_KILL_GRACE=soon run ckpt -- true
     [ "$status" -eq 2 ]

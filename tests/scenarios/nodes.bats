@@ -1,15 +1,17 @@
 #!/usr/bin/env bats
 # ckpt-resume on several nodes, each node an agent with its own arena on
-# this machine, meeting over TCP on 127.0.0.1: the job runs as one world;
-# a node that is lost (its agent and its ranks killed, its host memory
-# wiped) is replaced by a new agent with the same node rank, and the job
-# comes back from its peers' memory, ending exactly as an uninterrupted
-# run; when every holder of a node's snapshots is lost, recovery reads the
-# nodes' disks, and without disks it stops with a message naming what was
-# lost.
+# this machine, meeting through an etcd the test starts on loopback: the
+# job runs as one world; a node that is lost (its agent and its ranks
+# killed, its host memory wiped) is replaced by a new agent with the same
+# node rank, and the job comes back from its peers' memory, ending exactly
+# as an uninterrupted run; when every holder of a node's snapshots is lost,
+# recovery reads the nodes' disks, and without disks it stops with a
+# message naming what was lost.  The election, leases and etcd's own
+# faults are etcd.bats' and etcd_faults.bats'.
 
 load output
 load bytes
+load etcd_cluster
 
 bats_require_minimum_version 1.5.0
 
@@ -25,27 +27,49 @@ setup() {
     export CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=5 CKPT_NODE_TIMEOUT=10 CKPT_JOB=nodes
     ARGS="--iters 200 --hidden 64 --layers 3"
     PORT=$((10000 + RANDOM % 22000)) # below the ephemeral ports (32768 and up)
+    command -v etcd >/dev/null && command -v etcdctl >/dev/null || { echo "etcd is not installed (scripts/setup-deps)" >&2; return 1; }
+    export ETCDCTL_API=3
+    etcd_up 1
 }
 
 teardown() {
     for f in "$D"/sid.*; do [ -f "$f" ] && pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
+    etcd_down
     for ns in ${NETNS:-}; do ip netns del "$ns" 2>/dev/null; done
     [ -n "${KEEP_D:-}" ] && cp -r "$D" "$KEEP_D"
     rm -rf "$D"
 }
 
-# start I N P [TAG]: starts node I of N (P ranks each) in a session of its own, in the background;
-# its output goes to $D/out.I[TAG], $D/err.I[TAG], its exit status to $D/rc.I[TAG].  With
-# NODE_NS set (an array, one network namespace per node), node I runs in ${NODE_NS[I]} and
-# meets the others at COORD_HOST.
+# start I N P [TAG]: starts node I of N (P ranks each) in a session of its own, in the background,
+# through the test's etcd (or ETCD_AT); its output goes to $D/out.I[TAG], $D/err.I[TAG], its exit
+# status to $D/rc.I[TAG].  With NODE_NS set (an array, one network namespace per node), node I
+# runs in ${NODE_NS[I]}.  A test's first node 0 is started as the job's leader (the others are
+# started once it leads), so that the coordinator's lines are in $D/err.0 until node 0 is lost.
 start() {
     local i=$1 n=$2 p=$3 tag=${4:-} in=() logs=
     [ -n "${NODE_NS[$i]:-}" ] && in=(ip netns exec "${NODE_NS[$i]}")
     [ -n "${LOGS_ON_DISK:-}" ] && logs=$D/logs.$i && mkdir -p "$logs"
     CKPT_REPLAY_LOG_DIR=$logs CKPT_ARENA_DIR=$D/arena.$i "${in[@]}" setsid bash -c 'echo $$ >"$1"; rc=$2; shift 2; timeout -k 5 120 "$@"; echo $? >"$rc"' \
-        _ "$D/sid.$i$tag" "$D/rc.$i$tag" "$CKPT" --coord "${COORD_HOST:-127.0.0.1}:$PORT" --nnodes "$n" --node-rank "$i" \
+        _ "$D/sid.$i$tag" "$D/rc.$i$tag" "$CKPT" --coord "etcd://${ETCD_AT:-$ENDPOINTS}" --nnodes "$n" --node-rank "$i" \
         --nproc "$p" -- "$TRAIN" $ARGS >"$D/out.$i$tag" 2>"$D/err.$i$tag" </dev/null &
-    for _ in $(seq 100); do [ -s "$D/sid.$i$tag" ] && return 0; sleep 0.01; done
+    for _ in $(seq 100); do [ -s "$D/sid.$i$tag" ] && break; sleep 0.01; done
+    [ "$i$tag" = 0 ] || return 0
+    for _ in $(seq 600); do
+        grep -q "^ckpt-resume: this node (0) leads the job" "$D/err.0" 2>/dev/null && return 0
+        [ -s "$D/rc.0" ] && break
+        sleep 0.05
+    done
+    echo "node 0 did not come to lead the job" >&2
+    return 1
+}
+
+# coord_port: the port the leader's coordinator listens on (node 0's).
+coord_port() {
+    for _ in $(seq 200); do
+        sed -n 's/^ckpt-resume: coordinating .* on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$D/err.0" | tail -n 1 | grep . && return 0
+        sleep 0.05
+    done
+    return 1
 }
 
 # Waits until node 0's rank 0 has printed iteration $1.
@@ -121,7 +145,11 @@ recover_from_peers() { # N P LOST
 # The copy of rank 1's log that node 0 keeps on its disk is past the memory bound.
 peer_log_on_disk() {
     local f=$D/logs.0/peers/rank1.replay.log
-    for _ in $(seq 100); do [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" -gt 16384 ] && return 0; sleep 0.1; done
+    for _ in $(seq 300); do
+        [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" -gt 16384 ] && return 0
+        [ ! -s "$D/rc.1" ] || { echo "node 1 ended before its log passed the bound: the job is too short"; return 1; }
+        sleep 0.1
+    done
     echo "$f: $(stat -c %s "$f" 2>&1)"
     show
     return 1
@@ -129,6 +157,7 @@ peer_log_on_disk() {
 
 @test "replay logs on disk (CKPT_REPLAY_LOG_DIR), longer than CKPT_REPLAY_LOG_MAX: each peer keeps its copy on its disk; node 1 lost with its memory and its disk comes back from node 0's copy, as uninterrupted" {
     export CKPT_REPLAY_LOG_MAX=16K LOGS_ON_DISK=1 BEFORE_LOSS=peer_log_on_disk
+    ARGS="--iters 1500 --hidden 64 --layers 3" # running on while the log grows past the bound
     recover_from_peers 2 1 1
     ! grep "refused rank .* replay log" "$D"/err.*
 }
@@ -141,21 +170,6 @@ peer_log_on_disk() {
     for f in "$D/err.0" "$D/err.1.new"; do
         grep -q "^ckpt-resume: debug: taking replicas on .* (provider .*, tagged messages)" "$f" || { show; return 1; }
     done
-}
-
-@test "node 0 (the coordinator's) lost and replaced: the others wait for it, and the job comes back from their memory, as uninterrupted" {
-    plain 2 1 || { cat "$D/plain.err"; return 1; }
-    start 0 2 1
-    start 1 2 1
-    wait_iter 60
-    lose 0
-    start 0 2 1 .new
-    wait_rc "$D/rc.0.new" "$D/rc.1" || { show; return 1; }
-    [ "$(cat "$D/rc.0.new")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
-    grep -q "lost the coordinator" "$D/err.1" || { show; return 1; }
-    grep -q "^ckpt-resume: rank 0: from the peer arena of node 1" "$D/err.0.new" || { show; return 1; }
-    grep -q "^ckpt-resume: rank 0 restores iteration [0-9]* from a peer's copy" "$D/err.0.new" || { show; return 1; }
-    diff <(cat "$D/out.0" "$D/out.0.new" | resumed_output) "$D/plain"
 }
 
 @test "nodes in network namespaces of their own, joined by veth pairs: node 1 lost and replaced comes back from node 0's memory, as uninterrupted" {
@@ -173,7 +187,16 @@ peer_log_on_disk() {
         ip -n "$a" link set "v$$a" up && ip -n "$b" link set "v$$b" up &&
         ip -n "$a" link set lo up && ip -n "$b" link set lo up || return 1
     plain 2 1 || { cat "$D/plain.err"; return 1; }
-    NODE_NS=("$a" "$b") COORD_HOST=10.77.0.1
+    # The job's etcd in node 0's namespace: node 1 reaches it over the veth pair too.
+    ip netns exec "$a" etcd --name ns --data-dir "$D/etcd.ns" --listen-client-urls http://10.77.0.1:23790 \
+        --advertise-client-urls http://10.77.0.1:23790 --listen-peer-urls http://127.0.0.1:23791 \
+        --initial-advertise-peer-urls http://127.0.0.1:23791 --initial-cluster ns=http://127.0.0.1:23791 \
+        >"$D/etcd.log.ns" 2>&1 &
+    echo $! >"$D/etcd.pid.ns"
+    disown
+    ETCD_AT=10.77.0.1:23790
+    for _ in $(seq 100); do ip netns exec "$b" etcdctl --endpoints "$ETCD_AT" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+    NODE_NS=("$a" "$b")
     CKPT_LOG=debug start 0 2 1
     start 1 2 1
     wait_iter 60
@@ -229,7 +252,8 @@ refuse_everywhere() {
     ! grep -q "^iter 1 " <(sed '1,/^iter 2 /d' "$D/out.0") || { echo "the job started again from iteration 1"; show; return 1; }
     # The same with a clean start allowed: the job runs again from the
     # beginning, says what was lost, and ends as uninterrupted.
-    rm -rf "$D"/arena.* "$D"/rc.* "$D"/out.* "$D"/err.* "$D/crashed"
+    rm -rf "$D"/arena.* "$D"/rc.* "$D"/out.* "$D"/err.* "$D"/sid.* "$D/crashed"
+    etcd_forget
     ARGS="--iters 60 --hidden 64 --layers 3" plain 2 1 || { cat "$D/plain.err"; return 1; }
     refuse_everywhere CKPT_FALLBACK=clean || { show; return 1; }
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
@@ -256,10 +280,16 @@ refuse_everywhere() {
 # each other's replicas, are lost and started again (with VAR=VALUE... in
 # their environment) and must read their ranks back from their disks.
 lose_2_and_3_to_disk() { # [VAR=VALUE...]
+    ARGS="--iters 600 --hidden 64 --layers 3" # still running once nodes 2 and 3 have persisted
     plain 4 1 || { cat "$D/plain.err"; return 1; }
     for i in 0 1 2 3; do mkdir -p "$D/disk.$i"; done
     for i in 0 1 2 3; do CKPT_PERSIST_DIRS=$D/disk.$i start "$i" 4 1; done
     wait_iter 60
+    # a generation complete on both disks (its manifest is written last)
+    for _ in $(seq 600); do
+        ls "$D"/disk.2/*/gen-*/manifest "$D"/disk.3/*/gen-*/manifest >/dev/null 2>&1 && break
+        sleep 0.1
+    done
     lose 2
     lose 3
     for i in 2 3; do (export "$@" CKPT_PERSIST_DIRS=$D/disk.$i; start $i 4 1 .new); done
@@ -276,14 +306,14 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
 
 @test "a node that reads its disk for longer than CKPT_NODE_TIMEOUT is not taken as lost: it recovers, as uninterrupted" {
     # Every read I/O of the replaced nodes takes 2.5 s: reading a generation
-    # back outlasts the 3 s timeout.  Their agents keep sending heartbeats
-    # meanwhile; a node taken as lost would fail the launch and the job.
+    # back outlasts the 3 s timeout.  Their agents keep renewing their
+    # leases meanwhile; a node taken as lost would fail the launch and the job.
     export CKPT_NODE_TIMEOUT=3
     lose_2_and_3_to_disk CKPT_FAULT=io:delay=2500:op=read
     wait_rc "$D/rc.0" "$D/rc.1" "$D/rc.2.new" "$D/rc.3.new" || { show; return 1; }
     for f in "$D/rc.0" "$D/rc.1" "$D/rc.2.new" "$D/rc.3.new"; do [ "$(cat "$f")" = 0 ] || { show; return 1; }; done
     grep -q "restore iteration [0-9]* from disk" "$D/err.3.new" || { show; return 1; }
-    ! grep -q "not heard from in time" "$D/err.0" || { show; return 1; }
+    [ "$(grep -c "is lost" "$D/err.0")" -eq 2 ] || { show; return 1; } # nodes 2 and 3, once each
     [ "$(grep -c "^ckpt-resume: restarting" "$D/err.0")" -eq 1 ] || { show; return 1; }
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
@@ -345,42 +375,24 @@ PY
     diff "$D/out.0" "$D/plain"
 }
 
-@test "a silent node (its agent stopped) is taken as lost by missed heartbeats; awake again, it rejoins and the job ends as uninterrupted" {
+@test "a node whose agent froze (SIGSTOP, no CKPT_FENCE_CMD) past its lease is taken as lost; awake, it stops its ranks, takes its rank again, and the job ends as uninterrupted" {
     export CKPT_NODE_TIMEOUT=3
+    ARGS="--iters 1000 --hidden 64 --layers 3"
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     start 0 2 1
     start 1 2 1
     wait_iter 60
     agent=$(pgrep -s "$(cat "$D/sid.1")" -x ckpt-resume)
+    [ -n "$agent" ] || { echo "node 1 ended before its agent could be stopped: the job is too short"; show; return 1; }
     kill -STOP "$agent"
-    for _ in $(seq 400); do grep -q "node 1 is lost (not heard from in time)" "$D/err.0" && break; sleep 0.1; done
+    for _ in $(seq 400); do grep -q "node 1 is lost" "$D/err.0" && break; sleep 0.1; done
     kill -CONT "$agent"
     wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
-    grep -q "node 1 is lost (not heard from in time)" "$D/err.0" || { show; return 1; }
+    grep -q "node 1 is lost" "$D/err.0" || { show; return 1; }
+    grep -q "this node's etcd lease has expired: this node stops its ranks" "$D/err.1" || { show; return 1; }
+    grep -q "it is back in the job as node 1" "$D/err.1" || { show; return 1; }
     grep -q "^ckpt-resume: restarting from iteration [0-9]*$" "$D/err.0" || { show; return 1; }
-    done_line "cold" || { show; return 1; }
-    diff <(resumed_output "$D/out.0") "$D/plain"
-}
-
-@test "a node's new agent joins while the coordinator still holds the old one's quiet connection: the new one is the node" {
-    # Across a partition the old connection's close may never come; the
-    # node gave up on it first and joins again.  It must not be refused as
-    # a duplicate (it would end for good) while the old one is silent.
-    plain 2 1 || { cat "$D/plain.err"; return 1; }
-    start 0 2 1
-    start 1 2 1
-    wait_iter 60
-    agent=$(pgrep -s "$(cat "$D/sid.1")" -x ckpt-resume)
-    kill -STOP "$agent"
-    sleep 3 # quiet for longer than two heartbeats, well within CKPT_NODE_TIMEOUT (10 s)
-    start 1 2 1 .new
-    for _ in $(seq 200); do grep -q "node 1 is lost (it joined again on a new connection)" "$D/err.0" && break; sleep 0.1; done
-    pkill -KILL -s "$(cat "$D/sid.1")"
-    wait_rc "$D/rc.0" "$D/rc.1.new" || { show; return 1; }
-    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1.new")" = 0 ] || { show; return 1; }
-    grep -q "node 1 is lost (it joined again on a new connection)" "$D/err.0" || { show; return 1; }
-    ! grep -q "refused a node" "$D/err.0" || { show; return 1; }
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
@@ -426,7 +438,8 @@ PY
     start 0 2 1
     start 1 2 1
     wait_iter 20
-    python3 - "$PORT" <<'PY' &
+    port=$(coord_port) || { show; return 1; }
+    python3 - "$port" <<'PY' &
 import socket, sys, time
 held = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(30)]
 time.sleep(2)  # all of them accepted, then all of them readable at once
@@ -438,28 +451,35 @@ PY
     wait_rc "$D/rc.0" "$D/rc.1" || { kill "$strangers"; show; return 1; }
     kill "$strangers" 2>/dev/null || true
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
-    ! grep -q "not heard from in time\|lost the coordinator" "$D/err.0" "$D/err.1" || { show; return 1; }
+    ! grep -q "is lost\|lost the coordinator" "$D/err.0" "$D/err.1" || { show; return 1; }
     [ "$(tail -n 1 "$D/err.0")" = "ckpt-resume: done exit=0 restarts=0" ] || { show; return 1; }
     diff "$D/out.0" "$D/plain"
 }
 
-@test "with CKPT_JOB_KEY: the nodes talk sealed; a node with another key, or a stranger, is refused and named" {
+@test "with CKPT_JOB_KEY: the nodes' messages through etcd carry its tag; a node with another key, or a stranger, is refused and named" {
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     export CKPT_JOB_KEY=0123456789abcdef-the-right-one
     start 0 2 1
     CKPT_JOB_KEY=0123456789abcdef-the-wrong-one start 1 2 1 .wrong
     wait_rc "$D/rc.1.wrong" || { show; return 1; }
     [ "$(cat "$D/rc.1.wrong")" = 1 ] || { show; return 1; }
-    grep -q "did not authenticate with this job's key (CKPT_JOB_KEY).*every node needs the same CKPT_JOB_KEY" \
+    grep -q "did not authenticate with this node's key (CKPT_JOB_KEY).*every node needs the same CKPT_JOB_KEY" \
         "$D/err.1.wrong" || { show; return 1; }
+    grep -q "refused node 1's agent: its messages in etcd did not authenticate with this job's key (CKPT_JOB_KEY)" \
+        "$D/err.0" || { show; return 1; }
+    # A node with no key at all reads the leader's refusal as it is.
+    (unset CKPT_JOB_KEY; start 1 2 1 .none)
+    wait_rc "$D/rc.1.none" || { show; return 1; }
+    [ "$(cat "$D/rc.1.none")" = 1 ] || { show; return 1; }
+    grep -q "the coordinator ends the job: this node's messages did not authenticate with the job's key (CKPT_JOB_KEY): every node needs the same CKPT_JOB_KEY$" \
+        "$D/err.1.none" || { show; return 1; }
     # A stranger that speaks the protocol but holds no key.
-    exec 7<>"/dev/tcp/127.0.0.1/$PORT" && printf 'CKRP\001\000\100\000\000\000\000\000\000\000\000\000' >&7
+    exec 7<>"/dev/tcp/127.0.0.1/$(coord_port)" && printf 'CKRP\001\000\100\000\000\000\000\000\000\000\000\000' >&7
     exec 7>&-
     start 1 2 1
     wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
-    [ "$(grep -c "refused a connection that did not authenticate with this job's key" "$D/err.0")" -ge 2 ] ||
-        { show; return 1; }
+    grep -q "refused a connection that did not authenticate with this job's key" "$D/err.0" || { show; return 1; }
     ( ! grep -q "not authenticated" "$D/err.0" )
     ( ! grep -rq "the-right-one" "$D"/err.* "$D"/out.* )
     diff "$D/out.0" "$D/plain"
@@ -481,13 +501,14 @@ EOF
 }
 
 @test "CKPT_NODE_LAUNCHER: node 0 starts the others with a key it made, starts a lost one again, and the job ends as uninterrupted" {
+    ARGS="--iters 1000 --hidden 64 --layers 3" # node 2 still runs when it is lost
     plain 4 1 || { cat "$D/plain.err"; return 1; }
     machine
     unset CKPT_JOB_KEY
     CKPT_NODE_LAUNCHER=$D/machine start 0 4 1
     wait_iter 60 || { show; return 1; }
     # A stranger that speaks the protocol but holds no key.
-    exec 7<>"/dev/tcp/127.0.0.1/$PORT" && printf 'CKRP\001\000\100\000\000\000\000\000\000\000\000\000' >&7
+    exec 7<>"/dev/tcp/127.0.0.1/$(coord_port)" && printf 'CKRP\001\000\100\000\000\000\000\000\000\000\000\000' >&7
     exec 7>&-
     lose 2
     wait_rc "$D/rc.0" || { show; return 1; }
@@ -524,6 +545,7 @@ EOF
 }
 
 @test "CKPT_NODE_LAUNCHER: when node 0 dies, the nodes it started get SIGTERM and end" {
+    ARGS="--iters 1000 --hidden 64 --layers 3" # node 0 still runs when it is killed
     machine
     CKPT_NODE_LAUNCHER=$D/machine start 0 2 1
     wait_iter 20 || { show; return 1; }
@@ -541,13 +563,6 @@ EOF
     [ "$status" = 0 ] && [[ $output =~ ^[0-9a-f]{64}$ ]] && [ "$output" != "$first" ]
 }
 
-# u64 FILE OFFSET [VALUE]: reads, or writes, a little-endian 64-bit field.
-# damage_replicas MODE: every replica node 0 keeps of rank 1, damaged: one
-# bit flipped in its data (flip), its first page of data zeroed (zero), cut
-# in half (trunc); or (stale) the older one relabelled as the newer one
-# (its generation at byte 88, its iteration at 96) and the newer one
-# uncommitted, as an old copy left where the newer one belongs.  Prints
-# the iterations the damaged copies claim.
 # How many committed copies of rank 1 node 0 holds.
 copies() {
     local s n=0
@@ -557,6 +572,12 @@ copies() {
     echo $n
 }
 
+# damage_replicas MODE: every replica node 0 keeps of rank 1, damaged: one
+# bit flipped in its data (flip), its first page of data zeroed (zero), cut
+# in half (trunc); or (stale) the older one relabelled as the newer one
+# (its generation at byte 88, its iteration at 96) and the newer one
+# uncommitted, as an old copy left where the newer one belongs.  Prints
+# the iterations the damaged copies claim.
 damage_replicas() {
     local s off byte slots=() old new
     for s in "$D"/arena.0/peers/*/rank1/slot?; do
@@ -597,7 +618,7 @@ damage_replicas() {
         for try in 1 2 3; do
             rm -rf "$D"/arena.* "$D"/disk.* "$D"/rc.* "$D"/sid.* "$D"/out.* "$D"/err.*
             mkdir -p "$D/disk.0" "$D/disk.1"
-            PORT=$((10000 + RANDOM % 22000))
+            etcd_forget
             CKPT_PERSIST_DIRS=$D/disk.0 start 0 2 1
             CKPT_PERSIST_DIRS=$D/disk.1 start 1 2 1
             wait_iter 60
@@ -742,7 +763,7 @@ standbys_on_every_node() {
 
 @test "standbys on every node (2 nodes x 2 ranks): a rank killed, the standbys of both nodes take over at the same iteration, no rank replays from the start, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
-    ARGS="--iters 400 --hidden 64 --layers 3"
+    ARGS="--iters 1000 --hidden 64 --layers 3" # still running once the standbys are (a loaded machine)
     plain 2 2 || { cat "$D/plain.err"; return 1; }
     start 0 2 2
     start 1 2 2
@@ -765,7 +786,7 @@ standbys_on_every_node() {
 
 @test "standbys on every node: a node lost with its standbys, the replacement has none: every node recovers by the cold path, said, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
-    ARGS="--iters 400 --hidden 64 --layers 3"
+    ARGS="--iters 1000 --hidden 64 --layers 3" # still running once the standbys are (a loaded machine)
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     start 0 2 1
     start 1 2 1
@@ -784,7 +805,7 @@ standbys_on_every_node() {
 
 @test "standbys on every node: one node's standby killed during the takeover, the other's already live: every node goes on by the cold path, said, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
-    ARGS="--iters 400 --hidden 64 --layers 3"
+    ARGS="--iters 1000 --hidden 64 --layers 3" # still running once the standbys are (a loaded machine)
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     start 0 2 1
     CKPT_FAULT=kill:rank=1:iter=1:phase=restore start 1 2 1
@@ -809,29 +830,6 @@ standbys_on_every_node() {
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
-# bats test_tags=long
-@test "replication keeps up over a long run: the newest durable iteration is near the last one" {
-    # Nodes whose ranks skipped different iterations (one was busy being
-    # replicated) once waited for each other for ever, every snapshot
-    # skipped behind the kept one: replication stopped without a word.
-    ARGS="--iters 3000 --hidden 64 --layers 3"
-    start 0 2 1
-    start 1 2 1
-    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
-    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
-    local durable
-    durable=$(sed -n 's/^ckpt-resume: replication: .*newest durable iteration \([0-9]*\)$/\1/p' "$D/err.0")
-    [ -n "$durable" ] && [ "$durable" -ge 2900 ] || { echo "newest durable iteration: ${durable:-none}"; show; return 1; }
-    # Each round sends what the log grew by, not the whole log again: the
-    # bytes sent are the log once, not once per round.
-    local i sent whole
-    for i in 0 1; do
-        read -r sent whole < <(sed -n 's/^ckpt-resume: replay logs to peers: \([0-9]*\) bytes sent, of logs \([0-9]*\) bytes long.*/\1 \2/p' "$D/err.$i")
-        echo "node $i: replay log bytes sent $sent of $whole"
-        [ -n "$sent" ] && [ "$sent" -gt 0 ] && [ $((sent * 10)) -lt "$whole" ] || { show; return 1; }
-    done
-}
-
 @test "replication rounds are sent from the ranks' published schedule and show on their timelines" {
     export CKPT_KEEP_ARENA=1
     start 0 2 1
@@ -846,23 +844,26 @@ standbys_on_every_node() {
 }
 
 @test "bad node options stop ckpt-resume before any rank starts, naming what to fix" {
+    local etcd=etcd://$ENDPOINTS
     run -2 "$CKPT" --nnodes 2 --nproc 1 -- "$TRAIN"
-    [[ $output == *"--nnodes and --node-rank need --coord HOST:PORT"* ]]
-    run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --node-rank 2 --nproc 1 -- "$TRAIN"
+    [[ $output == *"--nnodes and --node-rank need --coord etcd://HOST:PORT[,...] (or CKPT_COORD)"* ]]
+    run -2 "$CKPT" --coord "$etcd" --nnodes 2 --node-rank 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"--node-rank 2: expected 0 to 1 (--nnodes 2)"* ]]
-    run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 -- "$TRAIN"
+    run -2 "$CKPT" --coord "$etcd" --nnodes 2 -- "$TRAIN"
     [[ $output == *"--coord needs --nproc N"* ]]
-    CKPT_REPLICAS=3 run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --nproc 1 -- "$TRAIN"
+    CKPT_REPLICAS=3 run -2 "$CKPT" --coord "$etcd" --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"CKPT_REPLICAS=3: the job has 2 nodes"* ]]
-    run -2 "$CKPT" --coord nowhere --nnodes 2 --nproc 1 -- "$TRAIN"
-    [[ $output == *"--coord: expected HOST:PORT or etcd://HOST:PORT[,...], got 'nowhere'"* ]]
-    CKPT_JOB_KEY=short run -2 "$CKPT" --coord 127.0.0.1:$PORT --nnodes 2 --nproc 1 -- "$TRAIN"
+    # The coordinator on node 0 (--coord HOST:PORT) is no more: said, with what to give instead.
+    for coord in nowhere 127.0.0.1:$PORT; do
+        run -2 "$CKPT" --coord "$coord" --nnodes 2 --node-rank 0 --nproc 1 -- "$TRAIN"
+        [[ $output == *"--coord $coord: the nodes of a job meet through etcd: expected etcd://HOST:PORT[,HOST:PORT...]"* ]] ||
+            { echo "$output"; false; }
+    done
+    CKPT_JOB_KEY=short run -2 "$CKPT" --coord "$etcd" --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"CKPT_JOB_KEY is too short: it must have at least 16 characters"* ]]
     [[ $output != *"short"*"short"* ]]
     run -2 "$CKPT" --spare --nproc 1 -- "$TRAIN"
     [[ $output == *"--spare needs --coord etcd://...: the job whose lost node it replaces"* ]]
-    run -2 "$CKPT" --coord 127.0.0.1:$PORT --spare --nnodes 2 --nproc 1 -- "$TRAIN"
-    [[ $output == *"--spare needs --coord etcd://...: through --coord HOST:PORT a replacement is started with the lost node's --node-rank"* ]]
-    run -2 "$CKPT" --coord etcd://127.0.0.1:$PORT --spare --node-rank 1 --nnodes 2 --nproc 1 -- "$TRAIN"
+    run -2 "$CKPT" --coord "$etcd" --spare --node-rank 1 --nnodes 2 --nproc 1 -- "$TRAIN"
     [[ $output == *"--spare takes the rank of the node that is lost: give no --node-rank"* ]]
 }

@@ -130,6 +130,21 @@ int main(void)
     dup2(saved, s);
     close(saved), close(relay[0]), close(relay[1]), close(c), close(s);
 
+    /* A message through etcd: its tag binds the key, its name and its content. */
+    uint8_t tag[CKPT_AUTH_TAG], other[CKPT_AUTH_TAG];
+    const char *name = "/ckpt/j/e7/up/1/1f/0000000000000003";
+    ckpt_auth_mac(name, "\x40\x00plan", 6, tag);
+    CHECK(ckpt_auth_mac_check(name, "\x40\x00plan", 6, tag) == 0, "a mailbox message's tag verifies");
+    CHECK(ckpt_auth_mac_check(name, "\x40\x00plaN", 6, tag) == -EACCES, "an altered message fails its tag");
+    CHECK(ckpt_auth_mac_check("/ckpt/j/e7/up/1/1f/0000000000000004", "\x40\x00plan", 6, tag) == -EACCES,
+          "a message moved to another name fails its tag");
+    CHECK(ckpt_auth_mac_check("/ckpt/j/e7/up/1/1f/000000000000000", "3\x40\x00plan", 7, tag) == -EACCES,
+          "a name and a message that trade a byte fail the tag");
+    ckpt_auth_set_key("another key, sixteen or more");
+    ckpt_auth_mac(name, "\x40\x00plan", 6, other);
+    CHECK(memcmp(tag, other, sizeof(tag)) != 0 && ckpt_auth_mac_check(name, "\x40\x00plan", 6, tag) == -EACCES,
+          "another key gives another tag");
+
     /* Without a key a connection carries no tags, and a sealed frame is refused on it. */
     ckpt_auth_set_key(NULL);
     rc = pair(&c, &s, &src);

@@ -49,6 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "config.h"
 #include "coord.h"
 #include "etcd.h"
@@ -78,6 +79,7 @@ struct link {
     struct ckpt_wire_rx rx;
     uint64_t seq;           /* the next message this side puts */
     uint64_t taken;         /* the next one it takes */
+    bool refused;           /* on the leader: its agent's messages failed the job key's tag */
 };
 
 /* A message that etcd did not take yet: put again, in order, next turn.
@@ -236,7 +238,7 @@ static int post(int64_t epoch, const char *dir, unsigned node, int64_t lease, ui
         B.capout = cap;
     }
     struct outgoing *o = &B.out[B.nout];
-    if (!(o->value = malloc(len + 2)))
+    if (!(o->value = malloc(len + 2 + CKPT_AUTH_TAG)))
         return -ENOMEM;
     box(o->key, sizeof(o->key), epoch, dir, node, lease);
     if (strcmp(dir, "down") == 0) {
@@ -252,13 +254,18 @@ static int post(int64_t epoch, const char *dir, unsigned node, int64_t lease, ui
     if (len)
         memcpy(o->value + 2, msg, len);
     o->len = len + 2;
+    if (ckpt_auth_enabled())
+        ckpt_auth_mac(o->key, o->value, o->len, (uint8_t *)o->value + o->len), o->len += CKPT_AUTH_TAG;
     B.nout++;
     flush();
     return 0;
 }
 
+static void unauthentic(const char *dir, unsigned node, int64_t lease);
+
 /* Takes every message in dir's box of node, in order: deliver(arg, type,
- * msg, len) each, then deletes them.  Returns how many, or -errno. */
+ * msg, len) each, then deletes them.  With a job key, a message without
+ * its tag is not delivered (unauthentic()).  Returns how many, or -errno. */
 static int take(int64_t epoch, const char *dir, unsigned node, int64_t lease, uint64_t *next,
                 void (*deliver)(unsigned node, uint16_t type, const void *msg, size_t len))
 {
@@ -276,11 +283,20 @@ static int take(int64_t epoch, const char *dir, unsigned node, int64_t lease, ui
         del[nd++] = (struct etcd_op){ .key = kv[i].key };
         if (seq < *next || kv[i].len < 2)
             continue; /* taken before, or not ours */
+        *next = seq + 1;
+        size_t len = kv[i].len;
+        if (ckpt_auth_enabled()) {
+            len -= CKPT_AUTH_TAG;
+            if (kv[i].len < 2 + CKPT_AUTH_TAG ||
+                ckpt_auth_mac_check(kv[i].key, kv[i].value, len, (const uint8_t *)kv[i].value + len) < 0) {
+                unauthentic(dir, node, lease);
+                continue;
+            }
+        }
         uint16_t type;
         memcpy(&type, kv[i].value, 2);
-        *next = seq + 1;
         B.moved++;
-        deliver(node, type, kv[i].value + 2, kv[i].len - 2);
+        deliver(node, type, kv[i].value + 2, len - 2);
     }
     if (nd && etcd_txn(B.e, NULL, 0, del, nd, NULL, why, sizeof(why)) < 0)
         ckpt_log(CKPT_DEBUG, "taken messages not deleted: %s", why);
@@ -326,9 +342,7 @@ static void member_turn(void)
             member_gone();
         if (rc <= 0)
             break;
-        /* Through etcd a node lives while its lease does: heartbeats stay here. */
-        if (type != COORD_HEARTBEAT)
-            post(B.epoch, "up", B.node, B.lease, B.member.seq++, type, msg, len);
+        post(B.epoch, "up", B.node, B.lease, B.member.seq++, type, msg, len);
         free(msg);
     }
     if (B.epoch && !B.paused)
@@ -354,6 +368,42 @@ static void to_coord(unsigned node, uint16_t type, const void *msg, size_t len)
         close_link(l);
 }
 
+/*
+ * A message in a mailbox without this job key's tag: written by an agent
+ * with another CKPT_JOB_KEY (or none), or by something else that reaches
+ * etcd.  On the leader, the agent of that node is refused: its messages
+ * are not used, and it is told to end (in a message it cannot read, which
+ * is how it learns that its key is not the job's).  On a member, the
+ * leader speaks with another key: this node ends.
+ */
+static void unauthentic(const char *dir, unsigned node, int64_t lease)
+{
+    struct coord_status st = { .status = 1 };
+    char msg[sizeof(st) + 200];
+    if (strcmp(dir, "up") == 0) {
+        struct link *l = &B.nodes[node];
+        if (l->refused)
+            return;
+        l->refused = true;
+        ckpt_log(CKPT_WARN, "refused node %u's agent: its messages in etcd did not authenticate with this job's key "
+                 "(CKPT_JOB_KEY); every node needs the same CKPT_JOB_KEY", node);
+        /* Read as it is by an agent without a key: its text ends before the tag does. */
+        int k = snprintf(msg + sizeof(st), sizeof(msg) - sizeof(st), "this node's messages did not authenticate "
+                         "with the job's key (CKPT_JOB_KEY): every node needs the same CKPT_JOB_KEY");
+        memcpy(msg, &st, sizeof(st));
+        post(B.leading, "down", node, lease, l->seq++, COORD_FINISH, msg, sizeof(st) + (size_t)k + 1);
+        return;
+    }
+    if (B.finished)
+        return;
+    int k = snprintf(msg + sizeof(st), sizeof(msg) - sizeof(st), "its messages in etcd did not authenticate "
+                     "with this node's key (CKPT_JOB_KEY): every node needs the same CKPT_JOB_KEY");
+    memcpy(msg, &st, sizeof(st));
+    ckpt_log(CKPT_ERROR, "a message from the job's leader did not authenticate with this node's key (CKPT_JOB_KEY): "
+             "this node leaves the job");
+    to_member(node, COORD_FINISH, msg, sizeof(st) + (size_t)k);
+}
+
 static void stop_leading(void)
 {
     if (!B.leading)
@@ -374,7 +424,7 @@ static void lead(int64_t epoch)
     /* Rank 0's rendezvous is on node 0, wherever the coordinator runs:
      * its address comes from node 0's JOIN (coord.c).  The leader before
      * this one, if its lease ended while the job ran, is fenced first. */
-    int rc = coord_open(&B.coord, &B.copt, "", "");
+    int rc = coord_open(&B.coord, &B.copt);
     if (rc == 0 && B.lost_leader >= 0 && (unsigned)B.lost_leader != B.node)
         coord_lost(B.coord, (unsigned)B.lost_leader, B.lost_leader_ip);
     B.lost_leader = -1;
@@ -466,8 +516,7 @@ static void leader_turn(void)
                 break;
             if (type == COORD_FINISH && len >= sizeof(struct coord_status))
                 put_end((const struct coord_status *)msg);
-            if (type != COORD_HEARTBEAT)
-                post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
+            post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
             free(msg);
         }
     }

@@ -1,6 +1,8 @@
 /*
- * The coordinator of a job on several nodes (coord.h), a thread of node
- * 0's ckpt-resume: it waits until every node has joined, decides where the
+ * The coordinator of a job on several nodes (coord.h), a thread of the
+ * leading agent's ckpt-resume (bridge.c: whichever agent etcd elected), on
+ * loopback, each node's messages reaching it through etcd and the bridge
+ * on a connection of their own: it waits until every node has joined, decides where the
  * job goes back to (runtime/recovery.h) and which copies must travel,
  * launches every node at once, agrees with the nodes on the iterations
  * they keep and replicate, and stops the whole job when one rank fails or
@@ -57,8 +59,6 @@ void coord_tell(struct coord *c, unsigned j, uint16_t type, const void *a, size_
     int rc = ckpt_wire_send(nd->fd, type, a, alen, b, blen);
     if (rc < 0)
         drop(c, j, strerror(-rc));
-    else
-        nd->sent = ckpt_now_s();
 }
 
 void coord_tell_all(struct coord *c, uint16_t type, const void *a, size_t alen)
@@ -248,13 +248,11 @@ static void plan(struct coord *c)
     c->takeover_failed = false;
     if (by_standby)
         ckpt_log(CKPT_INFO, "the standbys of every node take over at iteration %llu", (unsigned long long)it);
-    /* Through etcd the coordinator may run on any node: rank 0's rendezvous
-     * is at node 0's address, the one its agent takes replicas at. */
-    if (c->master_from_node0) {
-        const char *port;
-        if (ckpt_hostport_split(c->nodes[0].addr.hostport, c->master_addr, sizeof(c->master_addr), &port) < 0)
-            snprintf(c->master_addr, sizeof(c->master_addr), "%s", c->nodes[0].addr.hostport);
-    }
+    /* The coordinator may run on any node: rank 0's rendezvous is at node
+     * 0's address, the one its agent takes replicas at. */
+    const char *port;
+    if (ckpt_hostport_split(c->nodes[0].addr.hostport, c->master_addr, sizeof(c->master_addr), &port) < 0)
+        snprintf(c->master_addr, sizeof(c->master_addr), "%s", c->nodes[0].addr.hostport);
     /* a port another process took costs one launch, not every restart (env.c);
      * standbys that take over are the job at their own port, and the next
      * ones get another */
@@ -470,11 +468,8 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
         snprintf(why, sizeof(why), "node %d joins again as node %u", self, jn->node);
     else if (strncmp(jn->job, c->opt->job_name, sizeof(jn->job)) != 0)
         snprintf(why, sizeof(why), "node %u belongs to job '%.64s', not '%s'", jn->node, jn->job, c->opt->job_name);
-    /* Through etcd only the agent holding the node's rank reaches here
-     * (bridge.c): a JOIN on a new connection is that node's new agent. */
-    else if (!c->opt->etcd && c->nodes[jn->node].fd >= 0 && c->nodes[jn->node].fd != fd &&
-             ckpt_now_s() - c->nodes[jn->node].heard < 2 * HEARTBEAT_S)
-        snprintf(why, sizeof(why), "node %u is already in the job", jn->node);
+    /* Only the agent holding the node's rank reaches here (bridge.c): a
+     * JOIN on a new connection is that node's new agent. */
     else if (memchr(jn->replica.hostport, '\0', sizeof(jn->replica.hostport)) == NULL)
         snprintf(why, sizeof(why), "a malformed replica address");
     if (*why) {
@@ -518,7 +513,6 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     nd->epoch = jn->epoch;
     nd->joined = true;
     nd->done = false;
-    nd->heard = ckpt_now_s();
     ckpt_log(CKPT_DEBUG, "node %u joined (%u copies held, replicas at %s)", jn->node, jn->nheld,
              jn->replica.hostport);
     return (int)jn->node;
@@ -534,8 +528,6 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
     case COORD_JOIN:
         if (join(c, nd->fd, (int)j, msg, len) < 0)
             drop(c, j, "its JOIN was refused");
-        return;
-    case COORD_HEARTBEAT:
         return;
     case COORD_FETCHED:
         if (len != sizeof(*st) || c->phase != FETCH)
@@ -667,7 +659,7 @@ static void take_pending(struct coord *c, int i)
 
 /* Takes every whole message node @j has sent; a part of one waits for the
  * next turn, so a node whose frame is slow to come holds up no other. */
-static void take_from(struct coord *c, unsigned j, double now)
+static void take_from(struct coord *c, unsigned j)
 {
     struct node *nd = &c->nodes[j];
     int fd = nd->fd;
@@ -677,10 +669,9 @@ static void take_from(struct coord *c, unsigned j, double now)
         size_t len;
         int rc = ckpt_wire_recv_some(fd, &nd->rx, &type, &msg, &len);
         if (rc < 0)
-            drop(c, j, rc == -ECONNRESET ? "its agent closed the connection" : strerror(-rc));
+            drop(c, j, rc == -ECONNRESET ? "its agent left the job, or its etcd lease ended" : strerror(-rc));
         if (rc <= 0)
             return;
-        nd->heard = now;
         take(c, j, type, msg, len);
         free(msg);
         if (nd->fd != fd)
@@ -742,13 +733,9 @@ bool coord_turn(struct coord *c, int timeout_ms)
         struct node *nd = &c->nodes[j];
         struct pollfd *p = &pfd[k - n + j];
         if (nd->fd >= 0 && p->fd == nd->fd && p->revents)
-            take_from(c, j, now);
-        /* Through etcd a node lives while its lease does: its bridge
-         * connection closes when the lease ends (bridge.c). */
-        if (nd->fd >= 0 && !c->opt->etcd && now - nd->heard > c->timeout_s)
-            drop(c, j, "not heard from in time");
-        if (nd->fd >= 0 && now - nd->sent >= HEARTBEAT_S)
-            coord_tell(c, j, COORD_HEARTBEAT, NULL, 0, NULL, 0);
+            take_from(c, j);
+        /* A node lives while its etcd lease does: its connection here
+         * closes when the lease ends (bridge.c). */
         if (nd->fd < 0 && (c->phase == RUN || c->phase == FETCH)) {
             char why[64];
             snprintf(why, sizeof(why), "node %u was lost", j);
@@ -784,10 +771,12 @@ static void *run(void *arg)
 }
 
 /*
- * Listens on CKPT_COORD; nothing runs until coord_turn() is called.  The
- * caller calls coord_stop() whatever this returns.
+ * Listens at opt->coord (the bridge's loopback address); nothing runs
+ * until coord_turn() or coord_run().  Rank 0's rendezvous is at node 0's
+ * address, its port drawn here.  The caller calls coord_stop() whatever
+ * this returns.
  */
-int coord_open(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port)
+int coord_open(struct coord **out, const struct options *opt)
 {
     char why[256];
     struct coord *c = calloc(1, sizeof(*c));
@@ -808,10 +797,7 @@ int coord_open(struct coord **out, const struct options *opt, const char *master
         return -ENOMEM;
     for (unsigned j = 0; j < c->n; j++)
         c->nodes[j].fd = -1;
-    snprintf(c->master_addr, sizeof(c->master_addr), "%s", master_addr);
-    snprintf(c->master_port, sizeof(c->master_port), "%s", master_port);
-    c->master_from_node0 = !*master_addr;
-    if ((!*master_port && job_master_port(c->master_port) < 0) || job_spare_port(c->standby_port) < 0)
+    if (job_master_port(c->master_port) < 0 || job_spare_port(c->standby_port) < 0)
         return -EADDRINUSE;
     int rc = ckpt_wire_listen(opt->coord, &c->lfd, c->bound, sizeof(c->bound), why, sizeof(why));
     if (rc < 0) {
@@ -843,13 +829,6 @@ int coord_run(struct coord *c)
         return -rc;
     c->started = true;
     return 0;
-}
-
-/* Opens the coordinator and starts its thread.  The caller calls coord_stop() whatever this returns. */
-int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port)
-{
-    int rc = coord_open(out, opt, master_addr, master_port);
-    return rc < 0 ? rc : coord_run(*out);
 }
 
 void coord_lost(struct coord *c, unsigned node, const char *host)

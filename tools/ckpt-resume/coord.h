@@ -1,8 +1,10 @@
 /*
  * The coordination protocol between the node agents of a job on several
- * nodes: node 0's agent runs the coordinator (coord.c), and every agent,
- * node 0's included, is a member connected to it over TCP (member.c),
- * carried in replica/wire.h frames.  The coordinator decides; members do.
+ * nodes: the agent etcd elected runs the coordinator (coord.c), and every
+ * agent, the leader's included, is a member (member.c); each talks to its
+ * own bridge on loopback in replica/wire.h frames, and the bridges carry
+ * the messages through etcd (bridge.c).  The coordinator decides; members
+ * do.
  *
  *   member                                  coordinator
  *   JOIN {node, shape, replica address,
@@ -31,12 +33,12 @@
  *   (a plan by standby: at LAUNCH every node's standbys go live instead
  *   of new ranks; a node whose standbys cannot sends FAILED {TAKEOVER},
  *   and the next plan is cold)
- *   HEARTBEAT both ways, every second while idle.
  *
- * A member that loses the coordinator stops its ranks and joins again (a
- * replacement node 0 may come back at the same address); the coordinator
- * that loses a member stops the job and waits for a node of that rank to
- * join.  All integers little-endian, laid out as the structs below.
+ * A node is in the job while its etcd lease lives (no heartbeats here).
+ * A member that loses the coordinator (a new leader, or its own lease
+ * ended) stops its ranks and joins again; the coordinator that loses a
+ * member stops the job and waits for a node of that rank to join.  All
+ * integers little-endian, laid out as the structs below.
  */
 #ifndef CKPT_COORD_H
 #define CKPT_COORD_H
@@ -60,7 +62,6 @@ enum coord_msg {
     COORD_STOP,         /* text: why */
     COORD_DONE,         /* nothing */
     COORD_FINISH,       /* coord_status (status: the job's exit code) + text */
-    COORD_HEARTBEAT,    /* nothing */
 };
 
 #define COORD_ADDR_MAX 64

@@ -15,7 +15,6 @@
 #include "coord.h"
 #include "wire.h"
 
-#define HEARTBEAT_S 1.0
 #define MAX_PENDING 64
 #define HELD_MAX 1024 /* copies a JOIN may list per rank of the job: 2 slots, 2 replicas, CKPT_PERSIST_KEEP (<= 1000) generations */
 
@@ -41,7 +40,6 @@ struct node {
     struct ckpt_decision decided[COORD_DECIDED_MAX]; /* its JOIN: the decisions it acted under */
     uint32_t ndecided;
     struct coord_held h;
-    double heard, sent;
     struct ckpt_wire_rx rx;     /* a message on its way in */
     bool unfenced;              /* declared lost with CKPT_FENCE_CMD set: not fenced yet */
     pid_t fence;                /* the fence command running against it, 0: none */
@@ -86,7 +84,6 @@ struct coord {
     char master_addr[COORD_ADDR_MAX], master_port[16];
     char standby_port[16];              /* the standbys' rank 0 port: the next takeover's master port */
     char bound[128];                    /* the address listened on */
-    bool master_from_node0;             /* no master address given: node 0's (through etcd) */
     struct pollfd *pfd;                 /* one turn's: the stop pipe, the listener, pending, nodes */
     struct spawn *spawn;                /* the nodes started with CKPT_NODE_LAUNCHER; NULL: none */
 };

@@ -36,8 +36,7 @@ _Static_assert(sizeof(((struct options *)0)->job_key) > CKPT_AUTH_NEW_KEY, "a ma
 
 static const char usage_text[] =
     "usage: ckpt-resume [--nproc N] [--max-restarts R] -- CMD [ARGS...]\n"
-    "       ckpt-resume --coord HOST:PORT --nnodes N --node-rank I --nproc P -- CMD [ARGS...]\n"
-    "       ckpt-resume --coord etcd://HOST:PORT[,...] --nnodes N --nproc P -- CMD [ARGS...]\n"
+    "       ckpt-resume --coord etcd://HOST:PORT[,...] --nnodes N [--node-rank I] --nproc P -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD as a training job on this node with libckpt.so preloaded, stops\n"
     "all of it when one part fails or hangs, and restarts it from the newest\n"
@@ -47,26 +46,27 @@ static const char usage_text[] =
     "wraps a launcher that starts its own processes\n"
     "(ckpt-resume -- torchrun --nproc-per-node 8 train.py).\n"
     "\n"
-    "On several nodes, one ckpt-resume per node, each with its --node-rank,\n"
-    "meet at --coord (node 0 listens there): ranks get RANK = I * P + LOCAL_RANK\n"
-    "and WORLD_SIZE = N * P; each node's snapshots are replicated into the host\n"
+    "On several nodes, one ckpt-resume per node meet through the etcd cluster\n"
+    "at --coord: each claims a node rank I (--node-rank, or whichever is free),\n"
+    "any of them may lead, and ranks get RANK = I * P + LOCAL_RANK and\n"
+    "WORLD_SIZE = N * P; each node's snapshots are replicated into the host\n"
     "memory of CKPT_REPLICAS - 1 other nodes, and a job that lost a node waits\n"
-    "for a replacement started with the same --node-rank, then resumes from the\n"
-    "fastest copy of every rank: its own arena, a peer's, or its node's disk.\n"
-    "With CKPT_NODE_LAUNCHER (e.g. 'srun -N1 -n1 -r $CKPT_NODE_RANK'), node 0\n"
-    "starts the other nodes itself, and starts a lost one again.  With\n"
-    "--coord etcd://... the nodes meet through that etcd cluster instead: any\n"
-    "node may lead, a replacement takes the lost node's rank unasked, and a\n"
-    "spare (--spare) started beside the job takes the first lost node's.\n"
+    "for a replacement, which takes the lost node's rank unasked (a spare,\n"
+    "--spare, started beside the job takes the first lost node's), then resumes\n"
+    "from the fastest copy of every rank: its own arena, a peer's, or its\n"
+    "node's disk.  With CKPT_NODE_LAUNCHER (e.g. 'srun -N1 -n1 -r\n"
+    "$CKPT_NODE_RANK'), node 0 starts the other nodes itself, and starts a lost\n"
+    "one again.\n"
     "\n"
     "options:\n"
     "  --nproc N          local ranks to start, 1 to 4096 (default: CMD is one\n"
     "                     process, maybe a launcher of the ranks)\n"
-    "  --coord HOST:PORT  where the nodes of the job meet, or etcd://HOST:PORT,...\n"
+    "  --coord etcd://HOST:PORT[,HOST:PORT...]\n"
+    "                     the etcd cluster the nodes of the job meet through\n"
     "                     (default CKPT_COORD)\n"
     "  --nnodes N         nodes in the job, 1 to 65536 (default CKPT_NNODES, 1)\n"
     "  --node-rank I      this node, 0 to N-1 (default CKPT_NODE_RANK, 0)\n"
-    "  --spare            with etcd: wait beside the job, take the place of the\n"
+    "  --spare            wait beside the job, take the place of the\n"
     "                     first node lost, end with the job if none is\n"
     "  --max-restarts R   restarts after a failure before giving up, 0 to 1000\n"
     "                     (default CKPT_MAX_RESTARTS, 3)\n"
@@ -211,7 +211,7 @@ static int parse_options(int argc, char **argv, struct options *opt, bool *resta
             else if (i + 1 < argc && strcmp(argv[i + 1], "--") != 0)
                 opt->coord = argv[++i];
             else
-                return usage_error("--coord needs a value: HOST:PORT");
+                return usage_error("--coord needs a value: etcd://HOST:PORT[,...]");
             continue;
         }
         int rc = parse_int_option(argv, argc, &i, opt, given);
@@ -220,7 +220,7 @@ static int parse_options(int argc, char **argv, struct options *opt, bool *resta
         if (rc > 0)
             continue;
         if (arg[0] == '-')
-            return usage_error("unknown option '%s'; accepted: --nproc N, --max-restarts R, --coord HOST:PORT, "
+            return usage_error("unknown option '%s'; accepted: --nproc N, --max-restarts R, --coord etcd://HOST:PORT, "
                                "--nnodes N, --node-rank I, --spare, --help, --help-env, --new-key, then -- CMD", arg);
         return usage_error("expected '--' before the command, got '%s'", arg);
     }
@@ -268,28 +268,25 @@ static int configure_nodes(struct options *opt, const bool given[4])
         if (opt->spare)
             return usage_error("--spare needs --coord etcd://...: the job whose lost node it replaces");
         if (opt->nnodes > 1 || given[3])
-            return usage_error("--nnodes and --node-rank need --coord HOST:PORT (or CKPT_COORD): where the nodes meet");
+            return usage_error("--nnodes and --node-rank need --coord etcd://HOST:PORT[,...] (or CKPT_COORD): the "
+                               "etcd cluster the nodes meet through");
         opt->nnodes = 1;
         opt->node_rank = 0;
         return 0;
     }
-    if (strncmp(opt->coord, "etcd://", 7) == 0) {
-        opt->etcd = opt->coord + 7;
-        if (!*opt->etcd)
-            return usage_error("--coord etcd://: expected etcd://HOST:PORT[,HOST:PORT...]");
-        if (!given[3] && !getenv("CKPT_NODE_RANK"))
-            opt->node_rank = -1; /* whichever is free */
-    } else if (!strrchr(opt->coord, ':') || !strrchr(opt->coord, ':')[1]) {
-        return usage_error("--coord: expected HOST:PORT or etcd://HOST:PORT[,...], got '%s'", opt->coord);
-    }
-    if (opt->spare && !opt->etcd)
-        return usage_error("--spare needs --coord etcd://...: through --coord HOST:PORT a replacement is started "
-                           "with the lost node's --node-rank");
+    if (strncmp(opt->coord, "etcd://", 7) != 0)
+        return usage_error("--coord %s: the nodes of a job meet through etcd: expected etcd://HOST:PORT[,HOST:PORT...] "
+                           "(a coordinator on node 0, --coord HOST:PORT, is no more)", opt->coord);
+    opt->etcd = opt->coord + 7;
+    if (!*opt->etcd)
+        return usage_error("--coord etcd://: expected etcd://HOST:PORT[,HOST:PORT...]");
+    if (!given[3] && !getenv("CKPT_NODE_RANK"))
+        opt->node_rank = -1; /* whichever is free */
     if (opt->spare && opt->node_rank >= 0)
         return usage_error("--spare takes the rank of the node that is lost: give no --node-rank (or "
                            "CKPT_NODE_RANK)");
-    /* Through etcd the agent that starts the others is node 0. */
-    if (opt->etcd && launcher && *launcher && opt->node_rank < 0 && !opt->spare)
+    /* The agent that starts the others is node 0. */
+    if (launcher && *launcher && opt->node_rank < 0 && !opt->spare)
         opt->node_rank = 0;
     if (opt->node_rank >= opt->nnodes)
         return usage_error("--node-rank %d: expected 0 to %d (--nnodes %d)", opt->node_rank, opt->nnodes - 1,
@@ -326,7 +323,7 @@ static int configure_nodes(struct options *opt, const bool given[4])
             opt->job_name[k++] = (isalnum((unsigned char)*c) || *c == '.') ? *c : '-';
         opt->job_name[k] = '\0';
     }
-    if (opt->etcd && (rc = bridge_start(opt, why, sizeof(why))) < 0) {
+    if ((rc = bridge_start(opt, why, sizeof(why))) < 0) {
         ckpt_log(CKPT_ERROR, "cannot join the job through etcd: %s (CKPT_COORD)", why);
         return rc;
     }

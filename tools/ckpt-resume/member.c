@@ -12,15 +12,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <math.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -32,17 +29,14 @@
 #include "resume.h"
 #include "wire.h"
 
-#define HEARTBEAT_S 1.0
+#define TICK_MS 1000 /* how often the loops look again with nothing to read */
 #define CONNECT_RETRY_MS 500
 
 struct member {
-    int fd;                         /* the coordinator, -1 when lost */
+    int fd;                         /* the coordinator (through this agent's bridge), -1 when lost */
     int wake[2];                    /* a replication round ended */
-    struct coord *coord;            /* node 0 only */
     struct rep *rep;
-    double heard, sent, timeout_s;
-    double silence_s;               /* the coordinator silent this long is lost; through etcd never: its
-                                     * lease says whether it lives, and the bridge closes the connection */
+    double timeout_s;
     uint64_t durable, target, replicating, persisting;
     struct coord_held last_held;
     bool stopped, failed_sent, finished;
@@ -60,13 +54,6 @@ struct member {
     unsigned naddrs;
     char ip[64];
     struct ckpt_wire_rx rx;         /* a message from the coordinator on its way in */
-    struct {                        /* the heartbeats of busy_begin..busy_end */
-        pthread_t thread;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        bool on, running;
-        int error;
-    } beat;
 };
 
 /* ------------------------------------------------------------- the connection */
@@ -90,64 +77,9 @@ static int send_msg(struct member *m, uint16_t type, const void *a, size_t alen,
     if (m->fd < 0)
         return -ENOTCONN;
     int rc = ckpt_wire_send(m->fd, type, a, alen, b, blen);
-    if (rc < 0) {
+    if (rc < 0)
         hang_up(m);
-        return rc;
-    }
-    m->sent = ckpt_now_s();
-    return 0;
-}
-
-/*
- * Work on the main thread that can outlast CKPT_NODE_TIMEOUT (verifying
- * every copy this node holds, fetching replicas for a peer, reading a
- * generation from disk) runs between busy_begin() and busy_end(): a thread
- * sends the heartbeats meanwhile, so that the coordinator does not take a
- * node that works for one that is lost.  Only that thread uses the
- * connection in between; what the coordinator sends waits in the socket.
- */
-static void *beat_loop(void *arg)
-{
-    struct member *m = arg;
-    pthread_mutex_lock(&m->beat.lock);
-    while (m->beat.on && !m->beat.error) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250 * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&m->beat.cond, &m->beat.lock, &ts);
-        if (m->beat.on && ckpt_now_s() - m->sent >= HEARTBEAT_S) {
-            int rc = ckpt_wire_send(m->fd, COORD_HEARTBEAT, NULL, 0, NULL, 0);
-            if (rc < 0)
-                m->beat.error = rc;
-            else
-                m->sent = ckpt_now_s();
-        }
-    }
-    pthread_mutex_unlock(&m->beat.lock);
-    return NULL;
-}
-
-static void busy_begin(struct member *m)
-{
-    m->beat.on = m->fd >= 0;
-    m->beat.error = 0;
-    m->beat.running = m->beat.on && pthread_create(&m->beat.thread, NULL, beat_loop, m) == 0;
-}
-
-static void busy_end(struct member *m)
-{
-    if (!m->beat.running)
-        return;
-    pthread_mutex_lock(&m->beat.lock);
-    m->beat.on = false;
-    pthread_cond_signal(&m->beat.cond);
-    pthread_mutex_unlock(&m->beat.lock);
-    pthread_join(m->beat.thread, NULL);
-    m->beat.running = false;
-    if (m->beat.error) /* as send_msg does */
-        hang_up(m);
+    return rc;
 }
 
 /* Connects to the coordinator, trying again until CKPT_NODE_TIMEOUT x 10 has passed. */
@@ -168,10 +100,10 @@ static int connect_coord(struct job *job, struct member *m)
             return rc;
         }
         if (!said)
-            ckpt_log(CKPT_INFO, "waiting for the coordinator at %s (%s)", opt->coord, why);
+            ckpt_log(CKPT_INFO, "waiting for this agent's bridge to etcd at %s (%s)", opt->coord, why);
         said = true;
         if (ckpt_now_s() > give_up) {
-            ckpt_log(CKPT_ERROR, "no coordinator at %s for %g s (CKPT_COORD, CKPT_NODE_TIMEOUT): giving up",
+            ckpt_log(CKPT_ERROR, "no bridge to etcd at %s for %g s (CKPT_NODE_TIMEOUT x 10): giving up",
                      opt->coord, 10 * m->timeout_s);
             return -ETIMEDOUT;
         }
@@ -181,11 +113,8 @@ static int connect_coord(struct job *job, struct member *m)
             return -EINTR;
         }
     }
-    if (bridge_ip())
-        snprintf(m->ip, sizeof(m->ip), "%s", bridge_ip()); /* the bridge is on loopback */
-    else if (ckpt_wire_local_ip(m->fd, m->ip, sizeof(m->ip)) < 0)
-        snprintf(m->ip, sizeof(m->ip), "127.0.0.1");
-    m->heard = m->sent = ckpt_now_s();
+    const char *ip = bridge_ip(); /* the bridge is on loopback: this machine's address towards etcd */
+    snprintf(m->ip, sizeof(m->ip), "%s", ip ? ip : "127.0.0.1");
     return 0;
 }
 
@@ -281,9 +210,7 @@ static int join(struct job *job, struct member *m, uint64_t refused)
                              .refused = refused, .standby = standby_ready(job), .launched = m->planned,
                              .restarts = (uint32_t)m->plan_restarts, .epoch = m->epoch };
 
-    busy_begin(m);
     inventory(job, m, &hs);
-    busy_end(m);
     snprintf(jn.job, sizeof(jn.job), "%s", opt->job_name);
     snprintf(jn.replica.hostport, sizeof(jn.replica.hostport), "%s", rep_address(m->rep));
     jn.nheld = hs.n;
@@ -452,7 +379,7 @@ int member_prepare(struct job *job, struct pollfd *pfd)
     struct member *m = job->member;
     pfd[0] = (struct pollfd){ .fd = m->fd, .events = POLLIN };
     pfd[1] = (struct pollfd){ .fd = m->wake[0], .events = POLLIN };
-    return (int)(HEARTBEAT_S * 1000);
+    return TICK_MS;
 }
 
 static void lose(struct job *job, struct member *m, const char *why)
@@ -470,8 +397,6 @@ static void take(struct job *job, struct member *m, uint16_t type, const void *m
     const struct coord_status *st = msg;
 
     switch (type) {
-    case COORD_HEARTBEAT:
-        break;
     case COORD_STOP:
         ckpt_log(CKPT_INFO, "the job stops on every node: %.*s", (int)len, (const char *)msg);
         m->stopped = true;
@@ -507,11 +432,10 @@ static void take(struct job *job, struct member *m, uint16_t type, const void *m
     }
 }
 
-/* Handles what poll() found on our entries, and the heartbeats. */
+/* Handles what poll() found on our entries. */
 void member_events(struct job *job, const struct pollfd *pfd)
 {
     struct member *m = job->member;
-    double now = ckpt_now_s();
 
     /* Every whole message; a part of one waits for the next wake-up. */
     for (int rc = 1; rc > 0 && m->fd >= 0 && pfd[0].fd == m->fd && pfd[0].revents;) {
@@ -520,10 +444,8 @@ void member_events(struct job *job, const struct pollfd *pfd)
         size_t len;
         if ((rc = recv_msg(m, &type, &msg, &len)) < 0)
             lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
-        if (rc > 0) {
-            m->heard = now;
+        if (rc > 0)
             take(job, m, type, msg, len);
-        }
         free(msg);
     }
     if (pfd[1].revents) {
@@ -542,10 +464,6 @@ void member_events(struct job *job, const struct pollfd *pfd)
         m->persisting = 0;
         write_pins(job, m);
     }
-    if (m->fd >= 0 && now - m->heard > m->silence_s)
-        lose(job, m, "not heard from in time");
-    if (m->fd >= 0 && now - m->sent >= HEARTBEAT_S)
-        send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
 }
 
 /* ------------------------------------------------------------- between launches */
@@ -553,7 +471,7 @@ void member_events(struct job *job, const struct pollfd *pfd)
 /*
  * Waits for a message of type @want (or FINISH, or a new PLAN; or STOP
  * while waiting for LAUNCH: a node was lost after the plan, and every node
- * joins again), answering heartbeats.  Returns the type with *msg (the
+ * joins again).  Returns the type with *msg (the
  * caller frees it), or -errno when the coordinator is lost, -EINTR after a
  * signal (then the coordinator was told).
  */
@@ -565,8 +483,7 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
         if (m->fd < 0)
             return -ENOTCONN;
         struct pollfd p[2] = { { .fd = m->fd, .events = POLLIN }, { .fd = job->sigfd, .events = POLLIN } };
-        int n = poll(p, 2, (int)(HEARTBEAT_S * 1000));
-        double now = ckpt_now_s();
+        int n = poll(p, 2, TICK_MS);
         if (n < 0 && errno != EINTR)
             return -errno;
         if (p[1].revents) {
@@ -588,20 +505,12 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
             }
             if (rc == 0)
                 break; /* the rest of the message comes later */
-            m->heard = now;
             if (type == want || type == COORD_FINISH || type == COORD_PLAN ||
                 (want == COORD_LAUNCH && type == COORD_STOP))
                 return type;
             free(*msg);
             *msg = NULL;
         }
-        if (now - m->heard > m->silence_s) {
-            hang_up(m);
-            ckpt_log(CKPT_WARN, "lost the coordinator: not heard from in time");
-            return -ETIMEDOUT;
-        }
-        if (now - m->sent >= HEARTBEAT_S)
-            send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
     }
 }
 
@@ -670,9 +579,7 @@ static int take_plan(struct job *job, struct member *m, const void *msg, size_t 
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", job->opt->job_name);
     missed(job, m, decided, p->ndecided);
     ledger_take(job, &m->ledger, &(struct ckpt_decision){ .epoch = p->epoch, .restore = p->restore }, 1);
-    busy_begin(m);
     int rc = rep_fetch(m->rep, sends, p->nsend, m->addrs, m->naddrs);
-    busy_end(m);
     struct coord_status st = { .status = rc };
     return send_msg(m, COORD_FETCHED, &st, sizeof(st), NULL, 0);
 }
@@ -715,8 +622,7 @@ static void prepare_arena(struct job *job, struct member *m, uint64_t it)
 /*
  * After the ranks are gone: waits for a replication round (a peer that
  * died mid-transfer holds it until the fabric's timeout) and a persist to
- * end, answering the coordinator meanwhile, so that this node is not taken
- * as lost while it waits.
+ * end, taking what the coordinator says meanwhile.
  */
 static void settle(struct job *job, struct member *m)
 {
@@ -729,15 +635,10 @@ static void settle(struct job *job, struct member *m)
             size_t len;
             if ((rc = recv_msg(m, &type, &msg, &len)) < 0)
                 lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
-            if (rc > 0) {
-                m->heard = ckpt_now_s();
-                if (type != COORD_REPLICATE) /* no new round: the launch is over */
-                    take(job, m, type, msg, len); /* a STOP or FINISH is kept for after */
-            }
+            if (rc > 0 && type != COORD_REPLICATE) /* no new round: the launch is over */
+                take(job, m, type, msg, len); /* a STOP or FINISH is kept for after */
             free(msg);
         }
-        if (m->fd >= 0 && ckpt_now_s() - m->sent >= HEARTBEAT_S)
-            send_msg(m, COORD_HEARTBEAT, NULL, 0, NULL, 0);
     }
 }
 
@@ -764,11 +665,8 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
         job->out.exit_code = 1;
         return 0;
     }
-    if (!m->by_standby) {
-        busy_begin(m);
+    if (!m->by_standby)
         prepare_arena(job, m, restore);
-        busy_end(m);
-    }
     m->durable = restore;
     m->target = target;
     m->replicating = m->persisting = 0;
@@ -807,26 +705,8 @@ int member_run(struct job *job, int *restarts)
     ledger_load(job, &m->ledger);
     m->epoch = ledger_newest(&m->ledger); /* a new plan's is above it */
     m->timeout_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
-    m->silence_s = job->opt->etcd ? INFINITY : m->timeout_s;
-    pthread_mutex_init(&m->beat.lock, NULL);
-    pthread_cond_init(&m->beat.cond, NULL);
     job->member = m;
     if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) < 0)
-        goto out;
-    /* The ranks of every node meet at node 0, which the others reach at CKPT_COORD's host. */
-    const char *addr = getenv("MASTER_ADDR");
-    if (!addr || !*addr) {
-        char host[COORD_ADDR_MAX];
-        const char *port;
-        if (ckpt_hostport_split(opt->coord, host, sizeof(host), &port) < 0)
-            snprintf(host, sizeof(host), "%s", opt->coord);
-        char *dup = strdup(host);
-        if (dup) {
-            free(job->master_addr);
-            job->master_addr = dup;
-        }
-    }
-    if (opt->node_rank == 0 && !opt->etcd && coord_start(&m->coord, opt, job->master_addr, job->master_port) < 0)
         goto out;
     if (connect_coord(job, m) < 0 || rep_open(&m->rep, opt, m->ip, job->disk.log_dir, m->wake[1]) < 0)
         goto out;
@@ -909,15 +789,9 @@ out:
         ckpt_log(CKPT_INFO, "replay logs to peers: %llu bytes sent, of logs %llu bytes long in all (the rest the "
                  "peers held)", (unsigned long long)shipped, (unsigned long long)offered);
     rep_close(m->rep);
-    /* Node 0 keeps coordinating until the others have heard the end. */
-    if (m->coord)
-        usleep(200 * 1000);
-    coord_stop(m->coord);
     if (m->wake[0] >= 0)
         close(m->wake[0]), close(m->wake[1]);
     free(m->addrs);
-    pthread_mutex_destroy(&m->beat.lock);
-    pthread_cond_destroy(&m->beat.cond);
     free(m);
     job->member = NULL;
     return code;

@@ -37,11 +37,11 @@
 struct options {
     int nproc;              /* local ranks to start, >= 1 */
     int first_rank;         /* RANK of the first of them: node_rank * nproc */
-    const char *coord;      /* CKPT_COORD: HOST:PORT where the nodes meet; NULL: one node (with etcd: this
-                             * agent's bridge, bridge.c) */
-    const char *etcd;       /* CKPT_COORD=etcd://ENDPOINTS: the nodes meet through etcd; NULL: at coord */
+    const char *coord;      /* where this agent's member and coordinator meet: its bridge's loopback
+                             * address (bridge.c); NULL: one node */
+    const char *etcd;       /* CKPT_COORD=etcd://ENDPOINTS: the etcd the nodes meet through; NULL: one node */
     int nnodes, node_rank;  /* CKPT_NNODES, CKPT_NODE_RANK */
-    bool spare;             /* --spare: waits, through etcd, for a node to be lost and takes its rank */
+    bool spare;             /* --spare: waits beside the job for a node to be lost and takes its rank */
     bool wrap;              /* no --nproc: CMD is one process, maybe a launcher of the ranks */
     int max_restarts;       /* restarts allowed before giving up: --max-restarts, else CKPT_MAX_RESTARTS */
     double kill_grace_s;    /* SIGTERM -> SIGKILL delay, CKPT_KILL_GRACE */
@@ -354,8 +354,9 @@ void bridge_stop(void);
 bool torchrun_command(char *const *cmd);
 int torchrun_check(char *const *cmd);
 
-/* coord.c: node 0's coordinator thread (coord_open and coord_turn: the same
- * without the thread, for a caller that turns its loop itself) */
+/* coord.c: the coordinator the leading agent runs (bridge.c), on a thread
+ * of its own (coord_open, then coord_run; coord_turn: a turn of its loop,
+ * for a caller that turns it itself) */
 struct coord;
 /* spawn.c: node 0 starting the other nodes (CKPT_NODE_LAUNCHER), from the coordinator's thread. */
 struct spawn;
@@ -383,10 +384,8 @@ int spawn_turn(struct spawn *s, bool over, bool (*present)(void *ctx, unsigned j
 /* Waits up to @wait_s for the commands to end, then ends them; frees s. */
 void spawn_close(struct spawn *s, double wait_s);
 
-int coord_start(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
-int coord_open(struct coord **out, const struct options *opt, const char *master_addr, const char *master_port);
+int coord_open(struct coord **out, const struct options *opt);
 bool coord_turn(struct coord *c, int timeout_ms);
-/* coord_start() in two steps: open, then run its thread. */
 int coord_run(struct coord *c);
 /* Before coord_run(): node @node (at @host) was lost while the job ran,
  * and is fenced (CKPT_FENCE_CMD) before the job goes on. */

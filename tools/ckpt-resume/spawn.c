@@ -85,8 +85,7 @@ static char **node_env(const struct spawn *s, unsigned j)
         if (!is_set_var(environ[i]))
             env[k++] = environ[i];
     size_t first = k;
-    if ((s->opt->etcd ? asprintf(&env[k++], "CKPT_COORD=etcd://%s", s->opt->etcd)
-                      : asprintf(&env[k++], "CKPT_COORD=%s", s->opt->coord)) < 0 ||
+    if (asprintf(&env[k++], "CKPT_COORD=etcd://%s", s->opt->etcd) < 0 ||
         asprintf(&env[k++], "CKPT_NNODES=%u", s->n) < 0 || asprintf(&env[k++], "CKPT_NODE_RANK=%u", j) < 0 ||
         asprintf(&env[k++], "CKPT_JOB=%s", s->opt->job_name) < 0 ||
         (s->key && asprintf(&env[k++], "CKPT_JOB_KEY=%s", s->key) < 0)) {
