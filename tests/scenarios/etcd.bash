@@ -62,7 +62,7 @@ leaders_elected_twice() {
 show() { show_agents 25; }
 
 # plain N: the job on one node, without libckpt: what the job must end with.
-plain() { CKPT_DISABLE=1 timeout -k 5 300 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null; }
+plain() { CKPT_DISABLE=1 CKPT_ARENA_DIR=$D/arena.plain timeout -k 5 300 "$CKPT" --nproc "$1" -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null; }
 
 # The highest iteration any rank has printed.
 newest_iter() { cat "$D"/out.* 2>/dev/null | sed -n 's/^iter \([0-9]*\) .*/\1/p' | sort -n | tail -n 1; }

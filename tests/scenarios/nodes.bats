@@ -82,13 +82,17 @@ wait_iter() {
     return 1
 }
 
-# Kills node $1 (its agent and its ranks) and wipes its host memory (and
-# the disk its ranks keep their replay logs on, with LOGS_ON_DISK).
+# lose I...: kills nodes I... at once (each its agent and its ranks) and
+# wipes their host memory (and the disk their ranks keep their replay logs
+# on, with LOGS_ON_DISK).
 lose() {
-    [ ! -s "$D/rc.$1" ] || { echo "node $1 ended (exit $(cat "$D/rc.$1")) before it could be lost: the job is too short"; return 1; }
-    pkill -KILL -s "$(cat "$D/sid.$1")"
+    local i
+    for i in "$@"; do
+        [ ! -s "$D/rc.$i" ] || { echo "node $i ended (exit $(cat "$D/rc.$i")) before it could be lost: the job is too short"; return 1; }
+    done
+    for i in "$@"; do pkill -KILL -s "$(cat "$D/sid.$i")"; done
     sleep 0.2
-    rm -rf "$D/arena.$1" "$D/logs.$1"
+    for i in "$@"; do rm -rf "$D/arena.$i" "$D/logs.$i"; done
 }
 
 wait_rc() { # FILE...: waits for every rc file
@@ -99,7 +103,8 @@ wait_rc() { # FILE...: waits for every rc file
 }
 
 plain() { # N P: the same job on one node, without libckpt: what the job must end with
-    CKPT_DISABLE=1 timeout -k 5 120 "$CKPT" --nproc $(($1 * $2)) -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err"
+    CKPT_DISABLE=1 CKPT_ARENA_DIR=$D/arena.plain timeout -k 5 120 "$CKPT" --nproc $(($1 * $2)) -- "$TRAIN" $ARGS \
+        >"$D/plain" 2>"$D/plain.err"
 }
 
 # done_line HOW: node 0's last line ends the job after one recovery made HOW (standby, cold).
@@ -216,8 +221,7 @@ peer_log_on_disk() {
 @test "both holders of a node's snapshots lost, no disk: the job stops, naming the ranks lost" {
     for i in 0 1 2 3; do start "$i" 4 1; done
     wait_iter 60
-    lose 2
-    lose 3
+    lose 2 3
     start 2 4 1 .new
     start 3 4 1 .new
     wait_rc "$D/rc.0" "$D/rc.1" "$D/rc.2.new" "$D/rc.3.new" || { show; return 1; }
@@ -290,8 +294,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
         ls "$D"/disk.2/*/gen-*/manifest "$D"/disk.3/*/gen-*/manifest >/dev/null 2>&1 && break
         sleep 0.1
     done
-    lose 2
-    lose 3
+    lose 2 3
     for i in 2 3; do (export "$@" CKPT_PERSIST_DIRS=$D/disk.$i; start $i 4 1 .new); done
 }
 

@@ -1,8 +1,7 @@
 /*
  * The agents of a job on several nodes meeting through etcd (CKPT_COORD=
- * etcd://HOST:PORT,...), so that no node is special.  The coordination
- * protocol (coord.h) is unchanged; etcd carries it, and decides who runs
- * the coordinator:
+ * etcd://HOST:PORT,...), so that no node is special.  etcd carries the
+ * coordination protocol (coord.h), and decides who runs the coordinator:
  *
  *   <job>/node/<I>             the agent that is node I, under its lease: a
  *                              node rank is claimed by a transaction that
@@ -19,17 +18,19 @@
  *                              agent that is node I under that lease,
  *   <job>/e<epoch>/down/<I>/<lease>/<n>
  *                              the coordinator's n-th to it (a type and a
- *                              payload, as on the wire); each taken once, in
- *                              order, and deleted; each put by a
- *                              transaction that holds only while the
+ *                              payload, as on the wire, then with
+ *                              CKPT_JOB_KEY its tag, replica/auth.h); each
+ *                              taken once, in order, and deleted; each put
+ *                              by a transaction that holds only while the
  *                              leader key is of that epoch (down) or the
- *                              node key is the one this agent claimed (up).  A new agent for node I
- *                              (a replacement, or one back from a
- *                              partition with a new lease) has boxes of its
- *                              own: nothing of its predecessor's reaches it.
+ *                              node key is the one this agent claimed
+ *                              (up).  A new agent for node I (a
+ *                              replacement, or one back from a partition
+ *                              with a new lease) has boxes of its own:
+ *                              nothing of its predecessor's reaches it.
  *
- * The agent's member (member.c) connects to this bridge on loopback as it
- * would to node 0; on the leader, the bridge connects to the coordinator
+ * The agent's member (member.c) connects to this bridge on loopback; on
+ * the leader, the bridge connects to the coordinator
  * for each node whose messages arrive, and carries the answers back.  A
  * new epoch closes the member's connection: it stops its ranks and joins
  * the new coordinator, as it does when it loses one.  The lease
@@ -254,8 +255,10 @@ static int post(int64_t epoch, const char *dir, unsigned node, int64_t lease, ui
     if (len)
         memcpy(o->value + 2, msg, len);
     o->len = len + 2;
-    if (ckpt_auth_enabled())
-        ckpt_auth_mac(o->key, o->value, o->len, (uint8_t *)o->value + o->len), o->len += CKPT_AUTH_TAG;
+    if (ckpt_auth_enabled()) { /* the job key's tag, over the message's key and content */
+        ckpt_auth_mac(o->key, o->value, o->len, (uint8_t *)o->value + o->len);
+        o->len += CKPT_AUTH_TAG;
+    }
     B.nout++;
     flush();
     return 0;
