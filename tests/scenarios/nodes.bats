@@ -24,7 +24,7 @@ setup() {
     D=$(mktemp -d /tmp/ckpt-nodes-bats-XXXXXX)
     unset CKPT_JOB CKPT_RESTORE CKPT_LIB CKPT_KEEP_ARENA LD_PRELOAD MASTER_ADDR MASTER_PORT CKPT_COORD \
         CKPT_NNODES CKPT_NODE_RANK CKPT_PERSIST_DIRS FAKEGPU_CRASH_AT FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE
-    export CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=5 CKPT_NODE_TIMEOUT=10 CKPT_JOB=nodes
+    export CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=5 CKPT_NODE_TIMEOUT=5 CKPT_JOB=nodes
     ARGS="--iters 200 --hidden 64 --layers 3"
     PORT=$((10000 + RANDOM % 22000)) # below the ephemeral ports (32768 and up)
     command -v etcd >/dev/null && command -v etcdctl >/dev/null || { echo "etcd is not installed (scripts/setup-deps)" >&2; return 1; }
