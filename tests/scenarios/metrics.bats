@@ -49,7 +49,7 @@ value() {
 }
 
 @test "a running job's metrics pass promtool's check, their counters move as it trains, and its recovery by a standby is counted" {
-    CKPT_METRICS_ADDR=127.0.0.1:$PORT CKPT_STANDBY=1 timeout -k 5 120 "$CKPT" --nproc 2 -- "$TRAIN" --iters 8000 \
+    CKPT_METRICS_ADDR=127.0.0.1:$PORT CKPT_STANDBY=1 timeout -k 5 300 "$CKPT" --nproc 2 -- "$TRAIN" --iters 8000 \
         --hidden 32 --layers 2 >"$D/out" 2>"$D/err" &
     JOB=$!
     scrape "$D/m1" || { cat "$D/err"; return 1; }
@@ -131,17 +131,21 @@ print(r[0]["value"][1] if r else "")' 2>/dev/null) || got=""
     done
     echo "Prometheus says rank 0 committed $got snapshots"
     [ -n "$got" ] && [ "$got" -gt 0 ] || { tail -n 20 "$D/prom.log"; cat "$D/err"; return 1; }
-    # The target is up and a rate over the scraped counter is positive.
-    sleep 3
-    local up rate
+    # The target is up and a rate over the scraped counter is positive
+    # (over 15 s: two scrapes at least, whatever a loaded machine delays).
+    local up rate=0
     up=$(curl -sf -G "http://127.0.0.1:$web/api/v1/query" --data-urlencode 'query=up{job="libckpt"}' |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["result"][0]["value"][1])')
     [ "$up" = 1 ]
-    rate=$(curl -sf -G "http://127.0.0.1:$web/api/v1/query" \
-        --data-urlencode "query=rate(ckpt_snapshots_committed_total{ckpt_job=\"$CKPT_JOB\"}[3s])" |
-        python3 -c 'import json,sys
+    for _ in $(seq 150); do
+        rate=$(curl -sf -G "http://127.0.0.1:$web/api/v1/query" \
+            --data-urlencode "query=rate(ckpt_snapshots_committed_total{ckpt_job=\"$CKPT_JOB\"}[15s])" |
+            python3 -c 'import json,sys
 r = json.load(sys.stdin)["data"]["result"]
-print(r[0]["value"][1] if r else 0)')
+print(r[0]["value"][1] if r else 0)') || rate=0
+        awk -v r="$rate" 'BEGIN { exit !(r > 0) }' && break
+        sleep 0.2
+    done
     echo "committed snapshots per second, as Prometheus sees them: $rate"
     awk -v r="$rate" 'BEGIN { exit !(r > 0) }'
 }
@@ -158,7 +162,7 @@ print(r[0]["value"][1] if r else 0)')
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(30)' "$PORT" &
     local holder=$!
-    sleep 0.5
+    for _ in $(seq 200); do [ -n "$(ss -Htln "sport = :$PORT")" ] && break; sleep 0.05; done
     run -2 env CKPT_METRICS_ADDR="127.0.0.1:$PORT" "$CKPT" --nproc 1 -- "$TRAIN" --iters 10
     kill $holder
     [[ $output == *"CKPT_METRICS_ADDR=127.0.0.1:$PORT: cannot serve metrics there (Address already in use)"* ]] ||
