@@ -738,6 +738,8 @@ away_and_back() {
     # arenas an iteration the peers may hold no copy of.  Before any newer
     # round, that iteration must be durable again (held by every node and
     # its replicas): the peers' older copies are all that is left otherwise.
+    # The job runs on long enough after the crash for that round to end.
+    ARGS="--iters 600 --hidden 64 --layers 3"
     plain 2 1 || { cat "$D/plain.err"; return 1; }
     CKPT_LOG=debug FAKEGPU_CRASH_AT=150 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed start 0 2 1
     FAKEGPU_CRASH_AT=150 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed start 1 2 1
