@@ -30,14 +30,15 @@ bench_etcd_stop() {
 # of one rank each (statewriter, 256 MiB of state, a snapshot every
 # iteration), each with its own arena and disk directory.  Once an
 # iteration is durable (replicated) and persisted, node 1 is killed and its
-# memory wiped, and a new node 1 started: timed from its start to its rank
-# running again, restored from node 0's copy.  Then the same with both
-# nodes lost, so that only the disks hold the snapshots.  Each job is one
-# of its own in etcd (NODES_JOB).
+# memory wiped, and a new node 1 started: timed from its claim of node
+# rank 1 (once the lost agent's lease ended: up to CKPT_NODE_TIMEOUT, 5 s
+# here, before it) to its rank running again, restored from node 0's copy.
+# Then the same with both nodes lost, so that only the disks hold the
+# snapshots.  Each job is one of its own in etcd (NODES_JOB).
 node_up() { # I DIR TAG: starts node I of 2 in a session of its own
     local i=$1 dir=$2 tag=$3
     CKPT_ARENA_DIR=$dir/arena.$i CKPT_PERSIST_DIRS=$dir/disk.$i CKPT_LOG=debug CKPT_BOUNDARY=every:1 \
-        CKPT_JOB=$NODES_JOB CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=1 setsid bash -c 'echo $$ >"$1"; shift; "$@"' _ \
+        CKPT_JOB=$NODES_JOB CKPT_NODE_TIMEOUT=5 CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=1 setsid bash -c 'echo $$ >"$1"; shift; "$@"' _ \
         "$dir/sid.$i" "$BUILD/bin/ckpt-resume" --coord "etcd://$BENCH_ETCD" --nnodes 2 --node-rank "$i" --nproc 1 \
         -- "$BUILD/tests/progs/statewriter" --iters 80 --mib 256 2>&1 >/dev/null </dev/null | stamp >"$dir/log.$i$tag" &
     sleep 0.2
@@ -45,8 +46,8 @@ node_up() { # I DIR TAG: starts node I of 2 in a session of its own
 node_down() { pkill -KILL -s "$(cat "$1/sid.$2")" 2>/dev/null; sleep 0.3; rm -rf "$1/arena.$2"; }
 # Waits up to 60 s for a line matching $2 in $1.
 wait_line() { local _; for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-# Seconds from the first line of log $1 to its first line matching $2.
-span() { awk -v pat="$2" 'NR == 1 { t0 = $1 } $0 ~ pat { printf "%.2f", $1 - t0; exit }' "$1"; }
+# Seconds from the node's claim of its rank in log $1 to its first line matching $2.
+span() { awk -v pat="$2" '/node [0-9]* of [0-9]* in job/ && !t0 { t0 = $1 } t0 && $0 ~ pat { printf "%.2f", $1 - t0; exit }' "$1"; }
 bench_nodes() {
     local dir=$OUT/nodes peer disk
     say "recovery of a lost node (256 MiB of state): from a peer's memory, from disk"
