@@ -2,8 +2,13 @@
 
 # etcd_up N: an etcd cluster of N members on free loopback ports; ENDPOINTS lists their client addresses.
 etcd_up() {
-    local n=$1 i base cluster=""
-    base=$((20000 + RANDOM % 10000))
+    local n=$1 i base cluster="" p
+    # 2N ports in a row that nothing holds (below the ephemeral ports)
+    for _ in $(seq 100); do
+        base=$((20000 + RANDOM % 10000))
+        for ((p = base; p < base + 2 * n; p++)); do [ -z "$(ss -Htan "sport = :$p")" ] || continue 2; done
+        break
+    done
     for ((i = 0; i < n; i++)); do cluster+="${cluster:+,}m$i=http://127.0.0.1:$((base + 2 * i + 1))"; done
     ENDPOINTS=""
     for ((i = 0; i < n; i++)); do
