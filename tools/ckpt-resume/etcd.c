@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -682,11 +683,18 @@ int etcd_watch_start(struct etcd_watch **out, const struct etcd_opts *o, const c
         snprintf(why, whylen, "pipe: %s", strerror(errno));
         w->wake[0] = w->wake[1] = -1;
     }
+    /* No signal of the process's is this thread's: they are the agent
+     * loop's, read from its signalfd (a SIGTERM taken here would end the
+     * agent without a word, its ranks left running). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     if (rc == 0 && (rc = -pthread_create(&w->thread, NULL, watch_run, w)) < 0) {
         snprintf(why, whylen, "cannot start the etcd watch: %s", strerror(-rc));
         close(w->wake[0]);
         close(w->wake[1]);
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc < 0) {
         etcd_close(w->e);
         pthread_mutex_destroy(&w->lock);
