@@ -228,8 +228,11 @@ soak: deps
 	$(Q)tests/matrix/run --cells $(SOAK_CELLS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 # Every test again with AddressSanitizer and UndefinedBehaviorSanitizer, in
-# build-asan/, but those tagged `long` (tests/run: runs whose point is their
-# length, whose code the shorter ones beside them run too).  libckpt.so is preloaded into sanitized programs, so the
+# build-asan/, but those tagged `long` (runs whose point is their length,
+# whose code the shorter ones beside them run too) or `covered` (a second
+# shape of a path other tests run under the sanitizers: 4 nodes beside 2x2,
+# the damaged-replica rounds, the fault matrix's random cells; they keep
+# CI within its hour and a half).  libckpt.so is preloaded into sanitized programs, so the
 # runtime's link-order check is relaxed; leak checking is off (forked ranks
 # and worker threads that outlive main are expected).  ASan's dlopen
 # interceptor hides the fake libraries' RUNPATH from their dlopen calls,
@@ -238,7 +241,7 @@ SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 check-sanitize: deps
 	$(Q)$(MAKE) --no-print-directory B=build-asan CFLAGS="-O1 -g $(SAN)" LDFLAGS="$(SAN)" all
 	$(Q)BUILD=$(CURDIR)/build-asan ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0 \
-	    UBSAN_OPTIONS=print_stacktrace=1 LD_LIBRARY_PATH=$(CURDIR)/build-asan/fake TEST_SKIP_TAGS=long tests/run
+	    UBSAN_OPTIONS=print_stacktrace=1 LD_LIBRARY_PATH=$(CURDIR)/build-asan/fake TEST_SKIP_TAGS=long,covered tests/run
 
 # ThreadSanitizer on the tests whose code runs threads of its own, in
 # build-tsan/: the snapshot engine's committer beside the program (unit/

@@ -16,6 +16,7 @@ setup() {
         FAKEGPU_CRASH_RANK FAKEGPU_CRASH_ONCE
 }
 
+# bats test_tags=covered
 @test "a random sample of the fault matrix ends bit-exact (seeds printed)" {
     run "$BATS_TEST_DIRNAME/../matrix/run" --cells "${CKPT_TRIALS:-20}" \
         --seed "${CKPT_TRIAL_SEED:-$(( $(date +%s) % 32768 ))}"

@@ -139,6 +139,7 @@ recover_from_peers() { # N P LOST
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "4 nodes x 1 rank: node 2 lost and replaced, recovered from a peer's memory, as uninterrupted" {
     recover_from_peers 4 1 2
 }
@@ -607,6 +608,7 @@ damage_replicas() {
     done
 }
 
+# bats test_tags=covered
 @test "a damaged replica in a peer's memory (bit flip, zeroed page, truncation, stale label) is named and never loaded: the lost node's rank comes from its disk" {
     # Long enough to still run while the test waits for the copies it
     # damages (200 iterations took under a second from the 60th on).
@@ -719,6 +721,7 @@ away_and_back() {
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "a node away while the job went back (its machine returns with its arena and disk): its copies of the replaced run are named, never used, and retired; the job ends as uninterrupted" {
     away_and_back || { show; return 1; }
     grep -q "^ckpt-resume: retired rank 1's snapshot of iteration [0-9]* in this node's arena" "$D/err.1.back" ||
@@ -789,6 +792,7 @@ standbys_on_every_node() {
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "standbys on every node: a node lost with its standbys, the replacement has none: every node recovers by the cold path, said, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
     ARGS="--iters 1000 --hidden 64 --layers 3" # still running once the standbys are (a loaded machine)
@@ -808,6 +812,7 @@ standbys_on_every_node() {
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "standbys on every node: one node's standby killed during the takeover, the other's already live: every node goes on by the cold path, said, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
     ARGS="--iters 1000 --hidden 64 --layers 3" # still running once the standbys are (a loaded machine)
