@@ -120,24 +120,41 @@ bool ckpt_stream_capturing(CUstream s)
 
 #define capturing ckpt_stream_capturing
 
+/* Syncs are made for real in replay too: the host functions replay runs
+ * in stream order have run when they return.  A thread whose log runs dry
+ * at one waits there for the restore to go live, which may queue work of
+ * its own (the copies pending at the snapshot, made again): the sync is
+ * then made again, live, so that its answer and the copies it settles
+ * include that work. */
+#define SYNC_BODY(what, token, stream, call)                                   \
+    do {                                                                       \
+        bool in_replay = suppressed();                                         \
+        CUresult r = (call), a;                                                \
+        if (in_replay && answered(what, token, &a))                            \
+            return a;                                                          \
+        if (in_replay)                                                         \
+            r = (call);                                                        \
+        return after_on(what, token, r, stream);                               \
+    } while (0)
+
 #define SYNC_HOOK(name, what, token, params, args)                             \
     EXPORT CUresult name params                                                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
-        return after(what, token, real_##name args);                           \
+        SYNC_BODY(what, token, NULL, real_##name args);                        \
     }
 
 EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
     NEED_REAL(cuStreamSynchronize, CUDA_ERROR_NOT_INITIALIZED);
-    return after_on(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, real_cuStreamSynchronize(hStream), hStream);
+    SYNC_BODY(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, hStream, real_cuStreamSynchronize(hStream));
 }
 
 EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
     NEED_REAL(cuStreamSynchronize_ptsz, CUDA_ERROR_NOT_INITIALIZED);
-    return after_on(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, real_cuStreamSynchronize_ptsz(hStream),
-                    ckpt_stream_or(hStream, CU_STREAM_PER_THREAD));
+    SYNC_BODY(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, ckpt_stream_or(hStream, CU_STREAM_PER_THREAD),
+              real_cuStreamSynchronize_ptsz(hStream));
 }
 SYNC_HOOK(cuCtxSynchronize, CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, (void), ())
 SYNC_HOOK(cuCtxSynchronize_v2, CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, (CUcontext ctx), (ctx))

@@ -26,6 +26,11 @@
  *                 yet (it is created first), so that a restarted job runs
  *                 through.  stdout is flushed first (a crash loses no line
  *                 the program printed).
+ *   --die-again-at K2
+ *                 right after iteration K2's end in a launch after that
+ *                 death, SIGKILL itself once more (FID_DIE_ONCE.again is
+ *                 created first): the job is then restored from a
+ *                 snapshot the restored run took, out of the log it wrote.
  *
  * Everything here is static inline or a kernel: each program is one .c
  * file (the Makefile builds every .c file of tests/progs into a program).
@@ -52,13 +57,14 @@ struct fid_opts {
     const char *name;
     int iters;
     int die_at;   /* 0: never */
+    int die_again_at; /* 0: never */
     int stray_at; /* 0: never */
     int segv_at;  /* 0: never */
 };
 
 static inline void fid_usage(const char *name)
 {
-    fprintf(stderr, "usage: %s [--iters N] [--die-at K] [--stray-at J] [--segv-at J]  (--die-at needs FID_DIE_ONCE=FILE)\n", name);
+    fprintf(stderr, "usage: %s [--iters N] [--die-at K [--die-again-at K2]] [--stray-at J] [--segv-at J]  (--die-at needs FID_DIE_ONCE=FILE)\n", name);
     exit(2);
 }
 
@@ -74,12 +80,14 @@ static inline void fid_parse(int argc, char **argv, struct fid_opts *o, const ch
 #endif
     o->name = name;
     o->iters = 40;
-    o->die_at = o->stray_at = o->segv_at = 0;
+    o->die_at = o->die_again_at = o->stray_at = o->segv_at = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
             o->iters = atoi(argv[++i]);
         else if (strcmp(argv[i], "--die-at") == 0 && i + 1 < argc)
             o->die_at = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--die-again-at") == 0 && i + 1 < argc)
+            o->die_again_at = atoi(argv[++i]);
         else if (strcmp(argv[i], "--stray-at") == 0 && i + 1 < argc)
             o->stray_at = atoi(argv[++i]);
         else if (strcmp(argv[i], "--segv-at") == 0 && i + 1 < argc)
@@ -87,10 +95,26 @@ static inline void fid_parse(int argc, char **argv, struct fid_opts *o, const ch
         else
             fid_usage(name);
     }
-    if (o->iters < 1 || o->iters > 100000 || o->die_at < 0 || o->stray_at < 0 || o->segv_at < 0)
+    if (o->iters < 1 || o->iters > 100000 || o->die_at < 0 || o->die_again_at < 0 ||
+        (o->die_again_at && o->die_again_at <= o->die_at) || o->stray_at < 0 || o->segv_at < 0)
         fid_usage(name);
     if (o->die_at && !getenv("FID_DIE_ONCE"))
         fid_usage(name);
+}
+
+/* SIGKILL, unless the file @marker exists (created first): once. */
+static inline void fid_die_once(const struct fid_opts *o, const char *marker)
+{
+    int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno == EEXIST)
+        return; /* died there once already: run through */
+    if (fd < 0) {
+        fprintf(stderr, "%s: cannot create %s: %s\n", o->name, marker, strerror(errno));
+        exit(1);
+    }
+    close(fd);
+    fflush(stderr);
+    kill(getpid(), SIGKILL);
 }
 
 /* Called right after iteration `it` ended (its line printed). */
@@ -104,18 +128,13 @@ static inline void fid_end_iteration(const struct fid_opts *o, int it)
     }
     if (it == o->segv_at)
         raise(SIGSEGV); /* as a bad pointer would, whatever sanitizer checks stores */
-    if (it != o->die_at)
-        return;
-    int fd = open(getenv("FID_DIE_ONCE"), O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 && errno == EEXIST)
-        return; /* died once already: run through */
-    if (fd < 0) {
-        fprintf(stderr, "%s: cannot create %s: %s\n", o->name, getenv("FID_DIE_ONCE"), strerror(errno));
-        exit(1);
+    if (it == o->die_at)
+        fid_die_once(o, getenv("FID_DIE_ONCE"));
+    if (it == o->die_again_at && access(getenv("FID_DIE_ONCE"), F_OK) == 0) {
+        char again[4096];
+        snprintf(again, sizeof(again), "%s.again", getenv("FID_DIE_ONCE"));
+        fid_die_once(o, again);
     }
-    close(fd);
-    fflush(stderr);
-    kill(getpid(), SIGKILL);
 }
 
 static inline void fid_fail(const char *what, const char *why, const char *file, int line)

@@ -78,11 +78,18 @@ show_job() {
 #   reason matches REGEX, for a program whose restorability depends on
 #   how its threads happened to interleave).  FID_STANDBY=1: the job
 #   runs with a standby, and "restore" asks that the standby took over.
+#   FID_AGAIN=1: the restored run is killed too, after an iteration K2
+#   drawn from K+4..37, and "restore" asks that the second restore was of
+#   a snapshot the restored run took (its log is what replay reads).
 fidelity() {
     local prog=$1 expect=$2 low=$3 high=$4 from=${5:-0} rc=0
     local bin=$BUILD/tests/progs/$prog
-    local k=$((low + RANDOM % (high - low + 1)))
+    local k=$((low + RANDOM % (high - low + 1))) again=()
     echo "$prog: killed after iteration $k (--die-at $k), a snapshot every $CKPT_EVERY iterations, expected: $expect"
+    if [ "${FID_AGAIN:-0}" = 1 ]; then
+        again=(--die-again-at $((k + 4 + RANDOM % (34 - k))))
+        echo "and again after iteration ${again[1]} (${again[*]})"
+    fi
     [ -x "$bin" ] || { echo "missing $bin: build first"; return 1; }
 
     timeout -k 5 30 "$bin" >"$D/plain" 2>"$D/plain.err" || { echo "the plain run failed (exit $?):"; cat "$D/plain.err"; return 1; }
@@ -91,9 +98,11 @@ fidelity() {
     grep -q '^digest [0-9a-f]*$' "$D/plain" && grep -q "^iter $k " "$D/plain" || { echo "no digest or iteration $k in the plain run"; return 1; }
 
     FID_DIE_ONCE=$D/died CKPT_STANDBY=${FID_STANDBY:-0} LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- \
-        "$bin" --die-at "$k" >"$D/out" 2>"$D/err" || rc=$?
+        "$bin" --die-at "$k" "${again[@]}" >"$D/out" 2>"$D/err" || rc=$?
     echo "the job exited $rc"
     [ -e "$D/died" ] || { echo "the program never got to the end of iteration $k, where it was to die"; show_job; return 1; }
+    [ ${#again[@]} = 0 ] || [ -e "$D/died.again" ] ||
+        { echo "the restored run never got to the end of iteration ${again[1]}, where it was to die"; show_job; return 1; }
     program_lines "$D/out" >"$D/lines"
     resumed_output <"$D/lines" >"$D/last"
     first_launch "$k" <"$D/lines" >"$D/first"
@@ -114,6 +123,13 @@ fidelity() {
         [ -n "$restored" ] || { echo "the job completed, but from a clean start: no snapshot was restored"; show_job; return 1; }
         [ "$restored" -ge "$from" ] ||
             { echo "restored iteration $restored: no snapshot of iteration $from or later was there"; show_job; return 1; }
+        if [ ${#again[@]} != 0 ]; then
+            local first
+            first=$(sed -n 's/^libckpt\[rank 0\]: restored iteration \([0-9]*\) .*/\1/p' "$D/err" | head -n 1)
+            [ "$(grep -c '^libckpt\[rank 0\]: restored iteration ' "$D/err")" = 2 ] && [ "$restored" -gt "$first" ] ||
+                { echo "the second restore was not of a snapshot the restored run took (first $first, then $restored)"
+                  show_job; return 1; }
+        fi
         [ "${FID_STANDBY:-0}" = 0 ] || grep -q '^ckpt-resume: the standby took over at iteration ' "$D/err" ||
             { echo "the standby did not take over"; show_job; return 1; }
         # The resumed run stays protected: what replay served counts as
@@ -428,4 +444,19 @@ diverge() {
     FAKEGPU_D2H_RETURN_US=20000 fidelity fid_lateret restore 12 27
     rm -f "$D/died"
     FAKEGPU_D2H_RETURN_US=20000 FID_STANDBY=1 fidelity fid_lateret restore 12 27
+}
+
+@test "restored twice: the second restore is of a snapshot the restored run took, out of the log it wrote; bit-exact" {
+    # The restored run's log must say what that run saw: a copy pending at
+    # the snapshot, made again as the restore goes live, is settled by the
+    # sync that waited for it (a thread whose log ran dry at a sync makes
+    # the sync again once live), not by a later one with other bytes.  The
+    # double's device takes 1 ms an op: an event recorded behind a copy
+    # is pending a while, as on a GPU.
+    local prog
+    for prog in fid_lateret fid_evalloc fid_pinpool fid_poll fid_hostfn fid_graph fid_bgthread; do
+        rm -f "$D/died" "$D/died.again"
+        FAKEGPU_OP_US=1000 FAKEGPU_D2H_RETURN_US=$([ $prog = fid_lateret ] && echo 20000 || echo 0) FID_AGAIN=1 \
+            fidelity $prog restore 12 27 || return 1
+    done
 }
