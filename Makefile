@@ -230,11 +230,13 @@ soak: deps
 # Every test again with AddressSanitizer and UndefinedBehaviorSanitizer, in
 # build-asan/, but those tagged `long` (runs whose point is their length,
 # whose code the shorter ones beside them run too) or `covered` (a second
-# shape of a path other tests run under the sanitizers: 4 nodes beside 2x2,
-# the damaged-replica rounds, the fault matrix's random cells; they keep
-# CI within its hour and a half).  libckpt.so is preloaded into sanitized programs, so the
-# runtime's link-order check is relaxed; leak checking is off (forked ranks
-# and worker threads that outlive main are expected).  ASan's dlopen
+# shape of a path other tests run under the sanitizers: 4 nodes and 8
+# beside 2x2, tagged messages and network namespaces beside the plain
+# transport, the launcher's and the fences' variants, the fault matrix's
+# random cells; they keep CI within its hour and a half).  libckpt.so is
+# preloaded into sanitized programs, so the runtime's link-order check is
+# relaxed; leak checking is off (forked ranks and worker threads that
+# outlive main are expected).  ASan's dlopen
 # interceptor hides the fake libraries' RUNPATH from their dlopen calls,
 # hence LD_LIBRARY_PATH.
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -245,23 +247,27 @@ check-sanitize: deps
 
 # ThreadSanitizer on the tests whose code runs threads of its own, in
 # build-tsan/: the snapshot engine's committer beside the program (unit/
-# capture, capture, restore, resume), the persist engine's I/O threads
-# (unit/persist*) and ckpt-resume's persist thread beside its launcher
-# (persist), ckpt-resume's agent channel and restarts (resume), a
-# program's thread answering the snapshots' questions (footprint), the
-# pacer's copies before writes beside the committer and ckpt-resume's
-# persist worker (schedule).  The double's emulated device threads and the
-# timeline's seqlock are suppressed (tests/tsan.supp says why).  Not in the
-# subset: the double's own tests, the tests of several nodes (whose agents'
-# fabric threads are libfabric's, not built with the sanitizer), and the
-# standbys' (their 20,000-iteration runs take many minutes sanitized).
+# capture, capture, restore), the persist engine's I/O threads
+# (unit/persist*) and ckpt-resume's persist thread beside its launcher and
+# agent channel (persist), programs whose own threads replay beside each
+# other and go live at a restore (fidelity), a program's thread answering
+# the snapshots' questions (footprint), the pacer's copies before writes
+# beside the committer and ckpt-resume's persist worker (schedule).  The
+# double's emulated device threads and the timeline's seqlock are
+# suppressed (tests/tsan.supp says why).  Not in the subset: the double's
+# own tests, resume.bats (its restarts and agent channel run in persist's
+# and schedule's jobs as well; its bounds are a plain build's), the tests
+# of several nodes (whose agents' fabric threads are libfabric's, not
+# built with the sanitizer), and the standbys' (their 20,000-iteration
+# runs take many minutes sanitized); nor the tests tagged `long` or
+# `covered` (above).
 TSAN := -fsanitize=thread -fno-omit-frame-pointer
-TSAN_TESTS := unit/ capture restore resume persist fidelity footprint schedule
+TSAN_TESTS := unit/ capture restore persist fidelity footprint schedule
 check-tsan: deps
 	$(Q)$(MAKE) --no-print-directory B=build-tsan CFLAGS="-O1 -g $(TSAN) -Wno-tsan" LDFLAGS="$(TSAN)" all
 	$(Q)BUILD=$(CURDIR)/build-tsan LD_LIBRARY_PATH=$(CURDIR)/build-tsan/fake TEST_UNDER_TSAN=1 \
 	    TSAN_OPTIONS="report_thread_leaks=0 report_signal_unsafe=0 history_size=4 suppressions=$(CURDIR)/tests/tsan.supp" \
-	    tests/run $(TSAN_TESTS)
+	    TEST_SKIP_TAGS=long,covered tests/run $(TSAN_TESTS)
 
 # Fuzzing with libFuzzer (clang): each tests/fuzz/<name>.c against runtime/
 # (and replica/wire.c, ckpt-resume's channel.c or coord.c with fence.c and spawn.c, for the targets

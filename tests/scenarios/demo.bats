@@ -16,6 +16,7 @@ setup() {
     [[ $output == *"matches the uninterrupted run"* ]] || { echo "$output"; false; }
 }
 
+# bats test_tags=covered
 @test "make demo-nodes: node 0 of three killed and replaced through etcd, the job ends with the uninterrupted run's digest, status 0" {
     run timeout -k 5 300 "$ROOT/scripts/demo-nodes"
     [ "$status" -eq 0 ] || { echo "$output"; false; }

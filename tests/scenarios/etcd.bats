@@ -186,6 +186,7 @@ bats_require_minimum_version 1.5.0
     grep -q "^ckpt-resume: node [01] of 2 in job $CKPT_JOB, through etcd at 127.0.0.1:$port$" "$D/err.a" || { show; return 1; }
 }
 
+# bats test_tags=covered
 @test "CKPT_NODE_LAUNCHER through etcd: the first agent is node 0 and starts the others with a key it made; a node lost is started again and takes its rank back; as uninterrupted" {
     plain 3
     cat >"$D/machine" <<EOF
@@ -220,6 +221,7 @@ EOF
     for f in "$D"/sid.[12]*; do ! pgrep -s "$(cat "$f")" >/dev/null || { echo "$f: still running"; return 1; }; done
 }
 
+# bats test_tags=covered
 @test "8 nodes on loopback through etcd: one lost and replaced, as uninterrupted" {
     ARGS="--iters 1500 --hidden 16 --layers 2 --batch 32"
     plain 8
@@ -265,6 +267,7 @@ EOF
     done
 }
 
+# bats test_tags=covered
 @test "standbys through etcd, 3 nodes: a rank killed, the standbys of every node take over at the leader's word, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=etcd-sb-$$-$RANDOM
     plain 3

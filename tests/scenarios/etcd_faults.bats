@@ -106,6 +106,7 @@ frozen_and_fenced() {
     frozen_and_fenced follower
 }
 
+# bats test_tags=covered
 @test "the leading node frozen: the agent that leads next fences it before the job restarts, as uninterrupted" {
     frozen_and_fenced leader
     grep -q "^ckpt-resume: node [0-9] led the job until its lease ended: it is fenced before the job goes on$" "$D"/err.* ||

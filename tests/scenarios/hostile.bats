@@ -348,6 +348,7 @@ restarts_exact() {
     grep -q "cannot pin the arena" "$D/err" || { echo "the registration did not fail: the fallback was not tested"; cat "$D/err"; return 1; }
 }
 
+# bats test_tags=long
 @test "100,000 small allocations: snapshot, restore and the end state bit-exact" {
     local P=$BUILD/tests/progs/manyallocs
     "$P" --iters 3 >"$D/plain" 2>/dev/null

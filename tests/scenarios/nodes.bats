@@ -161,6 +161,7 @@ peer_log_on_disk() {
     return 1
 }
 
+# bats test_tags=covered
 @test "replay logs on disk (CKPT_REPLAY_LOG_DIR), longer than CKPT_REPLAY_LOG_MAX: each peer keeps its copy on its disk; node 1 lost with its memory and its disk comes back from node 0's copy, as uninterrupted" {
     export CKPT_REPLAY_LOG_MAX=16K LOGS_ON_DISK=1 BEFORE_LOSS=peer_log_on_disk
     ARGS="--iters 1500 --hidden 64 --layers 3" # running on while the log grows past the bound
@@ -168,6 +169,7 @@ peer_log_on_disk() {
     ! grep "refused rank .* replay log" "$D"/err.*
 }
 
+# bats test_tags=covered
 @test "tagged messages (CKPT_FABRIC_DATA=tagged on every node), 2 nodes x 2 ranks: node 1 lost and replaced, recovered from a peer's memory, as uninterrupted" {
     CKPT_FABRIC_DATA=tagged "$BUILD/bin/ckpt-replica" probe --node 127.0.0.1 >/dev/null 2>&1 ||
         skip "no libfabric provider with tagged messages on 127.0.0.1"
@@ -178,6 +180,7 @@ peer_log_on_disk() {
     done
 }
 
+# bats test_tags=covered
 @test "nodes in network namespaces of their own, joined by veth pairs: node 1 lost and replaced comes back from node 0's memory, as uninterrupted" {
     # Two namespaces, one per node, and a veth pair between them: nothing
     # travels over loopback, as between two machines.
@@ -267,6 +270,7 @@ refuse_everywhere() {
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "on several nodes, a clean start after every restore was refused retires the failed run's generations on disk; the refused restores retired nothing" {
     ARGS="--iters 60 --hidden 64 --layers 3" plain 2 1 || { cat "$D/plain.err"; return 1; }
     ON_DISK=1 refuse_everywhere CKPT_FALLBACK=clean || { show; return 1; }
@@ -308,6 +312,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "a node that reads its disk for longer than CKPT_NODE_TIMEOUT is not taken as lost: it recovers, as uninterrupted" {
     # Every read I/O of the replaced nodes takes 2.5 s: reading a generation
     # back outlasts the 3 s timeout.  Their agents keep renewing their
@@ -322,6 +327,7 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "a snapshot and a replay log offered to a running node's agent under an older plan (a fenced node's late writes) are refused, naming both epochs; the job ends as uninterrupted" {
     ARGS="--iters 3000 --hidden 64 --layers 3"
     plain 2 1 || { cat "$D/plain.err"; return 1; }
@@ -379,6 +385,7 @@ PY
     diff "$D/out.0" "$D/plain"
 }
 
+# bats test_tags=covered
 @test "a node whose agent froze (SIGSTOP, no CKPT_FENCE_CMD) past its lease is taken as lost; awake, it stops its ranks, takes its rank again, and the job ends as uninterrupted" {
     export CKPT_NODE_TIMEOUT=3
     ARGS="--iters 1000 --hidden 64 --layers 3"
@@ -434,6 +441,7 @@ PY
     grep -q "a replay log from a peer was not kept" "$D/err.1" || { show; return 1; }
 }
 
+# bats test_tags=covered
 @test "strangers that stop mid-frame on the coordinator's port hold nothing up: no node is lost, the job ends as uninterrupted" {
     # Each of them once held the coordinator for a second, and all of them
     # for longer than CKPT_NODE_TIMEOUT (10 s): the nodes lost it.
@@ -534,8 +542,10 @@ EOF
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "CKPT_NODE_LAUNCHER: a node whose command keeps failing stops the job, named, with the command's status; unused on one node" {
-    export CKPT_MAX_RESTARTS=1
+    # Node 0 gives up on node 1 joining after 10 x CKPT_NODE_TIMEOUT.
+    export CKPT_MAX_RESTARTS=1 CKPT_NODE_TIMEOUT=3
     CKPT_NODE_LAUNCHER='sh -c "exit 3"' start 0 2 1
     wait_rc "$D/rc.0" || { show; return 1; }
     [ "$(cat "$D/rc.0")" != 0 ] || { show; return 1; }
@@ -548,6 +558,7 @@ EOF
     [ "$status" = 0 ] && [[ $output == *"CKPT_NODE_LAUNCHER is not used: the job has one node"* ]]
 }
 
+# bats test_tags=covered
 @test "CKPT_NODE_LAUNCHER: when node 0 dies, the nodes it started get SIGTERM and end" {
     ARGS="--iters 1000 --hidden 64 --layers 3" # node 0 still runs when it is killed
     machine
@@ -732,6 +743,7 @@ away_and_back() {
     ! grep "^ckpt-resume: rank 1: from the arena of node 1$" "$D/err.0" || { show; return 1; }
 }
 
+# bats test_tags=covered
 @test "a node away while the job went back, its arena lost (a reboot): the decisions kept on its disk name its generations of the replaced run, never used, and retired; as uninterrupted" {
     away_and_back arena || { show; return 1; }
 }

@@ -210,7 +210,7 @@ SCRIPT
     # Long enough to run on past the stop, with a hang timeout no stall of
     # a loaded machine reaches (a second hang would be a second restart).
     args="--iters 2000 --hidden 64 --layers 3"
-    ckpt --nproc 2 -- "$TRAIN" $args >"$D/plain" 2>/dev/null
+    CKPT_DISABLE=1 CKPT_ARENA_DIR=$D/arena.plain timeout -k 5 120 "$CKPT" --nproc 2 -- "$TRAIN" $args >"$D/plain" 2>/dev/null
     CKPT_HANG_TIMEOUT=5 timeout -k 5 120 "$CKPT" --nproc 2 -- sh -c 'echo $$ > "$0/pid.$RANK"; exec "$@"' \
         "$D" "$TRAIN" $args >"$D/out" 2>"$D/err" &
     launcher=$!

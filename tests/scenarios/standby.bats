@@ -101,6 +101,7 @@ run_killed() {
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "a standby killed during its takeover: the cold path restores the same iteration, bit-exact" {
     CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
     CKPT_FAULT=kill:rank=0:iter=1:phase=restore run_killed 2 "$D/err" "$D/out" 1 $ARGS || { cat "$D/err"; return 1; }
@@ -156,6 +157,7 @@ run_killed() {
     [ "$(grep -c '^progress 1$' "$D/calm/err")" -eq 1 ] && [ "$(grep -c '^progress 1$' "$D/job/err")" -eq 1 ]
 }
 
+# bats test_tags=covered
 @test "a standby that hangs: the takeover gives up on it within seconds, said with why, and the cold path ends bit-exact" {
     # Long enough that the job is still running when its standbys are
     # stopped, however late on a loaded machine they start.
@@ -308,6 +310,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
+# bats test_tags=covered
 @test "a standby that falls behind is said to lag, by how much, and to have caught up once it has; the job runs on untouched" {
     CKPT_STANDBY=0 ckpt --nproc 1 -- "$TRAIN" --iters 3000 --hidden 32 --layers 2 >"$D/plain" 2>/dev/null
     CKPT_STANDBY_LAG=1 ckpt --nproc 1 -- "$TRAIN" --iters 3000 --hidden 32 --layers 2 >"$D/out" 2>"$D/err" &
@@ -438,6 +441,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     [ -z "$(pgrep -g "$pgid")" ] || { ps -o pid,stat,args -g "$pgid"; return 1; }
 }
 
+# bats test_tags=covered
 @test "a standby dies with its ckpt-resume from its first line, before the program touches CUDA, and one whose ckpt-resume is already gone exits at once" {
     local lib=$BUILD/lib/libckpt.so parent child i rc=0
     # A program that never calls cuInit (sleep), its agent killed: the

@@ -113,6 +113,7 @@ static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, 
     struct fg_stream *s;
     struct fg_op *op;
     CUresult rc;
+    int late = 0; /* an asynchronous copy to the host: FAKEGPU_D2H_RETURN_US */
 
     fg_lock();
     rc = fg_stream_get(hStream, &s);
@@ -140,12 +141,13 @@ static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, 
         op->u.copy.link = &drv.h2d;
     else if (on_device(src) && !on_device(dst))
         op->u.copy.link = &drv.d2h;
+    late = !sync && op->u.copy.link == &drv.d2h;
     rc = fg_submit(s, op);
     if (!rc && sync)
         fg_stream_wait_seq(s, s->enq_seq);
 out:
     fg_unlock();
-    if (!rc && !sync && n && on_device(src) && !on_device(dst))
+    if (!rc && late)
         late_return();
     return rc;
 }
