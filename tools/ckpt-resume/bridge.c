@@ -656,19 +656,13 @@ static void leadership(void)
     whose(epoch ? leader : -1);
 }
 
-/* Through etcd a node's command is started again whenever it ends before
+/* The nodes this agent started (CKPT_NODE_LAUNCHER): kept running while
+ * the job runs.  A node's command is started again whenever it ends before
  * the job: its new agent waits for the rank's lease to end, then takes it. */
-static bool not_present(void *ctx, unsigned j)
-{
-    (void)ctx, (void)j;
-    return false;
-}
-
-/* The nodes this agent started (CKPT_NODE_LAUNCHER): kept running while the job runs. */
 static void launch_turn(void)
 {
     char why[512];
-    if (B.spawn && !B.spawn_failed && spawn_turn(B.spawn, B.finished, not_present, NULL, why, sizeof(why)) < 0) {
+    if (B.spawn && !B.spawn_failed && spawn_turn(B.spawn, B.finished, why, sizeof(why)) < 0) {
         B.spawn_failed = true;
         ckpt_log(CKPT_ERROR, "%s; the other nodes go on without it", why);
     }

@@ -679,12 +679,6 @@ static void take_from(struct coord *c, unsigned j)
     }
 }
 
-static bool connected(void *ctx, unsigned j)
-{
-    const struct coord *c = ctx;
-    return c->nodes[j].fd >= 0;
-}
-
 /*
  * One turn of the coordinator's loop: waits up to @timeout_ms for a
  * connection or a message, takes what came, and keeps the heartbeats, the
@@ -752,9 +746,6 @@ bool coord_turn(struct coord *c, int timeout_ms)
     coord_remind(c, now);
     if (c->phase == GATHER)
         gathered(c);
-    char why[256];
-    if (spawn_turn(c->spawn, c->phase == OVER, connected, c, why, sizeof(why)) < 0)
-        finish(c, 1, why);
     return true;
 }
 
@@ -763,10 +754,6 @@ static void *run(void *arg)
     struct coord *c = arg;
     while (coord_turn(c, 250))
         ;
-    /* The nodes started from here end once they have heard the end: the
-     * last persist of each may take a while. */
-    spawn_close(c->spawn, c->timeout_s);
-    c->spawn = NULL;
     return NULL;
 }
 
@@ -806,10 +793,6 @@ int coord_open(struct coord **out, const struct options *opt)
     }
     if (pipe2(c->stop, O_CLOEXEC) < 0)
         return -errno;
-    if ((rc = spawn_open(&c->spawn, opt)) < 0) {
-        ckpt_log(CKPT_ERROR, "cannot prepare CKPT_NODE_LAUNCHER: %s", strerror(-rc));
-        return rc;
-    }
     ckpt_log(CKPT_INFO, "coordinating %u nodes x %d rank%s on %s", c->n, opt->nproc, opt->nproc == 1 ? "" : "s",
              c->bound);
     c->gather_since = ckpt_now_s();
@@ -852,7 +835,6 @@ void coord_stop(struct coord *c)
         close(c->stop[1]);
         close(c->stop[0]);
     }
-    spawn_close(c->spawn, 0);
     if (c->lfd >= 0)
         close(c->lfd);
     while (c->npending)

@@ -85,7 +85,6 @@ struct coord {
     char standby_port[16];              /* the standbys' rank 0 port: the next takeover's master port */
     char bound[128];                    /* the address listened on */
     struct pollfd *pfd;                 /* one turn's: the stop pipe, the listener, pending, nodes */
-    struct spawn *spawn;                /* the nodes started with CKPT_NODE_LAUNCHER; NULL: none */
 };
 
 /* Sends a message (@a then @b) to node @j; a node that cannot take it is lost. */

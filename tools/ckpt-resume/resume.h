@@ -358,7 +358,7 @@ int torchrun_check(char *const *cmd);
  * of its own (coord_open, then coord_run; coord_turn: a turn of its loop,
  * for a caller that turns it itself) */
 struct coord;
-/* spawn.c: node 0 starting the other nodes (CKPT_NODE_LAUNCHER), from the coordinator's thread. */
+/* spawn.c: the first agent starting the other nodes (CKPT_NODE_LAUNCHER), from the bridge's thread. */
 struct spawn;
 /* In a child just forked by a process with threads, before its exec: a
  * session of its own, @deathsig when the agent (@parent) dies (or _exit
@@ -376,11 +376,10 @@ void fence_cancel(pid_t pid);
 
 /* Prepares; *out stays NULL without a launcher.  Nothing starts before spawn_turn(). */
 int spawn_open(struct spawn **out, const struct options *opt);
-/* Reaps, and starts what is due unless the job is @over, for each node
- * that is not @present(ctx, node) in the job.  Returns 0, or -1 with the
- * reason in why when a node's command ended too often. */
-int spawn_turn(struct spawn *s, bool over, bool (*present)(void *ctx, unsigned j), void *ctx, char *why,
-               size_t whylen);
+/* Reaps, and starts each node's command when it is due, unless the job
+ * is @over.  Returns 0, or -1 with the reason in why when a node's command
+ * ended too often. */
+int spawn_turn(struct spawn *s, bool over, char *why, size_t whylen);
 /* Waits up to @wait_s for the commands to end, then ends them; frees s. */
 void spawn_close(struct spawn *s, double wait_s);
 

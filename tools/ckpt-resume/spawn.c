@@ -9,16 +9,16 @@
  * anything that runs a command on another machine and carries the
  * environment there) hands the job's key to the other nodes without it
  * ever appearing on a command line.  A node whose command ends before the
- * job does is lost: the coordinator stops the job and waits for it, and
- * this file starts the command again once the coordinator has let the
- * node go, up to CKPT_MAX_RESTARTS times.
+ * job does is lost, and the job waits for its replacement: this file
+ * starts the command again (its new agent waits for the node's lease to
+ * end, then takes the node), up to CKPT_MAX_RESTARTS times.
  *
- * Everything here runs on the coordinator's thread (through etcd, the
- * bridge's: node 0 starts the others, whichever node leads), so the
- * commands are that thread's children: ckpt-resume's reaping of its ranks waits for the
+ * Everything here runs on the bridge's thread of node 0's agent (node 0
+ * starts the others, whichever node leads), so the commands are that
+ * thread's children: ckpt-resume's reaping of its ranks waits for the
  * main thread's children only (__WNOTHREAD) and never takes them, and
- * each command gets SIGTERM if the coordinator's thread dies
- * (PR_SET_PDEATHSIG, which the exec keeps) before it has ended them itself.
+ * each command gets SIGTERM if that thread dies (PR_SET_PDEATHSIG, which
+ * the exec keeps) before it has ended them itself.
  */
 #include <errno.h>
 #include <limits.h>
@@ -199,8 +199,7 @@ int spawn_open(struct spawn **out, const struct options *opt)
     return 0;
 }
 
-int spawn_turn(struct spawn *s, bool over, bool (*present)(void *ctx, unsigned j), void *ctx, char *why,
-               size_t whylen)
+int spawn_turn(struct spawn *s, bool over, char *why, size_t whylen)
 {
     double now = ckpt_now_s();
     for (unsigned j = 1; s && j < s->n; j++) {
@@ -223,8 +222,7 @@ int spawn_turn(struct spawn *s, bool over, bool (*present)(void *ctx, unsigned j
                      s->opt->backoff_s);
             l->due = now + s->opt->backoff_s;
         }
-        /* Not while the coordinator still counts the node in: it would refuse a second one. */
-        if (!over && !s->gave_up && l->pid == 0 && l->due > 0 && now >= l->due && !present(ctx, j))
+        if (!over && !s->gave_up && l->pid == 0 && l->due > 0 && now >= l->due)
             start(s, j);
     }
     return 0;
