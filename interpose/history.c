@@ -516,20 +516,24 @@ void ckpt_history_aside(uint64_t t, enum ckpt_aside what, uint64_t addr, uint64_
     pthread_mutex_unlock(&lock);
 }
 
+/* A thread whose log runs dry in replay waits there for the restore, and
+ * the record it was to be served is then what the live run saw: logged,
+ * as the restored run's own log must say it (it may be restored in turn). */
 void ckpt_history_value(uint64_t what, uint64_t *value)
 {
     uint64_t t = ckpt_thread_key();
     if (ckpt_replaying) {
         struct ckpt_rl_rec rec;
-        if (!ckpt_history_next(t, CKPT_RL_VALUE, &rec))
-            return; /* live: the real value stands */
-        if (rec.a != what)
-            ckpt_refuse("the program read value %llu where the recorded run read value %llu",
-                        (unsigned long long)what, (unsigned long long)rec.a);
-        *value = rec.b;
-    } else if (ckpt_history_recording()) {
-        put(CKPT_RL_VALUE, t, what, *value, 0, NULL, 0);
+        if (ckpt_history_next(t, CKPT_RL_VALUE, &rec)) {
+            if (rec.a != what)
+                ckpt_refuse("the program read value %llu where the recorded run read value %llu",
+                            (unsigned long long)what, (unsigned long long)rec.a);
+            *value = rec.b;
+            return;
+        }
     }
+    if (ckpt_history_recording()) /* live: the real value stands */
+        put(CKPT_RL_VALUE, t, what, *value, 0, NULL, 0);
 }
 
 void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr)
@@ -537,15 +541,17 @@ void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr)
     uint64_t t = ckpt_thread_key();
     if (ckpt_replaying) {
         struct ckpt_rl_rec rec;
-        if (!ckpt_history_next(t, CKPT_RL_ALLOC, &rec))
+        if (ckpt_history_next(t, CKPT_RL_ALLOC, &rec)) {
+            if (rec.a != ordinal || rec.b != size)
+                ckpt_refuse("the program diverged from its recorded run: it made allocation %llu of %llu bytes "
+                            "where the recorded run made allocation %llu of %llu bytes",
+                            (unsigned long long)ordinal, (unsigned long long)size, (unsigned long long)rec.a,
+                            (unsigned long long)rec.b);
+            ckpt_replay_address(ordinal, addr, rec.c);
             return;
-        if (rec.a != ordinal || rec.b != size)
-            ckpt_refuse("the program diverged from its recorded run: it made allocation %llu of %llu bytes where "
-                        "the recorded run made allocation %llu of %llu bytes",
-                        (unsigned long long)ordinal, (unsigned long long)size, (unsigned long long)rec.a,
-                        (unsigned long long)rec.b);
-        ckpt_replay_address(ordinal, addr, rec.c);
-    } else if (ckpt_history_recording()) {
+        }
+    }
+    if (ckpt_history_recording()) { /* live (a dry thread's, once the restore went live: logged, as values are) */
         ckpt_history_poller_changes("allocated device memory");
         put(CKPT_RL_ALLOC, t, ordinal, size, addr, NULL, 0);
     }

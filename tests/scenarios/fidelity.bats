@@ -453,10 +453,28 @@ diverge() {
     # the sync again once live), not by a later one with other bytes.  The
     # double's device takes 1 ms an op: an event recorded behind a copy
     # is pending a while, as on a GPU.
-    local prog
-    for prog in fid_lateret fid_evalloc fid_pinpool fid_poll fid_hostfn fid_graph fid_bgthread; do
+    local prog low high from
+    while read -r prog low high from; do
         rm -f "$D/died" "$D/died.again"
         FAKEGPU_OP_US=1000 FAKEGPU_D2H_RETURN_US=$([ $prog = fid_lateret ] && echo 20000 || echo 0) FID_AGAIN=1 \
-            fidelity $prog restore 12 27 || return 1
-    done
+            fidelity $prog restore $low $high $from || return 1
+    done <<'PROGRAMS'
+fid_lateret 12 27 0
+fid_evalloc 12 27 0
+fid_pinpool 12 27 0
+fid_poolstats 12 27 0
+fid_poll 12 27 0
+fid_pageable 12 27 0
+fid_graph 12 27 0
+fid_graphupdate 12 27 0
+fid_hostfn 12 27 0
+fid_bgthread 12 27 0
+fid_ema 12 27 0
+fid_watchdog 12 27 0
+fid_autotune 20 28 0
+fid_ptrtable 12 27 0
+fid_vmm 26 30 18
+devvars 12 27 0
+fid_twoctx 12 27 0
+PROGRAMS
 }
