@@ -188,7 +188,14 @@ bool ckpt_history_work(void)
         ckpt_history_next(t, CKPT_RL_WORK, &rec);
         return false; /* queued before the snapshot: suppressed */
     }
-    return ckpt_history_dry_wait(); /* past the snapshot: for real, once live */
+    if (!ckpt_history_dry_wait())
+        return false;
+    /* Past the snapshot: made for real, now that the restore is live, and
+     * counted as live work is (the restored run's log may be replayed in turn). */
+    struct worker *w = worker();
+    if (w)
+        __atomic_add_fetch(&w->queued, 1, __ATOMIC_RELEASE);
+    return true;
 }
 
 void ckpt_history_work_boundary(void)
