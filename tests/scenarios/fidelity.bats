@@ -80,7 +80,8 @@ show_job() {
 #   runs with a standby, and "restore" asks that the standby took over.
 #   FID_AGAIN=1: the restored run is killed too, after an iteration K2
 #   drawn from K+4..37, and "restore" asks that the second restore was of
-#   a snapshot the restored run took (its log is what replay reads).
+#   a snapshot the restored run took (its log is what replay reads); with
+#   FID_STANDBY=1, that a standby took over both times.
 fidelity() {
     local prog=$1 expect=$2 low=$3 high=$4 from=${5:-0} rc=0
     local bin=$BUILD/tests/progs/$prog
@@ -129,6 +130,8 @@ fidelity() {
             [ "$(grep -c '^libckpt\[rank 0\]: restored iteration ' "$D/err")" = 2 ] && [ "$restored" -gt "$first" ] ||
                 { echo "the second restore was not of a snapshot the restored run took (first $first, then $restored)"
                   show_job; return 1; }
+            [ "${FID_STANDBY:-0}" = 0 ] || [ "$(grep -c '^ckpt-resume: the standby took over at iteration ' "$D/err")" = 2 ] ||
+                { echo "the standby started after the first takeover did not take over the second time"; show_job; return 1; }
         fi
         [ "${FID_STANDBY:-0}" = 0 ] || grep -q '^ckpt-resume: the standby took over at iteration ' "$D/err" ||
             { echo "the standby did not take over"; show_job; return 1; }
@@ -446,7 +449,7 @@ diverge() {
     FAKEGPU_D2H_RETURN_US=20000 FID_STANDBY=1 fidelity fid_lateret restore 12 27
 }
 
-@test "restored twice: the second restore is of a snapshot the restored run took, out of the log it wrote; bit-exact" {
+@test "restored twice: the second restore is of a snapshot the restored run took, out of the log it wrote, by the cold path or by a standby; bit-exact" {
     # The restored run's log must say what that run saw: a copy pending at
     # the snapshot, made again as the restore goes live, is settled by the
     # sync that waited for it (a thread whose log ran dry at a sync makes
@@ -480,4 +483,12 @@ fid_vmm 26 30 18
 devvars 12 27 0
 fid_twoctx 12 27 0
 PROGRAMS
+    # By the standbys, each time: the one started behind the first takeover
+    # follows the restored run's log and takes over the second time.
+    [ -z "${TEST_UNDER_TSAN:-}" ] || return 0
+    for prog in fid_lateret fid_evalloc fid_hostfn fid_ema; do
+        rm -f "$D/died" "$D/died.again"
+        FAKEGPU_OP_US=1000 FAKEGPU_D2H_RETURN_US=$([ $prog = fid_lateret ] && echo 20000 || echo 0) FID_AGAIN=1 \
+            FID_STANDBY=1 fidelity $prog restore 12 27 || return 1
+    done
 }
