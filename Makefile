@@ -232,7 +232,8 @@ soak: deps
 # whose code the shorter ones beside them run too) or `covered` (a second
 # shape of a path other tests run under the sanitizers: 4 nodes and 8
 # beside 2x2, tagged messages and network namespaces beside the plain
-# transport, the launcher's and the fences' variants, the fault matrix's
+# transport, the launcher's, the fences' and the standbys' failure
+# variants, the 3-node demo beside etcd.bats' 3 nodes, the fault matrix's
 # random cells; they keep CI within its hour and a half).  libckpt.so is
 # preloaded into sanitized programs, so the runtime's link-order check is
 # relaxed; leak checking is off (forked ranks and worker threads that
