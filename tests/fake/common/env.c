@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "fakegpu.h"
 
@@ -47,4 +48,21 @@ uint64_t fg_env_u64(const char *name, uint64_t def)
         return def;
     }
     return u;
+}
+
+uint64_t fg_env_knob(const char *name, uint64_t *cache)
+{
+    uint64_t v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+
+    if (v == UINT64_MAX) {
+        v = fg_env_u64(name, 0);
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+void fg_sleep_us(uint64_t us)
+{
+    if (us)
+        nanosleep(&(struct timespec){.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000}, NULL);
 }

@@ -30,6 +30,10 @@ void fg_sleep_until_ns(uint64_t t_ns);
  */
 double fg_env_double(const char *name, double def);
 uint64_t fg_env_u64(const char *name, uint64_t def);
+/* fg_env_u64(name, 0), read once into *cache (UINT64_MAX: not yet), from any thread. */
+uint64_t fg_env_knob(const char *name, uint64_t *cache);
+/* Sleeps us microseconds (0: not at all). */
+void fg_sleep_us(uint64_t us);
 
 /* ---- a bandwidth-limited link (link.c) ----------------------------- */
 

@@ -98,14 +98,8 @@ static int copy_ok(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n)
 static void late_return(void)
 {
     static uint64_t knob = UINT64_MAX;
-    uint64_t us = __atomic_load_n(&knob, __ATOMIC_RELAXED);
 
-    if (us == UINT64_MAX) {
-        us = fg_env_u64("FAKEGPU_D2H_RETURN_US", 0);
-        __atomic_store_n(&knob, us, __ATOMIC_RELAXED);
-    }
-    if (us)
-        nanosleep(&(struct timespec){.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000}, NULL);
+    fg_sleep_us(fg_env_knob("FAKEGPU_D2H_RETURN_US", &knob));
 }
 
 static CUresult copy(enum copy_dir dir, uintptr_t dst, uintptr_t src, size_t n, CUstream hStream, int sync)
@@ -168,12 +162,7 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
 static void maybe_flip(CUdeviceptr dst, size_t n)
 {
     static uint64_t calls, knob = UINT64_MAX;
-    uint64_t at = __atomic_load_n(&knob, __ATOMIC_RELAXED);
-
-    if (at == UINT64_MAX) {
-        at = fg_env_u64("FAKEGPU_FLIP_HTOD", 0);
-        __atomic_store_n(&knob, at, __ATOMIC_RELAXED);
-    }
+    uint64_t at = fg_env_knob("FAKEGPU_FLIP_HTOD", &knob);
 
     if (at && n && __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) == at) {
         fg_device_access(1); /* the device's fault, not the host's access */

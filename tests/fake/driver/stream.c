@@ -8,7 +8,6 @@
  */
 #include <signal.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "driver.h"
 
@@ -69,23 +68,13 @@ void fg_stream_unref(struct fg_stream *s)
 /* FAKEGPU_OP_US=U: each op the device runs takes U microseconds more
  * (a launch's or a copy's latency on a real GPU, a busy device): an event
  * recorded behind finished work is still pending for that long. */
-static uint64_t op_us(void)
-{
-    static uint64_t knob = UINT64_MAX;
-    uint64_t us = __atomic_load_n(&knob, __ATOMIC_RELAXED);
-
-    if (us == UINT64_MAX) {
-        us = fg_env_u64("FAKEGPU_OP_US", 0);
-        __atomic_store_n(&knob, us, __ATOMIC_RELAXED);
-    }
-    return us;
-}
+static uint64_t op_us_knob = UINT64_MAX;
 
 static void *worker(void *arg)
 {
     struct fg_stream *s = arg;
     struct fg_op *op;
-    uint64_t us = op_us();
+    uint64_t us = fg_env_knob("FAKEGPU_OP_US", &op_us_knob);
 
     tls_worker = 1;
     fg_lock();
@@ -96,8 +85,7 @@ static void *worker(void *arg)
             break;
         if (us) { /* the op stays queued meanwhile: the stream is busy */
             fg_unlock();
-            nanosleep(&(struct timespec){.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000},
-                      NULL);
+            fg_sleep_us(us);
             fg_lock();
         }
         op = s->head;
