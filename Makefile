@@ -175,6 +175,9 @@ $(B)/obj/tests/unit/wire_auth.o: ALL_CFLAGS += -Ireplica
 $(B)/tests/unit/logship: $(call obj,tools/ckpt-resume/logship.c replica/auth.c replica/wire.c)
 $(B)/tests/unit/logship: UNIT_LIBS := -lnettle
 $(B)/obj/tests/unit/logship.o: ALL_CFLAGS += -Itools/ckpt-resume -Ireplica
+# torchrun's command for the standbys.
+$(B)/tests/unit/torchrun: $(call obj,tools/ckpt-resume/torchrun.c)
+$(B)/obj/tests/unit/torchrun.o: ALL_CFLAGS += -Itools/ckpt-resume
 # The etcd client, against an etcd the test starts.
 $(B)/tests/unit/etcd: $(call obj,tools/ckpt-resume/etcd.c)
 $(B)/tests/unit/etcd: UNIT_LIBS := -lcurl -ljson-c -lnettle

@@ -31,6 +31,7 @@
 
 bool ckpt_active;
 static bool disabled;
+static bool launcher; /* torchrun's own process (elastic_agent) */
 static pthread_once_t wake_once = PTHREAD_ONCE_INIT;
 
 static void warn_unknown(const char *name, const char *suggestion)
@@ -39,6 +40,47 @@ static void warn_unknown(const char *name, const char *suggestion)
         ckpt_log(CKPT_WARN, "%s is not a libckpt variable; did you mean %s?", name, suggestion);
     else
         ckpt_log(CKPT_WARN, "%s is not a libckpt variable (ckpt-resume --help-env lists them)", name);
+}
+
+/*
+ * torchrun's own process, the elastic agent that starts the ranks: it may
+ * initialise CUDA (torchrun asks how many GPUs there are) under the RANK
+ * that ckpt-resume gave the command, but it trains nothing and must not
+ * take that rank's arena from the worker that does.  It is a Python
+ * script (argv[0] or argv[1] is ".../torchrun") or `python -m
+ * torch.distributed.run` (or .launch); its workers have
+ * TORCHELASTIC_RUN_ID, which it does not.  Under ckpt-resume
+ * (CKPT_LAUNCHER=torchrun) every process without it is no rank: a wrapper
+ * on the way to torchrun (`#!/usr/bin/env python3`, a version manager's
+ * shim) would otherwise take the rank's arena too, and in a standby set
+ * its output aside.
+ */
+static bool elastic_agent(void)
+{
+    if (getenv("TORCHELASTIC_RUN_ID"))
+        return false;
+    /* ckpt-resume says so: torchrun, or a wrapper on the way to it. */
+    if (ckpt_cfg_int(CFG_LAUNCHER) == CKPT_LAUNCHER_TORCHRUN)
+        return true;
+    char buf[4096];
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *prev = "";
+    int i = 0;
+    for (const char *a = buf; a < buf + n; a += strlen(a) + 1, i++) {
+        const char *base = strrchr(a, '/') ? strrchr(a, '/') + 1 : a;
+        if (i < 2 && strcmp(base, "torchrun") == 0)
+            return true;
+        if (strcmp(prev, "-m") == 0)
+            return strcmp(a, "torch.distributed.run") == 0 || strcmp(a, "torch.distributed.launch") == 0;
+        prev = a;
+    }
+    return false;
 }
 
 /*
@@ -73,6 +115,12 @@ __attribute__((constructor)) static void ckpt_load(void)
     ckpt_config_unknown(warn_unknown);
     follow_agent((pid_t)ckpt_cfg_int(CFG_FOLLOW));
     disabled = ckpt_cfg_int(CFG_DISABLE);
+    /* Before the world: a standby's torchrun writes to the job's own
+     * stdout and files, as the job's does. */
+    if (!disabled && elastic_agent()) {
+        ckpt_log(CKPT_DEBUG, "torchrun's own process: no rank, pass-through (its workers checkpoint)");
+        disabled = launcher = true;
+    }
     /* Here: a replaying program may open its files before it touches CUDA. */
     if (!disabled)
         ckpt_world_init((uint64_t)ckpt_cfg_int(CFG_RESTORE), ckpt_cfg_int(CFG_FOLLOW));
@@ -96,49 +144,11 @@ static void forked_child(void)
     disabled = true;
 }
 
-/*
- * torchrun's own process, the elastic agent that starts the ranks: it may
- * initialise CUDA (torchrun asks how many GPUs there are) under the RANK
- * that ckpt-resume gave the command, but it trains nothing and must not
- * take that rank's arena from the worker that does.  It is a Python
- * script (argv[0] or argv[1] is ".../torchrun") or `python -m
- * torch.distributed.run` (or .launch); its workers have
- * TORCHELASTIC_RUN_ID, which it does not.
- */
-static bool elastic_agent(void)
-{
-    if (getenv("TORCHELASTIC_RUN_ID"))
-        return false;
-    char buf[4096];
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    const char *prev = "";
-    int i = 0;
-    for (const char *a = buf; a < buf + n; a += strlen(a) + 1, i++) {
-        const char *base = strrchr(a, '/') ? strrchr(a, '/') + 1 : a;
-        if (i < 2 && strcmp(base, "torchrun") == 0)
-            return true;
-        if (strcmp(prev, "-m") == 0)
-            return strcmp(a, "torch.distributed.run") == 0 || strcmp(a, "torch.distributed.launch") == 0;
-        prev = a;
-    }
-    return false;
-}
-
 static void wake(void)
 {
     if (disabled) {
-        ckpt_log(CKPT_INFO, "CKPT_DISABLE is set: pass-through");
-        return;
-    }
-    if (elastic_agent()) {
-        ckpt_log(CKPT_DEBUG, "torchrun's own process: no rank, pass-through (its workers checkpoint)");
-        disabled = true;
+        if (!launcher)
+            ckpt_log(CKPT_INFO, "CKPT_DISABLE is set: pass-through");
         return;
     }
     const char *b = ckpt_cfg_str(CFG_BOUNDARY);
@@ -177,7 +187,12 @@ static void wake(void)
     if (agent < 0)
         ckpt_log(CKPT_WARN, "cannot reach ckpt-resume at CKPT_AGENT_SOCKET=%s: it cannot see this rank's progress",
                  ckpt_cfg_str(CFG_AGENT_SOCKET));
-    ckpt_agent_send(CKPT_MSG_HELLO, 0, 0);
+    /* With the ranks torchrun started on this node (a wrapped torchrun's
+     * standbys follow that many); another launcher may pass on the
+     * LOCAL_WORLD_SIZE ckpt-resume gave it, which says nothing. */
+    const char *lws = getenv("LOCAL_WORLD_SIZE");
+    bool torchrun = ckpt_cfg_int(CFG_LAUNCHER) == CKPT_LAUNCHER_TORCHRUN;
+    ckpt_agent_report(CKPT_MSG_HELLO, 0, 0, torchrun && lws ? strtoull(lws, NULL, 10) : 0, 0, 0);
     __atomic_store_n(&ckpt_active, true, __ATOMIC_RELEASE);
     ckpt_log(CKPT_DEBUG, "awake: CUDA initialised");
 }

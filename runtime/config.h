@@ -26,6 +26,8 @@ int ckpt_config_load(char *err, size_t errlen);
  * without a default). */
 long long ckpt_cfg_int(enum ckpt_cfg_id id);
 double ckpt_cfg_seconds(enum ckpt_cfg_id id);
+/* CKPT_LAUNCHER's choices, in config.def's order. */
+enum ckpt_launcher { CKPT_LAUNCHER_NONE, CKPT_LAUNCHER_TORCHRUN };
 const char *ckpt_cfg_str(enum ckpt_cfg_id id);
 
 /* Calls warn(name, suggestion) for each CKPT_* variable in the environment

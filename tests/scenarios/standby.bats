@@ -9,6 +9,7 @@
 # iteration 20,000 as at 1,000, and ckpt-inspect says where each stands.
 
 load output
+load torchrun
 
 bats_require_minimum_version 1.5.0
 
@@ -32,7 +33,8 @@ teardown() {
 ckpt() { timeout -k 5 120 "$CKPT" "$@"; }
 
 # kill_when_standing N ERR RANK: once ckpt-resume says (in ERR) that it
-# started its N standbys, SIGKILLs the live RANK, as a machine fails.
+# started its N standbys, SIGKILLs the live RANK, as a machine fails
+# (under torchrun, a worker of the job's torchrun).
 kill_when_standing() {
     local i pid
     for i in $(seq 600); do
@@ -464,4 +466,38 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     CKPT_FOLLOW=$parent LD_PRELOAD=$lib timeout 30 "$TRAIN" $ARGS >"$D/out" 2>"$D/err" || rc=$?
     [ "$rc" -eq 75 ] || { echo "exit $rc"; cat "$D/err"; return 1; }
     [ ! -s "$D/out" ]
+}
+
+@test "under torchrun: a second torchrun starts the standbys and serves their rendezvous on a port of their own; a worker killed, they take over, bit-exact; a launcher that is not torchrun, or a torchrun of several nodes, is refused before anything starts" {
+    torchrun_standin "$D/torchrun"
+    CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
+    # The job's torchrun at a port of its choosing: the standbys' must be at another.
+    local port k
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    ckpt -- "$D/torchrun" --nproc-per-node 2 --master-port "$port" --no-python "$TRAIN" $ARGS >"$D/out" 2>"$D/err" &
+    local job=$!
+    kill_when_standing 2 "$D/err" 1 || { wait $job; cat "$D/err"; return 1; }
+    wait $job || { echo "exit $?"; cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: started 2 standbys through a second $D/torchrun (pid [0-9]*, its port [0-9]*)$" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    [ "$(sed -n 's/^ckpt-resume: started 2 standbys .*, its port \([0-9]*\))$/\1/p' "$D/err")" != "$port" ]
+    k=$(sed -n 's/^ckpt-resume: the standbys took over at iteration \([0-9]*\) in [0-9.]* s$/\1/p' "$D/err")
+    [ -n "$k" ] || { cat "$D/err"; return 1; }
+    [ "$(grep -c "^libckpt\[rank [01]\]: restored iteration $k " "$D/err")" -eq 2 ] || { cat "$D/err"; return 1; }
+    ! grep -q "replaying [0-9]* iterations\|cold path\|Address already in use" "$D/err" || { cat "$D/err"; return 1; }
+    [[ $(tail -n 1 "$D/err") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(standby\ [0-9]+\.[0-9]{3}\ s\)$ ]] ||
+        { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out") "$D/plain"
+
+    # Standbys only through torchrun, and a torchrun of one node.
+    rm -f "$D/pet"
+    run --separate-stderr ckpt -- sh -c "exec $TRAIN $ARGS"
+    [ "$status" -eq 2 ] && [[ $stderr == *"CKPT_STANDBY=1: sh is not torchrun"*"ckpt-resume --nproc N, or set CKPT_STANDBY=0"* ]] ||
+        { echo "$status $stderr"; return 1; }
+    run --separate-stderr ckpt -- "$D/torchrun" --nnodes=2 --nproc-per-node 2 --no-python "$TRAIN" $ARGS
+    [ "$status" -eq 2 ] && [[ $stderr == *"CKPT_STANDBY=1: torchrun --nnodes 2: standbys under a torchrun of several nodes"* ]] ||
+        { echo "$status $stderr"; return 1; }
+    PET_NNODES=1:2 run --separate-stderr ckpt -- "$D/torchrun" --no-python "$TRAIN" $ARGS
+    [ "$status" -eq 2 ] && [[ $stderr == *"torchrun --nnodes 1:2"* ]] || { echo "$status $stderr"; return 1; }
+    [ ! -e "$D/pet" ] || { echo "a refused job started torchrun"; return 1; }
 }

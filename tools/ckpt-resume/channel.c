@@ -143,6 +143,8 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
     switch (m->kind) {
     case CKPT_MSG_HELLO:
         ckpt_log(CKPT_DEBUG, "rank %u (pid %lld) is up", m->rank, (long long)m->pid);
+        if (m->bytes <= RESUME_MAX_NPROC && (int)m->bytes > c->local_world)
+            c->local_world = (int)m->bytes;
         break;
     case CKPT_MSG_BOUNDARY:
         r->ticking = true;
@@ -167,13 +169,15 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
         r->restored = true;
         c->restored++;
         ckpt_log(CKPT_DEBUG, "rank %u restored iteration %llu", m->rank, (unsigned long long)m->iteration);
-        /* Started ranks are known only with --nproc; a wrapped launcher's are not. */
-        if (!opt->wrap && c->restored == opt->nproc)
+        /* The ranks: those started with --nproc, or as many as a wrapped
+         * launcher's said it started (LOCAL_WORLD_SIZE), when they said. */
+        int want = opt->wrap ? c->local_world : opt->nproc;
+        if (want && c->restored == want) {
             c->restored_s = ckpt_now_s();
-        if (!opt->wrap && c->restored == opt->nproc)
             ckpt_log(CKPT_INFO, "%s restored iteration %llu (generation %llu) and run%s on",
-                     opt->nproc == 1 ? "the rank" : "all ranks", (unsigned long long)m->iteration,
-                     (unsigned long long)m->generation, opt->nproc == 1 ? "s" : "");
+                     want == 1 ? "the rank" : "all ranks", (unsigned long long)m->iteration,
+                     (unsigned long long)m->generation, want == 1 ? "s" : "");
+        }
         break;
     case CKPT_MSG_REFUSED:
         if (c->refused_rank < 0)

@@ -38,7 +38,7 @@ static const char *const rank_vars[] = {
  * the beginning must not pass on the user's CKPT_RESTORE).
  */
 static const char *const job_vars[] = { "LD_PRELOAD", "CKPT_JOB", "CKPT_AGENT_SOCKET", "CKPT_RESTORE", "CKPT_FOLLOW", "PYTHONPATH",
-                                        "CKPT_REPLAY_LOG_DIR",
+                                        "CKPT_REPLAY_LOG_DIR", "CKPT_LAUNCHER",
                                         "CKPT_JOB_KEY" /* the agents' secret: never the ranks' */ };
 #define N_JOB_VARS (sizeof(job_vars) / sizeof(job_vars[0]))
 
@@ -49,6 +49,16 @@ static bool named(const char *entry, const char *const *names, size_t count)
         if (strncmp(entry, names[i], n) == 0 && entry[n] == '=')
             return true;
     }
+    return false;
+}
+
+/* Whether one of @vars ("NAME=value") sets the variable of @entry. */
+static bool set_by(const char *entry, char *const *vars)
+{
+    size_t n = strcspn(entry, "=");
+    for (; *vars; vars++)
+        if (strncmp(*vars, entry, n) == 0 && (*vars)[n] == '=')
+            return true;
     return false;
 }
 
@@ -174,7 +184,7 @@ int job_master(char **addr, char **port)
 
 /*
  * Builds the environment of one rank in @out: every inherited variable
- * except those in rank_vars and job_vars, then the job's @vars
+ * except those in rank_vars and job_vars and those @vars set, then the job's @vars
  * ("NAME=value", NULL-terminated; the caller keeps them), then the rank's.
  * The caller releases it with rank_env_free().
  */
@@ -187,13 +197,14 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
         n++;
     while (vars[nvars])
         nvars++;
-    char **env = calloc(n + nvars + 2 + N_RANK_VARS + 1, sizeof(*env));
+    char **env = calloc(n + nvars + 3 + N_RANK_VARS + 1, sizeof(*env));
     if (!env)
         return -ENOMEM;
 
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (!named(environ[i], rank_vars, N_RANK_VARS) && !named(environ[i], job_vars, N_JOB_VARS))
+        if (!named(environ[i], rank_vars, N_RANK_VARS) && !named(environ[i], job_vars, N_JOB_VARS) &&
+            !set_by(environ[i], vars))
             env[k++] = environ[i];
     for (size_t i = 0; i < nvars; i++)
         env[k++] = vars[i];
@@ -205,9 +216,11 @@ int rank_env(char ***out, const struct options *opt, int local, const char *mast
      * until another runs can also wait forever for that one's loading. */
     if (!getenv("CUDA_MODULE_LOADING"))
         env[k++] = (char *)"CUDA_MODULE_LOADING=EAGER";
-    /* ckpt-resume restarts the job, not torchrun (torchrun.c). */
+    /* ckpt-resume restarts the job, not torchrun (torchrun.c); its workers are the ranks. */
     if (torchrun_command(opt->cmd) && !getenv("PET_MAX_RESTARTS"))
         env[k++] = (char *)"PET_MAX_RESTARTS=0";
+    if (torchrun_command(opt->cmd))
+        env[k++] = (char *)"CKPT_LAUNCHER=torchrun";
     size_t ours = k;
 
     /* One per rank_vars entry, in the same order. */

@@ -105,7 +105,8 @@ static int exec_failure_code(int err)
     return err == ENOENT ? 127 : 126;
 }
 
-int spawn_process(struct job *job, int i, const char *port, char *const *vars, pid_t *pgid, pid_t *pid)
+int spawn_process(struct job *job, int i, char *const *cmd, const char *port, char *const *vars, pid_t *pgid,
+                  pid_t *pid)
 {
     posix_spawnattr_t attr;
     char **env;
@@ -118,7 +119,7 @@ int spawn_process(struct job *job, int i, const char *port, char *const *vars, p
         posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
         posix_spawnattr_setpgroup(&attr, *pgid);
         posix_spawnattr_setsigmask(&attr, &job->rank_mask);
-        rc = posix_spawnp(pid, job->opt->cmd[0], NULL, &attr, job->opt->cmd, env);
+        rc = posix_spawnp(pid, cmd[0], NULL, &attr, cmd, env);
         posix_spawnattr_destroy(&attr);
     }
     rank_env_free(env);
@@ -138,7 +139,7 @@ static int spawn_rank(struct job *job, int i)
     pid_t pid;
     if (i == 0)
         job->pgid = 0;
-    int rc = spawn_process(job, i, job->master_port, job->vars, &job->pgid, &pid);
+    int rc = spawn_process(job, i, job->opt->cmd, job->master_port, job->vars, &job->pgid, &pid);
     if (rc < 0)
         return rc;
     job->ranks[i] = (struct rank){ .pid = pid };

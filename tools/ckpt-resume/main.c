@@ -429,7 +429,7 @@ static int configure(struct options *opt, bool restarts_given)
                  "\", or unset the variable", logdir);
         return -ENOTDIR;
     }
-    if (torchrun_check(opt->cmd) < 0)
+    if (torchrun_check(opt->cmd) < 0 || (opt->wrap && ckpt_cfg_int(CFG_STANDBY) && torchrun_standby_check(opt->cmd) < 0))
         return -EINVAL;
     int rc = torch_allocator();
     if (rc < 0 || (rc = arena_preflight(opt)) < 0)

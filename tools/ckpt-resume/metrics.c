@@ -212,7 +212,7 @@ static void histogram(const char *name, const char *help, const struct histogram
 #define PER_RANK(name, type, help, expr)                                                                      \
     do {                                                                                                      \
         family(name, type, help);                                                                             \
-        for (int i = 0; i < opt->nproc; i++) {                                                                \
+        for (int i = 0; i < local_ranks(job); i++) {                                                          \
             int rank = opt->first_rank + i;                                                                   \
             const struct report *r = rank < job->chan.nreports ? &job->chan.reports[rank] : &none;             \
             const struct tally *t = rank < M.ntallies ? &M.tallies[rank] : &zero;                             \
@@ -225,7 +225,14 @@ static void histogram(const char *name, const char *help, const struct histogram
 static uint64_t standby_at(const struct job *job, int i)
 {
     const struct standby *sb = &job->sb;
-    return sb->on && sb->started_s && sb->orders && sb->orders[i] ? ckpt_follow_get(&sb->orders[i]->at) : 0;
+    return sb->on && sb->started_s && i < sb->nranks && sb->orders[i] ? ckpt_follow_get(&sb->orders[i]->at) : 0;
+}
+
+/* The ranks on this node: started with --nproc, or as many as a wrapped
+ * torchrun's workers said it started (1 until they said). */
+static int local_ranks(const struct job *job)
+{
+    return job->opt->wrap && job->chan.local_world > 0 ? job->chan.local_world : job->opt->nproc;
 }
 
 /* The size of local rank i's replay log, wherever it is kept: on disk
@@ -252,7 +259,12 @@ static void standby_usage(const struct job *job, int i, double *cpu_s, uint64_t 
     char path[64], buf[1024];
     *cpu_s = 0;
     *rss = 0;
-    pid_t pid = job->sb.on && job->sb.ranks ? job->sb.ranks[i].pid : 0;
+    /* Under torchrun the standbys are the second torchrun's workers, who report on their channel. */
+    const struct standby *sb = &job->sb;
+    int rank = job->opt->first_rank + i;
+    pid_t pid = !sb->on || !sb->ranks ? 0
+              : !job->opt->wrap ? sb->ranks[i].pid
+              : sb->running && rank < sb->chan.nreports && !sb->chan.reports[rank].gone ? sb->chan.reports[rank].pid : 0;
     if (pid <= 0)
         return;
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -320,7 +332,7 @@ static void render(const struct job *job)
     if (job->sb.on) {
         family("ckpt_standby_cpu_seconds_total", "counter", "CPU time the rank's standby used (user and system; a new "
                "standby starts again from 0).");
-        for (int i = 0; i < opt->nproc; i++)
+        for (int i = 0; i < local_ranks(job); i++)
             put("ckpt_standby_cpu_seconds_total{%s,rank=\"%d\"} %.2f\n", labels, opt->first_rank + i,
                 standby_cpu(job, i));
         PER_RANK("ckpt_standby_resident_bytes", "gauge", "Resident memory of the rank's standby.", standby_rss(job, i));

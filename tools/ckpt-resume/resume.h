@@ -85,6 +85,7 @@ struct channel {
     uint64_t skipped;       /* snapshots the ranks skipped, in the launches before this one */
     uint64_t newest;        /* the newest iteration a rank committed, in any launch */
     uint64_t worst_lag;     /* the most iterations a rank's boundary was past its newest commit */
+    int local_world;        /* the most ranks a rank said its launcher started here (LOCAL_WORLD_SIZE), 0: none */
 };
 
 struct rank {
@@ -140,14 +141,17 @@ struct disk {
  * their own (the shadow job); at a takeover they become the job's ranks. */
 struct standby {
     bool on;                /* CKPT_STANDBY, and a job this file can stand by */
-    struct rank *ranks;     /* opt->nproc entries; pid 0: not running */
+    struct rank *ranks;     /* opt->nproc entries (under torchrun, its second one); pid 0: not running */
     int running;
     pid_t pgid;
     struct channel chan;
     char *master_port;
-    char *vars[7];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_FOLLOW, then as set:
-                             * CKPT_REPLAY_LOG_DIR, PYTHONPATH; NULL */
-    struct ckpt_follow **orders; /* opt->nproc entries, mapped while they run */
+    char *vars[9];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_FOLLOW, then as set:
+                             * CKPT_REPLAY_LOG_DIR, PYTHONPATH, PET_MASTER_PORT, PET_RDZV_ENDPOINT; NULL */
+    char **cmd;             /* under torchrun, the standbys' torchrun (torchrun_shadow); NULL: opt->cmd */
+    int nranks;             /* ranks followed: opt->nproc, or the ranks torchrun started (when started) */
+    int cap;                /* entries of orders and drawn */
+    struct ckpt_follow **orders; /* nranks entries, mapped while they run */
     char lost[256];         /* why they cannot take over ("": they can) */
     bool lost_killed;       /* lost names a standby killed by a signal */
     double started_s;       /* when they were started, 0: not yet */
@@ -156,7 +160,7 @@ struct standby {
     struct { uint64_t iteration; double at_s; } marks[32]; /* allowed, and when: a ring, lag_s / 8 apart */
     unsigned nmarks;
     uint64_t lagging;       /* ranks (bit rank % 64) said to lag and not yet caught up */
-    struct { uint64_t at; double s; } *drawn; /* opt->nproc entries: each standby's last timeline point */
+    struct { uint64_t at; double s; } *drawn; /* nranks entries: each standby's last timeline point */
 };
 
 enum job_phase {
@@ -241,9 +245,10 @@ bool channel_ticked(const struct channel *c);
 void job_recovered(struct job *job, const char *how, double since);
 int job_run(struct job *job, int *restarts);
 
-/* launch.c: starts process @i of a job (a rank, or its standby) with
- * @port and @vars, in process group *@pgid (a new one when 0, set). */
-int spawn_process(struct job *job, int i, const char *port, char *const *vars, pid_t *pgid, pid_t *pid);
+/* launch.c: starts process @i of a job (a rank, or its standby), @cmd
+ * with @port and @vars, in process group *@pgid (a new one when 0, set). */
+int spawn_process(struct job *job, int i, char *const *cmd, const char *port, char *const *vars, pid_t *pgid,
+                  pid_t *pid);
 
 /* launch.c: sets *@slot (freed first) to "@name=@value"; -ENOMEM leaves it NULL. */
 int job_set_var(char **slot, const char *name, const char *value);
@@ -353,6 +358,15 @@ void bridge_stop(void);
  * or PET_MAX_RESTARTS), which would fight ckpt-resume's restarts. */
 bool torchrun_command(char *const *cmd);
 int torchrun_check(char *const *cmd);
+/* CKPT_STANDBY=1 with a launcher of the job's own: 0 when it is a torchrun
+ * of one node, else -1 after saying why.  torchrun_shadow: in *@out, @cmd
+ * for the standbys' torchrun, its port options given @port (freed by
+ * torchrun_shadow_free); torchrun_shadow_vars: PET_MASTER_PORT=@port, and
+ * PET_RDZV_ENDPOINT at @port when ours is set, in *@master and *@rdzv. */
+int torchrun_standby_check(char *const *cmd);
+int torchrun_shadow(char ***out, char *const *cmd, const char *port);
+void torchrun_shadow_free(char **argv);
+int torchrun_shadow_vars(char **master, char **rdzv, const char *port);
 
 /* coord.c: the coordinator the leading agent runs (bridge.c), on a thread
  * of its own (coord_open, then coord_run; coord_turn: a turn of its loop,

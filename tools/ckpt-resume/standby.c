@@ -18,6 +18,11 @@
  * with each plan (standby_set_port), lets them replay no further than the
  * iteration every node keeps (member_durable), and a takeover happens on
  * every node or on none (member.c).
+ *
+ * Under torchrun (a wrapped launcher: no --nproc) a second torchrun starts
+ * the standbys, as many as the ranks said their launcher started
+ * (LOCAL_WORLD_SIZE), and serves their rendezvous on their own port
+ * (torchrun.c); at a takeover it becomes the job's launcher.
  */
 #include <errno.h>
 #include <poll.h>
@@ -57,7 +62,23 @@ static int standby_vars(struct job *job)
         (job->disk.log_dir[0] && (rc = job_set_var(&sb->vars[k++], "CKPT_REPLAY_LOG_DIR", job->disk.log_dir)) < 0) ||
         (job->opt->pythonpath && (rc = job_set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
         return rc;
+    if (job->opt->wrap) {
+        int m = k++;
+        if ((rc = torchrun_shadow_vars(&sb->vars[m], &sb->vars[k], sb->master_port)) < 0)
+            return rc;
+        torchrun_shadow_free(sb->cmd);
+        sb->cmd = NULL;
+        if ((rc = torchrun_shadow(&sb->cmd, job->opt->cmd, sb->master_port)) < 0)
+            return rc;
+    }
     return 0;
+}
+
+/* The ranks the standbys follow, when known: opt->nproc, or under
+ * torchrun as many as its ranks said it started; 0: not known yet. */
+static int ranks_followed(const struct job *job)
+{
+    return job->opt->wrap ? job->chan.local_world : job->opt->nproc;
 }
 
 int standby_open(struct job *job)
@@ -70,15 +91,8 @@ int standby_open(struct job *job)
     sb->chan.fd = -1;
     if (!ckpt_cfg_int(CFG_STANDBY))
         return 0;
-    if (opt->wrap) {
-        ckpt_log(CKPT_INFO, "CKPT_STANDBY: a job started through its own launcher (no --nproc) gets no standbys "
-                 "yet; a failure recovers by replaying from the start");
-        return 0;
-    }
     sb->ranks = calloc(opt->nproc, sizeof(*sb->ranks));
-    sb->orders = calloc(opt->nproc, sizeof(*sb->orders));
-    sb->drawn = calloc(opt->nproc, sizeof(*sb->drawn));
-    if (!sb->ranks || !sb->orders || !sb->drawn)
+    if (!sb->ranks)
         return -ENOMEM;
     int rc = channel_open(&sb->chan);
     if (rc < 0 || (rc = job_spare_port(port)) < 0 || !(sb->master_port = strdup(port)) || standby_vars(job) < 0)
@@ -99,6 +113,7 @@ void standby_close(struct job *job)
     free(sb->ranks);
     free(sb->orders);
     free(sb->drawn);
+    torchrun_shadow_free(sb->cmd);
     free(sb->master_port);
     memset(sb, 0, sizeof(*sb));
     sb->chan.fd = -1;
@@ -110,7 +125,10 @@ void standby_close(struct job *job)
 static uint64_t committed_by_all(const struct job *job)
 {
     uint64_t low = job->member ? member_durable(job) : UINT64_MAX;
-    for (int i = 0; i < job->opt->nproc; i++) {
+    int n = ranks_followed(job);
+    if (!n)
+        return 0;
+    for (int i = 0; i < n; i++) {
         int r = job->opt->first_rank + i;
         uint64_t c = r < job->chan.nreports ? job->chan.reports[r].committed_iteration : 0;
         low = c < low ? c : low;
@@ -145,25 +163,42 @@ static void start(struct job *job)
 
     channel_reset(&sb->chan);
     sb->pgid = 0;
-    for (int i = 0; i < opt->nproc; i++) {
-        int rc = ckpt_arena_path(dir, sizeof(dir), opt->arena_root, opt->job_name, opt->first_rank + i);
+    sb->nranks = ranks_followed(job);
+    if (sb->nranks > sb->cap) {
+        free(sb->orders);
+        free(sb->drawn);
+        sb->orders = calloc(sb->nranks, sizeof(*sb->orders));
+        sb->drawn = calloc(sb->nranks, sizeof(*sb->drawn));
+        sb->cap = sb->orders && sb->drawn ? sb->nranks : 0;
+    }
+    int rc = sb->cap ? 0 : -ENOMEM;
+    for (int i = 0; rc == 0 && i < sb->nranks; i++) {
+        rc = ckpt_arena_path(dir, sizeof(dir), opt->arena_root, opt->job_name, opt->first_rank + i);
         if (rc == 0 && !(sb->orders[i] = ckpt_follow_map(dir, 1)))
             rc = -errno;
+    }
+    for (int i = 0; rc == 0 && i < opt->nproc; i++) {
         pid_t pid = 0;
-        if (rc == 0)
-            rc = spawn_process(job, i, sb->master_port, sb->vars, &sb->pgid, &pid);
-        if (rc < 0) {
-            snprintf(sb->lost, sizeof(sb->lost), "the standby of rank %d could not be started: %s",
-                     opt->first_rank + i, strerror(-rc));
-            standby_stop(job, sb->lost);
-            return;
-        }
+        rc = spawn_process(job, i, sb->cmd ? sb->cmd : opt->cmd, sb->master_port, sb->vars, &sb->pgid, &pid);
         sb->ranks[i].pid = pid;
-        sb->running++;
+        sb->running += rc == 0;
+    }
+    if (rc < 0) {
+        if (opt->wrap)
+            snprintf(sb->lost, sizeof(sb->lost), "the standbys' torchrun could not be started: %s", strerror(-rc));
+        else
+            snprintf(sb->lost, sizeof(sb->lost), "the standby of rank %d could not be started: %s",
+                     opt->first_rank + sb->running, strerror(-rc));
+        standby_stop(job, sb->lost);
+        return;
     }
     sb->started_s = ckpt_now_s();
-    ckpt_log(CKPT_INFO, "started %d standby%s (process group %d, master %s:%s)", opt->nproc,
-             opt->nproc == 1 ? "" : "s", (int)sb->pgid, job->master_addr, sb->master_port);
+    if (opt->wrap)
+        ckpt_log(CKPT_INFO, "started %d standby%s through a second %s (pid %d, its port %s)", sb->nranks,
+                 sb->nranks == 1 ? "" : "s", opt->cmd[0], (int)sb->pgid, sb->master_port);
+    else
+        ckpt_log(CKPT_INFO, "started %d standby%s (process group %d, master %s:%s)", opt->nproc,
+                 opt->nproc == 1 ? "" : "s", (int)sb->pgid, job->master_addr, sb->master_port);
 }
 
 /*
@@ -184,7 +219,7 @@ static void check_lag(struct job *job, double now)
         sb->marks[last].iteration = sb->allowed;
         sb->marks[last].at_s = now;
     }
-    for (int i = 0; i < job->opt->nproc; i++) {
+    for (int i = 0; i < sb->nranks; i++) {
         uint64_t at = ckpt_follow_get(&sb->orders[i]->at), bit = 1ull << (i % 64);
         unsigned k = 0;
         /* The newest mark at least lag_s old that the standby has not reached. */
@@ -215,7 +250,7 @@ static void draw(struct job *job, double now)
 {
     struct standby *sb = &job->sb;
     char dir[PATH_MAX];
-    for (int i = 0; i < job->opt->nproc; i++) {
+    for (int i = 0; i < sb->nranks; i++) {
         uint64_t at = ckpt_follow_get(&sb->orders[i]->at);
         if (at == sb->drawn[i].at || now - sb->drawn[i].s < 1.0)
             continue;
@@ -242,7 +277,7 @@ void standby_tick(struct job *job)
     if (!sb->started_s)
         start(job);
     if (sb->started_s && low > sb->allowed) {
-        for (int i = 0; i < job->opt->nproc; i++)
+        for (int i = 0; i < sb->nranks; i++)
             ckpt_follow_order(sb->orders[i], &sb->orders[i]->allowed, low);
         sb->allowed = low;
     }
@@ -275,33 +310,39 @@ bool standby_reaped(struct job *job, pid_t pid, int status)
     /* A standby killed is the cause, one that then exits (its peer gone
      * from a communicator) a consequence, though it may be reaped first. */
     bool killed = WIFSIGNALED(status);
+    char who[64];
+    if (job->opt->wrap)
+        snprintf(who, sizeof(who), "the standbys' %s", job->opt->cmd[0]);
+    else
+        snprintf(who, sizeof(who), "the standby of rank %d", job->opt->first_rank + i);
     if (!sb->lost[0] || (killed && !sb->lost_killed)) {
-        int rank = job->opt->first_rank + i;
         sb->lost_killed = killed;
         if (killed)
-            snprintf(sb->lost, sizeof(sb->lost), "the standby of rank %d (pid %d) was killed by %s", rank, (int)pid,
+            snprintf(sb->lost, sizeof(sb->lost), "%s (pid %d) was killed by %s", who, (int)pid,
                      sig_name(WTERMSIG(status)));
         else
-            snprintf(sb->lost, sizeof(sb->lost), "the standby of rank %d (pid %d) exited with status %d%s", rank,
-                     (int)pid, WEXITSTATUS(status),
+            snprintf(sb->lost, sizeof(sb->lost), "%s (pid %d) exited with status %d%s", who, (int)pid,
+                     WEXITSTATUS(status),
                      WEXITSTATUS(status) == RESUME_EXIT_REFUSED ? " (its reason is said above)" : "");
         ckpt_log(CKPT_WARN, "%s: a failure now recovers by replaying from the start", sb->lost);
     }
     /* Refused before it replayed an iteration: it would refuse again (its
-     * program is not one a standby can follow, it said why). */
-    if (!WIFSIGNALED(status) && WEXITSTATUS(status) == RESUME_EXIT_REFUSED && sb->orders[i] &&
-        !ckpt_follow_get(&sb->orders[i]->at)) {
+     * program is not one a standby can follow, it said why).  A standby
+     * under torchrun says so on the channel: torchrun exits 1. */
+    channel_read(&sb->chan, job->opt);
+    int refused = !killed && WEXITSTATUS(status) == RESUME_EXIT_REFUSED ? i : sb->chan.refused_rank - job->opt->first_rank;
+    if (refused >= 0 && refused < sb->nranks && sb->orders[refused] && !ckpt_follow_get(&sb->orders[refused]->at)) {
         ckpt_log(CKPT_WARN, "no more standbys for this job: the standby of rank %d refused to stand by before "
-                 "its first iteration and would again", job->opt->first_rank + i);
+                 "its first iteration and would again", job->opt->first_rank + refused);
         sb->on = false;
     }
     return true;
 }
 
 /* No standbys run: their orders are let go. */
-static void forget(struct standby *sb, int nproc)
+static void forget(struct standby *sb)
 {
-    for (int i = 0; i < nproc; i++) {
+    for (int i = 0; i < sb->nranks; i++) {
         ckpt_follow_unmap(sb->orders[i]);
         sb->orders[i] = NULL;
     }
@@ -312,7 +353,7 @@ static void forget(struct standby *sb, int nproc)
     sb->nmarks = 0;
     sb->lagging = 0;
     if (sb->drawn)
-        memset(sb->drawn, 0, nproc * sizeof(*sb->drawn));
+        memset(sb->drawn, 0, sb->nranks * sizeof(*sb->drawn));
 }
 
 void standby_stop(struct job *job, const char *why)
@@ -330,7 +371,7 @@ void standby_stop(struct job *job, const char *why)
     }
     for (int i = 0; i < job->opt->nproc; i++)
         sb->ranks[i].pid = 0;
-    forget(sb, job->opt->nproc);
+    forget(sb);
 }
 
 /* The standbys are the job's ranks now, and the ranks' channel and port
@@ -358,7 +399,7 @@ static int swap_in(struct job *job, uint64_t iteration)
         free(sb->master_port);
         sb->master_port = p;
     }
-    forget(sb, job->opt->nproc);
+    forget(sb);
     job->phase = JOB_RUNNING;
     job->term_sent = false;
     job->out = (struct outcome){ .failed_rank = -1, .refused_rank = -1, .no_room_rank = -1 };
@@ -388,18 +429,18 @@ int standby_take_over(struct job *job, uint64_t iteration)
     }
     double t0 = ckpt_now_s(), moved = t0;
     uint64_t where = 0, behind = iteration;
-    for (int i = 0; i < opt->nproc; i++) {
+    for (int i = 0; i < sb->nranks; i++) {
         uint64_t at = ckpt_follow_get(&sb->orders[i]->at);
         behind = at < behind ? at : behind;
         ckpt_follow_order(sb->orders[i], &sb->orders[i]->takeover, iteration);
     }
     ckpt_log(CKPT_INFO, "the standbys take over at iteration %llu (the one furthest behind is at iteration %llu)",
              (unsigned long long)iteration, (unsigned long long)behind);
-    while (sb->chan.restored < opt->nproc && !sb->lost[0]) {
+    while (sb->chan.restored < sb->nranks && !sb->lost[0]) {
         double now = ckpt_now_s();
         uint64_t sum = 0;
         bool replaying = false;
-        for (int i = 0; i < opt->nproc; i++) {
+        for (int i = 0; i < sb->nranks; i++) {
             sum += ckpt_follow_get(&sb->orders[i]->at);
             replaying |= ckpt_follow_get(&sb->orders[i]->live_at) != iteration;
         }
@@ -438,7 +479,7 @@ int standby_take_over(struct job *job, uint64_t iteration)
         ckpt_log(CKPT_ERROR, "cannot go on after the takeover: %s", strerror(ENOMEM));
         return -ENOMEM;
     }
-    ckpt_log(CKPT_INFO, "the standby%s took over at iteration %llu in %.3f s", opt->nproc == 1 ? "" : "s",
+    ckpt_log(CKPT_INFO, "the standby%s took over at iteration %llu in %.3f s", sb->nranks == 1 ? "" : "s",
              (unsigned long long)iteration, took);
     return 0;
 }

@@ -7,7 +7,17 @@
  * to 0 (PET_MAX_RESTARTS, the variable torchrun reads for --max-restarts),
  * and a command or environment that asks torchrun for more is refused
  * before anything starts.
+ *
+ * Standbys under torchrun (CKPT_STANDBY=1): a second torchrun, the same
+ * command, starts them, and serves their rendezvous as the first serves
+ * the ranks' (a PyTorch worker meets at torchrun's own store), on a port
+ * of their own: where the command names torchrun's port (--master-port,
+ * --rdzv-endpoint, or PET_MASTER_PORT and PET_RDZV_ENDPOINT, which
+ * torchrun reads for them), the second gets the standbys' port instead.
+ * Only a torchrun of one node: the standbys of several would have to meet
+ * across nodes, which nothing arranges yet.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,4 +93,126 @@ int torchrun_check(char *const *cmd)
             i++; /* its value */
     }
     return 0;
+}
+
+/* Whether torchrun option @a (without its value) is one of @names' two spellings, "--a-b" or "--a_b". */
+static bool spelled(const char *a, size_t len, const char *name)
+{
+    if (strlen(name) != len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (a[i] != name[i] && !(name[i] == '-' && a[i] == '_' && i > 2))
+            return false;
+    return true;
+}
+
+/* The value of option @name in @cmd (its last), or of variable @var; NULL: neither. */
+static const char *option(char *const *cmd, const char *name, const char *var)
+{
+    const char *value = getenv(var);
+    int i = torchrun_options(cmd);
+    for (; i >= 0 && cmd[i] && cmd[i][0] == '-'; i++) {
+        const char *eq = strchr(cmd[i], '=');
+        size_t len = eq ? (size_t)(eq - cmd[i]) : strlen(cmd[i]);
+        if (spelled(cmd[i], len, name))
+            value = eq ? eq + 1 : cmd[i + 1];
+        if (!eq && !is_flag(cmd[i]) && cmd[i + 1])
+            i++;
+    }
+    return value;
+}
+
+int torchrun_standby_check(char *const *cmd)
+{
+    if (!torchrun_command(cmd)) {
+        ckpt_log(CKPT_ERROR, "CKPT_STANDBY=1: %s is not torchrun, and standbys under a launcher of the job's own "
+                 "are made for torchrun only (a second torchrun starts them); start the ranks with ckpt-resume "
+                 "--nproc N, or set CKPT_STANDBY=0 (a failure then recovers by replaying from the start)", cmd[0]);
+        return -1;
+    }
+    const char *nnodes = option(cmd, "--nnodes", "PET_NNODES");
+    if (nnodes && strcmp(nnodes, "1") != 0 && strcmp(nnodes, "1:1") != 0) {
+        ckpt_log(CKPT_ERROR, "CKPT_STANDBY=1: torchrun --nnodes %s: standbys under a torchrun of several nodes are "
+                 "not made yet; run one ckpt-resume --coord --nproc N per node, or set CKPT_STANDBY=0", nnodes);
+        return -1;
+    }
+    return 0;
+}
+
+/* In *@out (malloc'd), @prefix then the endpoint "HOST[:PORT]" @value at @port. */
+static int endpoint_as(char **out, const char *prefix, const char *value, const char *port)
+{
+    const char *colon = strrchr(value, ':');
+    if (colon && strchr(colon, ']'))
+        colon = NULL; /* "[::1]": an IPv6 host without a port */
+    int len = colon ? (int)(colon - value) : (int)strlen(value);
+    if (asprintf(out, "%s%.*s:%s", prefix, len, value, port) < 0) {
+        *out = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+int torchrun_shadow(char ***out, char *const *cmd, const char *port)
+{
+    size_t n = 0;
+    while (cmd[n])
+        n++;
+    /* The pointers, then each replaced argument (at most one per argument). */
+    char **v = calloc(2 * n + 2, sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    memcpy(v, cmd, n * sizeof(*v));
+    int i = torchrun_options(cmd), rc = 0;
+    size_t extra = n + 1;
+    for (; rc == 0 && i >= 0 && cmd[i] && cmd[i][0] == '-'; i++) {
+        const char *eq = strchr(cmd[i], '=');
+        size_t len = eq ? (size_t)(eq - cmd[i]) : strlen(cmd[i]);
+        bool master = spelled(cmd[i], len, "--master-port"), rdzv = spelled(cmd[i], len, "--rdzv-endpoint");
+        int at = eq ? i : i + 1;
+        if ((master || rdzv) && cmd[at]) {
+            /* "--option=value" stays one argument; a value apart is replaced alone. */
+            char prefix[32], *value = NULL;
+            snprintf(prefix, sizeof(prefix), "%.*s", eq ? (int)(len + 1) : 0, cmd[i]);
+            if (master)
+                rc = asprintf(&value, "%s%s", prefix, port) < 0 ? (value = NULL, -ENOMEM) : 0;
+            else
+                rc = endpoint_as(&value, prefix, eq ? eq + 1 : cmd[at], port);
+            if (rc == 0)
+                v[at] = v[extra++] = value;
+        }
+        if (!eq && !is_flag(cmd[i]) && cmd[i + 1])
+            i++;
+    }
+    if (rc < 0) {
+        torchrun_shadow_free(v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+void torchrun_shadow_free(char **argv)
+{
+    if (!argv)
+        return;
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    for (size_t k = n + 1; argv[k]; k++)
+        free(argv[k]);
+    free(argv);
+}
+
+int torchrun_shadow_vars(char **master, char **rdzv, const char *port)
+{
+    const char *e = getenv("PET_RDZV_ENDPOINT");
+    free(*master);
+    free(*rdzv);
+    *master = *rdzv = NULL;
+    if (asprintf(master, "PET_MASTER_PORT=%s", port) < 0) {
+        *master = NULL;
+        return -ENOMEM;
+    }
+    return e && *e ? endpoint_as(rdzv, "PET_RDZV_ENDPOINT=", e, port) : 0;
 }
