@@ -42,8 +42,9 @@
 #include "util.h"
 
 /* The longest a takeover may take before the cold path is taken instead,
- * and the longest the standbys may replay no iteration on their way to it
- * (one of them hangs: waiting the whole minute would only delay the job). */
+ * and the longest the standbys, once all are up, may replay no iteration
+ * on their way to it (one of them hangs: waiting the whole minute would
+ * only delay the job). */
 #define TAKEOVER_WAIT_S 60.0
 #define TAKEOVER_STILL_S 5.0
 
@@ -439,12 +440,16 @@ int standby_take_over(struct job *job, uint64_t iteration)
     while (sb->chan.restored < sb->nranks && !sb->lost[0]) {
         double now = ckpt_now_s();
         uint64_t sum = 0;
-        bool replaying = false;
+        bool replaying = false, up = true;
         for (int i = 0; i < sb->nranks; i++) {
+            int rank = opt->first_rank + i;
             sum += ckpt_follow_get(&sb->orders[i]->at);
             replaying |= ckpt_follow_get(&sb->orders[i]->live_at) != iteration;
+            up &= rank < sb->chan.nreports && sb->chan.reports[rank].pid;
         }
-        if (sum != where)
+        /* A standby still starting (a Python program importing its
+         * libraries) has not replayed yet, and is not stuck. */
+        if (sum != where || !up)
             where = sum, moved = now;
         if (now - t0 >= TAKEOVER_WAIT_S) {
             snprintf(sb->lost, sizeof(sb->lost), "the standbys did not all go live within %g s", TAKEOVER_WAIT_S);
