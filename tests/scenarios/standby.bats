@@ -166,8 +166,13 @@ run_killed() {
     ARGS="--iters 2000 --hidden 32 --layers 2"
     CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
     ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/out" 2>"$D/err" &
-    local job=$! pgid pid
+    local job=$! pgid pid i
     pgid=$(standbys_pgid "$D/err") || { wait $job; cat "$D/err"; return 1; }
+    # Once both are up (a standby still starting is given longer).
+    for i in $(seq 300); do
+        [ "$(grep -c '^libckpt\[rank [01]\]: standing by: following' "$D/err")" -eq 2 ] && break
+        sleep 0.1
+    done
     sleep 0.5
     kill -STOP -- "-$pgid" || { wait $job; cat "$D/err"; return 1; }
     pid=$(live_pid 0) || { wait $job; cat "$D/err"; return 1; }

@@ -47,6 +47,9 @@
  * only delay the job). */
 #define TAKEOVER_WAIT_S 60.0
 #define TAKEOVER_STILL_S 5.0
+/* How long after their start standbys may take to come up (to say they
+ * are, when CUDA starts) before the still clock runs for them too. */
+#define TAKEOVER_START_S 30.0
 
 /* The standbys' variables: the job's, with their own channel, and
  * CKPT_FOLLOW, our pid: a standby lives only as long as this process. */
@@ -448,8 +451,8 @@ int standby_take_over(struct job *job, uint64_t iteration)
             up &= rank < sb->chan.nreports && sb->chan.reports[rank].pid;
         }
         /* A standby still starting (a Python program importing its
-         * libraries) has not replayed yet, and is not stuck. */
-        if (sum != where || !up)
+         * libraries) has not replayed yet, and is not stuck, for a while. */
+        if (sum != where || (!up && now - sb->started_s < TAKEOVER_START_S))
             where = sum, moved = now;
         if (now - t0 >= TAKEOVER_WAIT_S) {
             snprintf(sb->lost, sizeof(sb->lost), "the standbys did not all go live within %g s", TAKEOVER_WAIT_S);
