@@ -187,6 +187,18 @@ restore_points() {
     esac
 }
 
+# said_per_point FORMAT COUNTED: the job's log has, for each restore point
+# P, a line matching FORMAT with P for its %s, and as many lines matching
+# COUNTED as there are points.
+said_per_point() {
+    local points it
+    points=$(restore_points) || return 1
+    for it in $points; do
+        grep -q "$(printf "$1" "$it")" "$D/err" || { echo "no line matching '$(printf "$1" "$it")'"; return 1; }
+    done
+    [ "$(grep -c "$2" "$D/err")" -eq "$(echo $points | wc -w)" ] || { echo "not one line '$2' per restore point"; return 1; }
+}
+
 # The resumed run proves itself: it is checked against what the failed run
 # logged after the restore point.  The restarted launches here make one
 # allocation the recorded run never made (--stray-at, two iterations past
@@ -201,13 +213,8 @@ diverge() {
     CKPT_FALLBACK=$fallback FID_DIE_ONCE=$D/died LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- \
         sh -c "$launch" "$bin" --die-at 20 >"$D/out" 2>"$D/err" || rc=$?
     echo "the job exited $rc"
-    local points it
-    points=$(restore_points) || { show_job; return 1; }
-    for it in $points; do
-        grep -q "restored from iteration $it diverged from the failed run at its observation [0-9]* after the restore: it made an allocation where the failed run made" "$D/err" ||
-            { show_job; return 1; }
-    done
-    [ "$(grep -c 'diverged from the failed run' "$D/err")" -eq "$(echo $points | wc -w)" ] || { show_job; return 1; }
+    said_per_point "restored from iteration %s diverged from the failed run at its observation [0-9]* after the restore: it made an allocation where the failed run made" \
+        'diverged from the failed run' || { show_job; return 1; }
     program_lines "$D/out" | resumed_output >"$D/last"
     if [ "$fallback" = clean ]; then
         [ "$rc" -eq 0 ] && diff "$D/plain" "$D/last" || { echo "the clean start did not end as the plain run"; show_job; return 1; }
@@ -225,13 +232,8 @@ diverge() {
         sh -c "$launch" "$bin" --die-at 20 >"$D/out" 2>"$D/err" || rc=$?
     echo "the job exited $rc"
     [ "$rc" -ne 0 ] || { show_job; return 1; }
-    local points it
-    points=$(restore_points) || { show_job; return 1; }
-    for it in $points; do
-        grep -q "^libckpt\[rank 0\]: error: restore of iteration $it refused: the program crashed while it replayed (Segmentation fault), where its recorded run went on; where it crashed:$" "$D/err" ||
-            { show_job; return 1; }
-    done
-    [ "$(grep -c 'refused: the program crashed while it replayed' "$D/err")" -eq "$(echo $points | wc -w)" ] || { show_job; return 1; }
+    said_per_point '^libckpt\[rank 0\]: error: restore of iteration %s refused: the program crashed while it replayed (Segmentation fault), where its recorded run went on; where it crashed:$' \
+        'refused: the program crashed while it replayed' || { show_job; return 1; }
     grep -q 'fid_evalloc(' "$D/err" || { echo "no frame of the program"; show_job; return 1; }
     grep -q "error: no snapshot of this job can be restored" "$D/err" || { show_job; return 1; }
     ! grep -q "killed by SIGSEGV\|giving up after" "$D/err" || { show_job; return 1; }
