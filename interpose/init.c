@@ -187,12 +187,14 @@ static void wake(void)
     if (agent < 0)
         ckpt_log(CKPT_WARN, "cannot reach ckpt-resume at CKPT_AGENT_SOCKET=%s: it cannot see this rank's progress",
                  ckpt_cfg_str(CFG_AGENT_SOCKET));
-    /* With the ranks torchrun started on this node (a wrapped torchrun's
-     * standbys follow that many); another launcher may pass on the
-     * LOCAL_WORLD_SIZE ckpt-resume gave it, which says nothing. */
-    const char *lws = getenv("LOCAL_WORLD_SIZE");
+    /* With the job's WORLD_SIZE, and the ranks torchrun started on this
+     * node (a wrapped torchrun's standbys follow that many); another
+     * launcher may pass on the LOCAL_WORLD_SIZE ckpt-resume gave it, which
+     * says nothing. */
+    const char *lws = getenv("LOCAL_WORLD_SIZE"), *ws = getenv("WORLD_SIZE");
     bool torchrun = ckpt_cfg_int(CFG_LAUNCHER) == CKPT_LAUNCHER_TORCHRUN;
-    ckpt_agent_report(CKPT_MSG_HELLO, 0, 0, torchrun && lws ? strtoull(lws, NULL, 10) : 0, 0, 0);
+    ckpt_agent_report(CKPT_MSG_HELLO, 0, ws ? strtoull(ws, NULL, 10) : 0, torchrun && lws ? strtoull(lws, NULL, 10) : 0,
+                      0, 0);
     __atomic_store_n(&ckpt_active, true, __ATOMIC_RELEASE);
     ckpt_log(CKPT_DEBUG, "awake: CUDA initialised");
 }

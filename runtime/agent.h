@@ -14,7 +14,8 @@
 #define CKPT_MSG_VERSION 2u
 
 enum ckpt_msg_kind {
-    CKPT_MSG_HELLO = 1,     /* the rank woke (CUDA initialised); bytes: LOCAL_WORLD_SIZE under torchrun, else 0 */
+    CKPT_MSG_HELLO = 1,     /* the rank woke (CUDA initialised); generation: its WORLD_SIZE (0: unset);
+                             * bytes: LOCAL_WORLD_SIZE under torchrun, else 0 */
     CKPT_MSG_BOUNDARY = 2,  /* iteration ended; generation: the snapshots this process skipped so far */
     CKPT_MSG_COMMITTED = 3, /* generation holding iteration committed; bytes, copy_us, held_us: its snapshot */
     CKPT_MSG_RESTORED = 4,  /* iteration restored; the rank is live; bytes, copy_us: copied back, held_us: replay */

@@ -94,7 +94,7 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     diff <(resumed_output "$D/out") "$D/plain"
 }
 
-@test "under torchrun, ckpt-resume restarts the job: torchrun's own restarts are 0; asking torchrun for restarts is refused before anything starts" {
+@test "under torchrun, ckpt-resume restarts the job: torchrun's own restarts are 0; asking torchrun for restarts, or a torchrun of several nodes, is refused before anything starts" {
     torchrun_standin "$D/torchrun"
     ckpt -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
     (crash 0 "$D/crashed" 29 && ckpt -- "$D/torchrun" "$TRAIN" $ARGS >"$D/out" 2>"$D/err") || { cat "$D/err"; return 1; }
@@ -118,6 +118,12 @@ crash() { export FAKEGPU_CRASH_AT=${3:-24} FAKEGPU_CRASH_RANK=$1 FAKEGPU_CRASH_O
     done
     PET_MAX_RESTARTS=2 run --separate-stderr ckpt -- "$D/torchrun" "$TRAIN" $ARGS
     [ "$status" -eq 2 ] && [[ $stderr == *"PET_MAX_RESTARTS=2: torchrun would restart"* ]] || { echo "$stderr"; return 1; }
+    # A torchrun of several nodes: each node's ckpt-resume would restore from its own choice of iteration.
+    run --separate-stderr ckpt -- "$D/torchrun" --nnodes=2 --nproc-per-node 2 "$TRAIN" $ARGS
+    [ "$status" -eq 2 ] && [[ $stderr == *"torchrun --nnodes 2: under one ckpt-resume per node"*"ckpt-resume --coord etcd://HOST:PORT --nnodes N --nproc P -- CMD per node"* ]] ||
+        { echo "$stderr"; return 1; }
+    PET_NNODES=1:2 run --separate-stderr ckpt -- "$D/torchrun" "$TRAIN" $ARGS
+    [ "$status" -eq 2 ] && [[ $stderr == *"torchrun --nnodes 1:2: under one ckpt-resume per node"* ]] || { echo "$stderr"; return 1; }
     # python -m torch.distributed.run is torchrun too (refused before Python runs it).
     run --separate-stderr ckpt -- python3 -m torch.distributed.run --max-restarts 5 "$TRAIN"
     [ "$status" -eq 2 ] && [[ $stderr == *"torchrun --max-restarts 5"* ]] || { echo "$stderr"; return 1; }
@@ -421,4 +427,23 @@ EOF
         [[ $output == *"CKPT_$v ("* ]] || { echo "CKPT_$v missing"; return 1; }
     done
     [[ $output == *"CKPT_EVERY (integer: 1..1000000, default '1')"* ]]
+}
+
+@test "a launcher of the job's own whose ranks say a WORLD_SIZE larger than the ranks here (the others under another agent): said at the first commit; a failure is not restored from here, and the job stops; CKPT_FALLBACK=clean starts it again from the beginning" {
+    local bin=$BUILD/tests/progs/fid_evalloc
+    local launch='RANK=0 WORLD_SIZE=2 exec "$0" "$@"'
+    timeout 30 "$bin" >"$D/plain" 2>/dev/null
+    FID_DIE_ONCE=$D/died run --separate-stderr ckpt -- sh -c "$launch" "$bin" --die-at 20
+    [ -e "$D/died" ] && [ "$status" -ne 0 ] || { echo "exit $status: $stderr"; return 1; }
+    [[ $stderr == *"warning: the ranks say WORLD_SIZE=2, and 1 of them run under this ckpt-resume: the others run under another agent"* ]] ||
+        { echo "$stderr"; return 1; }
+    [[ $stderr == *"error: not restarted: the ranks say WORLD_SIZE=2, and the others run under another agent"* ]] ||
+        { echo "$stderr"; return 1; }
+    [[ $stderr != *"restarting from generation"* ]] || { echo "$stderr"; return 1; }
+    rm -f "$D/died"
+    CKPT_FALLBACK=clean FID_DIE_ONCE=$D/died run --separate-stderr ckpt -- sh -c "$launch" "$bin" --die-at 20
+    [ "$status" -eq 0 ] || { echo "exit $status: $stderr"; return 1; }
+    [[ $stderr == *"starting the job again from the beginning (CKPT_FALLBACK=clean)"* ]] || { echo "$stderr"; return 1; }
+    [[ $stderr == *"ckpt-resume: done exit=0 restarts=1"* ]] || { echo "$stderr"; return 1; }
+    [ "$(echo "$output" | tail -n 1)" = "$(tail -n 1 "$D/plain")" ]
 }

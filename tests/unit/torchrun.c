@@ -3,9 +3,9 @@
  * command of the standbys' torchrun has the standbys' port wherever the
  * job's names torchrun's (--master-port, --rdzv-endpoint, either spelling,
  * the value apart or after '='), and nowhere else: not in the training
- * program's own arguments; PET_MASTER_PORT and PET_RDZV_ENDPOINT follow;
- * standbys are refused for a command that is not torchrun and for a
- * torchrun of several nodes.
+ * program's own arguments; PET_MASTER_PORT and PET_RDZV_ENDPOINT follow.
+ * A torchrun of several nodes is refused (--nnodes, PET_NNODES), and
+ * standbys through a launcher that is not torchrun.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,17 +59,22 @@ int main(void)
     free(rdzv);
     unsetenv("PET_RDZV_ENDPOINT");
 
+    unsetenv("PET_MAX_RESTARTS");
     char *one[] = {"torchrun", "--nnodes", "1", "--nproc-per-node", "2", "t.py", "--nnodes", "4", NULL};
     char *one_range[] = {"torchrun", "--nnodes=1:1", "t.py", NULL};
     char *two[] = {"torchrun", "--nnodes=2", "t.py", NULL};
-    char *sh[] = {"sh", "-c", "torchrun t.py", NULL};
-    CHECK(torchrun_standby_check(one) == 0, "one node (the program's own --nnodes 4 is its own)");
-    CHECK(torchrun_standby_check(one_range) == 0, "--nnodes=1:1");
-    CHECK(torchrun_standby_check(two) < 0, "--nnodes=2 accepted");
-    CHECK(torchrun_standby_check(sh) < 0, "sh accepted as torchrun");
+    char *elastic[] = {"python3", "-m", "torch.distributed.run", "--nnodes", "1:4", "t.py", NULL};
+    char *sh[] = {"sh", "-c", "torchrun --nnodes 2 t.py", NULL};
+    CHECK(torchrun_check(one) == 0, "one node (the program's own --nnodes 4 is its own)");
+    CHECK(torchrun_check(one_range) == 0, "--nnodes=1:1");
+    CHECK(torchrun_check(two) < 0, "--nnodes=2 accepted");
+    CHECK(torchrun_check(elastic) < 0, "--nnodes 1:4 accepted");
+    CHECK(torchrun_check(sh) == 0, "sh taken for torchrun");
+    CHECK(torchrun_standby_check(sh) < 0, "standbys through sh accepted");
+    CHECK(torchrun_standby_check(two) == 0, "standbys through torchrun refused");
     setenv("PET_NNODES", "1:2", 1);
-    CHECK(torchrun_standby_check(one_range) == 0, "--nnodes on the command line wins over PET_NNODES");
+    CHECK(torchrun_check(one_range) == 0, "--nnodes on the command line wins over PET_NNODES");
     char *plain[] = {"torchrun", "t.py", NULL};
-    CHECK(torchrun_standby_check(plain) < 0, "PET_NNODES=1:2 accepted");
+    CHECK(torchrun_check(plain) < 0, "PET_NNODES=1:2 accepted");
     return failures ? 1 : 0;
 }

@@ -129,6 +129,20 @@ static struct report *report_of(struct channel *c, uint32_t rank)
     return &c->reports[rank];
 }
 
+/* The ranks that reported in this launch. */
+static int here(const struct channel *c)
+{
+    int n = 0;
+    for (int i = 0; i < c->nreports; i++)
+        n += c->reports[i].pid != 0;
+    return n;
+}
+
+int channel_elsewhere(const struct channel *c)
+{
+    return c->seen_here && c->world > c->seen_here ? c->world : 0;
+}
+
 /* Takes in one message. */
 static void take(struct channel *c, const struct ckpt_msg *m, const struct options *opt)
 {
@@ -145,6 +159,8 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
         ckpt_log(CKPT_DEBUG, "rank %u (pid %lld) is up", m->rank, (long long)m->pid);
         if (m->bytes <= RESUME_MAX_NPROC && (int)m->bytes > c->local_world)
             c->local_world = (int)m->bytes;
+        if (m->generation <= RESUME_MAX_RANKS && (int)m->generation > c->world)
+            c->world = (int)m->generation;
         break;
     case CKPT_MSG_BOUNDARY:
         r->ticking = true;
@@ -158,6 +174,17 @@ static void take(struct channel *c, const struct ckpt_msg *m, const struct optio
     case CKPT_MSG_COMMITTED:
         r->committed_iteration = m->iteration;
         c->committed++;
+        /* By a commit every rank here has said hello: its peers took part. */
+        if (here(c) > c->seen_here)
+            c->seen_here = here(c);
+        if (opt->wrap && !c->elsewhere_said && channel_elsewhere(c)) {
+            c->elsewhere_said = true;
+            ckpt_log(CKPT_WARN, "the ranks say WORLD_SIZE=%d, and %d of them run under this ckpt-resume: the others "
+                     "run under another agent, which would restore them from an iteration of its own choosing, so "
+                     "a failure cannot be restored from here (CKPT_FALLBACK=clean starts the job again from the "
+                     "beginning); run one ckpt-resume --coord etcd://HOST:PORT --nnodes N --nproc P -- CMD per node",
+                     c->world, c->seen_here);
+        }
         if (m->iteration > c->newest)
             c->newest = m->iteration;
         ckpt_log(CKPT_DEBUG, "rank %u committed generation %llu (iteration %llu)", m->rank,
@@ -206,6 +233,9 @@ void channel_carry(struct channel *to, struct channel *from)
     to->worst_lag = from->worst_lag > to->worst_lag ? from->worst_lag : to->worst_lag;
     if (to->unprotected_rank < 0)
         to->unprotected_rank = from->unprotected_rank;
+    to->world = from->world > to->world ? from->world : to->world;
+    to->seen_here = from->seen_here > to->seen_here ? from->seen_here : to->seen_here;
+    to->elsewhere_said |= from->elsewhere_said;
     from->committed = from->skipped = from->newest = from->worst_lag = 0;
     from->unprotected_rank = -1;
 }

@@ -209,6 +209,15 @@ int job_run(struct job *job, int *restarts)
             break;
         }
         early_code = out->early ? out->exit_code : -1;
+        /* Ranks under another agent would come back from an iteration of its choosing: none but the start is safe. */
+        int world = opt->wrap ? channel_elsewhere(&job->chan) : 0;
+        if (world && ckpt_cfg_int(CFG_FALLBACK) != 1) {
+            ckpt_log(CKPT_ERROR, "not restarted: the ranks say WORLD_SIZE=%d, and the others run under another "
+                     "agent, which would restore them from an iteration of its own choosing, not this one's; "
+                     "CKPT_FALLBACK=clean would start the job again from the beginning (run one ckpt-resume "
+                     "--coord etcd://HOST:PORT --nnodes N --nproc P -- CMD per node to have it restored)", world);
+            break;
+        }
         if (*restarts >= opt->max_restarts) {
             if (opt->max_restarts > 0)
                 ckpt_log(CKPT_INFO, "giving up after %d restart%s", *restarts, *restarts == 1 ? "" : "s");
@@ -219,7 +228,10 @@ int job_run(struct job *job, int *restarts)
         since = out->failed_s > 0 ? out->failed_s : ckpt_now_s();
         if (!backoff(job, *restarts))
             break;
-        restore = restart_point(job);
+        if (world)
+            ckpt_log(CKPT_INFO, "starting the job again from the beginning (CKPT_FALLBACK=clean): its ranks under "
+                     "another agent could not be restored to the same iteration");
+        restore = world ? 0 : restart_point(job);
         if (restore > newest)
             newest = restore;
         job->recovering = restore ? "standby" : NULL; /* a start from the beginning restores nothing */

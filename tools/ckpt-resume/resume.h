@@ -86,6 +86,9 @@ struct channel {
     uint64_t newest;        /* the newest iteration a rank committed, in any launch */
     uint64_t worst_lag;     /* the most iterations a rank's boundary was past its newest commit */
     int local_world;        /* the most ranks a rank said its launcher started here (LOCAL_WORLD_SIZE), 0: none */
+    int world;              /* the largest WORLD_SIZE a rank said, 0: none */
+    int seen_here;          /* the most ranks that had reported here at a commit, in any launch */
+    bool elsewhere_said;    /* ranks running elsewhere (channel_elsewhere) were warned about */
 };
 
 struct rank {
@@ -235,11 +238,15 @@ void channel_ended(struct channel *c, pid_t pid);
 void channel_committed(const struct channel *c, char *out, size_t outlen);
 int channel_hung(struct channel *c, double timeout_s, double *next_s);
 /* What @from counted over the job (commits, skips, the newest commit, the
- * worst lag, an unprotected rank) goes on in @to: the standbys' channel
+ * worst lag, an unprotected rank, the world the ranks said) goes on in @to: the standbys' channel
  * becomes the job's at a takeover. */
 void channel_carry(struct channel *to, struct channel *from);
 /* Has a rank reached an iteration boundary in this launch? */
 bool channel_ticked(const struct channel *c);
+/* The WORLD_SIZE the ranks said, when it is more than the ranks that had
+ * reported here at a commit: the job has ranks under another agent (a
+ * launcher of its own started them on other machines); else 0. */
+int channel_elsewhere(const struct channel *c);
 
 /* restart.c */
 void job_recovered(struct job *job, const char *how, double since);
@@ -355,11 +362,12 @@ void bridge_stop(void);
 /* torchrun.c: torchrun as the command.  Whether @cmd runs torchrun (or
  * python -m torch.distributed.run); and 0, or -1 after saying why, when it
  * asks torchrun to restart its workers itself (--max-restarts other than 0,
- * or PET_MAX_RESTARTS), which would fight ckpt-resume's restarts. */
+ * or PET_MAX_RESTARTS), which would fight ckpt-resume's restarts, or runs
+ * a torchrun of several nodes (--nnodes, PET_NNODES). */
 bool torchrun_command(char *const *cmd);
 int torchrun_check(char *const *cmd);
-/* CKPT_STANDBY=1 with a launcher of the job's own: 0 when it is a torchrun
- * of one node, else -1 after saying why.  torchrun_shadow: in *@out, @cmd
+/* CKPT_STANDBY=1 with a launcher of the job's own: 0 when it is torchrun,
+ * else -1 after saying why.  torchrun_shadow: in *@out, @cmd
  * for the standbys' torchrun, its port options given @port (freed by
  * torchrun_shadow_free); torchrun_shadow_vars: PET_MASTER_PORT=@port, and
  * PET_RDZV_ENDPOINT at @port when ours is set, in *@master and *@rdzv. */

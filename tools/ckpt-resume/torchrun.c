@@ -8,14 +8,16 @@
  * and a command or environment that asks torchrun for more is refused
  * before anything starts.
  *
+ * A torchrun of several nodes is refused: one ckpt-resume per node would
+ * each restore its own ranks, from iterations of their own choosing
+ * (--coord makes the nodes agree, with ranks ckpt-resume starts itself).
+ *
  * Standbys under torchrun (CKPT_STANDBY=1): a second torchrun, the same
  * command, starts them, and serves their rendezvous as the first serves
  * the ranks' (a PyTorch worker meets at torchrun's own store), on a port
  * of their own: where the command names torchrun's port (--master-port,
  * --rdzv-endpoint, or PET_MASTER_PORT and PET_RDZV_ENDPOINT, which
  * torchrun reads for them), the second gets the standbys' port instead.
- * Only a torchrun of one node: the standbys of several would have to meet
- * across nodes, which nothing arranges yet.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -74,11 +76,21 @@ static bool restarts(const char *where, const char *value)
     return true;
 }
 
+static const char *option(char *const *cmd, const char *name, const char *var);
+
 int torchrun_check(char *const *cmd)
 {
     int i = torchrun_options(cmd);
     if (i < 0)
         return 0;
+    const char *nnodes = option(cmd, "--nnodes", "PET_NNODES");
+    if (nnodes && strcmp(nnodes, "1") != 0 && strcmp(nnodes, "1:1") != 0) {
+        ckpt_log(CKPT_ERROR, "torchrun --nnodes %s: under one ckpt-resume per node, each would restore its own "
+                 "node's ranks from an iteration of its own choosing; run the job with one ckpt-resume --coord "
+                 "etcd://HOST:PORT --nnodes N --nproc P -- CMD per node instead (it starts the ranks with the "
+                 "variables torchrun sets, and the nodes agree on every restore)", nnodes);
+        return -1;
+    }
     const char *env = getenv("PET_MAX_RESTARTS");
     if (env && restarts("PET_MAX_RESTARTS=", env))
         return -1;
@@ -128,12 +140,6 @@ int torchrun_standby_check(char *const *cmd)
         ckpt_log(CKPT_ERROR, "CKPT_STANDBY=1: %s is not torchrun, and standbys under a launcher of the job's own "
                  "are made for torchrun only (a second torchrun starts them); start the ranks with ckpt-resume "
                  "--nproc N, or set CKPT_STANDBY=0 (a failure then recovers by replaying from the start)", cmd[0]);
-        return -1;
-    }
-    const char *nnodes = option(cmd, "--nnodes", "PET_NNODES");
-    if (nnodes && strcmp(nnodes, "1") != 0 && strcmp(nnodes, "1:1") != 0) {
-        ckpt_log(CKPT_ERROR, "CKPT_STANDBY=1: torchrun --nnodes %s: standbys under a torchrun of several nodes are "
-                 "not made yet; run one ckpt-resume --coord --nproc N per node, or set CKPT_STANDBY=0", nnodes);
         return -1;
     }
     return 0;
