@@ -79,16 +79,18 @@ show_job() {
 #   how its threads happened to interleave).  FID_STANDBY=1: the job
 #   runs with a standby, and "restore" asks that the standby took over.
 #   FID_AGAIN=1: the restored run is killed too, after an iteration K2
-#   drawn from K+4..37, and "restore" asks that the second restore was of
-#   a snapshot the restored run took (its log is what replay reads); with
-#   FID_STANDBY=1, that a standby took over both times.
+#   drawn from K+7..37 (the restored run's first snapshot, at most 3 past
+#   K, has had 4 iterations to commit, on a loaded machine too), and
+#   "restore" asks that the second restore was of a snapshot the restored
+#   run took (its log is what replay reads); with FID_STANDBY=1, that a
+#   standby took over both times.
 fidelity() {
     local prog=$1 expect=$2 low=$3 high=$4 from=${5:-0} rc=0
     local bin=$BUILD/tests/progs/$prog
     local k=$((low + RANDOM % (high - low + 1))) again=()
     echo "$prog: killed after iteration $k (--die-at $k), a snapshot every $CKPT_EVERY iterations, expected: $expect"
     if [ "${FID_AGAIN:-0}" = 1 ]; then
-        again=(--die-again-at $((k + 4 + RANDOM % (34 - k))))
+        again=(--die-again-at $((k + 7 + RANDOM % (31 - k))))
         echo "and again after iteration ${again[1]} (${again[*]})"
     fi
     [ -x "$bin" ] || { echo "missing $bin: build first"; return 1; }
