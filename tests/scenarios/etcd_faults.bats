@@ -14,10 +14,12 @@ bats_require_minimum_version 1.5.0
     # Long enough to run on through the cut, the fence and the return.
     ARGS="--iters 10000 --hidden 16 --layers 2 --batch 30" AGENT_TIMEOUT=300
     plain 3
-    local proxy_port=$((30000 + RANDOM % 2000)) first=${ENDPOINTS%%,*}
-    python3 "$BATS_TEST_DIRNAME/tcpcut.py" "$proxy_port" "$first" >"$D/proxy.log" 2>&1 &
+    local proxy_port first=${ENDPOINTS%%,*}
+    python3 "$BATS_TEST_DIRNAME/tcpcut.py" 0 "$first" >"$D/proxy.log" 2>&1 &
     local proxy=$!
     for _ in $(seq 50); do grep -q listening "$D/proxy.log" && break; sleep 0.1; done
+    proxy_port=$(sed -n 's/^listening \([0-9]*\)$/\1/p' "$D/proxy.log")
+    [ -n "$proxy_port" ] || { kill $proxy; cat "$D/proxy.log"; return 1; }
     start a 3 0
     start b 3 1
     ENDPOINTS=127.0.0.1:$proxy_port start c 3 2

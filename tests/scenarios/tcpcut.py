@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A TCP proxy the tests cut, to partition one process from a server:
-tcpcut.py LISTEN_PORT TARGET_HOST:PORT listens on 127.0.0.1:LISTEN_PORT and
-forwards every connection to the target.  SIGUSR1 cuts: every connection
+tcpcut.py LISTEN_PORT TARGET_HOST:PORT listens on 127.0.0.1:LISTEN_PORT (0: a
+free port), says "listening PORT", and forwards every connection to the target.  SIGUSR1 cuts: every connection
 through it is closed and new ones are closed as they come; SIGUSR2 lets
 them through again."""
 import signal
@@ -53,7 +53,7 @@ srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", port))
 srv.listen(64)
-print("listening", flush=True)
+print("listening", srv.getsockname()[1], flush=True)
 while True:
     c, _ = srv.accept()
     if cut.is_set():
