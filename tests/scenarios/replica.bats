@@ -90,8 +90,9 @@ replica_of() { # DIR JOB GENERATION [RANK]
 # over the fabric.  Steps: "offer SLOT" (prints "accept NEED" with the
 # number of chunks asked for, or "result STATUS REASON"), "progress UPTO"
 # (data bytes),
-# "done", "result" (prints "result STATUS REASON" for a message that
-# arrives within 3 s, else "silent"), "verdict" (the same, within 30 s).
+# "done", "result" (prints "result STATUS REASON" for the message it
+# waits up to 30 s for, else "silent"), "quiet" (the same, but a RESULT
+# that has not come within 3 s is taken for none: "silent").
 # It hands the receiver its own HELLO back, so it takes the receiver's
 # data path, whichever.
 fake_sender() {
@@ -138,8 +139,8 @@ for step in sys.argv[2:]:
         send(PROGRESS, struct.pack("<Q", int(arg)))
     elif verb == "done":
         send(DONE, struct.pack("<iIQ", 0, 0, 0))
-    elif verb in ("result", "verdict"):
-        t, p = recv(3 if verb == "result" else 30)
+    elif verb in ("result", "quiet"):
+        t, p = recv(30 if verb == "result" else 3)
         result(p) if t == RESULT else print("silent")
     sys.stdout.flush()
 PY
@@ -376,7 +377,7 @@ sender_killed() {
     # DONE; DONE gets no second answer, and the connection carries the
     # next round.  Progress going backwards or past the data is refused
     # too (EPROTO, -71).
-    run fake_sender "offer $new" "progress $chunk" "result" "done" "result" \
+    run fake_sender "offer $new" "progress $chunk" "result" "done" "quiet" \
         "offer $old" "progress $((2 * chunk))" "progress $chunk" "result" "done" \
         "offer $old" "progress $((bytes + 1))" "result" "done" \
         "offer $old" "progress $bytes" "done" "result"
@@ -413,7 +414,7 @@ sender_killed() {
     # receives say what is missing.  A PROGRESS (which this data path does
     # not use) is refused before DONE.  The connection carries each next
     # round.
-    run fake_sender "offer $new" "done" "verdict" \
+    run fake_sender "offer $new" "done" "result" \
         "offer $old" "progress $chunk" "result" "done" \
         "offer $old" "done" "result"
     echo "$output"
