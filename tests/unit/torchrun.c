@@ -4,7 +4,8 @@
  * job's names torchrun's (--master-port, --rdzv-endpoint, either spelling,
  * the value apart or after '='), and nowhere else: not in the training
  * program's own arguments; PET_MASTER_PORT and PET_RDZV_ENDPOINT follow.
- * A torchrun of several nodes is refused (--nnodes, PET_NNODES), and
+ * A torchrun of several nodes is refused (--nnodes, PET_NNODES), and one
+ * asked for restarts of its own (--max-restarts, PET_MAX_RESTARTS), and
  * standbys through a launcher that is not torchrun.
  */
 #include <stdio.h>
@@ -76,5 +77,15 @@ int main(void)
     CHECK(torchrun_check(one_range) == 0, "--nnodes on the command line wins over PET_NNODES");
     char *plain[] = {"torchrun", "t.py", NULL};
     CHECK(torchrun_check(plain) < 0, "PET_NNODES=1:2 accepted");
+    unsetenv("PET_NNODES");
+
+    /* Restarts: the command line's, else PET_MAX_RESTARTS, as torchrun reads them. */
+    char *zero[] = {"torchrun", "--max-restarts", "0", "t.py", "--max-restarts", "3", NULL};
+    char *one_more[] = {"torchrun", "--max_restarts=1", "t.py", NULL};
+    CHECK(torchrun_check(zero) == 0, "--max-restarts 0 refused (the program's own --max-restarts 3 is its own)");
+    CHECK(torchrun_check(one_more) < 0, "--max_restarts=1 accepted");
+    setenv("PET_MAX_RESTARTS", "2", 1);
+    CHECK(torchrun_check(zero) == 0, "--max-restarts 0 does not win over PET_MAX_RESTARTS=2");
+    CHECK(torchrun_check(plain) < 0, "PET_MAX_RESTARTS=2 accepted");
     return failures ? 1 : 0;
 }

@@ -62,6 +62,34 @@ static bool is_flag(const char *arg)
     return false;
 }
 
+/* Whether the @len bytes of @a are torchrun's option @name in either spelling ("--a-b" or "--a_b"). */
+static bool spelled(const char *a, size_t len, const char *name)
+{
+    if (strlen(name) != len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (a[i] != name[i] && !(name[i] == '-' && a[i] == '_' && i > 2))
+            return false;
+    return true;
+}
+
+/* The value of torchrun's option @name in @cmd (its last, as torchrun
+ * takes it), else of variable @var (NULL: none); NULL: neither. */
+static const char *option(char *const *cmd, const char *name, const char *var)
+{
+    const char *value = var ? getenv(var) : NULL;
+    int i = torchrun_options(cmd);
+    for (; i >= 0 && cmd[i] && cmd[i][0] == '-'; i++) {
+        const char *eq = strchr(cmd[i], '=');
+        size_t len = eq ? (size_t)(eq - cmd[i]) : strlen(cmd[i]);
+        if (spelled(cmd[i], len, name))
+            value = eq ? eq + 1 : cmd[i + 1];
+        if (!eq && !is_flag(cmd[i]) && cmd[i + 1])
+            i++;
+    }
+    return value;
+}
+
 /* A restart count other than 0: says so and returns true. */
 static bool restarts(const char *where, const char *value)
 {
@@ -76,12 +104,9 @@ static bool restarts(const char *where, const char *value)
     return true;
 }
 
-static const char *option(char *const *cmd, const char *name, const char *var);
-
 int torchrun_check(char *const *cmd)
 {
-    int i = torchrun_options(cmd);
-    if (i < 0)
+    if (!torchrun_command(cmd))
         return 0;
     const char *nnodes = option(cmd, "--nnodes", "PET_NNODES");
     if (nnodes && strcmp(nnodes, "1") != 0 && strcmp(nnodes, "1:1") != 0) {
@@ -91,47 +116,11 @@ int torchrun_check(char *const *cmd)
                  "variables torchrun sets, and the nodes agree on every restore)", nnodes);
         return -1;
     }
-    const char *env = getenv("PET_MAX_RESTARTS");
-    if (env && restarts("PET_MAX_RESTARTS=", env))
-        return -1;
-    for (; cmd[i] && cmd[i][0] == '-'; i++) {
-        const char *a = cmd[i];
-        bool ours = strncmp(a, "--max-restarts", 14) == 0 || strncmp(a, "--max_restarts", 14) == 0;
-        if (ours && a[14] == '=' && restarts("torchrun --max-restarts=", a + 15))
-            return -1;
-        if (ours && !a[14] && cmd[i + 1] && restarts("torchrun --max-restarts ", cmd[i + 1]))
-            return -1;
-        if (!strchr(a, '=') && !is_flag(a) && cmd[i + 1])
-            i++; /* its value */
-    }
-    return 0;
-}
-
-/* Whether torchrun option @a (without its value) is one of @names' two spellings, "--a-b" or "--a_b". */
-static bool spelled(const char *a, size_t len, const char *name)
-{
-    if (strlen(name) != len)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (a[i] != name[i] && !(name[i] == '-' && a[i] == '_' && i > 2))
-            return false;
-    return true;
-}
-
-/* The value of option @name in @cmd (its last), or of variable @var; NULL: neither. */
-static const char *option(char *const *cmd, const char *name, const char *var)
-{
-    const char *value = getenv(var);
-    int i = torchrun_options(cmd);
-    for (; i >= 0 && cmd[i] && cmd[i][0] == '-'; i++) {
-        const char *eq = strchr(cmd[i], '=');
-        size_t len = eq ? (size_t)(eq - cmd[i]) : strlen(cmd[i]);
-        if (spelled(cmd[i], len, name))
-            value = eq ? eq + 1 : cmd[i + 1];
-        if (!eq && !is_flag(cmd[i]) && cmd[i + 1])
-            i++;
-    }
-    return value;
+    /* The command line's, else the environment's, as torchrun reads them. */
+    const char *arg = option(cmd, "--max-restarts", NULL), *env = getenv("PET_MAX_RESTARTS");
+    if (arg)
+        return restarts("torchrun --max-restarts ", arg) ? -1 : 0;
+    return env && restarts("PET_MAX_RESTARTS=", env) ? -1 : 0;
 }
 
 int torchrun_standby_check(char *const *cmd)
