@@ -346,7 +346,7 @@ bool standby_reaped(struct job *job, pid_t pid, int status)
 /* No standbys run: their orders are let go. */
 static void forget(struct standby *sb)
 {
-    for (int i = 0; i < sb->nranks; i++) {
+    for (int i = 0; sb->orders && i < sb->nranks; i++) {
         ckpt_follow_unmap(sb->orders[i]);
         sb->orders[i] = NULL;
     }
