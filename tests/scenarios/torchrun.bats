@@ -4,9 +4,10 @@
 # the example trainer under ckpt-resume; a worker killed, the job is
 # resumed bit-exact, by the cold path and by the standbys a second
 # torchrun starts.  These tests need PyPI the first time: when the venv
-# cannot be made they fail, saying why; only where the package index
-# cannot be reached at all do they skip, saying so (and tests/run counts
-# the skips); TEST_SKIP_TAGS=pypi leaves them out.  The sanitizer stages
+# cannot be made they fail, saying why; only where the machine has no
+# room for it or the package index cannot be reached at all do they skip,
+# saying so (and tests/run counts the skips); TEST_SKIP_TAGS=pypi leaves
+# them out.  The sanitizer stages
 # leave them out (covered): the stand-in of resume.bats and standby.bats
 # runs the same paths of ours there.
 
@@ -25,7 +26,7 @@ setup() {
     CKPT=$BUILD/bin/ckpt-resume
     TRAIN=$BUILD/examples/mlp-train
     [ -x "$CKPT" ] && [ -x "$TRAIN" ] || { echo "missing $CKPT or $TRAIN: build first" >&2; return 1; }
-    [ "$VENV_RC" != 2 ] || skip "no PyTorch: the package index cannot be reached from here (tests/torch-venv)"
+    [ "$VENV_RC" != 2 ] || skip "no PyTorch: no room for it, or no package index to get it from (tests/torch-venv said which)"
     [ "$VENV_RC" = 0 ] || { echo "no PyTorch: tests/torch-venv could not make one (its reason is above)" >&2; return 1; }
     D=$(mktemp -d /tmp/ckpt-torchrun-bats-XXXXXX)
     unset CKPT_JOB CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_KEEP_ARENA CKPT_FAULT LD_PRELOAD \
