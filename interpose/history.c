@@ -430,25 +430,39 @@ bool ckpt_history_answer(enum ckpt_obs what, CUresult *r)
     return true;
 }
 
-bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy)
+/* A synchronous copy's bytes went into the log apart from the observation
+ * that returned them (other locks), and a cut could fall between: a
+ * restore then served the bytes, found the thread's log dry at the
+ * observation, and made the copy again, live, from device memory as the
+ * snapshot held it, later than the copy the recorded run made. */
+void ckpt_history_observed_d2h(enum ckpt_obs what, CUresult r, void *dst, size_t size)
+{
+    if (!ckpt_history_recording())
+        return;
+    uint64_t t = ckpt_thread_key();
+    struct pending p = {.issuer = t, .seq = 0, .dst = dst, .size = size};
+    pthread_mutex_lock(&lock);
+    if (r == CUDA_SUCCESS)
+        log_copy(t, &p);
+    put(CKPT_RL_OBSERVE, t, what, (uint64_t)r, 0, NULL, 0);
+    settle(t, NULL);
+    pthread_mutex_unlock(&lock);
+}
+
+bool ckpt_history_d2h(void *dst, size_t size)
 {
     uint64_t t = ckpt_thread_key();
-    if (ckpt_replaying) {
-        struct ckpt_rl_rec rec;
-        ckpt_history_late_copies(t);
-        if (!ckpt_history_next(t, CKPT_RL_D2H, &rec))
-            return false;
-        if (rec.a != size || rec.len != size || rec.c)
-            ckpt_refuse("a device-to-host copy of %zu bytes, the recorded run copied %llu", size,
-                        (unsigned long long)rec.a);
-        memcpy(dst, rec.payload, size);
-        return true;
-    }
-    if (ckpt_history_recording() && after_real_copy) {
-        struct pending p = {.issuer = t, .seq = 0, .dst = dst, .size = size};
-        log_copy(t, &p);
-    }
-    return false;
+    struct ckpt_rl_rec rec;
+    if (!ckpt_replaying)
+        return false;
+    ckpt_history_late_copies(t);
+    if (!ckpt_history_next(t, CKPT_RL_D2H, &rec))
+        return false;
+    if (rec.a != size || rec.len != size || rec.c)
+        ckpt_refuse("a device-to-host copy of %zu bytes, the recorded run copied %llu", size,
+                    (unsigned long long)rec.a);
+    memcpy(dst, rec.payload, size);
+    return true;
 }
 
 

@@ -430,6 +430,10 @@ const char *ckpt_obs_name(enum ckpt_obs what);
  * Copies it orders (the thread's own, the stream's) that completed become
  * visible here. */
 void ckpt_history_observed(enum ckpt_obs what, CUresult r, CUstream stream);
+/* The same for a synchronous copy of size bytes into host memory at dst,
+ * which returned r: its bytes (when it succeeded) and the observation are
+ * logged as one, so that no iteration's end falls between them. */
+void ckpt_history_observed_d2h(enum ckpt_obs what, CUresult r, void *dst, size_t size);
 /* Replaying: the answer the recorded run got, in *r, with the copies that
  * became visible there served; false when this thread has gone live (make
  * the real call). */
@@ -441,9 +445,10 @@ void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr);
 /* Replaying: allocation ordinal is at addr, recorded at recorded; a
  * restore with it live at a different address is refused. */
 void ckpt_replay_address(uint64_t ordinal, uint64_t addr, uint64_t recorded);
-/* A synchronous device-to-host copy into dst: recorded after the real copy,
- * or served from the log instead of it (then returns true). */
-bool ckpt_history_d2h(void *dst, size_t size, bool after_real_copy);
+/* Replaying a synchronous device-to-host copy into dst: its bytes served
+ * from the log instead of it (true), or false when this thread has gone
+ * live (make the copy; it is recorded by ckpt_history_observed_d2h). */
+bool ckpt_history_d2h(void *dst, size_t size);
 /* An asynchronous one, queued on stream (pinned destination): its bytes
  * are logged where the host can first see them. */
 void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream stream);

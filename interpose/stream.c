@@ -95,6 +95,22 @@ static CUresult after_on(enum ckpt_obs what, uint64_t token, CUresult r, CUstrea
 
 #define after(what, token, r) after_on(what, token, r, NULL)
 
+/* after() for a synchronous copy into host memory at dst: its bytes are
+ * recorded with the observation, as one (ckpt_history_observed_d2h). */
+static CUresult after_d2h(enum ckpt_obs what, uint64_t token, CUresult r, void *dst, size_t size)
+{
+    if (!observed())
+        return r;
+    CUresult a;
+    if (ckpt_replaying && ckpt_history_answer(what, &a))
+        r = a;
+    else
+        ckpt_history_observed_d2h(what, r, dst, size);
+    if (r == CUDA_SUCCESS && token)
+        ckpt_on_sync(token);
+    return r;
+}
+
 /* Replaying a call that is not made: the recorded answer, true; false
  * when this thread has gone live (make the call, then after()). */
 static bool answered(enum ckpt_obs what, uint64_t token, CUresult *r)
@@ -268,12 +284,9 @@ EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute att
 static CUresult dtoh(__typeof__(&cuMemcpyDtoH_v2) real, void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult r;
-    if (suppressed() && ckpt_history_d2h(dstHost, ByteCount, false) && answered(CKPT_OBS_DTOH, TOK_DTOH, &r))
+    if (suppressed() && ckpt_history_d2h(dstHost, ByteCount) && answered(CKPT_OBS_DTOH, TOK_DTOH, &r))
         return r;
-    r = real(dstHost, srcDevice, ByteCount);
-    if (r == CUDA_SUCCESS && observed())
-        ckpt_history_d2h(dstHost, ByteCount, true);
-    return after(CKPT_OBS_DTOH, TOK_DTOH, r);
+    return after_d2h(CKPT_OBS_DTOH, TOK_DTOH, real(dstHost, srcDevice, ByteCount), dstHost, ByteCount);
 }
 PT_SAME(cuMemcpyDtoH_v2, _ptds, dtoh, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
         (dstHost, srcDevice, ByteCount))
@@ -318,14 +331,14 @@ static CUresult memcpy_sync(__typeof__(&cuMemcpy) real, CUdeviceptr dst, CUdevic
 {
     bool to_host = observed() && to_host_memory(dst);
     CUresult r;
-    if (suppressed() && (!to_host || ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, false)) &&
+    if (suppressed() && (!to_host || ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount)) &&
         answered(CKPT_OBS_MEMCPY, TOK_MEMCPY, &r))
         return r;
     if (!to_host && observed() && !ckpt_replaying)
         touch_dst(CU_STREAM_LEGACY, dst);
     r = real(dst, src, ByteCount);
-    if (r == CUDA_SUCCESS && to_host && observed())
-        ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount, true);
+    if (to_host)
+        return after_d2h(CKPT_OBS_MEMCPY, TOK_MEMCPY, r, (void *)(uintptr_t)dst, ByteCount);
     return after(CKPT_OBS_MEMCPY, TOK_MEMCPY, r);
 }
 PT_SAME(cuMemcpy, _ptds, memcpy_sync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
