@@ -37,6 +37,23 @@ bats_require_minimum_version 1.5.0
     for t in "${others[@]}"; do grep -qE "^ckpt-resume: done exit=0 restarts=1( |$)" "$D/err.$t" || { show; return 1; }; done
 }
 
+# bats test_tags=covered
+@test "CKPT_NODE_LAUNCHER: a node whose command keeps failing, with a spare waiting: the spare takes its rank and the job ends as uninterrupted" {
+    ARGS="--iters 300 --hidden 16 --layers 2 --batch 30"
+    plain 2
+    CKPT_JOB_KEY=$("$CKPT" --new-key) # the spare is the job's, as the nodes node 0 starts are
+    export CKPT_JOB_KEY
+    SPARE=1 start s 2
+    sleep 1 # the spare waits before any node is there
+    CKPT_MAX_RESTARTS=1 CKPT_NODE_LAUNCHER='sh -c "exit 3"' start a 2 0
+    wait_rc a s || { show; return 1; }
+    for x in a s; do [ "$(cat "$D/rc.$x")" = 0 ] || { show; return 1; }; done
+    grep -q "^ckpt-resume: error: node 1 cannot be kept running: its command (CKPT_NODE_LAUNCHER) ended 2 times, the last with exit status 3; a spare waits beside the job: it takes node 1's rank$" \
+        "$D/err.a" || { show; return 1; }
+    grep -q "^ckpt-resume: node 1 of job $CKPT_JOB was lost: this spare takes its place$" "$D/err.s" || { show; return 1; }
+    [ "$(digests "$D/out.a" "$D/out.s")" = "$(digests "$D/plain")" ] || { show; return 1; }
+}
+
 @test "spares through etcd: one started before any node takes no rank while its job forms, and ends with the job that never needed it; one started after a node was lost takes its rank unasked and recovers it from a peer's memory, as uninterrupted" {
     plain 3
     local t victim rank

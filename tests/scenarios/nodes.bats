@@ -543,9 +543,8 @@ EOF
 }
 
 # bats test_tags=covered
-@test "CKPT_NODE_LAUNCHER: a node whose command keeps failing stops the job, named, with the command's status; unused on one node" {
-    # Node 0 gives up on node 1 joining after 10 x CKPT_NODE_TIMEOUT.
-    export CKPT_MAX_RESTARTS=1 CKPT_NODE_TIMEOUT=3
+@test "CKPT_NODE_LAUNCHER: a node whose command keeps failing stops the job at once, named, with the command's status; unused on one node" {
+    export CKPT_MAX_RESTARTS=1
     CKPT_NODE_LAUNCHER='sh -c "exit 3"' start 0 2 1
     wait_rc "$D/rc.0" || { show; return 1; }
     [ "$(cat "$D/rc.0")" != 0 ] || { show; return 1; }
@@ -553,6 +552,10 @@ EOF
         { show; return 1; }
     grep -q "node 1 cannot be kept running: its command (CKPT_NODE_LAUNCHER) ended 2 times, the last with exit status 3" \
         "$D/err.0" || { show; return 1; }
+    # The coordinator is told, and ends the job without waiting 10 x CKPT_NODE_TIMEOUT (100 s) for node 1 to join.
+    grep -q "error: node 1 will not join: node 0 gave up starting it (CKPT_NODE_LAUNCHER; said there); the job ends" \
+        "$D/err.0" || { show; return 1; }
+    ! grep -q "did not join within" "$D/err.0" || { show; return 1; }
     # On one node it has nothing to start, and says so.
     run env CKPT_NODE_LAUNCHER=false "$CKPT" --nproc 1 -- true
     [ "$status" = 0 ] && [[ $output == *"CKPT_NODE_LAUNCHER is not used: the job has one node"* ]]

@@ -100,7 +100,8 @@ struct bridge {
     struct etcd *e;
     struct etcd_watch *watch;   /* on the job's keys, NULL: polling alone */
     struct spawn *spawn;        /* the nodes this agent starts (CKPT_NODE_LAUNCHER), NULL: none */
-    bool spawn_failed;
+    bool spawn_given_up;        /* it gave up starting a node */
+    unsigned spawn_failed;      /* that node, when no spare takes its place (atomic: the member reads it), 0: none */
     int watch_fd;
     struct options *opt;
     struct options copt;    /* the coordinator's: it listens on loopback */
@@ -658,14 +659,30 @@ static void leadership(void)
 
 /* The nodes this agent started (CKPT_NODE_LAUNCHER): kept running while
  * the job runs.  A node's command is started again whenever it ends before
- * the job: its new agent waits for the rank's lease to end, then takes it. */
+ * the job: its new agent waits for the rank's lease to end, then takes it.
+ * One whose command ends too often will not join: unless a spare waits to
+ * take its rank, the coordinator is told (by this agent's member), and the
+ * job ends rather than wait for it. */
 static void launch_turn(void)
 {
     char why[512];
-    if (B.spawn && !B.spawn_failed && spawn_turn(B.spawn, B.finished, why, sizeof(why)) < 0) {
-        B.spawn_failed = true;
-        ckpt_log(CKPT_ERROR, "%s; the other nodes go on without it", why);
+    int j;
+    if (!B.spawn || B.spawn_given_up || (j = spawn_turn(B.spawn, B.finished, why, sizeof(why))) <= 0)
+        return;
+    B.spawn_given_up = true;
+    /* A spare waiting beside the job takes the rank once it has been free a while (spare_wait). */
+    char key[300], err[128];
+    struct etcd_kv *kv;
+    size_t n = 0;
+    snprintf(key, sizeof(key), "%sspare/", B.prefix);
+    if (etcd_get(B.e, key, true, &kv, &n, NULL, err, sizeof(err)) == 0)
+        etcd_kvs_free(kv, n);
+    if (n) {
+        ckpt_log(CKPT_ERROR, "%s; a spare waits beside the job: it takes node %d's rank", why, j);
+        return;
     }
+    ckpt_log(CKPT_ERROR, "%s: the job ends (the coordinator is told)", why);
+    __atomic_store_n(&B.spawn_failed, (unsigned)j, __ATOMIC_RELEASE);
 }
 
 static void *run(void *arg)
@@ -911,6 +928,11 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     B.running = true;
     ckpt_log(CKPT_INFO, "node %u of %u in job %s, through etcd at %s", B.node, B.n, opt->job_name, opt->etcd);
     return 0;
+}
+
+unsigned bridge_gave_up(void)
+{
+    return __atomic_load_n(&B.spawn_failed, __ATOMIC_ACQUIRE);
 }
 
 const char *bridge_ip(void)

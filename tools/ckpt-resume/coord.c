@@ -590,6 +590,13 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
     case COORD_FAILED:
         if (len != sizeof(*st) || st->status <= -NSIG)
             return;
+        if (st->flags & COORD_NODE_GONE) {
+            char why[160];
+            snprintf(why, sizeof(why), "node %llu will not join: node %u gave up starting it (CKPT_NODE_LAUNCHER; "
+                     "said there); the job ends", (unsigned long long)st->value, j);
+            finish(c, c->exit_code ? c->exit_code : st->status, why);
+            return;
+        }
         if (st->status < 0 && !c->user_signal) {
             c->user_signal = -st->status;
             ckpt_log(CKPT_INFO, "node %u was told to stop (%s)", j, sig_name(c->user_signal));

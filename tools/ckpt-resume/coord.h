@@ -70,6 +70,7 @@ enum coord_msg {
 #define COORD_NO_ROOM 1u /* FAILED: libckpt stopped the rank, its host cannot hold its arena: no restart would find room */
 #define COORD_EARLY 2u   /* FAILED: an exit status, before any rank of the node reached an iteration boundary */
 #define COORD_TAKEOVER 4u /* FAILED: the node's standbys could not take over (said there): the cold path, at once */
+#define COORD_NODE_GONE 8u /* FAILED: node value's command (CKPT_NODE_LAUNCHER) ended too often: it will not join */
 
 struct coord_addr {
     char hostport[COORD_ADDR_MAX];     /* where the node's agent takes replicas, NUL-terminated */

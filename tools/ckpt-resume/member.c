@@ -40,6 +40,7 @@ struct member {
     uint64_t durable, target, replicating, persisting;
     struct coord_held last_held;
     bool stopped, failed_sent, finished;
+    bool gave_up_said;              /* the node this agent gave up starting was said to the coordinator */
     int finish_code, restarts;
     unsigned launches;      /* of the ranks on this node: every one after the first is a restart */
     bool planned;                   /* a coordinator planned a launch: a new one goes on counting restarts */
@@ -494,6 +495,12 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
                 job->out.stop_signal = sig;
                 send_msg(m, COORD_FAILED, &st, sizeof(st), NULL, 0);
             }
+        }
+        /* A node this agent gave up starting will not join: the job ends now, not after the wait for it. */
+        unsigned lost = bridge_gave_up();
+        if (lost && !m->gave_up_said) {
+            struct coord_status st = { .status = 1, .flags = COORD_NODE_GONE, .value = lost };
+            m->gave_up_said = send_msg(m, COORD_FAILED, &st, sizeof(st), NULL, 0) == 0;
         }
         for (int rc = 1; rc > 0 && n > 0 && p[0].revents;) {
             uint16_t type;

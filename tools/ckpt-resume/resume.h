@@ -357,6 +357,9 @@ void metrics_stop(void);
  * address towards etcd (NULL: no bridge). */
 int bridge_start(struct options *opt, char *why, size_t whylen);
 const char *bridge_ip(void);
+/* The node this agent gave up starting (CKPT_NODE_LAUNCHER: its command
+ * ended too often), 0: none. */
+unsigned bridge_gave_up(void);
 void bridge_stop(void);
 
 /* torchrun.c: torchrun as the command.  Whether @cmd runs torchrun (or
@@ -399,8 +402,8 @@ void fence_cancel(pid_t pid);
 /* Prepares; *out stays NULL without a launcher.  Nothing starts before spawn_turn(). */
 int spawn_open(struct spawn **out, const struct options *opt);
 /* Reaps, and starts each node's command when it is due, unless the job
- * is @over.  Returns 0, or -1 with the reason in why when a node's command
- * ended too often. */
+ * is @over.  Returns 0, or the node (> 0) whose command ended too often,
+ * with the reason in why. */
 int spawn_turn(struct spawn *s, bool over, char *why, size_t whylen);
 /* Waits up to @wait_s for the commands to end, then ends them; frees s. */
 void spawn_close(struct spawn *s, double wait_s);

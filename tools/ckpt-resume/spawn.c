@@ -216,7 +216,7 @@ int spawn_turn(struct spawn *s, bool over, char *why, size_t whylen)
                 snprintf(why, whylen, "node %u cannot be kept running: its command (CKPT_NODE_LAUNCHER) ended %d "
                          "time%s, the last with %s", j, l->starts, l->starts == 1 ? "" : "s", how);
                 s->gave_up = true;
-                return -1;
+                return (int)j;
             }
             ckpt_log(CKPT_WARN, "node %u's command ended (%s) before the job did; starting it again in %gs", j, how,
                      s->opt->backoff_s);
