@@ -78,14 +78,18 @@ static void touch_dst(CUstream s, CUdeviceptr dst)
 /* A host-visible call of the program returned r (the real call made):
  * recorded, or answered from the log in replay (the real call still made:
  * the device is idle then, and host functions queued before it have run
- * when it returns).  A success feeds the boundary learner token. */
-static CUresult after_on(enum ckpt_obs what, uint64_t token, CUresult r, CUstream stream)
+ * when it returns).  A success feeds the boundary learner token.  A
+ * synchronous copy into host memory at dst (else NULL) has its bytes
+ * recorded with the observation, as one (ckpt_history_observed_d2h). */
+static CUresult after_copy(enum ckpt_obs what, uint64_t token, CUresult r, CUstream stream, void *dst, size_t size)
 {
     if (!observed())
         return r;
     CUresult a;
     if (ckpt_replaying && ckpt_history_answer(what, &a))
         r = a;
+    else if (dst)
+        ckpt_history_observed_d2h(what, r, dst, size);
     else
         ckpt_history_observed(what, r, stream);
     if (r == CUDA_SUCCESS && token)
@@ -93,23 +97,9 @@ static CUresult after_on(enum ckpt_obs what, uint64_t token, CUresult r, CUstrea
     return r;
 }
 
-#define after(what, token, r) after_on(what, token, r, NULL)
-
-/* after() for a synchronous copy into host memory at dst: its bytes are
- * recorded with the observation, as one (ckpt_history_observed_d2h). */
-static CUresult after_d2h(enum ckpt_obs what, uint64_t token, CUresult r, void *dst, size_t size)
-{
-    if (!observed())
-        return r;
-    CUresult a;
-    if (ckpt_replaying && ckpt_history_answer(what, &a))
-        r = a;
-    else
-        ckpt_history_observed_d2h(what, r, dst, size);
-    if (r == CUDA_SUCCESS && token)
-        ckpt_on_sync(token);
-    return r;
-}
+#define after_on(what, token, r, stream) after_copy(what, token, r, stream, NULL, 0)
+#define after(what, token, r) after_copy(what, token, r, NULL, NULL, 0)
+#define after_d2h(what, token, r, dst, size) after_copy(what, token, r, NULL, dst, size)
 
 /* Replaying a call that is not made: the recorded answer, true; false
  * when this thread has gone live (make the call, then after()). */
