@@ -120,6 +120,7 @@ struct ckpt_replica_stats {
     char job[CKPT_JOB_MAX];
     uint32_t rank, slot;
     uint64_t generation, iteration;
+    uint64_t epoch;                       /* receiver: the plan the offer was made under */
     uint64_t chunks, sent_chunks, bytes_sent, data_bytes;
     double seconds;                       /* offer to result */
     char why[256];                        /* the reason, when status < 0 */

@@ -321,6 +321,7 @@ int ckpt_replica_serve(struct ckpt_fab *f, int ctl, struct ckpt_store *store, co
         else
             rc = receive(f, ctl, store, (const char *)offer + sizeof(o), len - sizeof(o), &st);
         free(offer);
+        st.epoch = o.epoch;
         st.seconds = ckpt_now_s() - t0;
         if (report)
             report(arg, &st);

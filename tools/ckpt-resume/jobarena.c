@@ -307,33 +307,34 @@ bool arena_pick(const struct options *opt, uint64_t below, struct restore_point 
 }
 
 /*
- * Retires what rank @r holds under @dir (the arena, or the peers' store)
- * of iterations after @after (ckpt_slot_retire); @what says where it was,
- * in the line that says so.  Returns how many it retired.
+ * Retires what rank @r holds in slot @s under @dir (the arena, or the
+ * peers' store) of iterations after @after (ckpt_slot_retire); @what says
+ * where it was, in the line that says so.  Returns 1 when it retired it.
  */
-int arena_retire(const char *job, const char *dir, int r, uint64_t after, const char *what)
+int arena_retire_slot(const char *job, const char *dir, int r, int s, uint64_t after, const char *what)
 {
     char path[PATH_MAX + 32];
-    int retired = 0;
+    uint64_t it = 0;
+    snprintf(path, sizeof(path), "%s/rank%d/slot%d", dir, r, s);
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int rc = ckpt_slot_retire(fd, job, r, after, &it);
+    close(fd);
+    if (rc > 0)
+        ckpt_log(CKPT_INFO, "retired rank %d's snapshot of iteration %llu %s: newer than the restore point "
+                 "%llu, it belongs to the run the restore replaces", r, (unsigned long long)it, what,
+                 (unsigned long long)after);
+    else if (rc < 0)
+        ckpt_log(CKPT_WARN, "cannot retire %s (iteration %llu, newer than the restore point %llu): %s", path,
+                 (unsigned long long)it, (unsigned long long)after, strerror(-rc));
+    return rc > 0;
+}
 
-    for (int s = 0; s < 2; s++) {
-        uint64_t it = 0;
-        snprintf(path, sizeof(path), "%s/rank%d/slot%d", dir, r, s);
-        int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        int rc = ckpt_slot_retire(fd, job, r, after, &it);
-        close(fd);
-        if (rc > 0)
-            ckpt_log(CKPT_INFO, "retired rank %d's snapshot of iteration %llu %s: newer than the restore point "
-                     "%llu, it belongs to the run the restore replaces", r, (unsigned long long)it, what,
-                     (unsigned long long)after);
-        else if (rc < 0)
-            ckpt_log(CKPT_WARN, "cannot retire %s (iteration %llu, newer than the restore point %llu): %s", path,
-                     (unsigned long long)it, (unsigned long long)after, strerror(-rc));
-        retired += rc > 0;
-    }
-    return retired;
+/* The same for both of rank @r's slots: how many it retired. */
+int arena_retire(const char *job, const char *dir, int r, uint64_t after, const char *what)
+{
+    return arena_retire_slot(job, dir, r, 0, after, what) + arena_retire_slot(job, dir, r, 1, after, what);
 }
 
 /* Retires this node's ranks' snapshots after @after (arena_retire). */

@@ -335,7 +335,7 @@ static void supersede(struct job *job, struct member *m, uint64_t after)
 {
     if (!after)
         arena_supersede(job->opt, 0);
-    rep_supersede(m->rep, after);
+    rep_supersede(m->rep, after, 0);
     disk_supersede(job, after);
     m->superseded = true;
 }
@@ -526,9 +526,13 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
  * down, on the machine it comes back on): what it holds past the lowest
  * of their restore points belongs to a run one of them replaced, and
  * goes before anything is fetched or restored here (the coordinator
- * already chose no such copy: coord.c's plan).
+ * already chose no such copy: coord.c's plan).  But for the copies that
+ * came under the plan being taken, @epoch: its peers send them as soon as
+ * they have taken it, which may be before this node has (seen with eight
+ * nodes: a replacement retired the copy it was sent, and its rank then
+ * refused to restore).
  */
-static void missed(struct job *job, struct member *m, const struct ckpt_decision *d, unsigned n)
+static void missed(struct job *job, struct member *m, const struct ckpt_decision *d, unsigned n, uint64_t epoch)
 {
     uint64_t newest = ledger_newest(&m->ledger), after = ledger_take(job, &m->ledger, d, n);
     if (after == UINT64_MAX)
@@ -538,7 +542,7 @@ static void missed(struct job *job, struct member *m, const struct ckpt_decision
                  "of later iterations belongs to the run that restore replaced, and is retired",
                  (unsigned long long)after);
     arena_supersede(job->opt, after);
-    rep_supersede(m->rep, after);
+    rep_supersede(m->rep, after, epoch);
     if (!disk_busy(&job->disk)) /* the ranks are gone and their persist settled (settle) */
         disk_supersede(job, after);
 }
@@ -584,7 +588,7 @@ static int take_plan(struct job *job, struct member *m, const void *msg, size_t 
     /* The first launch of a fresh job: what an earlier run left here is not ours. */
     if (p->launch == 1 && !p->restore && arena_remove(job->opt) > 0)
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", job->opt->job_name);
-    missed(job, m, decided, p->ndecided);
+    missed(job, m, decided, p->ndecided, p->epoch);
     ledger_take(job, &m->ledger, &(struct ckpt_decision){ .epoch = p->epoch, .restore = p->restore }, 1);
     int rc = rep_fetch(m->rep, sends, p->nsend, m->addrs, m->naddrs);
     struct coord_status st = { .status = rc };

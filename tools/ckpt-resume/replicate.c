@@ -62,6 +62,9 @@ struct rep {
     struct coord_addr *addrs;           /* every node's receiver, for the worker */
     unsigned nnodes;
     struct logship *logs;               /* the replay logs sent and held (logship.c) */
+    pthread_mutex_t arrived_lock;
+    uint64_t *arrived;                  /* per peer-store slot (rank * 2 + slot): the epoch of the plan the copy
+                                         * in it came under, 0: none known (the receiver writes, under the lock) */
     char log_dir[PATH_MAX];             /* where this node's ranks keep their logs on disk, "": the arena */
 };
 
@@ -69,7 +72,13 @@ struct rep {
 
 static void report(void *arg, const struct ckpt_replica_stats *st)
 {
-    (void)arg;
+    struct rep *r = arg;
+    size_t i = (size_t)st->rank * 2 + st->slot;
+    if (r->arrived && st->slot < 2 && st->rank < (uint32_t)(r->opt->nnodes * r->opt->nproc)) {
+        pthread_mutex_lock(&r->arrived_lock);
+        r->arrived[i] = st->status < 0 ? 0 : st->epoch;
+        pthread_mutex_unlock(&r->arrived_lock);
+    }
     if (st->status < 0)
         ckpt_log(CKPT_WARN, "replica of rank %u (iteration %llu) not kept: %s", st->rank,
                  (unsigned long long)st->iteration, st->why);
@@ -101,7 +110,7 @@ static void serve_one(struct rep *r, int ctl)
         ckpt_log(CKPT_WARN, "a peer could not start replicating: %s", why);
         return;
     }
-    int rc = ckpt_replica_serve(r->rx_fab, ctl, r->store, &r->epoch, report, NULL);
+    int rc = ckpt_replica_serve(r->rx_fab, ctl, r->store, &r->epoch, report, r);
     if (rc < 0)
         ckpt_log(CKPT_WARN, "a replication connection ended: %s", strerror(-rc));
 }
@@ -333,6 +342,9 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, const 
     r->opt = opt;
     r->lfd = r->stop[0] = r->stop[1] = -1;
     r->wake = wake;
+    pthread_mutex_init(&r->arrived_lock, NULL);
+    if (!(r->arrived = calloc((size_t)opt->nnodes * opt->nproc * 2, sizeof(*r->arrived))))
+        return -ENOMEM;
     snprintf(r->log_dir, sizeof(r->log_dir), "%s", log_dir);
     if (logship_open(&r->logs, (unsigned)(opt->nnodes * opt->nproc), log_dir) < 0)
         return -ENOMEM;
@@ -559,7 +571,7 @@ int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen)
 }
 
 /* Restoring @after: the replicas held here of later iterations are retired (arena_retire). */
-void rep_supersede(struct rep *r, uint64_t after)
+void rep_supersede(struct rep *r, uint64_t after, uint64_t keep_epoch)
 {
     char dir[PATH_MAX];
 
@@ -567,7 +579,13 @@ void rep_supersede(struct rep *r, uint64_t after)
         return;
     *strrchr(dir, '/') = '\0';
     for (int rank = 0; rank < r->opt->nnodes * r->opt->nproc; rank++)
-        arena_retire(r->opt->job_name, dir, rank, after, "held here for its node");
+        for (int s = 0; s < 2; s++) {
+            pthread_mutex_lock(&r->arrived_lock);
+            bool keep = keep_epoch && r->arrived && r->arrived[rank * 2 + s] >= keep_epoch;
+            pthread_mutex_unlock(&r->arrived_lock);
+            if (!keep)
+                arena_retire_slot(r->opt->job_name, dir, rank, s, after, "held here for its node");
+        }
 }
 
 void rep_close(struct rep *r)
@@ -589,6 +607,8 @@ void rep_close(struct rep *r)
         ckpt_fab_close(r->tx_fab);
     logship_close(r->logs);
     free(r->addrs);
+    free(r->arrived);
+    pthread_mutex_destroy(&r->arrived_lock);
     free(r);
 }
 

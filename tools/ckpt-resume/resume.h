@@ -317,6 +317,7 @@ int arena_remove(const struct options *opt);
 /* Restoring @after: snapshots of later iterations belong to the run it
  * replaces and are retired (one rank in @dir, or this node's ranks). */
 int arena_retire(const char *job, const char *dir, int r, uint64_t after, const char *what);
+int arena_retire_slot(const char *job, const char *dir, int r, int s, uint64_t after, const char *what);
 void arena_supersede(const struct options *opt, uint64_t after);
 /* Makes this the one ckpt-resume of the job's arena on this machine: 0, -EBUSY (said), -errno. */
 int arena_lock(const struct options *opt);
@@ -431,7 +432,10 @@ int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const s
               unsigned nnodes);
 int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, size_t whylen);
 int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen);
-void rep_supersede(struct rep *r, uint64_t after);
+/* Retires the peers' copies after @after, but those that came under a
+ * plan of epoch @keep_epoch or later (0: none is kept): a plan's copies
+ * can arrive before this node has taken it. */
+void rep_supersede(struct rep *r, uint64_t after, uint64_t keep_epoch);
 int rep_remove(const struct options *opt);
 /* The plan this node now acts under (its epoch, coord.h): what it sends
  * carries it, and it refuses offers of older ones. */
