@@ -14,6 +14,13 @@
  * rank 0 made it for real, and NCCL's bootstrap root waits in that
  * process until the takeover.
  *
+ * On one node (CKPT_TAKEOVER_IDS), the id is not the standby's: rank 0 of
+ * the communicator makes a new one at the takeover and leaves it in that
+ * directory, named after the id the recorded run used (its hash is in the
+ * log), where the others find it.  A standby started alone holds the live
+ * job's id, the others their shadow job's: with new ids they meet all the
+ * same.
+ *
  * When the standby goes live, a virtual communicator becomes real on its
  * first use, after every communicator the program made before it (this
  * rank's logged order, the order in which every rank made them in the
@@ -35,12 +42,20 @@
  * communicator.  Every call of NCCL's that takes a communicator is
  * wrapped here or in nccl.c: a virtual handle must never reach NCCL.
  */
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "config.h"
 #include "interpose.h"
 #include "log.h"
 #include "util.h"
@@ -53,6 +68,7 @@ struct vcomm {
     ncclComm_t real; /* NULL until made (and for a split that gave this rank none) */
     struct vcomm *parent; /* a split's */
     ncclUniqueId id;
+    uint64_t id_name; /* the id the recorded run used, hashed: the same on each of its ranks */
     ncclConfig_t config;
     char *net_name, *comm_name; /* the config's strings, copied */
     int nranks, rank, color, key;
@@ -194,10 +210,60 @@ static bool has_windows(void)
     return false;
 }
 
+/* The takeover's unique id for v (CKPT_TAKEOVER_IDS): its rank 0 makes
+ * it and leaves it in the directory; the others wait for it there. */
+#define FRESH_ID_WAIT_S 60.0
+static ncclResult_t fresh_id(struct vcomm *v, const char *dir)
+{
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof(path), "%s/%016llx.id", dir, (unsigned long long)v->id_name);
+    snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
+    ncclResult_t r = ncclSuccess;
+    ckpt_self_depth++;
+    if (v->rank == 0) {
+        ckpt_nccl_depth++;
+        r = real_ncclGetUniqueId(&v->id);
+        ckpt_nccl_depth--;
+        int fd = r == ncclSuccess ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+        bool ok = fd >= 0 && write(fd, &v->id, sizeof(v->id)) == (ssize_t)sizeof(v->id);
+        if (fd >= 0)
+            close(fd);
+        if (r == ncclSuccess && (!ok || rename(tmp, path) < 0)) {
+            ckpt_log(CKPT_ERROR, "cannot leave communicator %zu's new unique id in %s: %s", (size_t)(v - comms), dir,
+                     strerror(errno));
+            unlink(tmp);
+            r = ncclSystemError;
+        }
+    } else {
+        double start = ckpt_now_s();
+        for (;;) {
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            bool ok = fd >= 0 && read(fd, &v->id, sizeof(v->id)) == (ssize_t)sizeof(v->id);
+            if (fd >= 0)
+                close(fd);
+            if (ok)
+                break;
+            if (ckpt_now_s() - start > FRESH_ID_WAIT_S) {
+                ckpt_log(CKPT_ERROR, "rank 0 of communicator %zu left no new unique id in %s within %g s",
+                         (size_t)(v - comms), dir, FRESH_ID_WAIT_S);
+                r = ncclSystemError;
+                break;
+            }
+            nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        }
+    }
+    ckpt_self_depth--;
+    return r;
+}
+
 /* Makes every communicator up to and including v real, in order.  Lock held. */
 static ncclResult_t make_upto(struct vcomm *v)
 {
+    const char *ids = ckpt_cfg_str(CFG_TAKEOVER_IDS);
+    if (ids && !*ids)
+        ids = NULL;
     if (ckpt_resolve("ncclCommInitRank") < 0 || ckpt_resolve("ncclCommInitRankConfig") < 0 ||
+        (ids && ckpt_resolve("ncclGetUniqueId") < 0) ||
         ckpt_resolve("ncclCommSplit") < 0 || ckpt_resolve("ncclCommGetAsyncError") < 0 ||
         ckpt_resolve("ncclCommRegister") < 0 || ckpt_resolve("cuCtxGetCurrent") < 0 ||
         (has_windows() && ckpt_resolve("ncclCommWindowRegister") < 0) ||
@@ -215,6 +281,12 @@ static ncclResult_t make_upto(struct vcomm *v)
             continue;
         double start = ckpt_now_s();
         m.v = c;
+        m.r = ids && !c->split ? fresh_id(c, ids) : ncclSuccess;
+        if (m.r != ncclSuccess) {
+            ckpt_log(CKPT_ERROR, "making communicator %zu of this rank real at the takeover failed: no unique id",
+                     (size_t)(c - comms));
+            return m.r;
+        }
         m.r = ncclSystemError;
         pthread_t t;
         if (pthread_create(&t, NULL, make, &m) == 0)
@@ -306,14 +378,18 @@ ncclComm_t ckpt_comm_real(ncclComm_t c, ncclResult_t *err)
         return r_;                                                             \
     } while (0)
 
-enum { INIT_RESULT, SPLIT_RESULT, COUNT, USER_RANK, CU_DEVICE, PREMUL_RESULT, PREMUL_OP };
+enum { INIT_RESULT, SPLIT_RESULT, COUNT, USER_RANK, CU_DEVICE, PREMUL_RESULT, PREMUL_OP, INIT_ID };
 
 static ncclResult_t init(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config)
 {
     ncclResult_t r;
+    /* The id's name: this run's, or the recorded run's when replaying. */
+    uint64_t name = XXH3_64bits(&id, sizeof(id));
+    if (ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal)
+        ckpt_history_value(CKPT_VALUE_NCCL + INIT_ID, &name);
     if (comm && standing()) {
         struct vcomm *v = new_comm();
-        *v = (struct vcomm){.id = id, .nranks = nranks, .rank = rank};
+        *v = (struct vcomm){.id = id, .id_name = name, .nranks = nranks, .rank = rank};
         keep_config(v, config);
         *comm = (ncclComm_t)v;
         r = (ncclResult_t)answer(CKPT_VALUE_NCCL + INIT_RESULT, ncclSuccess);
@@ -325,6 +401,12 @@ static ncclResult_t init(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank
         answer(CKPT_VALUE_NCCL + INIT_RESULT, r); /* a replay's real result stands */
     }
     return r;
+}
+
+EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+{
+    NEED_REAL(ncclGetUniqueId, ncclSystemError);
+    FORWARD_COMM(ncclGetUniqueId, (uniqueId));
 }
 
 EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)

@@ -102,7 +102,7 @@ void ckpt_history_count(int type, uint64_t a)
 {
     if (type == CKPT_RL_OBSERVE && is_poll(a))
         polls++;
-    else if (type != CKPT_RL_TAINT && type != CKPT_RL_ASIDE)
+    else if (type != CKPT_RL_TAINT && type != CKPT_RL_ASIDE && type != CKPT_RL_SOCK)
         acts++;
 }
 
@@ -222,6 +222,11 @@ static void put(enum ckpt_rl_type type, uint64_t t, uint64_t a, uint64_t b, uint
     ckpt_rlog_append(type, t, a, b, c, payload, len);
     if (__builtin_expect(__atomic_load_n(&checking, __ATOMIC_ACQUIRE), 0))
         check(type, t, a, b, c, payload, len);
+}
+
+void ckpt_history_sock(uint64_t conn, uint64_t what, int64_t result, const void *bytes, uint32_t len)
+{
+    put(CKPT_RL_SOCK, ckpt_thread_key(), conn, what, (uint64_t)result, bytes, len);
 }
 
 void ckpt_history_file(uint64_t size, int flags, const char *path)
@@ -682,7 +687,7 @@ static bool unordered(int type, uint64_t a, uint64_t c)
 {
     return (type == CKPT_RL_OBSERVE && (a == CKPT_OBS_EVENT_QUERY || a == CKPT_OBS_STREAM_QUERY)) ||
            (type == CKPT_RL_D2H && c) || type == CKPT_RL_TAINT || type == CKPT_RL_OVERFLOW ||
-           type == CKPT_RL_FILE || type == CKPT_RL_WORK || type == CKPT_RL_ASIDE;
+           type == CKPT_RL_FILE || type == CKPT_RL_WORK || type == CKPT_RL_ASIDE || type == CKPT_RL_SOCK;
 }
 
 /* The failed run's next ordered record of thread t (taken when take). */

@@ -122,8 +122,10 @@ __attribute__((constructor)) static void ckpt_load(void)
         disabled = launcher = true;
     }
     /* Here: a replaying program may open its files before it touches CUDA. */
-    if (!disabled)
+    if (!disabled) {
         ckpt_world_init((uint64_t)ckpt_cfg_int(CFG_RESTORE), ckpt_cfg_int(CFG_FOLLOW));
+        ckpt_rendezvous_init(ckpt_cfg_int(CFG_FOLLOW) && ckpt_cfg_int(CFG_FOLLOW_ALONE));
+    }
     /* Here and not at wake: the program's first NVTX range may come before
      * its first cuInit, and NVTX reads the variable at that first call. */
     if (!disabled && ckpt_nvtx_setup(ckpt_cfg_str(CFG_BOUNDARY), err, sizeof(err)) < 0) {

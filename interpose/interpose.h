@@ -84,6 +84,16 @@ static inline CUstream ckpt_stream_or(CUstream s, CUstream null_means)
 /* glibc's own dlsym, never ours: libckpt must not look itself up. */
 void *ckpt_real_dlsym(void *handle, const char *name);
 
+/* In a hook of a libc function: real_<name>_, the next definition after
+ * libckpt's, resolved once. */
+#define REAL_LIBC(name)                                                                       \
+    static __typeof__(&name) real_##name##_resolved;                                          \
+    __typeof__(&name) real_##name##_ = __atomic_load_n(&real_##name##_resolved, __ATOMIC_ACQUIRE); \
+    if (!real_##name##_) {                                                                    \
+        real_##name##_ = (__typeof__(&name))ckpt_real_dlsym(RTLD_NEXT, #name);                \
+        __atomic_store_n(&real_##name##_resolved, real_##name##_, __ATOMIC_RELEASE);          \
+    }
+
 /* The wrapper for an exported name, or NULL when libckpt does not hook it. */
 void *ckpt_hook_wrapper(const char *name);
 
@@ -529,6 +539,18 @@ void ckpt_history_checked_boundary(void);
 /* The value the failed run read at this thread's next read (what), for a
  * read the resumed run cannot make faithfully itself; false when none. */
 bool ckpt_history_failed_value(uint64_t what, uint64_t *value);
+
+/* Logs a call on a connection to the job's rendezvous (rendezvous.c). */
+void ckpt_history_sock(uint64_t conn, uint64_t what, int64_t result, const void *bytes, uint32_t len);
+
+/* ---- the job's rendezvous (rendezvous.c): served from the log to a
+ * standby started alone. */
+
+/* At load: alone is CKPT_FOLLOW_ALONE. */
+void ckpt_rendezvous_init(bool alone);
+/* A standby alone goes live: it refuses if the program still holds a
+ * connection or listener it was served. */
+void ckpt_rendezvous_live(void);
 
 /* ---- files (world.c): what a replaying program writes goes aside. */
 

@@ -278,6 +278,7 @@ static void follow_init(const char *dir, uint64_t max)
     if (!(orders = ckpt_follow_map(dir, 0)))
         ckpt_refuse("no orders for a standby in %s/%s: %s", dir, CKPT_FOLLOW_FILE, strerror(errno));
     ckpt_follow_set(&orders->pid, (uint64_t)getpid());
+    ckpt_rlog_serve_sockets(ckpt_cfg_int(CFG_FOLLOW_ALONE));
     if (ckpt_rlog_open_follow(dir, disk_log(dir), max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_replaying = 1;
@@ -610,6 +611,7 @@ static void take_over(uint64_t it)
     if (ckpt_standby_mem_back(why, sizeof(why)) < 0 || ckpt_standby_host_back(why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_history_release_pollers();
+    ckpt_rendezvous_live();
     ckpt_log(CKPT_INFO, "taking over at iteration %llu (%.1f s after it started to follow; arena taken in %.3f s)",
              (unsigned long long)it, start - replay_start, ckpt_now_s() - start);
     replay_start = start;

@@ -74,15 +74,6 @@ static int redirected;
  * nothing it writes may reach the live rank's files, appends included. */
 static bool following;
 
-/* real_<name>_: the next definition after libckpt's. */
-#define REAL(name)                                                                            \
-    static __typeof__(&name) real_##name##_resolved;                                          \
-    __typeof__(&name) real_##name##_ = __atomic_load_n(&real_##name##_resolved, __ATOMIC_ACQUIRE); \
-    if (!real_##name##_) {                                                                    \
-        real_##name##_ = (__typeof__(&name))ckpt_real_dlsym(RTLD_NEXT, #name);                \
-        __atomic_store_n(&real_##name##_resolved, real_##name##_, __ATOMIC_RELEASE);          \
-    }
-
 /* Set at load: this process records (no CKPT_RESTORE).  A program opens
  * its log before CUDA wakes libckpt, so tracking cannot wait for it. */
 static bool records;
@@ -332,7 +323,7 @@ static mode_t mode_of(int flags, va_list ap)
         va_start(ap, flags);                                                                  \
         mode_t mode = mode_of(flags, ap);                                                     \
         va_end(ap);                                                                           \
-        REAL(realname);                                                                       \
+        REAL_LIBC(realname);                                                                  \
         if (!real_##realname##_) {                                                            \
             errno = ENOSYS;                                                                   \
             return -1;                                                                        \
@@ -350,7 +341,7 @@ OPEN_HOOK(open64, openat64)
         va_start(ap, flags);                                                                  \
         mode_t mode = mode_of(flags, ap);                                                     \
         va_end(ap);                                                                           \
-        REAL(name);                                                                           \
+        REAL_LIBC(name);                                                                      \
         if (!real_##name##_) {                                                                \
             errno = ENOSYS;                                                                   \
             return -1;                                                                        \
@@ -390,7 +381,7 @@ static const char *mode_created(const char *mode, char *out, size_t n)
     EXPORT FILE *name(const char *path, const char *mode)                                     \
     {                                                                                         \
         char buf[PATH_MAX + 32], m[16];                                                       \
-        REAL(name);                                                                           \
+        REAL_LIBC(name);                                                                      \
         if (!real_##name##_) {                                                                \
             errno = ENOSYS;                                                                   \
             return NULL;                                                                      \
@@ -417,7 +408,7 @@ FOPEN_HOOK(fopen64)
 EXPORT int rename(const char *from, const char *to)
 {
     char a[PATH_MAX + 32], b[PATH_MAX + 32];
-    REAL(rename);
+    REAL_LIBC(rename);
     if (!real_rename_) {
         errno = ENOSYS;
         return -1;
@@ -434,7 +425,7 @@ EXPORT int rename(const char *from, const char *to)
 EXPORT int unlink(const char *path)
 {
     char a[PATH_MAX + 32];
-    REAL(unlink);
+    REAL_LIBC(unlink);
     if (!real_unlink_) {
         errno = ENOSYS;
         return -1;

@@ -87,7 +87,7 @@ static struct index tail;
 
 static const char *const names[] = {"?",        "allocation",       "device-to-host copy", "value", "iteration end",
                                     "overflow", "host observation", "taint",               "file length",
-                                    "device work", "library memory"};
+                                    "device work", "library memory", "rendezvous connection"};
 static const char *name(uint32_t t)
 {
     return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
@@ -216,8 +216,16 @@ static struct cursor *cursor_of(struct index *ix, uint64_t thread, bool create)
     return &ix->cursors[h];
 }
 
+static bool serve_sockets;
+
+void ckpt_rlog_serve_sockets(bool serve)
+{
+    serve_sockets = serve;
+}
+
 /* Chains the n records of base[from, to) by thread onto what ix holds
- * (its base must be base).  Returns 0 or -ENOMEM, ix then unchanged. */
+ * (its base must be base), leaving out SOCK records unless they are
+ * served.  Returns 0 or -ENOMEM, ix then unchanged. */
 static int index_append(struct index *ix, const char *base, size_t from, size_t to, size_t n)
 {
     size_t want = (ix->n + n + 1) * sizeof(size_t);
@@ -231,20 +239,24 @@ static int index_append(struct index *ix, const char *base, size_t from, size_t 
         return -ENOMEM;
     ix->base = base;
     size_t k = ix->n;
-    for (size_t off = from; off < to && k < ix->n + n; k++) {
+    for (size_t off = from, i = 0; off < to && i < n; i++) {
         struct rec r;
         memcpy(&r, base + off, sizeof(r));
+        size_t at = off;
+        off += sizeof(r) + padded(r.len);
+        if (r.type == CKPT_RL_SOCK && !serve_sockets)
+            continue;
         struct cursor *c = cursor_of(ix, r.thread ? r.thread : 1, true);
         if (!c)
             return -ENOMEM;
-        ix->offs[k] = off;
+        ix->offs[k] = at;
         ix->chain[k] = NONE;
         if (c->last != NONE)
             ix->chain[c->last] = k;
         if (c->next == NONE)
             c->next = k;
         c->last = k;
-        off += sizeof(r) + padded(r.len);
+        k++;
     }
     ix->n = k;
     return 0;

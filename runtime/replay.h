@@ -46,6 +46,10 @@ enum ckpt_rl_type {
     CKPT_RL_ASIDE = 10,   /* a = size, b = device address, c = what (interpose's enum):
                            * device memory a library took or gave back on the thread's
                            * behalf; readers step over it (ckpt_rlog_on_aside) */
+    CKPT_RL_SOCK = 11,    /* a = a connection to the job's rendezvous (its name), b = what
+                           * (interpose's enum), c = the result (-errno, or bytes read);
+                           * payload = the bytes read, or the peer's address (an accept):
+                           * replay steps over these unless ckpt_rlog_serve_sockets */
     CKPT_RL_NTYPES
 };
 
@@ -68,6 +72,11 @@ int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char
  * says replay stopped being faithful before it: the TAINT's reason). */
 int ckpt_rlog_open_replay(const char *dir, const char *disk, uint64_t iteration, uint64_t max_bytes, char *why,
                           size_t whylen);
+
+/* Whether replay hands out SOCK records (a standby started alone, which
+ * is served its rank's rendezvous from the log) or steps over them (any
+ * other replay meets its peers for real).  Before opening. */
+void ckpt_rlog_serve_sockets(bool serve);
 
 /* Follow mode (a standby): opens dir's log, which the live rank is
  * writing, with nothing before the cut yet; ckpt_rlog_follow_next moves the

@@ -8,6 +8,7 @@
  * is always taken from the arena itself, never from a message, and a
  * malformed or lost datagram changes nothing but a heartbeat.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -69,12 +70,24 @@ int channel_open(struct channel *c)
     return 0;
 }
 
+/* Removes what the ranks left in the directory (CKPT_TAKEOVER_IDS). */
+void channel_clear(struct channel *c)
+{
+    DIR *d = c->dir[0] ? opendir(c->dir) : NULL;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] != '.' && strcmp(e->d_name, "agent") != 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    if (d)
+        closedir(d);
+}
+
 /* Closes the socket and removes it and its directory. */
 void channel_close(struct channel *c)
 {
     if (c->fd >= 0)
         close(c->fd);
     if (c->dir[0]) {
+        channel_clear(c);
         unlink(c->path);
         if (rmdir(c->dir) < 0)
             ckpt_log(CKPT_WARN, "cannot remove %s: %s", c->dir, strerror(errno));

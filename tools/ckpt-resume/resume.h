@@ -93,6 +93,7 @@ struct channel {
 
 struct rank {
     pid_t pid;              /* 0 once reaped */
+    bool alone;             /* a standby started alone, in place of one that died */
 };
 
 /* How one launch of the job ended. */
@@ -149,14 +150,17 @@ struct standby {
     pid_t pgid;
     struct channel chan;
     char *master_port;
-    char *vars[9];          /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_FOLLOW, then as set:
-                             * CKPT_REPLAY_LOG_DIR, PYTHONPATH, PET_MASTER_PORT, PET_RDZV_ENDPOINT; NULL */
+    char *vars[10];         /* LD_PRELOAD, CKPT_JOB, CKPT_AGENT_SOCKET, CKPT_FOLLOW, then as set:
+                             * CKPT_TAKEOVER_IDS, CKPT_REPLAY_LOG_DIR, PYTHONPATH, PET_MASTER_PORT,
+                             * PET_RDZV_ENDPOINT; NULL */
     char **cmd;             /* under torchrun, the standbys' torchrun (torchrun_shadow); NULL: opt->cmd */
     int nranks;             /* ranks followed: opt->nproc, or the ranks torchrun started (when started) */
     int cap;                /* entries of orders and drawn */
     struct ckpt_follow **orders; /* nranks entries, mapped while they run */
     char lost[256];         /* why they cannot take over ("": they can) */
     bool lost_killed;       /* lost names a standby killed by a signal */
+    bool taking_over;       /* a standby that dies now is not replaced */
+    unsigned replaced;      /* standbys started alone in this launch (STANDBY_ALONE_MAX) */
     double started_s;       /* when they were started, 0: not yet */
     uint64_t allowed;       /* the last iteration they were let replay to */
     double lag_s;           /* CKPT_STANDBY_LAG */
@@ -231,6 +235,8 @@ const char *sig_name(int sig);
 
 /* channel.c */
 int channel_open(struct channel *c);
+/* Removes what the ranks left in its directory (their takeover's unique ids). */
+void channel_clear(struct channel *c);
 void channel_close(struct channel *c);
 void channel_reset(struct channel *c);
 void channel_read(struct channel *c, const struct options *opt);

@@ -50,9 +50,16 @@
 /* How long after their start standbys may take to come up (to say they
  * are, when CUDA starts) before the still clock runs for them too. */
 #define TAKEOVER_START_S 30.0
+/* How many standbys that died may be started again alone in one launch:
+ * one that keeps dying is not worth its CPU. */
+#define STANDBY_ALONE_MAX 4
 
 /* The standbys' variables: the job's, with their own channel, and
- * CKPT_FOLLOW, our pid: a standby lives only as long as this process. */
+ * CKPT_FOLLOW, our pid: a standby lives only as long as this process.  On
+ * one node their communicators get new unique ids at a takeover, left in
+ * their channel's directory (CKPT_TAKEOVER_IDS): a standby started alone
+ * holds the live job's ids, the others their shadow job's.  On several
+ * nodes they keep their shadow job's (no standby is started alone). */
 static int standby_vars(struct job *job)
 {
     struct standby *sb = &job->sb;
@@ -63,6 +70,7 @@ static int standby_vars(struct job *job)
         (rc = job_set_var(&sb->vars[1], "CKPT_JOB", job->opt->job_name)) < 0 ||
         (rc = job_set_var(&sb->vars[2], "CKPT_AGENT_SOCKET", sb->chan.path)) < 0 ||
         (rc = job_set_var(&sb->vars[3], "CKPT_FOLLOW", self)) < 0 ||
+        (!job->opt->coord && (rc = job_set_var(&sb->vars[k++], "CKPT_TAKEOVER_IDS", sb->chan.dir)) < 0) ||
         (job->disk.log_dir[0] && (rc = job_set_var(&sb->vars[k++], "CKPT_REPLAY_LOG_DIR", job->disk.log_dir)) < 0) ||
         (job->opt->pythonpath && (rc = job_set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
         return rc;
@@ -300,6 +308,36 @@ bool standby_owns(const struct job *job, pid_t pid)
     return job->sb.pgid > 0 && getpgid(pid) == job->sb.pgid;
 }
 
+/*
+ * Rank i's standby died while its rank runs: a new one follows the rank
+ * alone.  The others met in their shadow job when they started, so it has
+ * no one to meet: it gets the live job's own port and libckpt serves it,
+ * from the rank's log, what the rank received at the rendezvous
+ * (CKPT_FOLLOW_ALONE, interpose/rendezvous.c).  It replays from the start
+ * and catches up behind the rank as the first ones did.
+ */
+static int start_alone(struct job *job, int i)
+{
+    struct standby *sb = &job->sb;
+    char *vars[sizeof(sb->vars) / sizeof(sb->vars[0]) + 1];
+    char alone[] = "CKPT_FOLLOW_ALONE=1";
+    size_t k = 0;
+    for (; sb->vars[k]; k++)
+        vars[k] = sb->vars[k];
+    vars[k++] = alone;
+    vars[k] = NULL;
+    ckpt_follow_set(&sb->orders[i]->at, 0);
+    pid_t pgid = sb->running > 0 ? sb->pgid : 0, pid = 0;
+    int rc = spawn_process(job, i, job->opt->cmd, job->master_port, vars, &pgid, &pid);
+    if (rc < 0)
+        return rc;
+    sb->pgid = pgid;
+    sb->ranks[i] = (struct rank){.pid = pid, .alone = true};
+    sb->running++;
+    sb->replaced++;
+    return 0;
+}
+
 bool standby_reaped(struct job *job, pid_t pid, int status)
 {
     struct standby *sb = &job->sb;
@@ -309,35 +347,53 @@ bool standby_reaped(struct job *job, pid_t pid, int status)
             break;
     if (!sb->ranks || i == job->opt->nproc)
         return false;
-    sb->ranks[i].pid = 0;
+    bool alone = sb->ranks[i].alone;
+    sb->ranks[i] = (struct rank){0};
     sb->running--;
     /* A standby killed is the cause, one that then exits (its peer gone
      * from a communicator) a consequence, though it may be reaped first. */
-    bool killed = WIFSIGNALED(status);
-    char who[64];
+    bool killed = WIFSIGNALED(status), refused = !killed && WEXITSTATUS(status) == RESUME_EXIT_REFUSED;
+    char who[64], how[128];
     if (job->opt->wrap)
         snprintf(who, sizeof(who), "the standbys' %s", job->opt->cmd[0]);
     else
         snprintf(who, sizeof(who), "the standby of rank %d", job->opt->first_rank + i);
+    if (killed)
+        snprintf(how, sizeof(how), "%s (pid %d) was killed by %s", who, (int)pid, sig_name(WTERMSIG(status)));
+    else
+        snprintf(how, sizeof(how), "%s (pid %d) exited with status %d%s", who, (int)pid, WEXITSTATUS(status),
+                 refused ? " (its reason is said above)" : "");
+    /* One that died while its rank runs (not one that refused: it would
+     * again) is started again, alone; one lost during a takeover is not. */
+    if (!refused && !job->opt->wrap && !job->opt->coord && !sb->lost[0] && !sb->taking_over && job->phase == JOB_RUNNING &&
+        sb->started_s && sb->replaced < STANDBY_ALONE_MAX) {
+        int rc = start_alone(job, i);
+        if (rc == 0) {
+            ckpt_log(CKPT_WARN, "%s: a new one (pid %d) follows rank %d alone, from the start", how,
+                     (int)sb->ranks[i].pid, job->opt->first_rank + i);
+            return true;
+        }
+        ckpt_log(CKPT_WARN, "cannot start a standby for rank %d alone: %s", job->opt->first_rank + i, strerror(-rc));
+    }
     if (!sb->lost[0] || (killed && !sb->lost_killed)) {
         sb->lost_killed = killed;
-        if (killed)
-            snprintf(sb->lost, sizeof(sb->lost), "%s (pid %d) was killed by %s", who, (int)pid,
-                     sig_name(WTERMSIG(status)));
+        snprintf(sb->lost, sizeof(sb->lost), "%s", how);
+        if (!refused && sb->replaced >= STANDBY_ALONE_MAX)
+            ckpt_log(CKPT_WARN, "%s, and %d standbys were started alone already in this launch: a failure now "
+                     "recovers by replaying from the start", how, STANDBY_ALONE_MAX);
         else
-            snprintf(sb->lost, sizeof(sb->lost), "%s (pid %d) exited with status %d%s", who, (int)pid,
-                     WEXITSTATUS(status),
-                     WEXITSTATUS(status) == RESUME_EXIT_REFUSED ? " (its reason is said above)" : "");
-        ckpt_log(CKPT_WARN, "%s: a failure now recovers by replaying from the start", sb->lost);
+            ckpt_log(CKPT_WARN, "%s: a failure now recovers by replaying from the start", how);
     }
     /* Refused before it replayed an iteration: it would refuse again (its
-     * program is not one a standby can follow, it said why).  A standby
-     * under torchrun says so on the channel: torchrun exits 1. */
+     * program is not one a standby can follow, it said why), unless it
+     * was alone (the program may not be one that can be served its
+     * rendezvous: standbys started together still can).  A standby under
+     * torchrun says so on the channel: torchrun exits 1. */
     channel_read(&sb->chan, job->opt);
-    int refused = !killed && WEXITSTATUS(status) == RESUME_EXIT_REFUSED ? i : sb->chan.refused_rank - job->opt->first_rank;
-    if (refused >= 0 && refused < sb->nranks && sb->orders[refused] && !ckpt_follow_get(&sb->orders[refused]->at)) {
+    int r = refused ? i : sb->chan.refused_rank - job->opt->first_rank;
+    if (!alone && r >= 0 && r < sb->nranks && sb->orders[r] && !ckpt_follow_get(&sb->orders[r]->at)) {
         ckpt_log(CKPT_WARN, "no more standbys for this job: the standby of rank %d refused to stand by before "
-                 "its first iteration and would again", job->opt->first_rank + refused);
+                 "its first iteration and would again", job->opt->first_rank + r);
         sb->on = false;
     }
     return true;
@@ -356,6 +412,7 @@ static void forget(struct standby *sb)
     sb->allowed = 0;
     sb->nmarks = 0;
     sb->lagging = 0;
+    sb->replaced = 0;
     if (sb->drawn)
         memset(sb->drawn, 0, sb->nranks * sizeof(*sb->drawn));
 }
@@ -374,7 +431,7 @@ void standby_stop(struct job *job, const char *why)
                 waitpid(sb->ranks[i].pid, NULL, __WNOTHREAD);
     }
     for (int i = 0; i < job->opt->nproc; i++)
-        sb->ranks[i].pid = 0;
+        sb->ranks[i] = (struct rank){0};
     forget(sb);
 }
 
@@ -433,6 +490,8 @@ int standby_take_over(struct job *job, uint64_t iteration)
     }
     double t0 = ckpt_now_s(), moved = t0;
     uint64_t where = 0, behind = iteration;
+    sb->taking_over = true;
+    channel_clear(&sb->chan); /* the ids of a takeover before, if one failed */
     for (int i = 0; i < sb->nranks; i++) {
         uint64_t at = ckpt_follow_get(&sb->orders[i]->at);
         behind = at < behind ? at : behind;
@@ -478,6 +537,7 @@ int standby_take_over(struct job *job, uint64_t iteration)
         while ((pid = waitpid(-1, &status, WNOHANG | __WNOTHREAD)) > 0)
             standby_reaped(job, pid, status);
     }
+    sb->taking_over = false;
     if (sb->lost[0]) {
         standby_stop(job, sb->lost);
         return -EIO;
