@@ -88,19 +88,110 @@ run_killed() {
     done
 }
 
-@test "a standby that dies leaves the cold path, said with why; the job still ends bit-exact" {
-    CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>/dev/null
-    # Rank 1's standby is killed at its fifth replayed boundary; rank 0 once the standbys run.
-    CKPT_FAULT=kill:rank=1:iter=5:phase=replay run_killed 2 "$D/err" "$D/out" 0 $ARGS || { cat "$D/err"; return 1; }
-    grep -q "^ckpt-resume: warning: the standby of rank 1 (pid [0-9]*) was killed by SIGKILL: a failure now recovers by replaying from the start$" "$D/err" ||
-        { cat "$D/err"; return 1; }
-    # Dead before the failure, or (on a slow machine) on its way to the takeover's iteration.
-    grep -q "^ckpt-resume: \(no takeover\|stopping the standbys\): the standby of rank 1 " "$D/err" ||
+# standby_of PGID RANK: the pid of RANK's standby in process group PGID.
+standby_of() {
+    local p
+    for p in $(pgrep -g "$1"); do
+        tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "RANK=$2" && { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+# alone_standby ERR RANK: once ckpt-resume says (in ERR) that a standby
+# follows RANK alone, its pid; then once ckpt-inspect lists it as past
+# iteration 1 (it has been served its rendezvous and replays).
+alone_standby() {
+    local i pid=""
+    for i in $(seq 300); do
+        pid=$(sed -n "s/^ckpt-resume: warning: .*: a new one (pid \([0-9]*\)) follows rank $2 alone, from the start$/\1/p" "$1" | tail -n 1)
+        [ -n "$pid" ] && break
+        sleep 0.1
+    done
+    [ -n "$pid" ] || return 1
+    for i in $(seq 300); do
+        "$BUILD/bin/ckpt-inspect" list --job "$CKPT_JOB" 2>&1 |
+            grep -q "^  standby of rank $2 (pid $pid): replayed to iteration [1-9]" && { echo "$pid"; return 0; }
+        sleep 0.1
+    done
+    return 1
+}
+
+# kill_standbys ERR RANKS...: SIGKILLs the standbys of RANKS once they run,
+# then waits for each one's replacement to follow its rank alone.
+kill_standbys() {
+    local err=$1 pgid r p pids=()
+    shift
+    pgid=$(standbys_pgid "$err") || { echo "no standbys"; return 1; }
+    for r in "$@"; do
+        p=$(standby_of "$pgid" "$r") || { echo "no standby of rank $r"; return 1; }
+        pids+=("$p")
+    done
+    kill -KILL "${pids[@]}"
+    for r in "$@"; do
+        alone_standby "$err" "$r" >/dev/null || { echo "no standby followed rank $r alone"; return 1; }
+    done
+}
+
+@test "a standby that dies is started again alone and served the job's rendezvous from its rank's log (the live job holds its port): a rank killed later, the standbys take over, bit-exact" {
+    CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" --iters 4000 --hidden 32 --layers 2 >"$D/plain" 2>/dev/null
+    ckpt --nproc 2 -- "$TRAIN" --iters 4000 --hidden 32 --layers 2 >"$D/out" 2>"$D/err" &
+    local job=$! pid
+    # Rank 0's standby listened at the shadow job's port, rank 1's connected
+    # there: a replacement that did either at the live job's port would
+    # fail to bind it, or find no one listening (rank 0 stopped once every
+    # rank had the id), and never replay an iteration.
+    kill_standbys "$D/err" 0 1 || { kill $job; wait $job; cat "$D/err"; return 1; }
+    pid=$(live_pid 1) || { kill $job; cat "$D/err"; return 1; }
+    kill -KILL "$pid"
+    wait $job || { cat "$D/err"; return 1; }
+    for r in 0 1; do
+        grep -q "^ckpt-resume: warning: the standby of rank $r (pid [0-9]*) was killed by SIGKILL: a new one (pid [0-9]*) follows rank $r alone, from the start$" "$D/err" ||
+            { cat "$D/err"; return 1; }
+    done
+    grep -q "^ckpt-resume: the standbys took over at iteration [0-9]* in [0-9.]* s$" "$D/err" || { cat "$D/err"; return 1; }
+    ( ! grep -q "cold path\|replaying [0-9]* iterations" "$D/err" )
+    [[ $(tail -n 1 "$D/err") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(standby\ [0-9]+\.[0-9]{3}\ s\)$ ]]
+    diff <(resumed_output "$D/out") "$D/plain"
+}
+
+@test "a program that keeps its store connection, as PyTorch keeps its TCPStore's: standbys started together take over; ones started alone refuse at the takeover, naming the connection they were served, and so does one whose program meets its peers before CUDA, at once; the cold path then ends bit-exact" {
+    local prog=$BUILD/tests/progs/fid_store pid PROG=fid_store
+    CKPT_STANDBY=0 ckpt --nproc 2 -- "$prog" --iters 4000 >"$D/plain" 2>/dev/null
+    # Together: the standbys' store is their shadow job's, and the live one's after the takeover.
+    ckpt --nproc 2 -- "$prog" --iters 4000 >"$D/out" 2>"$D/err" &
+    local job=$!
+    standbys_pgid "$D/err" >/dev/null && pid=$(live_pid 1) && kill -KILL "$pid"
+    wait $job || { cat "$D/err"; return 1; }
+    [[ $(tail -n 1 "$D/err") =~ \(standby\ [0-9.]+\ s\)$ ]] || { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out" | sort) <(sort "$D/plain")
+    # Alone: each was served the store, and still holds it at the takeover.
+    ckpt --nproc 2 -- "$prog" --iters 4000 >"$D/out" 2>"$D/err" &
+    job=$!
+    kill_standbys "$D/err" 0 1 || { kill $job; wait $job; cat "$D/err"; return 1; }
+    pid=$(live_pid 1) && kill -KILL "$pid"
+    wait $job || { cat "$D/err"; return 1; }
+    grep -q "^libckpt\[rank [01]\]: error: restore of iteration [0-9]* refused: the program still holds a connection at its job's rendezvous (MASTER_PORT=[0-9]*), which this standby, started alone, was served from its rank's log: its peers are not at the other end" "$D/err" ||
         { cat "$D/err"; return 1; }
     grep -q "^ckpt-resume: recovering by the cold path" "$D/err"
-    [ "$(grep -c '^libckpt\[rank [0-9]*\]: restored iteration ' "$D/err")" -eq 2 ]
-    [[ $(tail -n 1 "$D/err") =~ ^ckpt-resume:\ done\ exit=0\ restarts=1\ \(cold\ [0-9]+\.[0-9]{3}\ s\)$ ]]
-    diff <(resumed_output "$D/out") "$D/plain"
+    [[ $(tail -n 1 "$D/err") =~ \(cold\ [0-9.]+\ s\)$ ]] || { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out" | sort) <(sort "$D/plain")
+    # Early: the store is met before CUDA wakes libckpt, before a log is open.
+    CKPT_STANDBY=0 ckpt --nproc 2 -- "$prog" --early --iters 4000 >"$D/plain" 2>/dev/null
+    ckpt --nproc 2 -- "$prog" --early --iters 4000 >"$D/out" 2>"$D/err" &
+    job=$!
+    local pgid i
+    pgid=$(standbys_pgid "$D/err") && pid=$(standby_of "$pgid" 1) && kill -KILL "$pid"
+    for i in $(seq 300); do
+        grep -q "^ckpt-resume: warning: the standby of rank 1 (pid [0-9]*) exited with status 75 (its reason is said above): a failure now recovers by replaying from the start$" "$D/err" && break
+        sleep 0.1
+    done
+    pid=$(live_pid 1) && kill -KILL "$pid"
+    wait $job || { cat "$D/err"; return 1; }
+    grep -q "^libckpt\[rank 1\]: error: the standby stops: the program connected to its job's rendezvous (MASTER_PORT=[0-9]*) before its first CUDA call, where its rank's log is not open yet: a standby started alone cannot be served that$" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: no takeover: the standby of rank 1 (pid [0-9]*) exited with status 75" "$D/err" || { cat "$D/err"; return 1; }
+    [[ $(tail -n 1 "$D/err") =~ \(cold\ [0-9.]+\ s\)$ ]] || { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out" | sort) <(sort "$D/plain")
 }
 
 # bats test_tags=covered
