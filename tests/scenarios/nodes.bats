@@ -807,6 +807,52 @@ standbys_on_every_node() {
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
 
+# standby_pid RANK: the standby of RANK in job $CKPT_JOB.
+standby_pid() {
+    local p env
+    for p in $(pgrep -x mlp-train); do
+        env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+        grep -qx "CKPT_JOB=$CKPT_JOB" <<<"$env" && grep -qx "RANK=$1" <<<"$env" &&
+            grep -q '^CKPT_FOLLOW=' <<<"$env" && { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+@test "standbys on every node: one that dies is started again alone on its node, served the job's rendezvous from its rank's log; a rank killed on the other node, the standbys of every node take over with unique ids the nodes relay, as uninterrupted" {
+    export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
+    ARGS="--iters 2000 --hidden 64 --layers 3" # still running once the standby alone has caught up (a loaded machine)
+    plain 2 2 || { cat "$D/plain.err"; return 1; }
+    start 0 2 2
+    start 1 2 2
+    standbys_on_every_node 2 2 || { show; return 1; }
+    local pid i alone=""
+    pid=$(standby_pid 2) || { echo "no standby of rank 2"; show; return 1; }
+    kill -KILL "$pid"
+    for i in $(seq 300); do
+        alone=$(sed -n 's/^ckpt-resume: warning: the standby of rank 2 (pid [0-9]*) was killed by SIGKILL: a new one (pid \([0-9]*\)) follows rank 2 alone, from the start$/\1/p' "$D/err.1")
+        [ -n "$alone" ] && break
+        sleep 0.1
+    done
+    [ -n "$alone" ] || { show; return 1; }
+    # Caught up: its node reports its standbys ready to the coordinator again.
+    for i in $(seq 300); do
+        CKPT_ARENA_DIR=$D/arena.1 "$BUILD/bin/ckpt-inspect" list --job "$CKPT_JOB" 2>&1 |
+            grep -q "^  standby of rank 2 (pid $alone): replayed to iteration [1-9]" && break
+        sleep 0.1
+    done
+    pid=$(live_pid 1) || { echo "no live rank 1"; show; return 1; }
+    kill -KILL "$pid"
+    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
+    it=$(sed -n 's/^ckpt-resume: the standbys of every node take over at iteration \([0-9]*\)$/\1/p' "$D/err.0")
+    [ -n "$it" ] || { show; return 1; }
+    for i in 0 1; do
+        grep -q "^ckpt-resume: the standbys took over at iteration $it in " "$D/err.$i" || { show; return 1; }
+    done
+    done_line "standby" || { show; return 1; }
+    diff <(resumed_output "$D/out.0") "$D/plain"
+}
+
 # bats test_tags=covered
 @test "standbys on every node: a node lost with its standbys, the replacement has none: every node recovers by the cold path, said, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM

@@ -70,5 +70,6 @@ show_agents() {
         echo "== $f"
         grep -v -e '^libckpt' -e '^placement: ' -e '^  node [0-9]* -> ' -e '^  [0-9]* nodes\? failed at once: ' \
             -e 'CKPT_JOB_KEY is not set' "$f" | tail -n "${1:-30}"
+        grep '^libckpt\[rank [0-9]*\]: error: ' "$f" | tail -n 10
     done
 }

@@ -622,6 +622,10 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
         }
         stop_all(c, "a node was told to stop");
         return;
+    case COORD_ID: /* a takeover's new unique id: every node's standbys look for it */
+        if (len == sizeof(struct coord_id) && c->phase == RUN)
+            coord_tell_all(c, COORD_ID, msg, len);
+        return;
     case COORD_DONE:
         if (c->phase != RUN)
             return;

@@ -29,6 +29,11 @@
  *                                     <---  DURABLE {iteration, next target}
  *   FAILED {rank, exit code}          --->  STOP to every member
  *   DONE (all its ranks succeeded)    --->  FINISH {exit code} when all are
+ *   during a takeover by standby:
+ *   ID {name, NCCL unique id}         --->  to every member: ID
+ *   (a communicator's rank 0 made a new id for the name of the one the
+ *   recorded run used; every node leaves it where its standbys look:
+ *   CKPT_TAKEOVER_IDS)
  *   after a STOP or a failure: JOIN again, with what it holds now
  *   (a plan by standby: at LAUNCH every node's standbys go live instead
  *   of new ranks; a node whose standbys cannot sends FAILED {TAKEOVER},
@@ -62,6 +67,7 @@ enum coord_msg {
     COORD_STOP,         /* text: why */
     COORD_DONE,         /* nothing */
     COORD_FINISH,       /* coord_status (status: the job's exit code) + text */
+    COORD_ID,           /* coord_id: to the coordinator, which tells every member */
 };
 
 #define COORD_ADDR_MAX 64
@@ -111,6 +117,12 @@ struct coord_send {
     uint64_t iteration;
 };
 
+#define COORD_ID_BYTES 128 /* sizeof(ncclUniqueId) */
+struct coord_id {
+    uint64_t name;                     /* the hash of the id the recorded run used */
+    uint8_t id[COORD_ID_BYTES];
+};
+
 struct coord_iter {
     uint64_t iteration;
     uint64_t value;
@@ -133,5 +145,6 @@ _Static_assert(sizeof(struct coord_join) == 16 + CKPT_JOB_MAX + COORD_ADDR_MAX +
 _Static_assert(sizeof(struct coord_plan) == 16 + COORD_ADDR_MAX + 16 + 8 + 16 + 8 + 8 + 8, "plan layout");
 _Static_assert(sizeof(struct coord_send) == 16, "send layout");
 _Static_assert(sizeof(struct coord_status) == 24, "status layout");
+_Static_assert(sizeof(struct coord_id) == 8 + COORD_ID_BYTES, "id layout");
 
 #endif

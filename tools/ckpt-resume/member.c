@@ -9,6 +9,7 @@
  * never decides a restore point, and losing the coordinator only stops its
  * ranks until one is back.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,6 +32,8 @@
 
 #define TICK_MS 1000 /* how often the loops look again with nothing to read */
 #define CONNECT_RETRY_MS 500
+#define RELAY_MS 50       /* ... for a while after a takeover, when communicators are being made */
+#define RELAY_FAST_S 60.0
 
 struct member {
     int fd;                         /* the coordinator (through this agent's bridge), -1 when lost */
@@ -55,6 +58,11 @@ struct member {
     unsigned naddrs;
     char ip[64];
     struct ckpt_wire_rx rx;         /* a message from the coordinator on its way in */
+    struct held_msg { uint16_t type; void *msg; size_t len; } held[8]; /* read during a takeover, for after */
+    unsigned nheld_msgs;
+    uint64_t *ids;                  /* the takeover's unique ids this node has relayed (their names) */
+    size_t nids, ids_cap;
+    double relay_until;             /* until then the loops look for ids to relay more often */
 };
 
 /* ------------------------------------------------------------- the connection */
@@ -67,9 +75,16 @@ static void hang_up(struct member *m)
     ckpt_wire_rx_clear(&m->rx);
 }
 
-/* The coordinator's next whole message, as ckpt_wire_recv_some gives it. */
+/* The coordinator's next whole message, as ckpt_wire_recv_some gives it
+ * (those read during a takeover first). */
 static int recv_msg(struct member *m, uint16_t *type, void **msg, size_t *len)
 {
+    if (m->nheld_msgs) {
+        struct held_msg h = m->held[0];
+        memmove(m->held, m->held + 1, --m->nheld_msgs * sizeof(m->held[0]));
+        *type = h.type, *msg = h.msg, *len = h.len;
+        return 1;
+    }
     return ckpt_wire_recv_some(m->fd, &m->rx, type, msg, len);
 }
 
@@ -380,7 +395,102 @@ int member_prepare(struct job *job, struct pollfd *pfd)
     struct member *m = job->member;
     pfd[0] = (struct pollfd){ .fd = m->fd, .events = POLLIN };
     pfd[1] = (struct pollfd){ .fd = m->wake[0], .events = POLLIN };
-    return TICK_MS;
+    return m->by_standby && ckpt_now_s() < m->relay_until ? RELAY_MS : TICK_MS;
+}
+
+/* ------------------------------------------------------------- a takeover's unique ids */
+
+static bool relayed(struct member *m, uint64_t name)
+{
+    for (size_t i = 0; i < m->nids; i++)
+        if (m->ids[i] == name)
+            return true;
+    if (m->nids == m->ids_cap) {
+        size_t cap = m->ids_cap ? 2 * m->ids_cap : 64;
+        uint64_t *p = realloc(m->ids, cap * sizeof(*p));
+        if (!p)
+            return true; /* said nowhere: the communicator's ranks time out, and the cold path runs */
+        m->ids = p, m->ids_cap = cap;
+    }
+    m->ids[m->nids++] = name;
+    return false;
+}
+
+/* This node's standbys' new unique ids in @dir not relayed yet: to the coordinator. */
+static void send_ids(struct member *m, const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char *end;
+        unsigned long long name = strtoull(e->d_name, &end, 16);
+        if (strcmp(end, ".id") != 0 || end - e->d_name != 16 || relayed(m, name))
+            continue;
+        struct coord_id ci = { .name = name };
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+        bool whole = fd >= 0 && read(fd, ci.id, sizeof(ci.id)) == (ssize_t)sizeof(ci.id);
+        if (fd >= 0)
+            close(fd);
+        if (whole)
+            send_msg(m, COORD_ID, &ci, sizeof(ci), NULL, 0);
+        else
+            m->nids--; /* not whole yet: looked at again */
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Another node's id, left in @dir for this node's ranks to find. */
+static void keep_id(struct member *m, const char *dir, const void *msg, size_t len)
+{
+    const struct coord_id *ci = msg;
+    char path[PATH_MAX], tmp[PATH_MAX + 16];
+    if (len != sizeof(*ci) || !dir[0] || relayed(m, ci->name))
+        return;
+    snprintf(path, sizeof(path), "%s/%016llx.id", dir, (unsigned long long)ci->name);
+    snprintf(tmp, sizeof(tmp), "%s.relay", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    bool ok = write(fd, ci->id, sizeof(ci->id)) == (ssize_t)sizeof(ci->id);
+    close(fd);
+    if (!ok || rename(tmp, path) < 0)
+        unlink(tmp);
+}
+
+/*
+ * A takeover on several nodes: the communicators of the standbys going
+ * live get new unique ids (their rank 0 makes each, comm.c), left in
+ * their channel's directory, @dir (CKPT_TAKEOVER_IDS).  Each node's
+ * member sends its standbys' to the coordinator and leaves every other
+ * node's there, from the takeover on (standby.c calls this as it waits:
+ * other messages read meanwhile wait for after it) and while the ranks
+ * run (member_events: a communicator is made at its first use).
+ */
+void member_takeover_ids(struct job *job, const char *dir, bool start)
+{
+    struct member *m = job->member;
+    if (start) {
+        m->nids = 0;
+        m->relay_until = ckpt_now_s() + RELAY_FAST_S;
+    }
+    send_ids(m, dir);
+    struct pollfd p = { .fd = m->fd, .events = POLLIN };
+    for (int rc = m->fd >= 0 ? poll(&p, 1, 0) : 0; rc > 0 && m->fd >= 0;) {
+        uint16_t type;
+        void *msg = NULL;
+        size_t len;
+        if ((rc = ckpt_wire_recv_some(m->fd, &m->rx, &type, &msg, &len)) <= 0)
+            break; /* a lost coordinator is found after the takeover */
+        if (type == COORD_ID) {
+            keep_id(m, dir, msg, len);
+            free(msg);
+        } else if (m->nheld_msgs < sizeof(m->held) / sizeof(m->held[0])) {
+            m->held[m->nheld_msgs++] = (struct held_msg){type, msg, len};
+        } else {
+            ckpt_log(CKPT_WARN, "dropped a message of type %u from the coordinator during the takeover", type);
+            free(msg);
+        }
+    }
 }
 
 static void lose(struct job *job, struct member *m, const char *why)
@@ -417,6 +527,10 @@ static void take(struct job *job, struct member *m, uint16_t type, const void *m
         if (len == sizeof(*ci) && !m->replicating)
             replicate(job, m, ci->iteration, ci->value == COORD_AGAIN);
         break;
+    case COORD_ID:
+        if (m->by_standby)
+            keep_id(m, job->chan.dir, msg, len);
+        break;
     case COORD_DURABLE:
         if (len != sizeof(*ci))
             break;
@@ -439,7 +553,7 @@ void member_events(struct job *job, const struct pollfd *pfd)
     struct member *m = job->member;
 
     /* Every whole message; a part of one waits for the next wake-up. */
-    for (int rc = 1; rc > 0 && m->fd >= 0 && pfd[0].fd == m->fd && pfd[0].revents;) {
+    for (int rc = 1; rc > 0 && m->fd >= 0 && pfd[0].fd == m->fd && (pfd[0].revents || m->nheld_msgs);) {
         uint16_t type;
         void *msg = NULL;
         size_t len;
@@ -454,6 +568,8 @@ void member_events(struct job *job, const struct pollfd *pfd)
         while (read(m->wake[0], buf, sizeof(buf)) > 0)
             ;
     }
+    if (m->by_standby && job->chan.dir[0]) /* the ranks are the standbys that took over */
+        send_ids(m, job->chan.dir);
     int status;
     if (m->replicating && rep_reap(m->rep, &status)) {
         struct coord_status st = { .status = status, .iteration = m->replicating };
@@ -484,7 +600,9 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
         if (m->fd < 0)
             return -ENOTCONN;
         struct pollfd p[2] = { { .fd = m->fd, .events = POLLIN }, { .fd = job->sigfd, .events = POLLIN } };
-        int n = poll(p, 2, TICK_MS);
+        int n = poll(p, 2, m->nheld_msgs ? 0 : TICK_MS);
+        if (m->nheld_msgs)
+            n = 1, p[0].revents |= POLLIN;
         if (n < 0 && errno != EINTR)
             return -errno;
         if (p[1].revents) {
@@ -640,7 +758,7 @@ static void settle(struct job *job, struct member *m)
     int status;
     while (!rep_reap(m->rep, &status) || disk_busy(&job->disk)) {
         struct pollfd p = { .fd = m->fd, .events = POLLIN };
-        for (int rc = poll(&p, m->fd >= 0 ? 1 : 0, 100); rc > 0 && m->fd >= 0;) {
+        for (int rc = m->nheld_msgs ? 1 : poll(&p, m->fd >= 0 ? 1 : 0, 100); rc > 0 && m->fd >= 0;) {
             uint16_t type;
             void *msg = NULL;
             size_t len;
@@ -803,6 +921,9 @@ out:
     if (m->wake[0] >= 0)
         close(m->wake[0]), close(m->wake[1]);
     free(m->addrs);
+    free(m->ids);
+    while (m->nheld_msgs)
+        free(m->held[--m->nheld_msgs].msg);
     free(m);
     job->member = NULL;
     return code;

@@ -342,6 +342,8 @@ int member_prepare(struct job *job, struct pollfd *pfd);
 void member_events(struct job *job, const struct pollfd *pfd);
 void member_tick(struct job *job);
 void member_failed(struct job *job);
+/* A takeover on several nodes: relays its new unique ids in dir (member.c). */
+void member_takeover_ids(struct job *job, const char *dir, bool start);
 /* The newest iteration every rank of the job holds in a peer's memory (0: none). */
 uint64_t member_durable(const struct job *job);
 

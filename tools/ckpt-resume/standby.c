@@ -55,11 +55,11 @@
 #define STANDBY_ALONE_MAX 4
 
 /* The standbys' variables: the job's, with their own channel, and
- * CKPT_FOLLOW, our pid: a standby lives only as long as this process.  On
- * one node their communicators get new unique ids at a takeover, left in
- * their channel's directory (CKPT_TAKEOVER_IDS): a standby started alone
- * holds the live job's ids, the others their shadow job's.  On several
- * nodes they keep their shadow job's (no standby is started alone). */
+ * CKPT_FOLLOW, our pid: a standby lives only as long as this process.
+ * Their communicators get new unique ids at a takeover, left in their
+ * channel's directory (CKPT_TAKEOVER_IDS; on several nodes the members
+ * relay them): a standby started alone holds the live job's ids, the
+ * others their shadow job's. */
 static int standby_vars(struct job *job)
 {
     struct standby *sb = &job->sb;
@@ -70,7 +70,7 @@ static int standby_vars(struct job *job)
         (rc = job_set_var(&sb->vars[1], "CKPT_JOB", job->opt->job_name)) < 0 ||
         (rc = job_set_var(&sb->vars[2], "CKPT_AGENT_SOCKET", sb->chan.path)) < 0 ||
         (rc = job_set_var(&sb->vars[3], "CKPT_FOLLOW", self)) < 0 ||
-        (!job->opt->coord && (rc = job_set_var(&sb->vars[k++], "CKPT_TAKEOVER_IDS", sb->chan.dir)) < 0) ||
+        (rc = job_set_var(&sb->vars[k++], "CKPT_TAKEOVER_IDS", sb->chan.dir)) < 0 ||
         (job->disk.log_dir[0] && (rc = job_set_var(&sb->vars[k++], "CKPT_REPLAY_LOG_DIR", job->disk.log_dir)) < 0) ||
         (job->opt->pythonpath && (rc = job_set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
         return rc;
@@ -365,7 +365,7 @@ bool standby_reaped(struct job *job, pid_t pid, int status)
                  refused ? " (its reason is said above)" : "");
     /* One that died while its rank runs (not one that refused: it would
      * again) is started again, alone; one lost during a takeover is not. */
-    if (!refused && !job->opt->wrap && !job->opt->coord && !sb->lost[0] && !sb->taking_over && job->phase == JOB_RUNNING &&
+    if (!refused && !job->opt->wrap && !sb->lost[0] && !sb->taking_over && job->phase == JOB_RUNNING &&
         sb->started_s && sb->replaced < STANDBY_ALONE_MAX) {
         int rc = start_alone(job, i);
         if (rc == 0) {
@@ -499,7 +499,9 @@ int standby_take_over(struct job *job, uint64_t iteration)
     }
     ckpt_log(CKPT_INFO, "the standbys take over at iteration %llu (the one furthest behind is at iteration %llu)",
              (unsigned long long)iteration, (unsigned long long)behind);
-    while (sb->chan.restored < sb->nranks && !sb->lost[0]) {
+    for (bool first = true; sb->chan.restored < sb->nranks && !sb->lost[0]; first = false) {
+        if (job->member)
+            member_takeover_ids(job, sb->chan.dir, first);
         double now = ckpt_now_s();
         uint64_t sum = 0;
         bool replaying = false, up = true;
