@@ -73,6 +73,7 @@ struct vcomm {
     char *net_name, *comm_name; /* the config's strings, copied */
     int nranks, rank, color, key;
     bool split, has_config, made, gone;
+    bool fresh; /* id is the takeover's (fresh_id): another try uses it again */
 };
 
 struct vreg {
@@ -216,6 +217,8 @@ static bool has_windows(void)
 static ncclResult_t fresh_id(struct vcomm *v, const char *dir)
 {
     char path[PATH_MAX], tmp[PATH_MAX + 8];
+    if (v->fresh)
+        return ncclSuccess;
     snprintf(path, sizeof(path), "%s/%016llx.id", dir, (unsigned long long)v->id_name);
     snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
     ncclResult_t r = ncclSuccess;
@@ -226,11 +229,14 @@ static ncclResult_t fresh_id(struct vcomm *v, const char *dir)
         ckpt_nccl_depth--;
         int fd = r == ncclSuccess ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
         bool ok = fd >= 0 && write(fd, &v->id, sizeof(v->id)) == (ssize_t)sizeof(v->id);
+        int err = errno;
         if (fd >= 0)
             close(fd);
-        if (r == ncclSuccess && (!ok || rename(tmp, path) < 0)) {
+        if (ok && rename(tmp, path) < 0)
+            ok = false, err = errno;
+        if (r == ncclSuccess && !ok) {
             ckpt_log(CKPT_ERROR, "cannot leave communicator %zu's new unique id in %s: %s", (size_t)(v - comms), dir,
-                     strerror(errno));
+                     strerror(err));
             unlink(tmp);
             r = ncclSystemError;
         }
@@ -253,6 +259,7 @@ static ncclResult_t fresh_id(struct vcomm *v, const char *dir)
         }
     }
     ckpt_self_depth--;
+    v->fresh = r == ncclSuccess;
     return r;
 }
 

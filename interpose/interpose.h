@@ -546,10 +546,11 @@ void ckpt_history_sock(uint64_t conn, uint64_t what, int64_t result, const void 
 /* ---- the job's rendezvous (rendezvous.c): served from the log to a
  * standby started alone. */
 
-/* At load: alone is CKPT_FOLLOW_ALONE. */
+/* At load: alone is CKPT_FOLLOW_ALONE (with CKPT_FOLLOW). */
 void ckpt_rendezvous_init(bool alone);
-/* A standby alone goes live: it refuses if the program still holds a
- * connection or listener it was served. */
+/* A restore goes live, every thread at the snapshot: a standby alone
+ * refuses if the program still holds a connection or listener it was
+ * served, and may not reach the rendezvous again until it is live. */
 void ckpt_rendezvous_live(void);
 
 /* ---- files (world.c): what a replaying program writes goes aside. */

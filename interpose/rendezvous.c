@@ -21,12 +21,22 @@
  * records.  Only the port is compared: a connection elsewhere to the same
  * port is logged and served too, which is as faithful.
  *
+ * Only jobs with standbys (CKPT_STANDBY) log these: a job without them
+ * never serves them.
+ *
  * A standby alone that still holds such a connection or listener when it
  * is to go live cannot: its peers are not at the other end (PyTorch keeps
  * its store's).  It refuses, and the cold path runs.  A program that meets
  * its peers before its first CUDA call (libckpt has no log open yet)
  * cannot be served: a standby alone stops at that call.  A connection the
- * program duplicates (dup) is followed under its first number only.
+ * program reads by a way these hooks do not see (a dup of it, stdio, raw
+ * system calls) would take the waiting byte: a served read that finds it
+ * gone refuses, as does the takeover.  A standby alone never reaches the
+ * rendezvous for real: a call there after its last served one refuses.
+ *
+ * Costs to a live rank: one byte load per read and close of a descriptor
+ * below 65536 (a table of those that are connections at the rendezvous),
+ * a lock only for those.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -41,15 +51,20 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "interpose.h"
 #include "log.h"
 #include "replay.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_SOCKS 256
+#define FAST_FDS 65536 /* descriptors below: looked up in `tracked` without a lock */
 
-enum sock_what { SOCK_CONNECT = 1, SOCK_BIND, SOCK_ACCEPT, SOCK_READ };
-static const char *const what_name[] = {"?", "connected to", "listened at", "accepted a connection at", "read from"};
+/* SOCK_LOST: libckpt could not log what a read returned (no memory): a
+ * standby alone stops there. */
+enum sock_what { SOCK_CONNECT = 1, SOCK_BIND, SOCK_ACCEPT, SOCK_READ, SOCK_LOST };
+static const char *const what_name[] = {"?",         "connected to", "listened at", "accepted a connection at",
+                                        "read from", "read from"};
 
 static struct sock {
     bool used, listener, served;
@@ -58,20 +73,50 @@ static struct sock {
     uint64_t conn; /* its name in the log */
     int peer;      /* served: libckpt's end of the loopback, or a listener's pending connection; -1: none */
 } socks[MAX_SOCKS];
-static int nsocks; /* in use; 0: every call goes straight through */
+static int nsocks; /* in use */
+static int nbig;   /* in use at descriptors of FAST_FDS or more */
+static unsigned char tracked[FAST_FDS]; /* 1: the descriptor may be in socks */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static uint16_t port; /* MASTER_PORT, in network order; 0: none */
-static bool loaded, alone;
+static bool loaded, logs, alone, went_live;
 static __thread uint64_t made; /* calls this thread made at the rendezvous */
+
+/* A child the rank forks is no rank (init.c): it tracks nothing, and the
+ * lock may have been held by a thread it does not have. */
+static void before_fork(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+static void after_fork(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+static void in_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    memset(socks, 0, sizeof(socks));
+    memset(tracked, 0, sizeof(tracked));
+    nsocks = nbig = 0;
+    logs = alone = false;
+}
 
 void ckpt_rendezvous_init(bool follow_alone)
 {
+    logs = ckpt_cfg_int(CFG_STANDBY);
+    alone = follow_alone;
+    pthread_atfork(before_fork, after_fork, in_child);
+    __atomic_store_n(&loaded, true, __ATOMIC_RELEASE);
+}
+
+/* MASTER_PORT in network order, 0: none.  Read at each call: a program
+ * may set it itself before it meets its peers. */
+static uint16_t master_port(void)
+{
     const char *p = getenv("MASTER_PORT");
     char *end;
-    unsigned long v = p ? strtoul(p, &end, 10) : 0;
-    port = p && *p && !*end && v > 0 && v < 65536 ? htons((uint16_t)v) : 0;
-    alone = follow_alone;
-    __atomic_store_n(&loaded, true, __ATOMIC_RELEASE);
+    unsigned long v = p && *p ? strtoul(p, &end, 10) : 0;
+    return v > 0 && v < 65536 && !*end ? htons((uint16_t)v) : 0;
 }
 
 static bool program_call(const void *caller)
@@ -79,25 +124,39 @@ static bool program_call(const void *caller)
     return !ckpt_self_depth && !ckpt_nccl_depth && !ckpt_thread_internal && !ckpt_caller_is_library(caller);
 }
 
-static bool at_rendezvous(const struct sockaddr *sa, socklen_t len)
+/* A stream socket's address at the rendezvous port. */
+static bool at_rendezvous(int fd, const struct sockaddr *sa, socklen_t len)
 {
-    if (!__atomic_load_n(&loaded, __ATOMIC_ACQUIRE) || !port || !sa)
+    if (!__atomic_load_n(&loaded, __ATOMIC_ACQUIRE) || (!logs && !alone) || !sa)
         return false;
+    uint16_t port = master_port(), at;
     if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
-        return ((const struct sockaddr_in *)sa)->sin_port == port;
-    if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
-        return ((const struct sockaddr_in6 *)sa)->sin6_port == port;
-    return false;
+        at = ((const struct sockaddr_in *)sa)->sin_port;
+    else if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
+        at = ((const struct sockaddr_in6 *)sa)->sin6_port;
+    else
+        return false;
+    int type = 0, err = errno;
+    socklen_t tl = sizeof(type);
+    bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM;
+    errno = err;
+    return port && at == port && stream;
 }
 
 static bool recording(void)
 {
-    return ckpt_active && !__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE) && ckpt_history_recording();
+    return logs && ckpt_active && !__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE) && ckpt_history_recording();
 }
 
+/* A standby alone, until it went live: served.  Between its last served
+ * call and the end of its replay it may not reach the rendezvous at all. */
 static bool serving(void)
 {
-    return alone && ckpt_active && __atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE);
+    if (!alone || !__atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE))
+        return false;
+    if (__atomic_load_n(&went_live, __ATOMIC_ACQUIRE))
+        ckpt_refuse("the program reached its job's rendezvous as the standby, started alone, went live");
+    return true;
 }
 
 /* A standby alone, before libckpt woke: nothing to serve it from. */
@@ -105,7 +164,7 @@ static void too_early(enum sock_what what)
 {
     ckpt_log(CKPT_ERROR, "the standby stops: the program %s its job's rendezvous (MASTER_PORT=%u) before its first "
              "CUDA call, where its rank's log is not open yet: a standby started alone cannot be served that",
-             what_name[what], (unsigned)ntohs(port));
+             what_name[what], (unsigned)ntohs(master_port()));
     _exit(CKPT_EXIT_RESTORE);
 }
 
@@ -128,11 +187,28 @@ static ino_t ino_of(int fd)
 
 /* ---- the table (lock held) */
 
+/* Whether fd may be in the table: without a lock. */
+static bool maybe_tracked(int fd)
+{
+    if (fd >= 0 && fd < FAST_FDS)
+        return __atomic_load_n(&tracked[fd], __ATOMIC_ACQUIRE);
+    return fd >= 0 && __atomic_load_n(&nbig, __ATOMIC_ACQUIRE);
+}
+
+static void mark(int fd, int delta)
+{
+    if (fd < FAST_FDS)
+        __atomic_store_n(&tracked[fd], delta > 0, __ATOMIC_RELEASE);
+    else
+        __atomic_add_fetch(&nbig, delta, __ATOMIC_RELEASE);
+}
+
 static void drop(struct sock *s)
 {
     if (s->peer >= 0)
         close_real(s->peer);
     s->used = false;
+    mark(s->fd, -1);
     __atomic_sub_fetch(&nsocks, 1, __ATOMIC_RELAXED);
 }
 
@@ -160,6 +236,7 @@ static void remember(int fd, uint64_t conn, bool listener, bool served, int peer
         if (socks[i].used)
             continue;
         socks[i] = (struct sock){true, listener, served, fd, ino_of(fd), conn, peer};
+        mark(fd, 1);
         __atomic_add_fetch(&nsocks, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&lock);
         errno = err;
@@ -180,7 +257,7 @@ static void remember(int fd, uint64_t conn, bool listener, bool served, int peer
 /* fd, when it is a connection or listener at the rendezvous: a copy of its entry. */
 static bool lookup(int fd, struct sock *out)
 {
-    if (!__atomic_load_n(&nsocks, __ATOMIC_RELAXED))
+    if (!maybe_tracked(fd))
         return false;
     int err = errno;
     pthread_mutex_lock(&lock);
@@ -200,6 +277,9 @@ static void take(uint64_t conn, enum sock_what what, struct ckpt_rl_rec *rec)
 {
     if (!ckpt_history_next(ckpt_thread_key(), CKPT_RL_SOCK, rec))
         ckpt_refuse("the program %s its job's rendezvous as the standby went live", what_name[what]);
+    if (rec->b == SOCK_LOST)
+        ckpt_refuse("its rank's log lacks what the rank read from its job's rendezvous here (libckpt had no "
+                    "memory to log it)");
     if (rec->a != conn || rec->b != (uint64_t)what)
         ckpt_refuse("the program diverged from its recorded run: it %s its job's rendezvous where its rank %s it",
                     what_name[what], what_name[rec->b < SOCK_READ + 1 ? rec->b : 0]);
@@ -263,13 +343,36 @@ static void readable(int from)
         ckpt_refuse("cannot serve the job's rendezvous on the loopback: %s", strerror(errno));
 }
 
+/* The byte still waits in fd: the program read it by no way of ours. */
+static void still_readable(int fd)
+{
+    REAL_LIBC(recv);
+    char c;
+    int err = errno;
+    if (real_recv_ && real_recv_(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
+        ckpt_refuse("the program read from its connection to its job's rendezvous in a way libckpt does not see "
+                    "(a copy of the descriptor, stdio, a system call of its own): it cannot be served that");
+    errno = err;
+}
+
+/* What the program sent on a served connection, read and let go. */
+static void drain(int peer)
+{
+    REAL_LIBC(recv);
+    char sink[4096];
+    int err = errno;
+    while (peer >= 0 && real_recv_ && real_recv_(peer, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+        ;
+    errno = err;
+}
+
 static int served_connect(int fd, int family)
 {
     struct ckpt_rl_rec rec;
     uint64_t conn = next_conn();
     take(conn, SOCK_CONNECT, &rec);
     int64_t r = (int64_t)rec.c;
-    if (r < 0 && r != -EINPROGRESS) {
+    if (r < 0 && r != -EINPROGRESS && r != -EINTR) {
         errno = (int)-r;
         return -1;
     }
@@ -285,21 +388,26 @@ static int served_connect(int fd, int family)
     readable(server);
     remember(fd, conn, false, true, server);
     if (r < 0) {
-        errno = EINPROGRESS;
+        errno = (int)-r;
         return -1;
     }
     return 0;
 }
 
-static ssize_t served_read(uint64_t conn, const struct iovec *iov, int n)
+/* A read of a served connection; trunc: MSG_TRUNC, which copies nothing. */
+static ssize_t served_read(const struct sock *s, const struct iovec *iov, int n, bool trunc)
 {
     struct ckpt_rl_rec rec;
-    take(conn, SOCK_READ, &rec);
+    still_readable(s->fd);
+    drain(s->peer);
+    take(s->conn, SOCK_READ, &rec);
     int64_t r = (int64_t)rec.c;
     if (r < 0) {
         errno = (int)-r;
         return -1;
     }
+    if (trunc && rec.len == 0)
+        return r;
     size_t room = 0;
     for (int i = 0; i < n; i++)
         room += iov[i].iov_len;
@@ -317,13 +425,15 @@ static ssize_t served_read(uint64_t conn, const struct iovec *iov, int n)
 
 /* ---- recording */
 
-static void logged(uint64_t conn, ssize_t r, const struct iovec *iov, int n)
+static void logged(uint64_t conn, ssize_t r, const struct iovec *iov, int n, bool trunc)
 {
     int err = errno;
     if (!recording()) {
         errno = err;
         return;
     }
+    if (trunc) /* nothing was copied: the count is all there is */
+        n = 0;
     char *copy = NULL;
     const void *bytes = r > 0 && n > 0 ? iov[0].iov_base : NULL;
     if (r > 0 && n > 1 && (size_t)r > iov[0].iov_len && (copy = malloc((size_t)r))) {
@@ -336,9 +446,9 @@ static void logged(uint64_t conn, ssize_t r, const struct iovec *iov, int n)
         bytes = copy;
     }
     if (r > 0 && n > 1 && (size_t)r > iov[0].iov_len && !copy)
-        ckpt_history_taint("out of host memory to log what the program read from its job's rendezvous");
+        ckpt_history_sock(conn, SOCK_LOST, r, NULL, 0);
     else
-        ckpt_history_sock(conn, SOCK_READ, r < 0 ? -err : r, bytes, r > 0 ? (uint32_t)r : 0);
+        ckpt_history_sock(conn, SOCK_READ, r < 0 ? -err : r, bytes, r > 0 && n > 0 ? (uint32_t)r : 0);
     free(copy);
     errno = err;
 }
@@ -352,7 +462,7 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
         errno = ENOSYS;
         return -1;
     }
-    if (!at_rendezvous(sa, len) || !program_call(__builtin_return_address(0)))
+    if (!at_rendezvous(fd, sa, len) || !program_call(__builtin_return_address(0)))
         return real_connect_(fd, sa, len);
     if (alone && !ckpt_active)
         too_early(SOCK_CONNECT);
@@ -362,7 +472,7 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
         return real_connect_(fd, sa, len);
     int r = real_connect_(fd, sa, len), err = errno;
     uint64_t conn = next_conn();
-    if (r == 0 || err == EINPROGRESS)
+    if (r == 0 || err == EINPROGRESS || err == EINTR) /* the last two: it goes on connecting */
         remember(fd, conn, false, false, -1);
     ckpt_history_sock(conn, SOCK_CONNECT, r < 0 ? -err : 0, NULL, 0);
     errno = err;
@@ -376,7 +486,7 @@ EXPORT int bind(int fd, const struct sockaddr *sa, socklen_t len)
         errno = ENOSYS;
         return -1;
     }
-    if (!at_rendezvous(sa, len) || !program_call(__builtin_return_address(0)))
+    if (!at_rendezvous(fd, sa, len) || !program_call(__builtin_return_address(0)))
         return real_bind_(fd, sa, len);
     if (alone && !ckpt_active)
         too_early(SOCK_BIND);
@@ -452,7 +562,8 @@ static int accept_common(int l, struct sockaddr *addr, socklen_t *alen, int flag
         }
         int fd = real_accept4_(l, NULL, NULL, flags); /* the connection pend() left waiting */
         if (fd < 0)
-            ckpt_refuse("cannot serve the job's rendezvous on the loopback: %s", strerror(errno));
+            ckpt_refuse("cannot serve the job's rendezvous on the loopback (the program took the connection "
+                        "waiting at its listener in a way libckpt does not see?): %s", strerror(errno));
         int next = pend(l), client = -1;
         pthread_mutex_lock(&lock);
         struct sock *e = find(l);
@@ -498,15 +609,19 @@ EXPORT int accept4(int l, struct sockaddr *addr, socklen_t *alen, int flags)
 }
 
 /* A read of fd into iov: served, logged, or straight through (real). */
-#define READ_HOOK(call, fd, iov, n)                                                           \
+#define READ_HOOK(real, call, fd, iov, n, trunc)                                              \
     do {                                                                                      \
         struct sock s_;                                                                       \
+        if (!(real)) {                                                                        \
+            errno = ENOSYS;                                                                   \
+            return -1;                                                                        \
+        }                                                                                     \
         if (!lookup(fd, &s_) || s_.listener)                                                  \
             return call;                                                                      \
         if (s_.served)                                                                        \
-            return served_read(s_.conn, iov, n);                                              \
+            return served_read(&s_, iov, n, trunc);                                           \
         ssize_t r_ = call;                                                                    \
-        logged(s_.conn, r_, iov, n);                                                          \
+        logged(s_.conn, r_, iov, n, trunc);                                                   \
         return r_;                                                                            \
     } while (0)
 
@@ -514,20 +629,20 @@ EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
     REAL_LIBC(read);
     struct iovec v = {buf, n};
-    READ_HOOK(real_read_(fd, buf, n), fd, &v, 1);
+    READ_HOOK(real_read_, real_read_(fd, buf, n), fd, &v, 1, false);
 }
 
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
     REAL_LIBC(readv);
-    READ_HOOK(real_readv_(fd, iov, n), fd, iov, n);
+    READ_HOOK(real_readv_, real_readv_(fd, iov, n), fd, iov, n, false);
 }
 
 EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
     REAL_LIBC(recv);
     struct iovec v = {buf, n};
-    READ_HOOK(real_recv_(fd, buf, n, flags), fd, &v, 1);
+    READ_HOOK(real_recv_, real_recv_(fd, buf, n, flags), fd, &v, 1, flags & MSG_TRUNC);
 }
 
 EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, socklen_t *alen)
@@ -537,22 +652,58 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr 
     struct sock s;
     if (addr && alen && lookup(fd, &s) && s.served)
         *alen = 0; /* a stream socket names no sender */
-    READ_HOOK(real_recvfrom_(fd, buf, n, flags, addr, alen), fd, &v, 1);
+    READ_HOOK(real_recvfrom_, real_recvfrom_(fd, buf, n, flags, addr, alen), fd, &v, 1, flags & MSG_TRUNC);
 }
 
 EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
     REAL_LIBC(recvmsg);
     struct sock s;
-    if (lookup(fd, &s) && s.served)
+    if (!msg || !lookup(fd, &s))
+        return real_recvmsg_ ? real_recvmsg_(fd, msg, flags) : (errno = ENOSYS, -1);
+    if (s.served)
         msg->msg_namelen = 0, msg->msg_controllen = 0, msg->msg_flags = 0;
-    READ_HOOK(real_recvmsg_(fd, msg, flags), fd, msg->msg_iov, (int)msg->msg_iovlen);
+    READ_HOOK(real_recvmsg_, real_recvmsg_(fd, msg, flags), fd, msg->msg_iov, (int)msg->msg_iovlen,
+              flags & MSG_TRUNC);
+}
+
+/* What a program built with _FORTIFY_SOURCE calls when it knows its
+ * buffer's size: the same, after glibc's check. */
+extern ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen);
+extern ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags);
+extern ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *addr,
+                              socklen_t *alen);
+
+EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+    REAL_LIBC(__read_chk);
+    struct iovec v = {buf, n};
+    READ_HOOK(real___read_chk_, real___read_chk_(fd, buf, n, buflen), fd, &v, 1, false);
+}
+
+EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+    REAL_LIBC(__recv_chk);
+    struct iovec v = {buf, n};
+    READ_HOOK(real___recv_chk_, real___recv_chk_(fd, buf, n, buflen, flags), fd, &v, 1, flags & MSG_TRUNC);
+}
+
+EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *addr,
+                              socklen_t *alen)
+{
+    REAL_LIBC(__recvfrom_chk);
+    struct iovec v = {buf, n};
+    struct sock s;
+    if (addr && alen && lookup(fd, &s) && s.served)
+        *alen = 0;
+    READ_HOOK(real___recvfrom_chk_, real___recvfrom_chk_(fd, buf, n, buflen, flags, addr, alen), fd, &v, 1,
+              flags & MSG_TRUNC);
 }
 
 EXPORT int close(int fd)
 {
     REAL_LIBC(close);
-    if (__atomic_load_n(&nsocks, __ATOMIC_RELAXED)) {
+    if (maybe_tracked(fd)) {
         int err = errno;
         pthread_mutex_lock(&lock);
         struct sock *s = find(fd);
@@ -561,7 +712,11 @@ EXPORT int close(int fd)
         pthread_mutex_unlock(&lock);
         errno = err;
     }
-    return real_close_ ? real_close_(fd) : -1;
+    if (!real_close_) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real_close_(fd);
 }
 
 void ckpt_rendezvous_live(void)
@@ -577,6 +732,6 @@ void ckpt_rendezvous_live(void)
     if (held)
         ckpt_refuse("the program still holds %s at its job's rendezvous (MASTER_PORT=%u), which this standby, "
                     "started alone, was served from its rank's log: its peers are not at the other end",
-                    held, (unsigned)ntohs(port));
-    alone = false;
+                    held, (unsigned)ntohs(master_port()));
+    __atomic_store_n(&went_live, true, __ATOMIC_RELEASE);
 }

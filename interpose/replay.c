@@ -524,6 +524,7 @@ static void check_device(const uint64_t *at, const struct ckpt_rec *recs, size_t
 static void restore_now(void)
 {
     wait_threads();
+    ckpt_rendezvous_live();
     const struct ckpt_rec *recs = ckpt_image_recs(image);
     size_t n = image_hdr.nallocs;
     struct ckpt_alloc *live = malloc((n + 1) * sizeof(*live));
@@ -611,7 +612,6 @@ static void take_over(uint64_t it)
     if (ckpt_standby_mem_back(why, sizeof(why)) < 0 || ckpt_standby_host_back(why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_history_release_pollers();
-    ckpt_rendezvous_live();
     ckpt_log(CKPT_INFO, "taking over at iteration %llu (%.1f s after it started to follow; arena taken in %.3f s)",
              (unsigned long long)it, start - replay_start, ckpt_now_s() - start);
     replay_start = start;

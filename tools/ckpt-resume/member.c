@@ -58,8 +58,8 @@ struct member {
     unsigned naddrs;
     char ip[64];
     struct ckpt_wire_rx rx;         /* a message from the coordinator on its way in */
-    struct held_msg { uint16_t type; void *msg; size_t len; } held[8]; /* read during a takeover, for after */
-    unsigned nheld_msgs;
+    struct held_msg { uint16_t type; void *msg; size_t len; } *held; /* read during a takeover, for after */
+    size_t nheld_msgs, held_cap;
     uint64_t *ids;                  /* the takeover's unique ids this node has relayed (their names) */
     size_t nids, ids_cap;
     double relay_until;             /* until then the loops look for ids to relay more often */
@@ -73,6 +73,8 @@ static void hang_up(struct member *m)
         close(m->fd);
     m->fd = -1;
     ckpt_wire_rx_clear(&m->rx);
+    while (m->nheld_msgs) /* the connection's: a new one starts afresh */
+        free(m->held[--m->nheld_msgs].msg);
 }
 
 /* The coordinator's next whole message, as ckpt_wire_recv_some gives it
@@ -484,12 +486,20 @@ void member_takeover_ids(struct job *job, const char *dir, bool start)
         if (type == COORD_ID) {
             keep_id(m, dir, msg, len);
             free(msg);
-        } else if (m->nheld_msgs < sizeof(m->held) / sizeof(m->held[0])) {
-            m->held[m->nheld_msgs++] = (struct held_msg){type, msg, len};
-        } else {
-            ckpt_log(CKPT_WARN, "dropped a message of type %u from the coordinator during the takeover", type);
-            free(msg);
+            continue;
         }
+        if (m->nheld_msgs == m->held_cap) {
+            size_t cap = m->held_cap ? 2 * m->held_cap : 8;
+            struct held_msg *h = realloc(m->held, cap * sizeof(*h));
+            if (!h) { /* a message lost: this node joins again, as when the coordinator is lost */
+                ckpt_log(CKPT_WARN, "no memory for the coordinator's messages during the takeover: hanging up");
+                free(msg);
+                hang_up(m);
+                break;
+            }
+            m->held = h, m->held_cap = cap;
+        }
+        m->held[m->nheld_msgs++] = (struct held_msg){type, msg, len};
     }
 }
 
@@ -922,8 +932,7 @@ out:
         close(m->wake[0]), close(m->wake[1]);
     free(m->addrs);
     free(m->ids);
-    while (m->nheld_msgs)
-        free(m->held[--m->nheld_msgs].msg);
+    free(m->held);
     free(m);
     job->member = NULL;
     return code;

@@ -161,6 +161,7 @@ struct standby {
     bool lost_killed;       /* lost names a standby killed by a signal */
     bool taking_over;       /* a standby that dies now is not replaced */
     unsigned replaced;      /* standbys started alone in this launch (STANDBY_ALONE_MAX) */
+    double alone_s;         /* when the last of them was started, 0: none */
     double started_s;       /* when they were started, 0: not yet */
     uint64_t allowed;       /* the last iteration they were let replay to */
     double lag_s;           /* CKPT_STANDBY_LAG */

@@ -327,6 +327,9 @@ static int start_alone(struct job *job, int i)
     vars[k++] = alone;
     vars[k] = NULL;
     ckpt_follow_set(&sb->orders[i]->at, 0);
+    int rank = job->opt->first_rank + i;
+    if (rank < sb->chan.nreports)
+        sb->chan.reports[rank].pid = 0; /* up again once it says so */
     pid_t pgid = sb->running > 0 ? sb->pgid : 0, pid = 0;
     int rc = spawn_process(job, i, job->opt->cmd, job->master_port, vars, &pgid, &pid);
     if (rc < 0)
@@ -335,6 +338,7 @@ static int start_alone(struct job *job, int i)
     sb->ranks[i] = (struct rank){.pid = pid, .alone = true};
     sb->running++;
     sb->replaced++;
+    sb->alone_s = ckpt_now_s();
     return 0;
 }
 
@@ -413,6 +417,7 @@ static void forget(struct standby *sb)
     sb->nmarks = 0;
     sb->lagging = 0;
     sb->replaced = 0;
+    sb->alone_s = 0;
     if (sb->drawn)
         memset(sb->drawn, 0, sb->nranks * sizeof(*sb->drawn));
 }
@@ -513,7 +518,8 @@ int standby_take_over(struct job *job, uint64_t iteration)
         }
         /* A standby still starting (a Python program importing its
          * libraries) has not replayed yet, and is not stuck, for a while. */
-        if (sum != where || (!up && now - sb->started_s < TAKEOVER_START_S))
+        double started = sb->alone_s > sb->started_s ? sb->alone_s : sb->started_s;
+        if (sum != where || (!up && now - started < TAKEOVER_START_S))
             where = sum, moved = now;
         if (now - t0 >= TAKEOVER_WAIT_S) {
             snprintf(sb->lost, sizeof(sb->lost), "the standbys did not all go live within %g s", TAKEOVER_WAIT_S);
