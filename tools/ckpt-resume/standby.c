@@ -41,10 +41,13 @@
 #include "timeline.h"
 #include "util.h"
 
-/* The longest a takeover may take before the cold path is taken instead,
- * and the longest the standbys, once all are up, may replay no iteration
- * on their way to it (one of them hangs: waiting the whole minute would
- * only delay the job). */
+/* The longest a takeover may take, once every standby has replayed up to
+ * its iteration, before the cold path is taken instead; and the longest
+ * the standbys, once all are up, may replay no iteration on their way to
+ * it (one of them hangs: waiting the whole minute would only delay the
+ * job).  A standby still replaying towards it and moving is waited for,
+ * however long: one started alone late replays from the start, but is
+ * ahead of the cold path, which would replay every rank from there. */
 #define TAKEOVER_WAIT_S 60.0
 #define TAKEOVER_STILL_S 5.0
 /* How long after their start standbys may take to come up (to say they
@@ -493,7 +496,7 @@ int standby_take_over(struct job *job, uint64_t iteration)
         ckpt_log(CKPT_INFO, "no takeover: %s", sb->lost);
         return -ESRCH;
     }
-    double t0 = ckpt_now_s(), moved = t0;
+    double t0 = ckpt_now_s(), moved = t0, arrived = t0;
     uint64_t where = 0, behind = iteration;
     sb->taking_over = true;
     channel_clear(&sb->chan); /* the ids of a takeover before, if one failed */
@@ -521,8 +524,11 @@ int standby_take_over(struct job *job, uint64_t iteration)
         double started = sb->alone_s > sb->started_s ? sb->alone_s : sb->started_s;
         if (sum != where || (!up && now - started < TAKEOVER_START_S))
             where = sum, moved = now;
-        if (now - t0 >= TAKEOVER_WAIT_S) {
-            snprintf(sb->lost, sizeof(sb->lost), "the standbys did not all go live within %g s", TAKEOVER_WAIT_S);
+        if (replaying)
+            arrived = now;
+        if (now - arrived >= TAKEOVER_WAIT_S) {
+            snprintf(sb->lost, sizeof(sb->lost), "the standbys did not all go live within %g s of reaching "
+                     "iteration %llu", TAKEOVER_WAIT_S, (unsigned long long)iteration);
             break;
         }
         if (replaying && now - moved >= TAKEOVER_STILL_S) {
