@@ -180,6 +180,8 @@ f = open(sys.argv[1], "w"); fcntl.lockf(f, fcntl.LOCK_EX); open(sys.argv[2], "w"
         cu[A-Z]* | cuda* | nccl* | dlsym | InitializeInjectionNvtx2) ;;
         pthread_create) ;; # thread keys (interpose/thread.c)
         open | open64 | openat | openat64 | fopen | fopen64 | rename | unlink) ;; # replay's files (interpose/world.c)
+        connect | bind | listen | accept | accept4 | read | readv | recv | recvfrom | recvmsg | close) ;; # the rendezvous
+        __read_chk | __recv_chk | __recvfrom_chk) ;; # (interpose/rendezvous.c)
         ckpt_declare_free | ckpt_declare_live | ckpt_declare_wait | ckpt_declare_answer) ;; # include/libckpt.h
         *) echo "libckpt.so exports $sym"; false ;;
         esac
