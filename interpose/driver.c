@@ -27,7 +27,7 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
     bool internal = ckpt_internal_call(caller);
     /* Replaying, a thread past its point at the snapshot allocates for the
      * resumed run: counted once the restore went live, not in it. */
-    if (__builtin_expect(ckpt_replaying, 0) && !internal)
+    if (__builtin_expect(ckpt_is_replaying(), 0) && !internal)
         ckpt_history_dry_wait();
     uint64_t ordinal = internal ? 0 : ckpt_thread_ordinal(false);
     int rc = ckpt_reg_add(p, size, kind, (uint64_t)(uintptr_t)stream, internal, ordinal);

@@ -108,7 +108,7 @@ void ckpt_history_count(int type, uint64_t a)
 
 void ckpt_history_poller_changes(const char *what)
 {
-    if (!polls || acts || ckpt_replaying || !ckpt_active || ckpt_self_depth || ckpt_nccl_depth ||
+    if (!polls || acts || ckpt_is_replaying() || !ckpt_active || ckpt_self_depth || ckpt_nccl_depth ||
         ckpt_thread_internal || !ckpt_history_recording())
         return;
     char why[256];
@@ -177,7 +177,7 @@ bool ckpt_history_work(void)
     uint64_t t = ckpt_thread_key();
     if (t == __atomic_load_n(&ender, __ATOMIC_ACQUIRE))
         return false;
-    if (!ckpt_replaying) {
+    if (!ckpt_is_replaying()) {
         struct worker *w = worker();
         if (w)
             __atomic_add_fetch(&w->queued, 1, __ATOMIC_RELEASE);
@@ -204,7 +204,7 @@ void ckpt_history_work_boundary(void)
     uint64_t none = 0;
     if (__atomic_compare_exchange_n(&ender, &none, t, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) || none == t)
         i_end = true;
-    if (ckpt_replaying)
+    if (ckpt_is_replaying())
         return;
     unsigned n = __atomic_load_n(&nworkers, __ATOMIC_ACQUIRE);
     for (unsigned i = 0; i < n; i++)
@@ -259,7 +259,7 @@ static void resolve(void)
 
 void ckpt_history_taint(const char *why)
 {
-    if (!ckpt_history_recording() || ckpt_replaying || __atomic_exchange_n(&tainted, true, __ATOMIC_ACQ_REL))
+    if (!ckpt_history_recording() || ckpt_is_replaying() || __atomic_exchange_n(&tainted, true, __ATOMIC_ACQ_REL))
         return;
     uint64_t it = ckpt_bd_iteration() + 1;
     put(CKPT_RL_TAINT, ckpt_thread_key(), it, 0, 0, why, (uint32_t)strlen(why));
@@ -458,7 +458,7 @@ bool ckpt_history_d2h(void *dst, size_t size)
 {
     uint64_t t = ckpt_thread_key();
     struct ckpt_rl_rec rec;
-    if (!ckpt_replaying)
+    if (!ckpt_is_replaying())
         return false;
     ckpt_history_late_copies(t);
     if (!ckpt_history_next(t, CKPT_RL_D2H, &rec))
@@ -477,7 +477,7 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
         return;
     uint64_t t = ckpt_thread_key();
     struct pending p = {.issuer = t, .seq = ++copies, .dst = dst, .src = src, .size = size, .stream = stream};
-    if (ckpt_replaying) {
+    if (ckpt_is_replaying()) {
         struct ckpt_rl_rec rec;
         ckpt_history_late_copies(t);
         if (ckpt_rlog_peek(t, &rec) == CKPT_RL_D2H && rec.c == (p.seq | AT_RETURN)) {
@@ -491,7 +491,7 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
         /* Not there yet (a standby's cut may stop before it): pending,
          * served when it shows (ckpt_history_late_copies). */
     }
-    if (!ckpt_replaying) {
+    if (!ckpt_is_replaying()) {
         pthread_once(&resolved, resolve);
         if (missing) {
             ckpt_history_taint("the driver lacks an entry point libckpt follows copies with");
@@ -522,7 +522,7 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
     pthread_mutex_lock(&lock);
     if (!ckpt_grow((void **)&pend, &pend_cap, npend, sizeof(*pend))) {
         pthread_mutex_unlock(&lock);
-        if (ckpt_replaying)
+        if (ckpt_is_replaying())
             ckpt_refuse("out of host memory");
         ckpt_history_taint("out of host memory for the copies the host has not seen yet");
         give_event(p.done, p.ctx);
@@ -535,7 +535,7 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
 
 void ckpt_history_aside(uint64_t t, enum ckpt_aside what, uint64_t addr, uint64_t size)
 {
-    if (ckpt_replaying || !t || ckpt_self_depth || !ckpt_history_recording())
+    if (ckpt_is_replaying() || !t || ckpt_self_depth || !ckpt_history_recording())
         return;
     pthread_mutex_lock(&lock);
     put(CKPT_RL_ASIDE, t, size, addr, what, NULL, 0);
@@ -548,7 +548,7 @@ void ckpt_history_aside(uint64_t t, enum ckpt_aside what, uint64_t addr, uint64_
 void ckpt_history_value(uint64_t what, uint64_t *value)
 {
     uint64_t t = ckpt_thread_key();
-    if (ckpt_replaying) {
+    if (ckpt_is_replaying()) {
         struct ckpt_rl_rec rec;
         if (ckpt_history_next(t, CKPT_RL_VALUE, &rec)) {
             if (rec.a != what)
@@ -565,7 +565,7 @@ void ckpt_history_value(uint64_t what, uint64_t *value)
 void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr)
 {
     uint64_t t = ckpt_thread_key();
-    if (ckpt_replaying) {
+    if (ckpt_is_replaying()) {
         struct ckpt_rl_rec rec;
         if (ckpt_history_next(t, CKPT_RL_ALLOC, &rec)) {
             if (rec.a != ordinal || rec.b != size)
@@ -607,12 +607,12 @@ static void run_hostfn(void *p)
 {
     struct hostfn h = *(struct hostfn *)p;
     free(p);
-    if (ckpt_replaying) {
+    if (ckpt_is_replaying()) {
         serve_copies(h.key);
         /* In stream order, after the bytes it may read: served at an
          * observation of another thread, or at the boundary. */
         pthread_mutex_lock(&lock);
-        while (ckpt_replaying && copies_before(&h))
+        while (ckpt_is_replaying() && copies_before(&h))
             pthread_cond_wait(&changed, &lock);
         pthread_mutex_unlock(&lock);
     } else if (ckpt_history_recording()) {

@@ -335,6 +335,11 @@ void ckpt_snapshot_resumed(uint64_t generation, uint64_t iteration, int slot);
 
 /* Non-zero while replaying: device work is suppressed. */
 extern int ckpt_replaying;
+/* ckpt_replaying, read as other threads may be changing it. */
+static inline bool ckpt_is_replaying(void)
+{
+    return __atomic_load_n(&ckpt_replaying, __ATOMIC_ACQUIRE);
+}
 
 /* At wake: record (restore == 0) or prepare the restore of iteration
  * restore from the arena dir.  A restore that cannot be done ends the

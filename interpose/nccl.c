@@ -26,7 +26,7 @@
 #define COLLECTIVE(name, args, op, count, type, comm, stream, written)         \
     NEED_REAL(name, ncclSystemError);                                          \
     ncclComm_t held = comm; /* the program's handle (comm.c) */                \
-    if (ckpt_replaying) {                                                      \
+    if (ckpt_is_replaying()) {                                                      \
         ckpt_on_collective(token(op, count, type, held), stream);              \
         return ncclSuccess;                                                    \
     }                                                                          \
@@ -200,7 +200,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclScatter(const void *send
 #define ONE_SIDED(name, args, op, count, comm, stream, win)                    \
     NEED_REAL(name, ncclSystemError);                                          \
     ncclComm_t held = comm;                                                    \
-    if (ckpt_replaying) {                                                      \
+    if (ckpt_is_replaying()) {                                                      \
         ckpt_on_collective(token(op, count, 0, held), stream);                 \
         return ncclSuccess;                                                    \
     }                                                                          \

@@ -281,7 +281,7 @@ static void follow_init(const char *dir, uint64_t max)
     ckpt_rlog_serve_sockets(ckpt_cfg_int(CFG_FOLLOW_ALONE));
     if (ckpt_rlog_open_follow(dir, disk_log(dir), max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
-    ckpt_replaying = 1;
+    __atomic_store_n(&ckpt_replaying, 1, __ATOMIC_RELEASE);
     recording = true;
     ckpt_standby_mem_begin();
     replay_start = ckpt_now_s();
@@ -312,7 +312,7 @@ void ckpt_history_init(const char *dir, uint64_t restore)
     load_image(dir);
     if (ckpt_rlog_open_replay(dir, disk_log(dir), restore, max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
-    ckpt_replaying = 1;
+    __atomic_store_n(&ckpt_replaying, 1, __ATOMIC_RELEASE);
     guard(true);
     recording = true;
     ckpt_world_quiet();
@@ -625,7 +625,7 @@ static void take_over(uint64_t it)
 bool ckpt_history_boundary(uint64_t iter)
 {
     uint64_t t = ckpt_thread_key();
-    if (ckpt_replaying) {
+    if (ckpt_is_replaying()) {
         struct ckpt_rl_rec rec;
         CUresult unused;
         ckpt_history_work_boundary();

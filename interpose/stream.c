@@ -34,7 +34,7 @@ static inline bool observed(void)
 
 static inline bool suppressed(void)
 {
-    return __builtin_expect(ckpt_replaying, 0) && observed();
+    return __builtin_expect(ckpt_is_replaying(), 0) && observed();
 }
 
 /* Copy before write (pacer.c): work the program queues on s waits for the
@@ -86,7 +86,7 @@ static CUresult after_copy(enum ckpt_obs what, uint64_t token, CUresult r, CUstr
     if (!observed())
         return r;
     CUresult a;
-    if (ckpt_replaying && ckpt_history_answer(what, &a))
+    if (ckpt_is_replaying() && ckpt_history_answer(what, &a))
         r = a;
     else if (dst)
         ckpt_history_observed_d2h(what, r, dst, size);
@@ -286,7 +286,7 @@ static CUresult htod(__typeof__(&cuMemcpyHtoD_v2) real, CUdeviceptr dstDevice, c
     CUresult r;
     if (answered(CKPT_OBS_HTOD, TOK_HTOD, &r))
         return r;
-    if (observed() && !ckpt_replaying)
+    if (observed() && !ckpt_is_replaying())
         touch_dst(CU_STREAM_LEGACY, dstDevice);
     return after(CKPT_OBS_HTOD, TOK_HTOD, real(dstDevice, srcHost, ByteCount));
 }
@@ -324,7 +324,7 @@ static CUresult memcpy_sync(__typeof__(&cuMemcpy) real, CUdeviceptr dst, CUdevic
     if (suppressed() && (!to_host || ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount)) &&
         answered(CKPT_OBS_MEMCPY, TOK_MEMCPY, &r))
         return r;
-    if (!to_host && observed() && !ckpt_replaying)
+    if (!to_host && observed() && !ckpt_is_replaying())
         touch_dst(CU_STREAM_LEGACY, dst);
     r = real(dst, src, ByteCount);
     if (to_host)
@@ -342,7 +342,7 @@ static size_t nreplayed, replayed_cap;
 
 static void event_recorded(CUevent e)
 {
-    bool replaying = ckpt_replaying;
+    bool replaying = ckpt_is_replaying();
     if (!replaying && !__atomic_load_n(&nreplayed, __ATOMIC_RELAXED))
         return;
     pthread_mutex_lock(&replayed_lock);
@@ -409,7 +409,7 @@ static CUresult elapsed(__typeof__(&cuEventElapsedTime_v2) real, float *pMillise
 {
     CUresult r;
     uint64_t v;
-    if (!ckpt_replaying && __atomic_load_n(&nreplayed, __ATOMIC_RELAXED) && observed() &&
+    if (!ckpt_is_replaying() && __atomic_load_n(&nreplayed, __ATOMIC_RELAXED) && observed() &&
         (was_replayed(hStart) || was_replayed(hEnd))) {
         /* A time measured across the restore: the failed run measured it. */
         if (!ckpt_history_failed_value(CKPT_VALUE_ELAPSED, &v))
@@ -561,11 +561,11 @@ static void load_suppressed(CUfunction f)
         if (observed()) {                                                      \
             CUstream s_ = ckpt_stream_or(stream, null_means);                  \
             bool live_ = capturing(s_) || ckpt_history_work();                 \
-            if (ckpt_replaying && !live_) {                                    \
+            if (ckpt_is_replaying() && !live_) {                                    \
                 suppressed;                                                    \
                 return CUDA_SUCCESS;                                           \
             }                                                                  \
-            if (!ckpt_replaying) {                                             \
+            if (!ckpt_is_replaying()) {                                             \
                 ckpt_stream_seen(s_);                                          \
                 touch;                                                         \
             }                                                                  \
@@ -620,11 +620,11 @@ static CUresult graph_launch(__typeof__(&cuGraphLaunch) real, CUstream null_mean
     }
     CUstream s = ckpt_stream_or(hStream, null_means);
     bool live = capturing(s) || ckpt_history_work();
-    if (ckpt_replaying && !live) {
+    if (ckpt_is_replaying() && !live) {
         ckpt_graphmem_launched(hGraphExec, false);
         return CUDA_SUCCESS;
     }
-    if (!ckpt_replaying) {
+    if (!ckpt_is_replaying()) {
         ckpt_stream_seen(s);
         ckpt_pace_touch_all(s, false); /* its nodes' writes are not looked into */
     }
@@ -647,7 +647,7 @@ static CUresult hostfn(__typeof__(&cuLaunchHostFunc) real, CUstream null_means, 
         ckpt_history_taint("a CUDA graph calls a host function, which replay cannot run at the graph's launches");
         return real(hStream, fn, userData);
     }
-    if (!ckpt_replaying)
+    if (!ckpt_is_replaying())
         ckpt_stream_seen(s);
     bool wrapped = ckpt_history_hostfn(s, &fn, &userData);
     CUresult r = real(hStream, fn, userData);
@@ -670,7 +670,7 @@ static int to_host_before(CUstream s, void *dst, CUdeviceptr src, size_t n)
         return ASYNC_PLAIN;
     }
     bool live = ckpt_history_work();
-    if (ckpt_replaying && !live) {
+    if (ckpt_is_replaying() && !live) {
         ckpt_history_d2h_async(dst, src, n, s);
         return ASYNC_DONE;
     }
@@ -713,9 +713,9 @@ static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_mean
         return r;
     }
     bool live = capturing(s) || ckpt_history_work();
-    if (ckpt_replaying && !live)
+    if (ckpt_is_replaying() && !live)
         return CUDA_SUCCESS;
-    if (!ckpt_replaying) {
+    if (!ckpt_is_replaying()) {
         ckpt_stream_seen(s);
         touch_dst(s, dst);
     }

@@ -168,7 +168,7 @@ static bool excl(int flags)
 /* Recording, and the call may keep a file open for writing, or create one. */
 static bool tracking(int flags)
 {
-    return (records || (!ckpt_replaying && ckpt_active)) && ((flags & O_ACCMODE) != O_RDONLY || excl(flags));
+    return (records || (!ckpt_is_replaying() && ckpt_active)) && ((flags & O_ACCMODE) != O_RDONLY || excl(flags));
 }
 
 /* An exclusive create's result is in the log (ok: it created the file;
@@ -438,7 +438,7 @@ EXPORT int unlink(const char *path)
 
 void ckpt_world_boundary(void)
 {
-    if (ckpt_replaying) {
+    if (ckpt_is_replaying()) {
         /* The recorded run's lengths at this boundary, before its ITER. */
         struct ckpt_rl_rec rec;
         uint64_t t = ckpt_thread_key();
