@@ -40,7 +40,7 @@ struct store {
 
 static struct addrinfo *store_address(void)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
     if (!addr || !port || getaddrinfo(addr, port, &hints, &ai) != 0)
         fid_fail("getaddrinfo", "MASTER_ADDR and MASTER_PORT must name the store", __FILE__, __LINE__);
