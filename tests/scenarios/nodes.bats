@@ -784,6 +784,20 @@ standbys_on_every_node() {
     done
 }
 
+# both_took_over: both nodes ended well, and the standbys of each took
+# over at the iteration node 0 named, no rank of either restored cold.
+both_took_over() {
+    local it i
+    wait_rc "$D/rc.0" "$D/rc.1" || return 1
+    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || return 1
+    it=$(sed -n 's/^ckpt-resume: the standbys of every node take over at iteration \([0-9]*\)$/\1/p' "$D/err.0")
+    [ -n "$it" ] || { echo "no takeover"; return 1; }
+    for i in 0 1; do
+        grep -q "^ckpt-resume: the standbys took over at iteration $it in " "$D/err.$i" || return 1
+        ! grep -q "^ckpt-resume: rank [0-9]* restores iteration" "$D/err.$i" || return 1
+    done
+}
+
 @test "standbys on every node (2 nodes x 2 ranks): a rank killed, the standbys of both nodes take over at the same iteration, no rank replays from the start, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=nodes-sb-$$-$RANDOM
     ARGS="--iters 1000 --hidden 64 --layers 3" # still running once the standbys are (a loaded machine)
@@ -791,17 +805,10 @@ standbys_on_every_node() {
     start 0 2 2
     start 1 2 2
     standbys_on_every_node 2 2 || { show; return 1; }
-    local pid it
+    local pid
     pid=$(live_pid 3) || { echo "no live rank 3"; show; return 1; }
     kill -KILL "$pid"
-    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
-    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
-    it=$(sed -n 's/^ckpt-resume: the standbys of every node take over at iteration \([0-9]*\)$/\1/p' "$D/err.0")
-    [ -n "$it" ] || { show; return 1; }
-    for i in 0 1; do
-        grep -q "^ckpt-resume: the standbys took over at iteration $it in " "$D/err.$i" || { show; return 1; }
-        ! grep -q "^ckpt-resume: rank [0-9]* restores iteration" "$D/err.$i" || { show; return 1; }
-    done
+    both_took_over || { show; return 1; }
     ! grep -q "no takeover by the standbys" "$D/err.0" || { show; return 1; }
     done_line "standby" || { show; return 1; }
     diff <(resumed_output "$D/out.0") "$D/plain"
@@ -842,13 +849,7 @@ standby_pid() {
     done
     pid=$(live_pid 1) || { echo "no live rank 1"; show; return 1; }
     kill -KILL "$pid"
-    wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
-    [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }
-    it=$(sed -n 's/^ckpt-resume: the standbys of every node take over at iteration \([0-9]*\)$/\1/p' "$D/err.0")
-    [ -n "$it" ] || { show; return 1; }
-    for i in 0 1; do
-        grep -q "^ckpt-resume: the standbys took over at iteration $it in " "$D/err.$i" || { show; return 1; }
-    done
+    both_took_over || { show; return 1; }
     done_line "standby" || { show; return 1; }
     diff <(resumed_output "$D/out.0") "$D/plain"
 }
