@@ -279,7 +279,8 @@ static void follow_init(const char *dir, uint64_t max)
         ckpt_refuse("no orders for a standby in %s/%s: %s", dir, CKPT_FOLLOW_FILE, strerror(errno));
     ckpt_follow_set(&orders->pid, (uint64_t)getpid());
     ckpt_rlog_serve_sockets(ckpt_cfg_int(CFG_FOLLOW_ALONE));
-    if (ckpt_rlog_open_follow(dir, disk_log(dir), max, why, sizeof(why)) < 0)
+    const char *log = ckpt_cfg_str(CFG_FOLLOW_LOG);
+    if (ckpt_rlog_open_follow(*log ? log : dir, disk_log(dir), max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     __atomic_store_n(&ckpt_replaying, 1, __ATOMIC_RELEASE);
     recording = true;
@@ -604,11 +605,13 @@ static void take_over(uint64_t it)
     char dir[PATH_MAX + 64];
     double start = ckpt_now_s();
     target = it;
-    ckpt_rlog_follow_end();
+    char why[512];
+    bool elsewhere = *ckpt_cfg_str(CFG_FOLLOW_LOG);
+    if (ckpt_rlog_follow_end(elsewhere ? follow_dir : NULL, disk_log(follow_dir), why, sizeof(why)) < 0)
+        ckpt_refuse("%s", why);
     if (ckpt_snapshot_open(false, dir, sizeof(dir)) < 0)
         ckpt_refuse("the standby cannot take the rank's arena (said above)");
     load_image(follow_dir);
-    char why[512];
     if (ckpt_standby_mem_back(why, sizeof(why)) < 0 || ckpt_standby_host_back(why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_history_release_pollers();

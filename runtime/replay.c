@@ -522,15 +522,53 @@ out:
     return rc;
 }
 
-void ckpt_rlog_follow_end(void)
+/* The standby of a spare followed a copy of the log: the rank's own log
+ * in dir (the agent put it there, a longer copy of the same lineage)
+ * becomes the one it goes on writing, once its bytes up to the cut are
+ * shown to be those it replayed.  Lock held. */
+static int follow_move(const char *dir, const char *disk, char *why, size_t whylen)
 {
-    char why[128];
+    char path[PATH_MAX];
+    struct stat st;
+    int f = rlog_open_log(dir, O_RDWR, path, sizeof(path), why, whylen);
+    if (f < 0)
+        return f;
+    if (fstat(f, &st) < 0 || (uint64_t)st.st_size < end) {
+        snprintf(why, whylen, "the replay log in %s is shorter than the %zu bytes the standby replayed", dir, end);
+        close(f);
+        return -EBADMSG;
+    }
+    char piece[1 << 16];
+    for (size_t off = 0; off < end;) {
+        size_t n = end - off < sizeof(piece) ? end - off : sizeof(piece);
+        if (pread(f, piece, n, (off_t)off) != (ssize_t)n || memcmp(piece, map + off, n) != 0) {
+            snprintf(why, whylen, "the replay log in %s differs from the one the standby replayed, in its first %zu "
+                     "bytes", dir, off + n);
+            close(f);
+            return -EBADMSG;
+        }
+        off += n;
+    }
+    close(fd);
+    fd = f;
+    on_disk = path[0] != '\0';
+    remember(dir, disk, arena_max);
+    return 0;
+}
+
+int ckpt_rlog_follow_end(const char *dir, const char *disk, char *why, size_t whylen)
+{
+    char lwhy[128];
+    int rc = 0;
     pthread_mutex_lock(&lock);
-    size_t len = following ? follow_map(why, sizeof(why)) : 0;
+    size_t len = following ? follow_map(lwhy, sizeof(lwhy)) : 0;
     if (len > end)
         keep_tail(map, end, len);
     following = false;
+    if (dir && map)
+        rc = follow_move(dir, disk, why, whylen);
     pthread_mutex_unlock(&lock);
+    return rc;
 }
 
 /* The calling thread's last record, while it is still in buf (gen counts

@@ -93,8 +93,12 @@ int ckpt_rlog_open_follow(const char *dir, const char *disk, uint64_t max_bytes,
  * -EPERM (tainted), with why. */
 int ckpt_rlog_follow_next(uint64_t upto, uint64_t *iteration, char *why, size_t whylen);
 /* Takeover: what the live run logged after the cut is kept, as the failed
- * run's records (ckpt_rlog_failed_run), and the cut moves no more. */
-void ckpt_rlog_follow_end(void);
+ * run's records (ckpt_rlog_failed_run), and the cut moves no more.  With
+ * dir (a spare's standby, which followed a copy of the log), the log of
+ * the rank directory dir is the one to go on writing (disk as in
+ * ckpt_rlog_open_follow): refused, -EBADMSG with why, unless its first
+ * bytes are the ones replayed.  Returns 0 or -errno. */
+int ckpt_rlog_follow_end(const char *dir, const char *disk, char *why, size_t whylen);
 
 /* Appends a record of thread (buffered until ckpt_rlog_flush).  Over the
  * size limit it writes one OVERFLOW record, says so once, and drops the

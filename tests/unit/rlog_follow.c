@@ -4,7 +4,8 @@
  * holds whole; each thread reads its own records, payloads intact across
  * many pages of log; a tainted log stops the follower with the reason; at
  * takeover the live run's records after the cut are the failed run's, and
- * going live cuts the log there.  The writer is a child process, as the
+ * going live cuts the log there (in the rank's own log, when the standby
+ * followed a copy).  The writer is a child process, as the
  * live rank is.
  */
 #include <errno.h>
@@ -80,6 +81,48 @@ static int check_iteration(uint64_t it)
     return bad;
 }
 
+/*
+ * A spare's standby follows a copy of the log (its agent's, from the
+ * rank's node); at takeover it goes on writing the rank's log in its own
+ * arena, a longer copy of the same bytes; a copy whose bytes before the
+ * cut differ is refused.
+ */
+static void spare_standby(void)
+{
+    char peer[64], own[64], bad[64], cmd[512];
+    snprintf(peer, sizeof(peer), "%s/peer", dir);
+    snprintf(own, sizeof(own), "%s/own", dir);
+    snprintf(bad, sizeof(bad), "%s/bad", dir);
+    CHECK(mkdir(peer, 0700) == 0 && mkdir(own, 0700) == 0 && mkdir(bad, 0700) == 0, "dirs");
+    CHECK(ckpt_rlog_create(peer, NULL, 1 << 30, why, sizeof(why)) == 0, "create: %s", why);
+    for (uint64_t it = 1; it <= 20; it++)
+        write_iteration(it);
+    ckpt_rlog_close();
+    snprintf(cmd, sizeof(cmd), "cp %s/replay.log %s/ && cp %s/replay.log %s/ && "
+             "printf X | dd of=%s/replay.log bs=1 seek=200 conv=notrunc status=none", peer, own, peer, bad, bad);
+    CHECK(system(cmd) == 0, "%s", cmd);
+
+    CHECK(ckpt_rlog_open_follow(peer, NULL, 1 << 30, why, sizeof(why)) == 0, "follow the copy: %s", why);
+    CHECK(follow_to(10, why, sizeof(why)) == 0, "to 10: %s", why);
+    CHECK(ckpt_rlog_follow_end(bad, NULL, why, sizeof(why)) == -EBADMSG && strstr(why, "differs"),
+          "a log that differs before the cut is refused: %s", why);
+    ckpt_rlog_close();
+
+    CHECK(ckpt_rlog_open_follow(peer, NULL, 1 << 30, why, sizeof(why)) == 0, "follow the copy again: %s", why);
+    CHECK(follow_to(10, why, sizeof(why)) == 0, "to 10: %s", why);
+    for (uint64_t it = 1; it <= 10; it++)
+        check_iteration(it);
+    CHECK(ckpt_rlog_follow_end(own, NULL, why, sizeof(why)) == 0, "the rank's own log: %s", why);
+    CHECK(ckpt_rlog_go_live() == 0, "go live");
+    write_iteration(11);
+    ckpt_rlog_close();
+    uint64_t last = 0;
+    CHECK(ckpt_rlog_verify(own, &last, why, sizeof(why)) == 0 && last == 11,
+          "the rank's own log goes on from the cut: last iteration %llu (%s)", (unsigned long long)last, why);
+    CHECK(ckpt_rlog_verify(peer, &last, why, sizeof(why)) == 0 && last == 20,
+          "the copy followed is untouched: last iteration %llu (%s)", (unsigned long long)last, why);
+}
+
 int main(void)
 {
     int go[2], done[2];
@@ -118,7 +161,7 @@ int main(void)
     waitpid(pid, NULL, 0);
 
     /* Takeover at ITERS - 10: the ten iterations after it are the failed run's. */
-    ckpt_rlog_follow_end();
+    CHECK(ckpt_rlog_follow_end(NULL, NULL, why, sizeof(why)) == 0, "follow end: %s", why);
     struct ckpt_rl_rec r;
     CHECK(ckpt_rlog_failed_run(A, &r, true) == CKPT_RL_D2H && r.c == ITERS - 9, "the failed run's next copy");
     CHECK(ckpt_rlog_go_live() == 0, "go live");
@@ -132,7 +175,7 @@ int main(void)
     CHECK(ckpt_rlog_open_follow(dir, NULL, 1 << 30, why, sizeof(why)) == 0, "open again: %s", why);
     CHECK(follow_to(ITERS - 9, why, sizeof(why)) == 0, "to iteration %d: %s", ITERS - 9, why);
     ckpt_rlog_append(CKPT_RL_TAINT, A, ITERS - 8, 0, 0, "a test's reason", 15); /* ignored: not live */
-    ckpt_rlog_follow_end();
+    CHECK(ckpt_rlog_follow_end(NULL, NULL, why, sizeof(why)) == 0, "follow end: %s", why);
     CHECK(ckpt_rlog_go_live() == 0, "go live again");
     ckpt_rlog_append(CKPT_RL_TAINT, A, ITERS - 8, 0, 0, "a test's reason", 15);
     ckpt_rlog_flush();
@@ -142,6 +185,7 @@ int main(void)
     CHECK(ckpt_rlog_follow_next(UINT64_MAX, &got, why, sizeof(why)) == -EPERM && strstr(why, "a test's reason"),
           "a taint stops the follower with its reason: %s", why);
     ckpt_rlog_close();
+    spare_standby();
 
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
