@@ -280,7 +280,7 @@ static void follow_init(const char *dir, uint64_t max)
     ckpt_follow_set(&orders->pid, (uint64_t)getpid());
     ckpt_rlog_serve_sockets(ckpt_cfg_int(CFG_FOLLOW_ALONE));
     const char *log = ckpt_cfg_str(CFG_FOLLOW_LOG);
-    if (ckpt_rlog_open_follow(*log ? log : dir, disk_log(dir), max, why, sizeof(why)) < 0)
+    if (ckpt_rlog_open_follow(log && *log ? log : dir, disk_log(dir), max, why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     __atomic_store_n(&ckpt_replaying, 1, __ATOMIC_RELEASE);
     recording = true;
@@ -606,7 +606,8 @@ static void take_over(uint64_t it)
     double start = ckpt_now_s();
     target = it;
     char why[512];
-    bool elsewhere = *ckpt_cfg_str(CFG_FOLLOW_LOG);
+    const char *log = ckpt_cfg_str(CFG_FOLLOW_LOG);
+    bool elsewhere = log && *log;
     if (ckpt_rlog_follow_end(elsewhere ? follow_dir : NULL, disk_log(follow_dir), why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     if (ckpt_snapshot_open(false, dir, sizeof(dir)) < 0)

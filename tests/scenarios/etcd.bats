@@ -306,3 +306,38 @@ EOF
     done
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
 }
+
+@test "a spare with standbys beside 3 nodes with standbys: it follows each node's ranks from the copies and logs they send it; a node lost with its memory, the spare takes its place and its standby goes live with the others', from peers' memory, no rank replays from the start, as uninterrupted" {
+    export CKPT_STANDBY=1 CKPT_JOB=etcd-spare-$$-$RANDOM
+    plain 3
+    local t r k it victim
+    SPARE=1 start s 3
+    for t in a b c; do start $t 3; done
+    for t in a b c; do
+        for k in $(seq 600); do grep -q "^ckpt-resume: started 1 standby " "$D/err.$t" 2>/dev/null && break; sleep 0.1; done
+        grep -q "^ckpt-resume: started 1 standby " "$D/err.$t" || { show; return 1; }
+    done
+    for r in 0 1 2; do
+        for k in $(seq 600); do grep -q "^ckpt-resume: the standby of rank $r (pid [0-9]*) follows the log this spare holds of it$" "$D/err.s" && break; sleep 0.1; done
+        grep -q "^ckpt-resume: the standby of rank $r (pid [0-9]*) follows the log this spare holds of it$" "$D/err.s" || { show; return 1; }
+    done
+    it=$(newest_iter)
+    for k in $(seq 300); do [ "$(newest_iter)" -ge $((it + 300)) ] && break; sleep 0.05; done
+    victim=$((RANDOM % 3))
+    t=$(tag_of "$victim" "$CKPT_JOB") || { show; return 1; }
+    pkill -KILL -s "$(cat "$D/sid.$t")"
+    rm -rf "$D/arena.$t"
+    local others=()
+    for x in a b c s; do [ "$x" = "$t" ] || others+=("$x"); done
+    wait_rc "${others[@]}" || { show; return 1; }
+    for x in "${others[@]}"; do [ "$(cat "$D/rc.$x")" = 0 ] || { show; return 1; }; done
+    grep -q "^ckpt-resume: node $victim of job $CKPT_JOB was lost: this spare takes its place$" "$D/err.s" || { show; return 1; }
+    grep -q "^ckpt-resume: this spare's standbys of node $victim's ranks are the node's, replayed up to iteration [0-9]*$" "$D/err.s" || { show; return 1; }
+    it=$(sed -n 's/^ckpt-resume: the standbys of every node take over at iteration \([0-9]*\)$/\1/p' "$D"/err.* | head -n 1)
+    [ -n "$it" ] || { show; return 1; }
+    grep -q "^ckpt-resume: rank $victim restores iteration $it from a peer's copy" "$D/err.s" || { show; return 1; }
+    for x in "${others[@]}"; do
+        grep -q "^ckpt-resume: the standby took over at iteration $it in " "$D/err.$x" || { show; return 1; }
+    done
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}

@@ -13,6 +13,18 @@
  *                              creates it, campaigned for again by every
  *                              agent when it goes; its create revision is
  *                              the epoch;
+ *   <job>/spare/<lease>        a spare waiting beside the job (--spare):
+ *                              its address and where it takes copies;
+ *                              node I sends its ranks' copies and logs
+ *                              to the spare I mod S too (spare.c);
+ *   <job>/plan                 the newest plan, for the spares: where
+ *                              the job's rank 0 meets its peers (their
+ *                              standbys are its ranks' standbys alone)
+ *                              and the decisions (recovery.h) that say
+ *                              which of their copies still count:
+ *                              "ADDR PORT EPOCH:RESTORE ..." (the plan's
+ *                              first, then those before it), put by the
+ *                              leader;
  *   <job>/e<epoch>/up/<I>/<lease>/<n>
  *                              the n-th message to the coordinator of the
  *                              agent that is node I under that lease,
@@ -135,9 +147,14 @@ struct bridge {
     int lost_leader;        /* a leader whose lease ended while the job ran, -1: none; whoever leads
                              * next fences it (CKPT_FENCE_CMD): it may be frozen, not gone */
     char lost_leader_ip[64];
+    pthread_mutex_t spares_lock;
+    struct coord_addr *spares;  /* the spares' receivers, in their keys' order (spares_lock) */
+    unsigned nspares;
+    double spares_read_s;       /* when spare/ was read last */
 };
 
-static struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1 };
+static struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1,
+                           .spares_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void close_link(struct link *l)
 {
@@ -499,6 +516,68 @@ static void put_end(const struct coord_status *st)
         ckpt_log(CKPT_WARN, "the job's end is not in etcd (%s): its spares wait until they are stopped", why);
 }
 
+/* The plan key, for the spares (a PLAN as the coordinator sends it, coord.h). */
+static void put_plan(const void *msg, size_t len)
+{
+    const struct coord_plan *p = msg;
+    if (len < sizeof(*p) || p->ndecided > COORD_DECIDED_MAX)
+        return;
+    size_t at = sizeof(*p) + p->nnodes * sizeof(struct coord_addr) + p->nsend * sizeof(struct coord_send);
+    if (len != at + p->ndecided * sizeof(struct ckpt_decision))
+        return;
+    char key[300], value[128 + 44 * (COORD_DECIDED_MAX + 1)], why[256];
+    int k = snprintf(value, sizeof(value), "%.*s %.*s %" PRIu64 ":%" PRIu64,
+                     (int)strnlen(p->master_addr, sizeof(p->master_addr)), p->master_addr,
+                     (int)strnlen(p->master_port, sizeof(p->master_port)), p->master_port, p->epoch, p->restore);
+    for (uint32_t i = 0; i < p->ndecided; i++) {
+        struct ckpt_decision d;
+        memcpy(&d, (const char *)msg + at + i * sizeof(d), sizeof(d));
+        k += snprintf(value + k, sizeof(value) - k, " %" PRIu64 ":%" PRIu64, d.epoch, d.restore);
+    }
+    snprintf(key, sizeof(key), "%splan", B.prefix);
+    if (etcd_put(B.e, key, value, strlen(value), B.lease, why, sizeof(why)) < 0)
+        ckpt_log(CKPT_DEBUG, "the plan is not in etcd (%s): the spares' standbys wait for it", why);
+}
+
+/* The spares' receivers (spare/, "IP HOSTPORT"), read at most once a second. */
+static void spares_turn(double now)
+{
+    char key[300], why[128];
+    struct etcd_kv *kv;
+    size_t n = 0;
+    if (now - B.spares_read_s < 1.0)
+        return;
+    B.spares_read_s = now;
+    snprintf(key, sizeof(key), "%sspare/", B.prefix);
+    if (etcd_get(B.e, key, true, &kv, &n, NULL, why, sizeof(why)) < 0)
+        return;
+    struct coord_addr *a = calloc(n ? n : 1, sizeof(*a));
+    unsigned k = 0;
+    for (size_t i = 0; a && i < n; i++) {
+        const char *rx = strchr(kv[i].value, ' ');
+        if (rx && rx[1] && strlen(rx + 1) < COORD_ADDR_MAX)
+            snprintf(a[k++].hostport, COORD_ADDR_MAX, "%s", rx + 1);
+    }
+    etcd_kvs_free(kv, n);
+    if (!a)
+        return;
+    pthread_mutex_lock(&B.spares_lock);
+    free(B.spares);
+    B.spares = a;
+    B.nspares = k;
+    pthread_mutex_unlock(&B.spares_lock);
+}
+
+int bridge_spare_for(unsigned node, char *out, size_t outlen)
+{
+    int rc = -ENOENT;
+    pthread_mutex_lock(&B.spares_lock);
+    if (B.nspares)
+        rc = 0, snprintf(out, outlen, "%s", B.spares[node % B.nspares].hostport);
+    pthread_mutex_unlock(&B.spares_lock);
+    return rc;
+}
+
 static void leader_turn(void)
 {
     agents();
@@ -520,6 +599,8 @@ static void leader_turn(void)
                 break;
             if (type == COORD_FINISH && len >= sizeof(struct coord_status))
                 put_end((const struct coord_status *)msg);
+            if (type == COORD_PLAN && j == 0)
+                put_plan(msg, len);
             post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
             free(msg);
         }
@@ -719,6 +800,8 @@ static void *run(void *arg)
             leader_turn();
         member_turn();
         launch_turn();
+        if (!B.paused)
+            spares_turn(ckpt_now_s());
         wait_ms = B.moved != moved ? busy_ms : wait_ms * 2 > quiet_ms ? quiet_ms : wait_ms * 2;
     }
     free(p);
@@ -780,10 +863,15 @@ static int spare_wait(char *why, size_t whylen)
     char mine[300], key[300];
     bool formed = false;
     double gone_since = 0, short_since = 0;
+    char value[160], rx[COORD_ADDR_MAX];
     snprintf(mine, sizeof(mine), "%sspare/%" PRIx64, B.prefix, B.lease);
-    int rc = etcd_put(B.e, mine, B.ip, strlen(B.ip), B.lease, why, whylen);
-    if (rc < 0)
+    spare_open(B.opt, B.ip, rx, sizeof(rx));
+    snprintf(value, sizeof(value), "%s%s%s", B.ip, *rx ? " " : "", rx);
+    int rc = etcd_put(B.e, mine, value, strlen(value), B.lease, why, whylen);
+    if (rc < 0) {
+        spare_close();
         return rc;
+    }
     lease_hold(B.keeper, mine);
     ckpt_log(CKPT_INFO, "a spare for job %s (%u nodes), through etcd at %s: it takes the place of the first node "
              "lost", B.opt->job_name, B.n, B.opt->etcd);
@@ -802,6 +890,15 @@ static int spare_wait(char *why, size_t whylen)
                      B.opt->job_name, ended);
             rc = 1;
             break;
+        }
+        if (*rx) {
+            snprintf(key, sizeof(key), "%splan", B.prefix);
+            if (etcd_get(B.e, key, false, &kv, &n, NULL, why, whylen) == 0) {
+                if (n)
+                    spare_plan(kv[0].value);
+                etcd_kvs_free(kv, n);
+            }
+            spare_turn();
         }
         snprintf(key, sizeof(key), "%snode/", B.prefix);
         if (etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) < 0) {
@@ -828,6 +925,10 @@ static int spare_wait(char *why, size_t whylen)
             break;
         }
     }
+    if (rc == 0)
+        spare_claimed(B.node);
+    else
+        spare_close();
     char gone[128];
     if (etcd_delete(B.e, mine, false, gone, sizeof(gone)) < 0)
         ckpt_log(CKPT_DEBUG, "this spare's key stays until its lease ends: %s", gone);

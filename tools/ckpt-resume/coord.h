@@ -71,6 +71,8 @@ enum coord_msg {
 };
 
 #define COORD_ADDR_MAX 64
+#define COORD_JOIN_PEER_LOGS 1u /* JOIN: its standbys (a spare's) follow copies of the logs: its ranks' copies may
+                                 * come from any node, they are moved into its arena before the takeover */
 #define COORD_DECIDED_MAX 64 /* decisions a node keeps and a JOIN or PLAN carries: the newest */
 #define COORD_AGAIN 1 /* REPLICATE of what the ranks restored: sent where missing, not persisted again */
 #define COORD_NO_ROOM 1u /* FAILED: libckpt stopped the rank, its host cannot hold its arena: no restart would find room */
@@ -93,7 +95,7 @@ struct coord_join {
     uint32_t restarts;                 /* the job's restarts in the last plan it got */
     uint64_t epoch;                    /* the epoch of the last plan it got, 0: none */
     uint32_t ndecided;                 /* the decisions it acted under (recovery.h), oldest first */
-    uint32_t reserved;
+    uint32_t flags;                    /* COORD_JOIN_*: how its standbys follow */
 };
 
 struct coord_plan {

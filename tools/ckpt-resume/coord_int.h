@@ -31,6 +31,7 @@ struct node {
     int fetch_status, repl_status;
     uint64_t refused;
     uint64_t standby;           /* its JOIN: its standbys replay up to here, 0: it has none ready */
+    bool peer_logs;             /* its JOIN: they follow copies of the logs (COORD_JOIN_PEER_LOGS) */
     bool launched;              /* its JOIN: a coordinator launched the job before (perhaps not this one) */
     uint32_t plan_restarts;     /* its JOIN: the job's restarts in the last plan it got */
     uint64_t epoch;             /* its JOIN: the epoch of the last plan it got */

@@ -489,6 +489,16 @@ int main(int argc, char **argv)
     }
     ckpt_log_init("ckpt-resume", (int)ckpt_cfg_int(CFG_LOG));
     ckpt_config_unknown(warn_unknown);
+    /* Inherited by every process started from here on, launchers and
+     * their ranks included (a spare's standbys too, started while it
+     * waits): restore by replay needs each device allocation back at its
+     * address. */
+    if (!ckpt_cfg_int(CFG_ADDR_RANDOMIZE)) {
+        int pers = personality(0xffffffff);
+        if (pers == -1 || personality((unsigned long)pers | ADDR_NO_RANDOMIZE) == -1)
+            ckpt_log(CKPT_WARN, "cannot turn address-space randomisation off (%s): restores of ranks whose "
+                     "allocations come back at other addresses will be refused", strerror(errno));
+    }
     if (configure(&opt, restarts_given) < 0 || (rc = configure_nodes(&opt, given)) < 0) {
         bridge_stop();
         return USAGE_ERROR;
@@ -497,15 +507,6 @@ int main(int argc, char **argv)
         bridge_stop();
         ckpt_log(CKPT_INFO, "done exit=0 restarts=0 (a spare, not needed)");
         return 0;
-    }
-    /* Inherited by every process started from here on, launchers and
-     * their ranks included: restore by replay needs each device allocation
-     * back at its address. */
-    if (!ckpt_cfg_int(CFG_ADDR_RANDOMIZE)) {
-        int pers = personality(0xffffffff);
-        if (pers == -1 || personality((unsigned long)pers | ADDR_NO_RANDOMIZE) == -1)
-            ckpt_log(CKPT_WARN, "cannot turn address-space randomisation off (%s): restores of ranks whose "
-                     "allocations come back at other addresses will be refused", strerror(errno));
     }
     /*
      * A fresh start makes whatever an earlier run of this job left in the
@@ -537,6 +538,8 @@ int main(int argc, char **argv)
         metrics_stop();
         return 1;
     }
+    if (opt.spare)
+        spare_adopt(&job);
     int code;
     if (opt.coord) {
         code = member_run(&job, &restarts);

@@ -226,7 +226,8 @@ static int join(struct job *job, struct member *m, uint64_t refused)
     struct coord_join jn = { .node = (uint32_t)opt->node_rank, .nnodes = (uint32_t)opt->nnodes,
                              .nproc = (uint32_t)opt->nproc, .replicas = (uint32_t)ckpt_cfg_int(CFG_REPLICAS),
                              .refused = refused, .standby = standby_ready(job), .launched = m->planned,
-                             .restarts = (uint32_t)m->plan_restarts, .epoch = m->epoch };
+                             .restarts = (uint32_t)m->plan_restarts, .epoch = m->epoch,
+                             .flags = job->sb.peer_logs ? COORD_JOIN_PEER_LOGS : 0 };
 
     inventory(job, m, &hs);
     snprintf(jn.job, sizeof(jn.job), "%s", opt->job_name);
@@ -797,6 +798,8 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
     m->superseded = !restore && !m->launches; /* a first launch from the beginning has nothing to retire */
     if (!m->superseded && !restore) /* started again from the beginning: nothing of the failed run counts */
         supersede(job, m, 0);
+    if (m->by_standby && job->sb.peer_logs) /* a spare's standbys: the copies they followed go into the arena */
+        prepare_arena(job, m, restore);
     if (m->by_standby && standby_take_over(job, restore) < 0) {
         struct coord_status st = { .status = 1, .flags = COORD_TAKEOVER, .iteration = restore };
         m->failed_sent = true;
@@ -842,6 +845,10 @@ int member_run(struct job *job, int *restarts)
         return 1;
     m->fd = m->wake[0] = m->wake[1] = -1;
     ledger_load(job, &m->ledger);
+    if (opt->spare) { /* the decisions it saw while it waited: the copies it took belong to them */
+        struct ckpt_decision d[COORD_DECIDED_MAX];
+        ledger_take(job, &m->ledger, d, spare_decisions(d, COORD_DECIDED_MAX));
+    }
     m->epoch = ledger_newest(&m->ledger); /* a new plan's is above it */
     m->timeout_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
     job->member = m;

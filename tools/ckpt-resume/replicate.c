@@ -52,6 +52,7 @@ struct rep {
     pthread_t rx, tx;
     bool rx_started, tx_running;
     bool warned;                        /* the last round's failure was said (once per kind in a row) */
+    bool spare_warned;                  /* the last copy for the spare failed (said) */
     int warned_rc;
     int rx_warned;                      /* the receiver's last error, said once in a row */
     int tx_done;                        /* atomic: the worker has ended */
@@ -282,6 +283,31 @@ out:
     return rc;
 }
 
+/*
+ * A spare waiting beside the job with standbys (bridge.c: node I's is
+ * the spare I mod S) gets this node's copies and logs too, after the
+ * holders: its standbys follow them.  Never part of the round's result:
+ * a spare that cannot take them only falls behind, said once in a row.
+ */
+static void to_spare(struct rep *r)
+{
+    char spare[COORD_ADDR_MAX], dir[PATH_MAX], why[512];
+    if (bridge_spare_for((unsigned)r->opt->node_rank, spare, sizeof(spare)) < 0)
+        return;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < r->opt->nproc; i++) {
+        int rank = r->opt->first_rank + i;
+        if ((rc = ckpt_arena_path(dir, sizeof(dir), r->opt->arena_root, r->opt->job_name, rank)) == 0)
+            rc = send_copy(r, dir, rank, r->iteration, spare, true, why, sizeof(why));
+        if (rc < 0 && !r->spare_warned)
+            ckpt_log(CKPT_WARN, "cannot send rank %d iteration %llu to the spare at %s: %s; its standby there falls "
+                     "behind", rank, (unsigned long long)r->iteration, spare, why);
+    }
+    if (rc == 0 && r->spare_warned)
+        ckpt_log(CKPT_INFO, "the spare at %s takes this node's copies again", spare);
+    r->spare_warned = rc < 0;
+}
+
 static void *worker(void *arg)
 {
     struct rep *r = arg;
@@ -315,6 +341,7 @@ static void *worker(void *arg)
                 r->warned = false;
         }
     }
+    to_spare(r);
     r->tx_status = rc;
     __atomic_store_n(&r->tx_done, 1, __ATOMIC_RELEASE);
     if (write(r->wake, "r", 1) < 0)

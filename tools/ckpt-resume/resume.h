@@ -162,6 +162,7 @@ struct standby {
     bool taking_over;       /* a standby that dies now is not replaced */
     unsigned replaced;      /* standbys started alone in this launch (STANDBY_ALONE_MAX) */
     double alone_s;         /* when the last of them was started, 0: none */
+    bool peer_logs;         /* a spare's (standby_adopt): they follow the copies its store took */
     double started_s;       /* when they were started, 0: not yet */
     uint64_t allowed;       /* the last iteration they were let replay to */
     double lag_s;           /* CKPT_STANDBY_LAG */
@@ -277,6 +278,19 @@ int standby_take_over(struct job *job, uint64_t iteration);
 int standby_set_port(struct job *job, const char *port);
 uint64_t standby_ready(const struct job *job);
 void standby_stop(struct job *job, const char *why);
+int standby_adopt(struct job *job, const pid_t *pids, struct ckpt_follow **orders, struct channel *chan, pid_t pgid,
+                  uint64_t allowed);
+
+/* spare.c: a spare's standbys, while it waits (spare_open, then
+ * spare_plan and spare_turn from bridge.c's wait) and once it is a node
+ * (spare_claimed, then spare_adopt after job_open); spare_close ends them. */
+int spare_open(struct options *opt, const char *ip, char *addr, size_t addrlen);
+void spare_plan(const char *value);
+unsigned spare_decisions(struct ckpt_decision *d, unsigned max);
+void spare_turn(void);
+void spare_claimed(unsigned node);
+int spare_adopt(struct job *job);
+void spare_close(void);
 
 /* disk.c */
 void disk_open(struct disk *d, const struct options *opt);
@@ -367,6 +381,9 @@ void metrics_stop(void);
  * address towards etcd (NULL: no bridge). */
 int bridge_start(struct options *opt, char *why, size_t whylen);
 const char *bridge_ip(void);
+/* The receiver of the spare that takes node @node's copies (node I mod
+ * the spares waiting, with standbys) into @out; -ENOENT: none. */
+int bridge_spare_for(unsigned node, char *out, size_t outlen);
 /* The node this agent gave up starting (CKPT_NODE_LAUNCHER: its command
  * ended too often), 0: none. */
 unsigned bridge_gave_up(void);

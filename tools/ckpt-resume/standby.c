@@ -421,6 +421,7 @@ static void forget(struct standby *sb)
     sb->lagging = 0;
     sb->replaced = 0;
     sb->alone_s = 0;
+    sb->peer_logs = false;
     if (sb->drawn)
         memset(sb->drawn, 0, sb->nranks * sizeof(*sb->drawn));
 }
@@ -441,6 +442,46 @@ void standby_stop(struct job *job, const char *why)
     for (int i = 0; i < job->opt->nproc; i++)
         sb->ranks[i] = (struct rank){0};
     forget(sb);
+}
+
+/*
+ * A spare that took node's place (spare.c): the standbys it ran for the
+ * node's ranks, alone, following the logs it received, are this node's,
+ * with their channel, replayed up to @allowed.  Their copies are moved
+ * into the arena before they take over (peer_logs).
+ */
+int standby_adopt(struct job *job, const pid_t *pids, struct ckpt_follow **orders, struct channel *chan, pid_t pgid,
+                  uint64_t allowed)
+{
+    struct standby *sb = &job->sb;
+    int n = job->opt->nproc;
+    if (!sb->on)
+        return -ENOSYS;
+    if (n > sb->cap) {
+        free(sb->orders);
+        free(sb->drawn);
+        sb->orders = calloc(n, sizeof(*sb->orders));
+        sb->drawn = calloc(n, sizeof(*sb->drawn));
+        sb->cap = sb->orders && sb->drawn ? n : 0;
+        if (!sb->cap)
+            return -ENOMEM;
+    }
+    channel_close(&sb->chan);
+    sb->chan = *chan;
+    int rc = standby_vars(job);
+    if (rc < 0)
+        return rc;
+    sb->nranks = n;
+    for (int i = 0; i < n; i++) {
+        sb->orders[i] = orders[i];
+        sb->ranks[i] = (struct rank){ .pid = pids[i], .alone = true };
+    }
+    sb->running = n;
+    sb->pgid = pgid;
+    sb->started_s = sb->alone_s = ckpt_now_s();
+    sb->allowed = allowed;
+    sb->peer_logs = true;
+    return 0;
 }
 
 /* The standbys are the job's ranks now, and the ranks' channel and port

@@ -1,0 +1,338 @@
+/*
+ * A spare's standbys (--spare, with CKPT_STANDBY=1).  While it waits
+ * beside the job (bridge.c), the spare takes the copies and replay logs
+ * the nodes send it (node I sends to the spare I mod S), and runs, for
+ * each rank whose copy it holds, a standby alone: the job's command in
+ * follow mode, following the log it received (CKPT_FOLLOW_LOG) up to the
+ * newest iteration of that rank it holds a copy of, served the rank's
+ * rendezvous from that log (CKPT_FOLLOW_ALONE: it has no shadow job to
+ * meet), its orders in the spare's own arena.  When a node is lost and
+ * this spare takes its place, the standbys of that node's ranks are the
+ * node's standbys (standby_adopt): a takeover moves the copies into the
+ * arena and they go live there, without a replay from the start; the
+ * others are stopped.  A log replaced by a new lineage (the job went
+ * back) is a new file: its standby starts again on it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "config.h"
+#include "coord.h"
+#include "follow.h"
+#include "log.h"
+#include "resume.h"
+
+/* How many times one rank's standby is started before the spare gives it up. */
+#define SPARE_STARTS_MAX 4
+
+struct spare_rank {
+    pid_t pid;                  /* 0: not running */
+    struct ckpt_follow *orders; /* mapped while it runs */
+    dev_t dev;                  /* the log it follows: a new lineage is a new file */
+    ino_t ino;
+    uint64_t allowed;           /* the newest iteration of this rank held here */
+    struct timespec mtime[2];   /* its slots' when they were scanned */
+    unsigned starts;
+};
+
+static struct {
+    struct options *opt;
+    struct rep *rep;
+    struct channel chan;
+    int wake[2];
+    pid_t pgid;
+    int nranks;
+    struct spare_rank *ranks;
+    char master_addr[64], master_port[16];
+    char peers[PATH_MAX];       /* the store's job directory */
+    uint64_t epoch;             /* of the newest plan seen */
+    struct ckpt_decision decided[COORD_DECIDED_MAX]; /* the decisions it knew, oldest first */
+    unsigned ndecided;
+} S = { .chan = { .fd = -1 }, .wake = { -1, -1 } };
+
+static bool on(void)
+{
+    return S.ranks != NULL;
+}
+
+int spare_open(struct options *opt, const char *ip, char *addr, size_t addrlen)
+{
+    addr[0] = '\0';
+    if (!ckpt_cfg_int(CFG_STANDBY) || opt->wrap)
+        return 0;
+    S.opt = opt;
+    S.nranks = opt->nnodes * opt->nproc;
+    int rc = pipe2(S.wake, O_CLOEXEC | O_NONBLOCK) < 0 ? -errno : 0;
+    if (rc == 0)
+        rc = rep_open(&S.rep, opt, ip, "", S.wake[1]);
+    if (rc == 0)
+        rc = channel_open(&S.chan);
+    if (rc == 0 && !(S.ranks = calloc(S.nranks, sizeof(*S.ranks))))
+        rc = -ENOMEM;
+    if (rc == 0 && (rc = rep_peer_dir(S.rep, 0, S.peers, sizeof(S.peers))) == 0)
+        *strrchr(S.peers, '/') = '\0';
+    if (rc == 0 && !*rep_address(S.rep))
+        rc = -EIO; /* said by rep_open */
+    if (rc < 0) {
+        ckpt_log(CKPT_WARN, "this spare runs no standbys: %s", rc == -EIO ? "it cannot take copies" : strerror(-rc));
+        spare_close();
+        return 0;
+    }
+    snprintf(addr, addrlen, "%s", rep_address(S.rep));
+    ckpt_log(CKPT_INFO, "this spare takes copies at %s and runs standbys for the ranks they are of", addr);
+    return 0;
+}
+
+/*
+ * The newest plan, as the leader put it (bridge.c): the job's master, and
+ * the decisions.  A plan that went back retires the copies held here that
+ * it replaced (those of later iterations that came under an older plan),
+ * and copies offered under an older plan are refused from then on.
+ */
+void spare_plan(const char *value)
+{
+    char addr[64], port[16];
+    int at = 0;
+    struct ckpt_decision d[COORD_DECIDED_MAX + 1];
+    unsigned n = 0;
+    if (sscanf(value, "%63s %15s%n", addr, port, &at) != 2)
+        return;
+    for (const char *p = value + at; n < COORD_DECIDED_MAX + 1; n++) {
+        int used = 0;
+        if (sscanf(p, " %" SCNu64 ":%" SCNu64 "%n", &d[n].epoch, &d[n].restore, &used) != 2)
+            break;
+        p += used;
+    }
+    if (!n || d[0].epoch <= S.epoch)
+        return;
+    snprintf(S.master_addr, sizeof(S.master_addr), "%s", addr);
+    snprintf(S.master_port, sizeof(S.master_port), "%s", port);
+    S.epoch = d[0].epoch;
+    S.ndecided = 0;
+    for (unsigned i = 0; i < n; i++)
+        ckpt_decision_add(S.decided, &S.ndecided, COORD_DECIDED_MAX, d[i]);
+    if (S.rep) {
+        rep_epoch(S.rep, d[0].epoch);
+        rep_supersede(S.rep, d[0].restore, d[0].epoch);
+    }
+}
+
+/* The decisions this spare saw, for the ledger of the node it became. */
+unsigned spare_decisions(struct ckpt_decision *d, unsigned max)
+{
+    unsigned n = S.ndecided < max ? S.ndecided : max;
+    memcpy(d, S.decided + (S.ndecided - n), n * sizeof(*d));
+    return n;
+}
+
+static void stop(int rank)
+{
+    struct spare_rank *sr = &S.ranks[rank];
+    if (sr->pid > 0) {
+        kill(sr->pid, SIGKILL);
+        waitpid(sr->pid, NULL, 0);
+    }
+    ckpt_follow_unmap(sr->orders);
+    sr->orders = NULL;
+    sr->pid = 0;
+    sr->allowed = 0;
+}
+
+/* The newest iteration of @rank held here, scanned again when a slot changed. */
+static uint64_t held(int rank)
+{
+    struct spare_rank *sr = &S.ranks[rank];
+    bool changed = false;
+    for (int s = 0; s < 2; s++) {
+        char path[PATH_MAX + 32];
+        struct stat st = { 0 };
+        snprintf(path, sizeof(path), "%s/rank%d/slot%d", S.peers, rank, s);
+        if (stat(path, &st) < 0)
+            st.st_mtim = (struct timespec){ 0 };
+        changed |= st.st_mtim.tv_sec != sr->mtime[s].tv_sec || st.st_mtim.tv_nsec != sr->mtime[s].tv_nsec;
+        sr->mtime[s] = st.st_mtim;
+    }
+    if (!changed)
+        return sr->allowed;
+    struct held h;
+    uint64_t newest = 0;
+    arena_scan_rank(S.opt->job_name, S.peers, rank, &h);
+    for (int i = 0; i < h.n; i++)
+        newest = h.iteration[i] > newest ? h.iteration[i] : newest;
+    return newest;
+}
+
+/* Starts @rank's standby on the log in the store, alone. */
+static int start(int rank, const struct stat *log)
+{
+    struct spare_rank *sr = &S.ranks[rank];
+    struct options ropt = *S.opt;
+    char dir[PATH_MAX], peer[PATH_MAX + 32], self[24], *vars[10] = { 0 };
+    int rc;
+
+    ropt.node_rank = rank / S.opt->nproc;
+    ropt.first_rank = ropt.node_rank * S.opt->nproc;
+    snprintf(self, sizeof(self), "%ld", (long)getpid());
+    snprintf(peer, sizeof(peer), "%s/rank%d", S.peers, rank);
+    if ((rc = logship_rank_dir(S.opt->arena_root, S.opt->job_name, (uint32_t)rank, dir, sizeof(dir))) < 0)
+        return rc;
+    if (!(sr->orders = ckpt_follow_map(dir, 1)))
+        return -errno;
+    int k = 0;
+    if ((rc = job_set_var(&vars[k++], "LD_PRELOAD", S.opt->preload)) == 0 &&
+        (rc = job_set_var(&vars[k++], "CKPT_JOB", S.opt->job_name)) == 0 &&
+        (rc = job_set_var(&vars[k++], "CKPT_AGENT_SOCKET", S.chan.path)) == 0 &&
+        (rc = job_set_var(&vars[k++], "CKPT_FOLLOW", self)) == 0 &&
+        (rc = job_set_var(&vars[k++], "CKPT_FOLLOW_ALONE", "1")) == 0 &&
+        (rc = job_set_var(&vars[k++], "CKPT_FOLLOW_LOG", peer)) == 0 &&
+        (rc = job_set_var(&vars[k++], "CKPT_TAKEOVER_IDS", S.chan.dir)) == 0 && S.opt->pythonpath)
+        rc = job_set_var(&vars[k++], "PYTHONPATH", S.opt->pythonpath);
+    bool any = false; /* a process group lives while one of its processes does */
+    for (int r = 0; r < S.nranks; r++)
+        any |= S.ranks[r].pid > 0;
+    if (!any)
+        S.pgid = 0;
+    struct job j = { .opt = &ropt, .master_addr = S.master_addr };
+    sigprocmask(SIG_SETMASK, NULL, &j.rank_mask);
+    pid_t pid = 0;
+    if (rc == 0)
+        rc = spawn_process(&j, rank % S.opt->nproc, S.opt->cmd, S.master_port, vars, &S.pgid, &pid);
+    for (int i = 0; i < k; i++)
+        free(vars[i]);
+    if (rc < 0) {
+        stop(rank);
+        return rc;
+    }
+    sr->pid = pid;
+    sr->dev = log->st_dev;
+    sr->ino = log->st_ino;
+    sr->allowed = 0;
+    sr->starts++;
+    ckpt_log(CKPT_INFO, "the standby of rank %d (pid %d) follows the log this spare holds of it", rank, (int)pid);
+    return 0;
+}
+
+/* One look, between the spare's looks at etcd: copies taken, standbys
+ * started, restarted on a new lineage, reaped, let replay further. */
+void spare_turn(void)
+{
+    char drain[64];
+    int status;
+    if (!on())
+        return;
+    while (read(S.wake[0], drain, sizeof(drain)) > 0)
+        ;
+    channel_read(&S.chan, S.opt);
+    for (int rank = 0; rank < S.nranks; rank++) {
+        struct spare_rank *sr = &S.ranks[rank];
+        char log[PATH_MAX + 32];
+        struct stat st;
+        if (sr->pid > 0 && waitpid(sr->pid, &status, WNOHANG) == sr->pid) {
+            ckpt_log(CKPT_WARN, "the standby of rank %d on this spare (pid %d) %s %d", rank, (int)sr->pid,
+                     WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            sr->pid = 0;
+            stop(rank);
+        }
+        snprintf(log, sizeof(log), "%s/rank%d/replay.log", S.peers, rank);
+        uint64_t newest = held(rank);
+        if (stat(log, &st) < 0 || !newest)
+            continue;
+        if (sr->pid > 0 && (st.st_dev != sr->dev || st.st_ino != sr->ino)) {
+            ckpt_log(CKPT_INFO, "rank %d's log was replaced (the job went back): its standby on this spare starts "
+                     "again", rank);
+            stop(rank);
+            sr->starts = 0;
+        }
+        if (!sr->pid && sr->starts < SPARE_STARTS_MAX && S.master_port[0]) {
+            int rc = start(rank, &st);
+            if (rc < 0)
+                ckpt_log(CKPT_WARN, "cannot start a standby for rank %d on this spare: %s", rank, strerror(-rc));
+        }
+        if (sr->pid > 0 && newest > sr->allowed) {
+            ckpt_follow_order(sr->orders, &sr->orders->allowed, newest);
+            sr->allowed = newest;
+        }
+    }
+}
+
+/*
+ * This spare is node @node now: its ranks' standbys are kept for the
+ * node (spare_adopt), the others stopped, and the receiver closed (the
+ * node's agent opens its own on the same store).
+ */
+void spare_claimed(unsigned node)
+{
+    if (!on())
+        return;
+    int first = (int)node * S.opt->nproc;
+    for (int rank = 0; rank < S.nranks; rank++) {
+        if (rank >= first && rank < first + S.opt->nproc)
+            continue;
+        stop(rank);
+    }
+    rep_close(S.rep);
+    S.rep = NULL;
+}
+
+/* The node's standbys go to the agent's job: 0, or -ESRCH when not all of them run. */
+int spare_adopt(struct job *job)
+{
+    const struct options *opt = job->opt;
+    if (!on())
+        return -ESRCH;
+    pid_t pids[opt->nproc];
+    struct ckpt_follow *orders[opt->nproc];
+    uint64_t allowed = UINT64_MAX;
+    int rc = 0;
+    for (int i = 0; i < opt->nproc; i++) {
+        struct spare_rank *sr = &S.ranks[opt->first_rank + i];
+        int status;
+        if (sr->pid > 0 && waitpid(sr->pid, &status, WNOHANG) == sr->pid)
+            sr->pid = 0;
+        pids[i] = sr->pid;
+        orders[i] = sr->orders;
+        allowed = sr->allowed < allowed ? sr->allowed : allowed;
+        if (!sr->pid || !sr->allowed)
+            rc = -ESRCH;
+    }
+    if (rc == 0 && (rc = standby_adopt(job, pids, orders, &S.chan, S.pgid, allowed)) == 0) {
+        for (int i = 0; i < opt->nproc; i++)
+            S.ranks[opt->first_rank + i] = (struct spare_rank){ 0 };
+        S.chan = (struct channel){ .fd = -1 };
+        ckpt_log(CKPT_INFO, "this spare's standbys of node %d's ranks are the node's, replayed up to iteration %llu",
+                 opt->node_rank, (unsigned long long)allowed);
+    } else {
+        ckpt_log(CKPT_INFO, "this spare's standbys of node %d's ranks are not all running: the node takes no part "
+                 "in a takeover by standby", opt->node_rank);
+    }
+    spare_close();
+    return rc;
+}
+
+void spare_close(void)
+{
+    for (int rank = 0; S.ranks && rank < S.nranks; rank++)
+        stop(rank);
+    free(S.ranks);
+    S.ranks = NULL;
+    rep_close(S.rep);
+    S.rep = NULL;
+    if (S.chan.fd >= 0 || S.chan.dir[0])
+        channel_close(&S.chan);
+    S.chan = (struct channel){ .fd = -1 };
+    for (int i = 0; i < 2; i++)
+        if (S.wake[i] >= 0)
+            close(S.wake[i]);
+    S.wake[0] = S.wake[1] = -1;
+}
