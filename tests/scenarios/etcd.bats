@@ -332,12 +332,19 @@ EOF
     wait_rc "${others[@]}" || { show; return 1; }
     for x in "${others[@]}"; do [ "$(cat "$D/rc.$x")" = 0 ] || { show; return 1; }; done
     grep -q "^ckpt-resume: node $victim of job $CKPT_JOB was lost: this spare takes its place$" "$D/err.s" || { show; return 1; }
-    grep -q "^ckpt-resume: this spare's standbys of node $victim's ranks are the node's, replayed up to iteration [0-9]*$" "$D/err.s" || { show; return 1; }
+    local upto
+    upto=$(sed -n "s/^ckpt-resume: this spare's standbys of node $victim's ranks are the node's, replayed up to iteration \([0-9]*\)$/\1/p" "$D/err.s")
+    [ -n "$upto" ] && [ "$upto" -gt 0 ] || { show; return 1; }
     it=$(sed -n 's/^ckpt-resume: the standbys of every node take over at iteration \([0-9]*\)$/\1/p' "$D"/err.* | head -n 1)
-    [ -n "$it" ] || { show; return 1; }
+    [ -n "$it" ] && [ "$upto" -le "$it" ] || { show; return 1; }
     grep -q "^ckpt-resume: rank $victim restores iteration $it from a peer's copy" "$D/err.s" || { show; return 1; }
     for x in "${others[@]}"; do
         grep -q "^ckpt-resume: the standby took over at iteration $it in " "$D/err.$x" || { show; return 1; }
     done
+    # The nodes that stayed came back by standby; the spare's rank replayed nothing from the start.
+    for x in "${others[@]}"; do
+        [ "$x" = s ] || grep -qE "^ckpt-resume: done exit=0 restarts=1 \(standby [0-9.]+ s\)$" "$D/err.$x" || { show; return 1; }
+    done
+    ( ! grep -q "^ckpt-resume: no takeover by the standbys" "$D"/err.* )
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
 }
