@@ -341,10 +341,11 @@ EOF
     for x in "${others[@]}"; do
         grep -q "^ckpt-resume: the standby took over at iteration $it in " "$D/err.$x" || { show; return 1; }
     done
-    # The nodes that stayed came back by standby; the spare's rank replayed nothing from the start.
+    # The nodes that stayed came back by standby, and the spare's rank by the spare's standby.
     for x in "${others[@]}"; do
         [ "$x" = s ] || grep -qE "^ckpt-resume: done exit=0 restarts=1 \(standby [0-9.]+ s\)$" "$D/err.$x" || { show; return 1; }
     done
+    grep -qE "^ckpt-resume: done exit=0 restarts=1 \(spare [0-9.]+ s\)$" "$D/err.s" || { show; return 1; }
     ( ! grep -q "^ckpt-resume: no takeover by the standbys" "$D"/err.* )
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
 }

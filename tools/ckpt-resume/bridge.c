@@ -151,6 +151,7 @@ struct bridge {
     struct coord_addr *spares;  /* the spares' receivers, in their keys' order (spares_lock) */
     unsigned nspares;
     double spares_read_s;       /* when spare/ was read last */
+    double claimed_s;           /* a spare: when it took a lost node's place */
 };
 
 static struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1,
@@ -915,6 +916,7 @@ static int spare_wait(char *why, size_t whylen)
             if (rc == 1)
                 ckpt_log(CKPT_INFO, "node %u of job %s was lost: this spare takes its place", B.node,
                          B.opt->job_name);
+            B.claimed_s = now;
             rc = rc == 1 ? 0 : rc;
             break;
         }
@@ -1029,6 +1031,11 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     B.running = true;
     ckpt_log(CKPT_INFO, "node %u of %u in job %s, through etcd at %s", B.node, B.n, opt->job_name, opt->etcd);
     return 0;
+}
+
+double bridge_claimed_s(void)
+{
+    return B.claimed_s;
 }
 
 unsigned bridge_gave_up(void)

@@ -792,6 +792,10 @@ static uint64_t run_launch(struct job *job, struct member *m, uint64_t restore, 
 {
     const char *how = restore && m->launches ? (m->by_standby ? "standby" : "cold") : NULL;
     double since = job->out.failed_s > 0 ? job->out.failed_s : job->stopped_s;
+    if (restore && !m->launches && job->opt->spare) { /* a spare in a lost node's place: from when it took it */
+        how = m->by_standby ? "spare" : "cold";
+        since = bridge_claimed_s();
+    }
     job->recovering = how;
     job->recovering_since = how ? since : 0;
     m->restored = restore;

@@ -384,6 +384,8 @@ const char *bridge_ip(void);
 /* The receiver of the spare that takes node @node's copies (node I mod
  * the spares waiting, with standbys) into @out; -ENOENT: none. */
 int bridge_spare_for(unsigned node, char *out, size_t outlen);
+/* When this agent, a spare, took a lost node's place (0: it did not). */
+double bridge_claimed_s(void);
 /* The node this agent gave up starting (CKPT_NODE_LAUNCHER: its command
  * ended too often), 0: none. */
 unsigned bridge_gave_up(void);

@@ -238,9 +238,19 @@ void spare_turn(void)
         char log[PATH_MAX + 32];
         struct stat st;
         if (sr->pid > 0 && waitpid(sr->pid, &status, WNOHANG) == sr->pid) {
-            ckpt_log(CKPT_WARN, "the standby of rank %d on this spare (pid %d) %s %d", rank, (int)sr->pid,
-                     WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            /* One that refused would again (its reason is said above): given up. */
+            bool refused = WIFEXITED(status) && WEXITSTATUS(status) == RESUME_EXIT_REFUSED;
+            if (WIFSIGNALED(status))
+                ckpt_log(CKPT_WARN, "the standby of rank %d on this spare (pid %d) was killed by %s%s", rank,
+                         (int)sr->pid, sig_name(WTERMSIG(status)),
+                         sr->starts < SPARE_STARTS_MAX ? ": it starts again" : ", too often: the rank has none here");
+            else
+                ckpt_log(CKPT_WARN, "the standby of rank %d on this spare (pid %d) exited with status %d%s", rank,
+                         (int)sr->pid, WEXITSTATUS(status),
+                         refused ? " (its reason is said above): this spare runs none for the rank" :
+                         sr->starts < SPARE_STARTS_MAX ? ": it starts again" : ", too often: the rank has none here");
+            if (refused)
+                sr->starts = SPARE_STARTS_MAX;
             sr->pid = 0;
             stop(rank);
         }
