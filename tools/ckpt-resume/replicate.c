@@ -66,6 +66,7 @@ struct rep {
     pthread_mutex_t arrived_lock;
     uint64_t *arrived;                  /* per peer-store slot (rank * 2 + slot): the epoch of the plan the copy
                                          * in it came under, 0: none known (the receiver writes, under the lock) */
+    uint64_t *arrivals;                 /* per rank: the copies kept (under the lock) */
     char log_dir[PATH_MAX];             /* where this node's ranks keep their logs on disk, "": the arena */
 };
 
@@ -78,6 +79,7 @@ static void report(void *arg, const struct ckpt_replica_stats *st)
     if (r->arrived && st->slot < 2 && st->rank < (uint32_t)(r->opt->nnodes * r->opt->nproc)) {
         pthread_mutex_lock(&r->arrived_lock);
         r->arrived[i] = st->status < 0 ? 0 : st->epoch;
+        r->arrivals[st->rank] += st->status >= 0;
         pthread_mutex_unlock(&r->arrived_lock);
     }
     if (st->status < 0)
@@ -370,7 +372,8 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, const 
     r->lfd = r->stop[0] = r->stop[1] = -1;
     r->wake = wake;
     pthread_mutex_init(&r->arrived_lock, NULL);
-    if (!(r->arrived = calloc((size_t)opt->nnodes * opt->nproc * 2, sizeof(*r->arrived))))
+    if (!(r->arrived = calloc((size_t)opt->nnodes * opt->nproc * 2, sizeof(*r->arrived))) ||
+        !(r->arrivals = calloc((size_t)opt->nnodes * opt->nproc, sizeof(*r->arrivals))))
         return -ENOMEM;
     snprintf(r->log_dir, sizeof(r->log_dir), "%s", log_dir);
     if (logship_open(&r->logs, (unsigned)(opt->nnodes * opt->nproc), log_dir) < 0)
@@ -586,6 +589,14 @@ int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, si
     return rc;
 }
 
+uint64_t rep_arrivals(struct rep *r, int rank)
+{
+    pthread_mutex_lock(&r->arrived_lock);
+    uint64_t n = r->arrivals[rank];
+    pthread_mutex_unlock(&r->arrived_lock);
+    return n;
+}
+
 void rep_epoch(struct rep *r, uint64_t epoch)
 {
     __atomic_store_n(&r->epoch, epoch, __ATOMIC_RELEASE);
@@ -635,6 +646,7 @@ void rep_close(struct rep *r)
     logship_close(r->logs);
     free(r->addrs);
     free(r->arrived);
+    free(r->arrivals);
     pthread_mutex_destroy(&r->arrived_lock);
     free(r);
 }

@@ -468,6 +468,8 @@ int rep_remove(const struct options *opt);
 /* The plan this node now acts under (its epoch, coord.h): what it sends
  * carries it, and it refuses offers of older ones. */
 void rep_epoch(struct rep *r, uint64_t epoch);
+/* How many copies of @rank the receiver has kept so far (it moves with each). */
+uint64_t rep_arrivals(struct rep *r, int rank);
 /* Bytes of replay logs this node sent to peers, whole or in part, and of
  * them the bytes that travelled (the rest the peers held already). */
 void rep_log_totals(const struct rep *r, uint64_t *offered, uint64_t *shipped);

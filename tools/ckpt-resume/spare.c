@@ -41,7 +41,8 @@ struct spare_rank {
     dev_t dev;                  /* the log it follows: a new lineage is a new file */
     ino_t ino;
     uint64_t allowed;           /* the newest iteration of this rank held here */
-    struct timespec mtime[2];   /* its slots' when they were scanned */
+    uint64_t newest;            /* the store's, when it was scanned */
+    uint64_t scanned;           /* the copies of it kept (rep_arrivals) then, UINT64_MAX: scan again */
     unsigned starts;
 };
 
@@ -124,6 +125,8 @@ void spare_plan(const char *value)
     if (S.rep) {
         rep_epoch(S.rep, d[0].epoch);
         rep_supersede(S.rep, d[0].restore, d[0].epoch);
+        for (int rank = 0; S.ranks && rank < S.nranks; rank++)
+            S.ranks[rank].scanned = UINT64_MAX;
     }
 }
 
@@ -148,28 +151,21 @@ static void stop(int rank)
     sr->allowed = 0;
 }
 
-/* The newest iteration of @rank held here, scanned again when a slot changed. */
+/* The newest iteration of @rank held here, scanned again when a copy came
+ * (or a plan retired some). */
 static uint64_t held(int rank)
 {
     struct spare_rank *sr = &S.ranks[rank];
-    bool changed = false;
-    for (int s = 0; s < 2; s++) {
-        char path[PATH_MAX + 32];
-        struct stat st = { 0 };
-        snprintf(path, sizeof(path), "%s/rank%d/slot%d", S.peers, rank, s);
-        if (stat(path, &st) < 0)
-            st.st_mtim = (struct timespec){ 0 };
-        changed |= st.st_mtim.tv_sec != sr->mtime[s].tv_sec || st.st_mtim.tv_nsec != sr->mtime[s].tv_nsec;
-        sr->mtime[s] = st.st_mtim;
-    }
-    if (!changed)
-        return sr->allowed;
+    uint64_t n = rep_arrivals(S.rep, rank);
+    if (n == sr->scanned)
+        return sr->newest;
     struct held h;
-    uint64_t newest = 0;
     arena_scan_rank(S.opt->job_name, S.peers, rank, &h);
+    sr->scanned = n;
+    sr->newest = 0;
     for (int i = 0; i < h.n; i++)
-        newest = h.iteration[i] > newest ? h.iteration[i] : newest;
-    return newest;
+        sr->newest = h.iteration[i] > sr->newest ? h.iteration[i] : sr->newest;
+    return sr->newest;
 }
 
 /* Starts @rank's standby on the log in the store, alone. */
