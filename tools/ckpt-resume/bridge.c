@@ -927,10 +927,15 @@ static int spare_wait(char *why, size_t whylen)
             break;
         }
     }
-    if (rc == 0)
+    if (rc == 0) {
         spare_claimed(B.node);
-    else
-        spare_close();
+    } else {
+        spare_close(); /* the copies it took are the job's no more */
+        if (!B.opt->keep_arena) {
+            arena_remove(B.opt);
+            rep_remove(B.opt);
+        }
+    }
     char gone[128];
     if (etcd_delete(B.e, mine, false, gone, sizeof(gone)) < 0)
         ckpt_log(CKPT_DEBUG, "this spare's key stays until its lease ends: %s", gone);

@@ -52,7 +52,7 @@ struct rep {
     pthread_t rx, tx;
     bool rx_started, tx_running;
     bool warned;                        /* the last round's failure was said (once per kind in a row) */
-    bool spare_warned;                  /* the last copy for the spare failed (said) */
+    unsigned spare_failed;              /* the rounds in a row whose copies for the spare failed */
     int warned_rc;
     int rx_warned;                      /* the receiver's last error, said once in a row */
     int tx_done;                        /* atomic: the worker has ended */
@@ -289,7 +289,9 @@ out:
  * A spare waiting beside the job with standbys (bridge.c: node I's is
  * the spare I mod S) gets this node's copies and logs too, after the
  * holders: its standbys follow them.  Never part of the round's result:
- * a spare that cannot take them only falls behind, said once in a row.
+ * a spare that cannot take them only falls behind, said once in a row
+ * from the second round that failed (a spare that has just taken a lost
+ * node's place is still listed for a second, and refuses the first).
  */
 static void to_spare(struct rep *r)
 {
@@ -301,13 +303,13 @@ static void to_spare(struct rep *r)
         int rank = r->opt->first_rank + i;
         if ((rc = ckpt_arena_path(dir, sizeof(dir), r->opt->arena_root, r->opt->job_name, rank)) == 0)
             rc = send_copy(r, dir, rank, r->iteration, spare, true, why, sizeof(why));
-        if (rc < 0 && !r->spare_warned)
+        if (rc < 0 && r->spare_failed == 1)
             ckpt_log(CKPT_WARN, "cannot send rank %d iteration %llu to the spare at %s: %s; its standby there falls "
                      "behind", rank, (unsigned long long)r->iteration, spare, why);
     }
-    if (rc == 0 && r->spare_warned)
+    if (rc == 0 && r->spare_failed > 1)
         ckpt_log(CKPT_INFO, "the spare at %s takes this node's copies again", spare);
-    r->spare_warned = rc < 0;
+    r->spare_failed = rc < 0 ? r->spare_failed + 1 : 0;
 }
 
 static void *worker(void *arg)

@@ -11,7 +11,9 @@
  * node's standbys (standby_adopt): a takeover moves the copies into the
  * arena and they go live there, without a replay from the start; the
  * others are stopped.  A log replaced by a new lineage (the job went
- * back) is a new file: its standby starts again on it.
+ * back) is a new file: its standby starts again on it.  The logs it
+ * takes go where a node's agent would keep its peers' (on disk, as
+ * disk.c decides), not bounded by what a node keeps in memory.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -49,6 +51,7 @@ struct spare_rank {
 static struct {
     struct options *opt;
     struct rep *rep;
+    struct disk disk;           /* only where the logs go: on disk as a node's do, unbounded (disk.c) */
     struct channel chan;
     int wake[2];
     pid_t pgid;
@@ -74,8 +77,9 @@ int spare_open(struct options *opt, const char *ip, char *addr, size_t addrlen)
     S.opt = opt;
     S.nranks = opt->nnodes * opt->nproc;
     int rc = pipe2(S.wake, O_CLOEXEC | O_NONBLOCK) < 0 ? -errno : 0;
+    disk_open(&S.disk, opt);
     if (rc == 0)
-        rc = rep_open(&S.rep, opt, ip, "", S.wake[1]);
+        rc = rep_open(&S.rep, opt, ip, S.disk.log_dir, S.wake[1]);
     if (rc == 0)
         rc = channel_open(&S.chan);
     if (rc == 0 && !(S.ranks = calloc(S.nranks, sizeof(*S.ranks))))
@@ -191,7 +195,9 @@ static int start(int rank, const struct stat *log)
         (rc = job_set_var(&vars[k++], "CKPT_FOLLOW", self)) == 0 &&
         (rc = job_set_var(&vars[k++], "CKPT_FOLLOW_ALONE", "1")) == 0 &&
         (rc = job_set_var(&vars[k++], "CKPT_FOLLOW_LOG", peer)) == 0 &&
-        (rc = job_set_var(&vars[k++], "CKPT_TAKEOVER_IDS", S.chan.dir)) == 0 && S.opt->pythonpath)
+        (rc = job_set_var(&vars[k++], "CKPT_TAKEOVER_IDS", S.chan.dir)) == 0 &&
+        (!S.disk.log_dir[0] || (rc = job_set_var(&vars[k++], "CKPT_REPLAY_LOG_DIR", S.disk.log_dir)) == 0) &&
+        S.opt->pythonpath)
         rc = job_set_var(&vars[k++], "PYTHONPATH", S.opt->pythonpath);
     bool any = false; /* a process group lives while one of its processes does */
     for (int r = 0; r < S.nranks; r++)
@@ -337,6 +343,7 @@ void spare_close(void)
     if (S.chan.fd >= 0 || S.chan.dir[0])
         channel_close(&S.chan);
     S.chan = (struct channel){ .fd = -1 };
+    disk_close(&S.disk);
     for (int i = 0; i < 2; i++)
         if (S.wake[i] >= 0)
             close(S.wake[i]);
