@@ -332,6 +332,8 @@ EOF
     wait_rc "${others[@]}" || { show; return 1; }
     for x in "${others[@]}"; do [ "$(cat "$D/rc.$x")" = 0 ] || { show; return 1; }; done
     grep -q "^ckpt-resume: node $victim of job $CKPT_JOB was lost: this spare takes its place$" "$D/err.s" || { show; return 1; }
+    # The leader said what the spare does to the recovery-probability report.
+    grep -q "^ckpt-resume: 1 spare with standbys beside the job: node I's copies go to spare I mod 1 too, and a lost node's place is taken by its spare's standbys; recovery from memory: 1 lost at once: 100% (without the spares 100.0%); 2 lost at once: 100% (without the spares [0-9.]*%)" "$D"/err.* || { show; return 1; }
     local upto
     upto=$(sed -n "s/^ckpt-resume: this spare's standbys of node $victim's ranks are the node's, replayed up to iteration \([0-9]*\)$/\1/p" "$D/err.s")
     [ -n "$upto" ] && [ "$upto" -gt 0 ] || { show; return 1; }

@@ -67,6 +67,7 @@
 #include "coord.h"
 #include "etcd.h"
 #include "lease.h"
+#include "placement.h"
 #include "log.h"
 #include "resume.h"
 #include "wire.h"
@@ -152,6 +153,7 @@ struct bridge {
     unsigned nspares;
     double spares_read_s;       /* when spare/ was read last */
     double claimed_s;           /* a spare: when it took a lost node's place */
+    unsigned spares_said;       /* on the leader: the spares it said the job has */
 };
 
 static struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1,
@@ -540,6 +542,33 @@ static void put_plan(const void *msg, size_t len)
         ckpt_log(CKPT_DEBUG, "the plan is not in etcd (%s): the spares' standbys wait for it", why);
 }
 
+/*
+ * The leader says when the spares with standbys change, with what they
+ * do to the recovery-probability report (placement.h): every node's
+ * copies reach one spare, so k nodes lost at once all come back from
+ * memory while the spares stand, whatever placement makes of it alone.
+ */
+static void spares_said(unsigned n)
+{
+    if (!B.leading || n == B.spares_said)
+        return;
+    B.spares_said = n;
+    if (!n) {
+        ckpt_log(CKPT_INFO, "no spare with standbys beside the job now");
+        return;
+    }
+    unsigned m = (unsigned)ckpt_cfg_int(CFG_REPLICAS);
+    enum ckpt_placement p = ckpt_placement_choose((enum ckpt_placement)ckpt_cfg_int(CFG_PLACEMENT), B.n, m);
+    char report[256];
+    int k = 0;
+    for (unsigned lost = 1; lost <= m + 1 && lost <= B.n && k < (int)sizeof(report) - 64; lost++)
+        k += snprintf(report + k, sizeof(report) - k, "%s%u lost at once: 100%% (without the spares %.1f%%)",
+                      lost > 1 ? "; " : "", lost, 100 * ckpt_placement_recovery(p, B.n, m, lost));
+    ckpt_log(CKPT_INFO, "%u spare%s with standbys beside the job: node I's copies go to spare I mod %u too, and a "
+             "lost node's place is taken by its spare's standbys; recovery from memory: %s", n, n == 1 ? "" : "s", n,
+             report);
+}
+
 /* The spares' receivers (spare/, "IP HOSTPORT"), read at most once a second. */
 static void spares_turn(double now)
 {
@@ -567,6 +596,7 @@ static void spares_turn(double now)
     B.spares = a;
     B.nspares = k;
     pthread_mutex_unlock(&B.spares_lock);
+    spares_said(k);
 }
 
 int bridge_spare_for(unsigned node, char *out, size_t outlen)
