@@ -143,3 +143,63 @@ etcd_agents_one() { # DIR N TAG NAME: one more agent, NAME, that claims whicheve
         "$BUILD/bin/ckpt-resume" --coord "etcd://$BENCH_ETCD" --nnodes "$n" --nproc 1 -- sleep 600 \
         2>&1 </dev/null | stamp >"$dir/log.$tag.$name" &
 }
+
+# A lost node's ranks back at several job ages (BENCH_SPARE_ITERS: 1,000
+# and 10,000 iterations): two nodes of one rank each with standbys
+# (CKPT_STANDBY=1), the trainer with a tiny model (host work dominates, as
+# a framework's dispatch does), node 1 killed with its memory once the job
+# is past iteration N.  Back by a spare with standbys that waited beside
+# the job (its standbys followed node 1's rank from the copies it took),
+# against a replacement started after the loss (no standbys of its own:
+# every node by the cold path, replaying from the start).  Timed from the
+# agent's claim of node rank 1 (once the lost agent's lease ended) to its
+# rank restored.
+spare_agent() { # DIR TAG ITERS ARGS...: an agent of 2 nodes in a session of its own
+    local dir=$1 tag=$2 iters=$3
+    shift 3
+    CKPT_ARENA_DIR=$dir/arena.$tag CKPT_STANDBY=1 CKPT_JOB=$SPARE_JOB CKPT_NODE_TIMEOUT=2 CKPT_RESTART_BACKOFF=0 \
+        CKPT_KILL_GRACE=1 CKPT_EVERY=10 setsid bash -c 'echo $$ >"$1"; o=$2; shift 2; "$@" >"$o"' _ \
+        "$dir/sid.$tag" "$dir/out.$tag" "$BUILD/bin/ckpt-resume" --coord "etcd://$BENCH_ETCD" --nnodes 2 "$@" --nproc 1 \
+        -- "$BUILD/examples/mlp-train" --iters "$iters" --hidden 32 --layers 2 2>&1 </dev/null | stamp >"$dir/log.$tag" &
+    sleep 0.2
+}
+bench_spare() {
+    local dir=$OUT/spare n mode new t failed=0
+    say "a lost node's ranks back at several job ages: by a spare's standbys, by a replacement's cold path"
+    rm -rf "$dir" && mkdir -p "$dir"
+    if ! bench_etcd "$dir"; then
+        skip "lost node back, spare" "s" "no etcd (scripts/setup-deps installs it)"
+        return
+    fi
+    for n in ${BENCH_SPARE_ITERS:-1000 10000}; do
+        for mode in spare cold; do
+            SPARE_JOB=benchspare-$mode-$n
+            [ $mode = spare ] && spare_agent "$dir" "s.$n" $((n + 300)) --spare
+            spare_agent "$dir" "0.$mode.$n" $((n + 300)) --node-rank 0
+            spare_agent "$dir" "1.$mode.$n" $((n + 300)) --node-rank 1
+            for _ in $(seq 1200); do grep -q "^iter $n " "$dir/out.0.$mode.$n" 2>/dev/null && break; sleep 0.05; done
+            pkill -KILL -s "$(cat "$dir/sid.1.$mode.$n")" 2>/dev/null
+            rm -rf "$dir/arena.1.$mode.$n"
+            new=s.$n
+            if [ $mode = cold ]; then
+                new=r.$n
+                spare_agent "$dir" "$new" $((n + 300))
+            fi
+            t=""
+            wait_line "$dir/log.$new" "restored iteration" &&
+                t=$(awk '/node [0-9]* of [0-9]* in job/ && !t0 { t0 = $1 } t0 && /restored iteration/ { printf "%.3f", $1 - t0; exit }' "$dir/log.$new")
+            [ $mode = cold ] || grep -q "the standby took over at iteration" "$dir/log.$new" || t=""
+            wait
+            if [ -z "$t" ]; then
+                skip "lost node at $n its, $mode" "s" "the job did not recover as expected (see $dir/log.$new)"
+                failed=1
+            elif [ $mode = spare ]; then
+                row "lost node at $n its, spare" "$t" "s"
+            else
+                row "lost node at $n its, cold" "$t" "s" "lost node at $n its, spare"
+            fi
+        done
+    done
+    bench_etcd_stop
+    [ $failed = 1 ] || rm -rf "$dir"
+}
