@@ -387,3 +387,46 @@ EOF
     # over a second here).
     awk -v a="${times[0]}" -v b="${times[1]}" 'BEGIN { exit !(b <= 1.5 * a + 0.25 && a <= 1.5 * b + 0.25) }'
 }
+
+@test "two spares with standbys beside 2 nodes: each follows the ranks of the node that sends to it; a node lost, the spare that follows its ranks takes its place and its standby goes live, the other ends unneeded, as uninterrupted" {
+    export CKPT_STANDBY=1 CKPT_JOB=etcd-spares-$$-$RANDOM
+    plain 2
+    local t x k r victim
+    SPARE=1 start s1 2
+    SPARE=1 start s2 2
+    for t in a b; do start $t 2; done
+    # Each spare follows one node's rank: node I sends to spare I mod 2.
+    for x in s1 s2; do
+        for k in $(seq 600); do grep -q "^ckpt-resume: the standby of rank [01] (pid [0-9]*) follows the log this spare holds of it$" "$D/err.$x" && break; sleep 0.1; done
+    done
+    local it
+    it=$(newest_iter)
+    for k in $(seq 300); do [ "$(newest_iter)" -ge $((it + 400)) ] && break; sleep 0.05; done
+    for r in 0 1; do
+        local following=()
+        for x in s1 s2; do
+            # the last word on rank r here: it follows it, or it stopped following it
+            last=$(grep -E "^ckpt-resume: (the standby of rank $r \(pid [0-9]*\) follows|rank $r's copies go to another spare)" "$D/err.$x" | tail -n 1)
+            [[ $last == *follows* ]] && following+=("$x")
+        done
+        [ "${#following[@]}" = 1 ] || { echo "rank $r followed by: ${following[*]}"; show; return 1; }
+        eval "follower_$r=${following[0]}"
+    done
+    [ "$follower_0" != "$follower_1" ] || { show; return 1; }
+    victim=$((RANDOM % 2))
+    t=$(tag_of "$victim" "$CKPT_JOB") || { show; return 1; }
+    local taker other
+    taker=$(eval echo "\$follower_$victim")
+    other=$(eval echo "\$follower_$((1 - victim))")
+    pkill -KILL -s "$(cat "$D/sid.$t")"
+    rm -rf "$D/arena.$t"
+    local rest=()
+    for x in a b; do [ "$x" = "$t" ] || rest+=("$x"); done
+    wait_rc "${rest[@]}" s1 s2 || { show; return 1; }
+    for x in "${rest[@]}" s1 s2; do [ "$(cat "$D/rc.$x")" = 0 ] || { show; return 1; }; done
+    grep -q "^ckpt-resume: node $victim of job $CKPT_JOB was lost: this spare takes its place$" "$D/err.$taker" || { show; return 1; }
+    grep -qE "^ckpt-resume: done exit=0 restarts=1 \(spare [0-9.]+ s\)$" "$D/err.$taker" || { show; return 1; }
+    grep -q "^ckpt-resume: done exit=0 restarts=0 (a spare, not needed)$" "$D/err.$other" || { show; return 1; }
+    grep -qE "^ckpt-resume: done exit=0 restarts=1 \(standby [0-9.]+ s\)$" "$D/err.${rest[0]}" || { show; return 1; }
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}

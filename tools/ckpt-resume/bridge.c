@@ -886,14 +886,16 @@ static bool led(void)
  * the job forms is a node still starting; once every rank has been held
  * at one time, or when a rank has been free for twice the lease's TTL
  * while a leader runs the job (a spare started after the loss), it is a
- * lost node's.  Returns 0 when it took one (B.node), 1 when the job ended
+ * lost node's: taken at once by the spare that runs standbys for its
+ * ranks (spare.c), by any other SPARE_DEFER_S later.  Returns 0 when it took one (B.node), 1 when the job ended
  * without needing it (@why says how), -errno.
  */
+#define SPARE_DEFER_S 2.0
 static int spare_wait(char *why, size_t whylen)
 {
     char mine[300], key[300];
     bool formed = false;
-    double gone_since = 0, short_since = 0;
+    double gone_since = 0, short_since = 0, lost_since = 0;
     char value[160], rx[COORD_ADDR_MAX];
     snprintf(mine, sizeof(mine), "%sspare/%" PRIx64, B.prefix, B.lease);
     spare_open(B.opt, B.ip, rx, sizeof(rx));
@@ -929,12 +931,33 @@ static int spare_wait(char *why, size_t whylen)
                     spare_plan(kv[0].value);
                 etcd_kvs_free(kv, n);
             }
+            /* Which nodes send here: node I to the spare I mod S, as the nodes read spare/ (spares_turn). */
+            snprintf(key, sizeof(key), "%sspare/", B.prefix);
+            if (etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) == 0) {
+                unsigned index = 0, count = 0;
+                for (size_t i = 0; i < n; i++) {
+                    const char *sp = strchr(kv[i].value, ' ');
+                    if (!sp || !sp[1])
+                        continue; /* a spare that takes no copies */
+                    if (strcmp(kv[i].key, mine) == 0)
+                        index = count;
+                    count++;
+                }
+                etcd_kvs_free(kv, n);
+                spare_assign(index, count);
+            }
             spare_turn();
         }
         snprintf(key, sizeof(key), "%snode/", B.prefix);
-        if (etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) < 0) {
+        bool *held = calloc(B.n, sizeof(*held));
+        if (!held || etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) < 0) {
             n = B.n; /* cannot tell: nothing is taken */
         } else {
+            for (size_t i = 0; i < n; i++) {
+                unsigned node = (unsigned)strtoul(kv[i].key + strlen(key), NULL, 10);
+                if (node < B.n)
+                    held[node] = true;
+            }
             etcd_kvs_free(kv, n);
         }
         double now = ckpt_now_s();
@@ -942,7 +965,14 @@ static int spare_wait(char *why, size_t whylen)
         gone_since = n ? 0 : gone_since ? gone_since : now;
         short_since = n == B.n ? 0 : short_since ? short_since : now;
         bool lost = n < B.n && (formed || (now - short_since >= 2 * B.ttl_s && led()));
-        if (lost && (rc = claim(-1, why, whylen)) != 0) {
+        lost_since = lost ? lost_since ? lost_since : now : 0;
+        /* The spare whose standbys follow a lost node's ranks takes its
+         * place; another, only if that one has not within SPARE_DEFER_S. */
+        for (unsigned i = 0; lost && held && rc == 0 && i < B.n; i++)
+            if (!held[i] && (spare_covers(i) || now - lost_since >= SPARE_DEFER_S))
+                rc = claim((int)i, why, whylen);
+        free(held);
+        if (rc != 0) {
             if (rc == 1)
                 ckpt_log(CKPT_INFO, "node %u of job %s was lost: this spare takes its place", B.node,
                          B.opt->job_name);

@@ -288,6 +288,8 @@ int spare_open(struct options *opt, const char *ip, char *addr, size_t addrlen);
 void spare_plan(const char *value);
 unsigned spare_decisions(struct ckpt_decision *d, unsigned max);
 void spare_turn(void);
+void spare_assign(unsigned index, unsigned count);
+bool spare_covers(unsigned node);
 void spare_claimed(unsigned node);
 int spare_adopt(struct job *job);
 void spare_close(void);

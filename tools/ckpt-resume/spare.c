@@ -60,6 +60,7 @@ static struct {
     char master_addr[64], master_port[16];
     char peers[PATH_MAX];       /* the store's job directory */
     uint64_t epoch;             /* of the newest plan seen */
+    unsigned index, nspares;    /* this spare's place among those that take copies, and their number */
     struct ckpt_decision decided[COORD_DECIDED_MAX]; /* the decisions it knew, oldest first */
     unsigned ndecided;
 } S = { .chan = { .fd = -1 }, .wake = { -1, -1 } };
@@ -132,6 +133,19 @@ void spare_plan(const char *value)
         for (int rank = 0; S.ranks && rank < S.nranks; rank++)
             S.ranks[rank].scanned = UINT64_MAX;
     }
+}
+
+/* This spare is the @index-th of @count: the nodes I with I mod count == index send here. */
+void spare_assign(unsigned index, unsigned count)
+{
+    S.index = index;
+    S.nspares = count;
+}
+
+/* Whether node @node sends its copies here now. */
+static bool mine(int node)
+{
+    return S.nspares && (unsigned)node % S.nspares == S.index;
 }
 
 /* The decisions this spare saw, for the ledger of the node it became. */
@@ -256,6 +270,14 @@ void spare_turn(void)
             sr->pid = 0;
             stop(rank);
         }
+        if (!mine(rank / S.opt->nproc)) { /* another spare follows it now */
+            if (sr->pid > 0) {
+                ckpt_log(CKPT_INFO, "rank %d's copies go to another spare now: its standby here stops", rank);
+                stop(rank);
+            }
+            sr->starts = 0;
+            continue;
+        }
         snprintf(log, sizeof(log), "%s/rank%d/replay.log", S.peers, rank);
         uint64_t newest = held(rank);
         if (stat(log, &st) < 0 || !newest)
@@ -276,6 +298,19 @@ void spare_turn(void)
             sr->allowed = newest;
         }
     }
+}
+
+/* Whether this spare's standbys follow every rank of @node. */
+bool spare_covers(unsigned node)
+{
+    if (!on() || !mine((int)node))
+        return false;
+    for (int i = 0; i < S.opt->nproc; i++) {
+        const struct spare_rank *sr = &S.ranks[(int)node * S.opt->nproc + i];
+        if (!sr->pid || !sr->allowed)
+            return false;
+    }
+    return true;
 }
 
 /*
