@@ -352,6 +352,7 @@ EOF
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
 }
 
+# bats test_tags=long
 @test "a spare with standbys: its recovery does not grow with the job's age: a node lost at iteration 1,000 and at 8,000, the spare's standby takes over as fast, bit-exact" {
     export CKPT_STANDBY=1
     local n t k x victim times=() others
@@ -388,6 +389,7 @@ EOF
     awk -v a="${times[0]}" -v b="${times[1]}" 'BEGIN { exit !(b <= 1.5 * a + 0.25 && a <= 1.5 * b + 0.25) }'
 }
 
+# bats test_tags=covered
 @test "two spares with standbys beside 2 nodes: each follows the ranks of the node that sends to it; a node lost, the spare that follows its ranks takes its place and its standby goes live, the other ends unneeded, as uninterrupted" {
     export CKPT_STANDBY=1 CKPT_JOB=etcd-spares-$$-$RANDOM
     plain 2
