@@ -290,7 +290,7 @@ void spare_turn(void)
         }
         if (!sr->pid && sr->starts < SPARE_STARTS_MAX && S.master_port[0]) {
             int rc = start(rank, &st);
-            if (rc < 0)
+            if (rc < 0 && ++sr->starts == SPARE_STARTS_MAX) /* said once, when given up */
                 ckpt_log(CKPT_WARN, "cannot start a standby for rank %d on this spare: %s", rank, strerror(-rc));
         }
         if (sr->pid > 0 && newest > sr->allowed) {
