@@ -524,8 +524,16 @@ out:
 
 /* The standby of a spare followed a copy of the log: the rank's own log
  * in dir (the agent put it there, a longer copy of the same lineage)
- * becomes the one it goes on writing, once its bytes up to the cut are
- * shown to be those it replayed.  Lock held. */
+ * becomes the one it goes on writing, once it is shown to hold the bytes
+ * replayed: its header (the lineage: a log only grows within one, each
+ * piece checked end to end as it travelled, logship.c) and the last
+ * FOLLOW_TAIL bytes before the cut, so that the check takes the same time
+ * at any age of the job.  Lock held. */
+#define FOLLOW_TAIL (1u << 20)
+static bool same_bytes(int f, size_t off, size_t len, char *piece)
+{
+    return pread(f, piece, len, (off_t)off) == (ssize_t)len && memcmp(piece, map + off, len) == 0;
+}
 static int follow_move(const char *dir, const char *disk, char *why, size_t whylen)
 {
     char path[PATH_MAX];
@@ -538,17 +546,17 @@ static int follow_move(const char *dir, const char *disk, char *why, size_t whyl
         close(f);
         return -EBADMSG;
     }
-    char piece[1 << 16];
-    for (size_t off = 0; off < end;) {
-        size_t n = end - off < sizeof(piece) ? end - off : sizeof(piece);
-        if (pread(f, piece, n, (off_t)off) != (ssize_t)n || memcmp(piece, map + off, n) != 0) {
-            snprintf(why, whylen, "the replay log in %s differs from the one the standby replayed, in its first %zu "
-                     "bytes", dir, off + n);
-            close(f);
-            return -EBADMSG;
-        }
-        off += n;
+    size_t tail = end - FILE_HEADER < FOLLOW_TAIL ? end - FILE_HEADER : FOLLOW_TAIL;
+    char *piece = malloc(FOLLOW_TAIL);
+    bool same = piece && same_bytes(f, 0, FILE_HEADER, piece) && same_bytes(f, end - tail, tail, piece);
+    if (!same) {
+        snprintf(why, whylen, "the replay log in %s is not the one the standby replayed (%s)", dir,
+                 piece ? "its lineage, or its last bytes before the takeover, differ" : "out of memory to check it");
+        free(piece);
+        close(f);
+        return -EBADMSG;
     }
+    free(piece);
     close(fd);
     fd = f;
     on_disk = path[0] != '\0';

@@ -104,8 +104,17 @@ static void spare_standby(void)
 
     CHECK(ckpt_rlog_open_follow(peer, NULL, 1 << 30, why, sizeof(why)) == 0, "follow the copy: %s", why);
     CHECK(follow_to(10, why, sizeof(why)) == 0, "to 10: %s", why);
-    CHECK(ckpt_rlog_follow_end(bad, NULL, why, sizeof(why)) == -EBADMSG && strstr(why, "differs"),
+    CHECK(ckpt_rlog_follow_end(bad, NULL, why, sizeof(why)) == -EBADMSG && strstr(why, "not the one"),
           "a log that differs before the cut is refused: %s", why);
+    ckpt_rlog_close();
+
+    snprintf(cmd, sizeof(cmd), "cp %s/replay.log %s/ && printf Y | dd of=%s/replay.log bs=1 seek=20 conv=notrunc "
+             "status=none", peer, bad, bad);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    CHECK(ckpt_rlog_open_follow(peer, NULL, 1 << 30, why, sizeof(why)) == 0, "follow the copy: %s", why);
+    CHECK(follow_to(10, why, sizeof(why)) == 0, "to 10: %s", why);
+    CHECK(ckpt_rlog_follow_end(bad, NULL, why, sizeof(why)) == -EBADMSG && strstr(why, "not the one"),
+          "a log of another lineage (its header differs, its records the same) is refused: %s", why);
     ckpt_rlog_close();
 
     CHECK(ckpt_rlog_open_follow(peer, NULL, 1 << 30, why, sizeof(why)) == 0, "follow the copy again: %s", why);

@@ -526,7 +526,7 @@ static void put_plan(const void *msg, size_t len)
     if (len < sizeof(*p) || p->ndecided > COORD_DECIDED_MAX)
         return;
     size_t at = sizeof(*p) + p->nnodes * sizeof(struct coord_addr) + p->nsend * sizeof(struct coord_send);
-    if (len != at + p->ndecided * sizeof(struct ckpt_decision))
+    if (len != at + p->ndecided * sizeof(struct ckpt_decision) || !p->master_addr[0] || !p->master_port[0])
         return;
     char key[300], value[128 + 44 * (COORD_DECIDED_MAX + 1)], why[256];
     int k = snprintf(value, sizeof(value), "%.*s %.*s %" PRIu64 ":%" PRIu64,
@@ -902,7 +902,7 @@ static int spare_wait(char *why, size_t whylen)
     snprintf(value, sizeof(value), "%s%s%s", B.ip, *rx ? " " : "", rx);
     int rc = etcd_put(B.e, mine, value, strlen(value), B.lease, why, whylen);
     if (rc < 0) {
-        spare_close();
+        spare_close(false);
         return rc;
     }
     lease_hold(B.keeper, mine);
@@ -935,16 +935,17 @@ static int spare_wait(char *why, size_t whylen)
             snprintf(key, sizeof(key), "%sspare/", B.prefix);
             if (etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) == 0) {
                 unsigned index = 0, count = 0;
+                bool listed = false;
                 for (size_t i = 0; i < n; i++) {
                     const char *sp = strchr(kv[i].value, ' ');
-                    if (!sp || !sp[1])
-                        continue; /* a spare that takes no copies */
+                    if (!sp || !sp[1] || strlen(sp + 1) >= COORD_ADDR_MAX)
+                        continue; /* a spare that takes no copies (as spares_turn reads them) */
                     if (strcmp(kv[i].key, mine) == 0)
-                        index = count;
+                        index = count, listed = true;
                     count++;
                 }
                 etcd_kvs_free(kv, n);
-                spare_assign(index, count);
+                spare_assign(index, listed ? count : 0);
             }
             spare_turn();
         }
@@ -990,11 +991,7 @@ static int spare_wait(char *why, size_t whylen)
     if (rc == 0) {
         spare_claimed(B.node);
     } else {
-        spare_close(); /* the copies it took are the job's no more */
-        if (!B.opt->keep_arena) {
-            arena_remove(B.opt);
-            rep_remove(B.opt);
-        }
+        spare_close(true);
     }
     char gone[128];
     if (etcd_delete(B.e, mine, false, gone, sizeof(gone)) < 0)
@@ -1139,6 +1136,9 @@ void bridge_stop(void)
     B.nout = B.capout = 0;
     free(B.nodes);
     B.nodes = NULL;
+    free(B.spares);
+    B.spares = NULL;
+    B.nspares = 0;
     if (B.lfd >= 0)
         close(B.lfd);
     B.lfd = -1;

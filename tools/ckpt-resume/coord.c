@@ -115,8 +115,9 @@ static void forget_replicas(struct node *nd, uint64_t it)
  * have replayed past it, every rank restores from its own node's arena
  * (a copy that must travel, or a node that lost its memory, means a node
  * whose standbys did not follow these ranks) unless its node's standbys
- * followed copies of the logs (a spare's: the copy travels to it, and
- * its standby checks that the log is the one it replayed), and the last
+ * followed copies of the logs and a peer holds its copy (a spare's: the
+ * copy travels to it, and its standby checks that the log is the one it
+ * replayed), and the last
  * takeover did not fail.  When some node has standbys and they cannot, says why.
  */
 static bool by_standbys(const struct coord *c, uint64_t it, const struct ckpt_source *src)
@@ -137,7 +138,8 @@ static bool by_standbys(const struct coord *c, uint64_t it, const struct ckpt_so
             snprintf(why, sizeof(why), "the standbys of node %u may be past iteration %llu", j,
                      (unsigned long long)it);
     for (unsigned r = 0; r < c->n * c->nproc && !*why; r++)
-        if ((src[r].tier != CKPT_TIER_ARENA || src[r].node != r / c->nproc) && !c->nodes[r / c->nproc].peer_logs)
+        if ((src[r].tier != CKPT_TIER_ARENA || src[r].node != r / c->nproc) &&
+            !(src[r].tier == CKPT_TIER_PEER && c->nodes[r / c->nproc].peer_logs))
             snprintf(why, sizeof(why), "rank %u restores from a copy outside its node's arena", r);
     if (*why)
         ckpt_log(CKPT_INFO, "no takeover by the standbys (%s): every node recovers by the cold path", why);

@@ -283,7 +283,8 @@ int standby_adopt(struct job *job, const pid_t *pids, struct ckpt_follow **order
 
 /* spare.c: a spare's standbys, while it waits (spare_open, then
  * spare_plan and spare_turn from bridge.c's wait) and once it is a node
- * (spare_claimed, then spare_adopt after job_open); spare_close ends them. */
+ * (spare_claimed, then spare_adopt after job_open); spare_close ends them
+ * (@remove: and removes what the spare took, the job no longer needs it). */
 int spare_open(struct options *opt, const char *ip, char *addr, size_t addrlen);
 void spare_plan(const char *value);
 unsigned spare_decisions(struct ckpt_decision *d, unsigned max);
@@ -292,7 +293,7 @@ void spare_assign(unsigned index, unsigned count);
 bool spare_covers(unsigned node);
 void spare_claimed(unsigned node);
 int spare_adopt(struct job *job);
-void spare_close(void);
+void spare_close(bool remove);
 
 /* disk.c */
 void disk_open(struct disk *d, const struct options *opt);

@@ -32,6 +32,7 @@
 #include "coord.h"
 #include "follow.h"
 #include "log.h"
+#include "replay.h"
 #include "resume.h"
 
 /* How many times one rank's standby is started before the spare gives it up. */
@@ -40,7 +41,7 @@
 struct spare_rank {
     pid_t pid;                  /* 0: not running */
     struct ckpt_follow *orders; /* mapped while it runs */
-    dev_t dev;                  /* the log it follows: a new lineage is a new file */
+    dev_t dev;                  /* the file of its log, when last looked at: a new lineage is a new file */
     ino_t ino;
     uint64_t allowed;           /* the newest iteration of this rank held here */
     uint64_t newest;            /* the store's, when it was scanned */
@@ -54,9 +55,8 @@ static struct {
     struct disk disk;           /* only where the logs go: on disk as a node's do, unbounded (disk.c) */
     struct channel chan;
     int wake[2];
-    pid_t pgid;
     int nranks;
-    struct spare_rank *ranks;
+    struct spare_rank *ranks;   /* each standby the leader of a process group of its own */
     char master_addr[64], master_port[16];
     char peers[PATH_MAX];       /* the store's job directory */
     uint64_t epoch;             /* of the newest plan seen */
@@ -78,6 +78,10 @@ int spare_open(struct options *opt, const char *ip, char *addr, size_t addrlen)
     S.opt = opt;
     S.nranks = opt->nnodes * opt->nproc;
     int rc = pipe2(S.wake, O_CLOEXEC | O_NONBLOCK) < 0 ? -errno : 0;
+    /* The arena first: where the logs go depends on what it is on, as it
+     * will for the node's agent this spare may become. */
+    if (rc == 0 && mkdir(opt->arena_root, 0700) < 0 && errno != EEXIST)
+        rc = -errno;
     disk_open(&S.disk, opt);
     if (rc == 0)
         rc = rep_open(&S.rep, opt, ip, S.disk.log_dir, S.wake[1]);
@@ -85,13 +89,15 @@ int spare_open(struct options *opt, const char *ip, char *addr, size_t addrlen)
         rc = channel_open(&S.chan);
     if (rc == 0 && !(S.ranks = calloc(S.nranks, sizeof(*S.ranks))))
         rc = -ENOMEM;
+    for (int rank = 0; rc == 0 && rank < S.nranks; rank++)
+        S.ranks[rank].scanned = UINT64_MAX; /* what the store holds already is looked at once */
     if (rc == 0 && (rc = rep_peer_dir(S.rep, 0, S.peers, sizeof(S.peers))) == 0)
         *strrchr(S.peers, '/') = '\0';
     if (rc == 0 && !*rep_address(S.rep))
         rc = -EIO; /* said by rep_open */
     if (rc < 0) {
         ckpt_log(CKPT_WARN, "this spare runs no standbys: %s", rc == -EIO ? "it cannot take copies" : strerror(-rc));
-        spare_close();
+        spare_close(false);
         return 0;
     }
     snprintf(addr, addrlen, "%s", rep_address(S.rep));
@@ -111,7 +117,7 @@ void spare_plan(const char *value)
     int at = 0;
     struct ckpt_decision d[COORD_DECIDED_MAX + 1];
     unsigned n = 0;
-    if (sscanf(value, "%63s %15s%n", addr, port, &at) != 2)
+    if (sscanf(value, "%63s %15s%n", addr, port, &at) != 2 || strspn(port, "0123456789") != strlen(port))
         return;
     for (const char *p = value + at; n < COORD_DECIDED_MAX + 1; n++) {
         int used = 0;
@@ -160,6 +166,7 @@ static void stop(int rank)
 {
     struct spare_rank *sr = &S.ranks[rank];
     if (sr->pid > 0) {
+        kill(-sr->pid, SIGKILL); /* its group: what the program started goes with it */
         kill(sr->pid, SIGKILL);
         waitpid(sr->pid, NULL, 0);
     }
@@ -186,8 +193,22 @@ static uint64_t held(int rank)
     return sr->newest;
 }
 
+/* The file that holds @rank's log in the store (through the stub, when
+ * the log is on disk): a new lineage is a new file.  0 or -errno. */
+static int log_file(int rank, struct stat *st)
+{
+    char dir[PATH_MAX + 32], why[256];
+    snprintf(dir, sizeof(dir), "%s/rank%d", S.peers, rank);
+    int fd = ckpt_rlog_open_fd(dir, why, sizeof(why));
+    if (fd < 0)
+        return fd;
+    int rc = fstat(fd, st) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
 /* Starts @rank's standby on the log in the store, alone. */
-static int start(int rank, const struct stat *log)
+static int start(int rank)
 {
     struct spare_rank *sr = &S.ranks[rank];
     struct options ropt = *S.opt;
@@ -213,16 +234,11 @@ static int start(int rank, const struct stat *log)
         (!S.disk.log_dir[0] || (rc = job_set_var(&vars[k++], "CKPT_REPLAY_LOG_DIR", S.disk.log_dir)) == 0) &&
         S.opt->pythonpath)
         rc = job_set_var(&vars[k++], "PYTHONPATH", S.opt->pythonpath);
-    bool any = false; /* a process group lives while one of its processes does */
-    for (int r = 0; r < S.nranks; r++)
-        any |= S.ranks[r].pid > 0;
-    if (!any)
-        S.pgid = 0;
     struct job j = { .opt = &ropt, .master_addr = S.master_addr };
     sigprocmask(SIG_SETMASK, NULL, &j.rank_mask);
-    pid_t pid = 0;
+    pid_t pid = 0, pgid = 0; /* a group of its own, which stopping it kills whole */
     if (rc == 0)
-        rc = spawn_process(&j, rank % S.opt->nproc, S.opt->cmd, S.master_port, vars, &S.pgid, &pid);
+        rc = spawn_process(&j, rank % S.opt->nproc, S.opt->cmd, S.master_port, vars, &pgid, &pid);
     for (int i = 0; i < k; i++)
         free(vars[i]);
     if (rc < 0) {
@@ -230,72 +246,97 @@ static int start(int rank, const struct stat *log)
         return rc;
     }
     sr->pid = pid;
-    sr->dev = log->st_dev;
-    sr->ino = log->st_ino;
     sr->allowed = 0;
     sr->starts++;
     ckpt_log(CKPT_INFO, "the standby of rank %d (pid %d) follows the log this spare holds of it", rank, (int)pid);
     return 0;
 }
 
+/* Rank @rank's standby ended (it was reaped with @status): said, and
+ * given up on when it refused (it would again: its reason is said above). */
+static void ended(int rank, int status)
+{
+    struct spare_rank *sr = &S.ranks[rank];
+    bool refused = WIFEXITED(status) && WEXITSTATUS(status) == RESUME_EXIT_REFUSED;
+    const char *next = refused ? ": this spare runs none for the rank until its log is replaced"
+                       : sr->starts < SPARE_STARTS_MAX ? ": it starts again" : ", too often: the rank has none here";
+    if (WIFSIGNALED(status))
+        ckpt_log(CKPT_WARN, "the standby of rank %d on this spare (pid %d) was killed by %s%s", rank, (int)sr->pid,
+                 sig_name(WTERMSIG(status)), next);
+    else
+        ckpt_log(CKPT_WARN, "the standby of rank %d on this spare (pid %d) exited with status %d%s", rank,
+                 (int)sr->pid, WEXITSTATUS(status), next);
+    if (refused)
+        sr->starts = SPARE_STARTS_MAX;
+    sr->pid = 0;
+    stop(rank);
+}
+
+/* One look at @rank: its standby reaped, stopped when its copies go to
+ * another spare now, started again on a new lineage, started. */
+static void look(int rank)
+{
+    struct spare_rank *sr = &S.ranks[rank];
+    struct stat st;
+    int status;
+    pid_t w = sr->pid > 0 ? waitpid(sr->pid, &status, WNOHANG) : 0;
+    if (w == sr->pid && w > 0)
+        ended(rank, status);
+    else if (w < 0) /* not ours any more */
+        sr->pid = 0, stop(rank);
+    if (!mine(rank / S.opt->nproc)) { /* another spare follows it now */
+        if (sr->pid > 0) {
+            ckpt_log(CKPT_INFO, "rank %d's copies go to another spare now: its standby here stops", rank);
+            stop(rank);
+        }
+        sr->starts = 0;
+        return;
+    }
+    if (!held(rank) || log_file(rank, &st) < 0)
+        return;
+    if (sr->dev && (st.st_dev != sr->dev || st.st_ino != sr->ino)) {
+        if (sr->pid > 0)
+            ckpt_log(CKPT_INFO, "rank %d's log was replaced (the job went back): its standby on this spare starts "
+                     "again", rank);
+        stop(rank);
+        sr->starts = 0;
+    }
+    sr->dev = st.st_dev;
+    sr->ino = st.st_ino;
+    if (!sr->pid && sr->starts < SPARE_STARTS_MAX && S.master_port[0]) {
+        int rc = start(rank);
+        if (rc < 0 && ++sr->starts == SPARE_STARTS_MAX) /* said once, when given up */
+            ckpt_log(CKPT_WARN, "cannot start a standby for rank %d on this spare: %s", rank, strerror(-rc));
+    }
+}
+
 /* One look, between the spare's looks at etcd: copies taken, standbys
- * started, restarted on a new lineage, reaped, let replay further. */
+ * started, restarted on a new lineage, reaped, let replay further: a
+ * node's all to the newest iteration this spare holds of every one of
+ * its ranks (the point it reports when it takes the node's place). */
 void spare_turn(void)
 {
     char drain[64];
-    int status;
     if (!on())
         return;
     while (read(S.wake[0], drain, sizeof(drain)) > 0)
         ;
     channel_read(&S.chan, S.opt);
-    for (int rank = 0; rank < S.nranks; rank++) {
-        struct spare_rank *sr = &S.ranks[rank];
-        char log[PATH_MAX + 32];
-        struct stat st;
-        if (sr->pid > 0 && waitpid(sr->pid, &status, WNOHANG) == sr->pid) {
-            /* One that refused would again (its reason is said above): given up. */
-            bool refused = WIFEXITED(status) && WEXITSTATUS(status) == RESUME_EXIT_REFUSED;
-            if (WIFSIGNALED(status))
-                ckpt_log(CKPT_WARN, "the standby of rank %d on this spare (pid %d) was killed by %s%s", rank,
-                         (int)sr->pid, sig_name(WTERMSIG(status)),
-                         sr->starts < SPARE_STARTS_MAX ? ": it starts again" : ", too often: the rank has none here");
-            else
-                ckpt_log(CKPT_WARN, "the standby of rank %d on this spare (pid %d) exited with status %d%s", rank,
-                         (int)sr->pid, WEXITSTATUS(status),
-                         refused ? " (its reason is said above): this spare runs none for the rank" :
-                         sr->starts < SPARE_STARTS_MAX ? ": it starts again" : ", too often: the rank has none here");
-            if (refused)
-                sr->starts = SPARE_STARTS_MAX;
-            sr->pid = 0;
-            stop(rank);
+    for (int rank = 0; rank < S.nranks; rank++)
+        look(rank);
+    for (int node = 0; node < S.opt->nnodes; node++) {
+        int first = node * S.opt->nproc;
+        uint64_t common = UINT64_MAX;
+        for (int rank = first; rank < first + S.opt->nproc; rank++) {
+            uint64_t h = S.ranks[rank].pid > 0 ? held(rank) : 0;
+            common = h < common ? h : common;
         }
-        if (!mine(rank / S.opt->nproc)) { /* another spare follows it now */
-            if (sr->pid > 0) {
-                ckpt_log(CKPT_INFO, "rank %d's copies go to another spare now: its standby here stops", rank);
-                stop(rank);
+        for (int rank = first; common && rank < first + S.opt->nproc; rank++) {
+            struct spare_rank *sr = &S.ranks[rank];
+            if (common > sr->allowed) {
+                ckpt_follow_order(sr->orders, &sr->orders->allowed, common);
+                sr->allowed = common;
             }
-            sr->starts = 0;
-            continue;
-        }
-        snprintf(log, sizeof(log), "%s/rank%d/replay.log", S.peers, rank);
-        uint64_t newest = held(rank);
-        if (stat(log, &st) < 0 || !newest)
-            continue;
-        if (sr->pid > 0 && (st.st_dev != sr->dev || st.st_ino != sr->ino)) {
-            ckpt_log(CKPT_INFO, "rank %d's log was replaced (the job went back): its standby on this spare starts "
-                     "again", rank);
-            stop(rank);
-            sr->starts = 0;
-        }
-        if (!sr->pid && sr->starts < SPARE_STARTS_MAX && S.master_port[0]) {
-            int rc = start(rank, &st);
-            if (rc < 0 && ++sr->starts == SPARE_STARTS_MAX) /* said once, when given up */
-                ckpt_log(CKPT_WARN, "cannot start a standby for rank %d on this spare: %s", rank, strerror(-rc));
-        }
-        if (sr->pid > 0 && newest > sr->allowed) {
-            ckpt_follow_order(sr->orders, &sr->orders->allowed, newest);
-            sr->allowed = newest;
         }
     }
 }
@@ -330,6 +371,7 @@ void spare_claimed(unsigned node)
     }
     rep_close(S.rep);
     S.rep = NULL;
+    S.disk.log_default = false; /* the node's agent has the same directory now: it is not this spare's to remove */
 }
 
 /* The node's standbys go to the agent's job: 0, or -ESRCH when not all of them run. */
@@ -353,7 +395,7 @@ int spare_adopt(struct job *job)
         if (!sr->pid || !sr->allowed)
             rc = -ESRCH;
     }
-    if (rc == 0 && (rc = standby_adopt(job, pids, orders, &S.chan, S.pgid, allowed)) == 0) {
+    if (rc == 0 && (rc = standby_adopt(job, pids, orders, &S.chan, pids[0], allowed)) == 0) {
         for (int i = 0; i < opt->nproc; i++)
             S.ranks[opt->first_rank + i] = (struct spare_rank){ 0 };
         S.chan = (struct channel){ .fd = -1 };
@@ -363,11 +405,11 @@ int spare_adopt(struct job *job)
         ckpt_log(CKPT_INFO, "this spare's standbys of node %d's ranks are not all running: the node takes no part "
                  "in a takeover by standby", opt->node_rank);
     }
-    spare_close();
+    spare_close(false);
     return rc;
 }
 
-void spare_close(void)
+void spare_close(bool remove)
 {
     for (int rank = 0; S.ranks && rank < S.nranks; rank++)
         stop(rank);
@@ -378,7 +420,11 @@ void spare_close(void)
     if (S.chan.fd >= 0 || S.chan.dir[0])
         channel_close(&S.chan);
     S.chan = (struct channel){ .fd = -1 };
-    disk_close(&S.disk);
+    if (remove && S.opt && !S.opt->keep_arena) { /* not needed: what it took is the job's no more */
+        arena_remove(S.opt);
+        rep_remove(S.opt);
+    }
+    disk_close(&S.disk); /* after: its directory goes once empty */
     for (int i = 0; i < 2; i++)
         if (S.wake[i] >= 0)
             close(S.wake[i]);

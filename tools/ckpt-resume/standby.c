@@ -436,8 +436,12 @@ void standby_stop(struct job *job, const char *why)
     if (sb->running > 0 && sb->pgid > 0) {
         kill(-sb->pgid, SIGKILL);
         for (int i = 0; i < job->opt->nproc; i++)
-            if (sb->ranks[i].pid > 0)
+            if (sb->ranks[i].pid > 0) {
+                if (sb->peer_logs) /* a spare's: each leads a group of its own */
+                    kill(-sb->ranks[i].pid, SIGKILL);
+                kill(sb->ranks[i].pid, SIGKILL);
                 waitpid(sb->ranks[i].pid, NULL, __WNOTHREAD);
+            }
     }
     for (int i = 0; i < job->opt->nproc; i++)
         sb->ranks[i] = (struct rank){0};
@@ -466,11 +470,15 @@ int standby_adopt(struct job *job, const pid_t *pids, struct ckpt_follow **order
         if (!sb->cap)
             return -ENOMEM;
     }
-    channel_close(&sb->chan);
+    struct channel own = sb->chan;
     sb->chan = *chan;
     int rc = standby_vars(job);
-    if (rc < 0)
+    if (rc < 0) { /* the channel stays the spare's */
+        sb->chan = own;
+        sb->on = false;
         return rc;
+    }
+    channel_close(&own);
     sb->nranks = n;
     for (int i = 0; i < n; i++) {
         sb->orders[i] = orders[i];
