@@ -13,18 +13,8 @@
  *                              creates it, campaigned for again by every
  *                              agent when it goes; its create revision is
  *                              the epoch;
- *   <job>/spare/<lease>        a spare waiting beside the job (--spare):
- *                              its address and where it takes copies;
- *                              node I sends its ranks' copies and logs
- *                              to the spare I mod S too (spare.c);
- *   <job>/plan                 the newest plan, for the spares: where
- *                              the job's rank 0 meets its peers (their
- *                              standbys are its ranks' standbys alone)
- *                              and the decisions (recovery.h) that say
- *                              which of their copies still count:
- *                              "ADDR PORT EPOCH:RESTORE ..." (the plan's
- *                              first, then those before it), put by the
- *                              leader;
+ *   <job>/spare/<lease>, <job>/plan
+ *                              the spares' keys (bridge_spare.c);
  *   <job>/e<epoch>/up/<I>/<lease>/<n>
  *                              the n-th message to the coordinator of the
  *                              agent that is node I under that lease,
@@ -63,11 +53,11 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "bridge_int.h"
 #include "config.h"
 #include "coord.h"
 #include "etcd.h"
 #include "lease.h"
-#include "placement.h"
 #include "log.h"
 #include "resume.h"
 #include "wire.h"
@@ -87,77 +77,8 @@
 #define CLOSED 0xffff /* a message that says the connection it stands for was closed */
 #define MAX_NODES 65536
 
-struct link {
-    int fd;                 /* -1: none */
-    int64_t lease;          /* on the leader: the lease of the agent that is the node, 0: none */
-    struct ckpt_wire_rx rx;
-    uint64_t seq;           /* the next message this side puts */
-    uint64_t taken;         /* the next one it takes */
-    bool refused;           /* on the leader: its agent's messages failed the job key's tag */
-};
-
-/* A message that etcd did not take yet: put again, in order, next turn.
- * It is put only while its guard holds: the key guard was created at
- * revision rev (the leader key of the epoch a leader speaks for, or the
- * node key a member's agent claimed), so that an agent that lost its
- * lease, and may not know it yet, writes no message and no decision. */
-struct outgoing {
-    char key[400];
-    char guard[300];
-    int64_t rev;
-    char *value;
-    size_t len;
-};
-
-struct bridge {
-    struct etcd *e;
-    struct etcd_watch *watch;   /* on the job's keys, NULL: polling alone */
-    struct spawn *spawn;        /* the nodes this agent starts (CKPT_NODE_LAUNCHER), NULL: none */
-    bool spawn_given_up;        /* it gave up starting a node */
-    unsigned spawn_failed;      /* that node, when no spare takes its place (atomic: the member reads it), 0: none */
-    int watch_fd;
-    struct options *opt;
-    struct options copt;    /* the coordinator's: it listens on loopback */
-    char prefix[256];
-    int64_t lease;
-    int64_t claimed;            /* the revision this agent's node key was created at */
-    struct lease *keeper;       /* renews the lease */
-    double ttl_s;
-    bool fenced;
-    unsigned node, n;
-    char ip[64];            /* this machine's address towards etcd */
-    int lfd;                /* where the member connects */
-    char local[64];
-    struct link member;
-    int64_t epoch;          /* the leader key's create revision, 0: none */
-    int64_t leading;        /* the epoch this agent leads, 0: none */
-    struct coord *coord;
-    struct link *nodes;     /* on the leader: a connection to the coordinator per node */
-    pthread_t thread;
-    int stop[2];
-    bool running;
-    unsigned moved;         /* messages taken or put, for the pace of the turns */
-    struct outgoing *out;   /* messages etcd did not take yet, in the order they were posted */
-    size_t nout, capout;
-    bool paused;            /* etcd has no quorum: nothing moves, and nobody is fenced for it */
-    bool finished;          /* the coordinator ended the job: no more campaigns */
-    bool end_put;           /* on the leader: the job's end key is in etcd */
-    int leader_node;        /* the node whose agent leads (B.epoch), -1: none */
-    char leader_ip[64];     /* its address (its node key's value) */
-    bool leaderless;        /* the job's leader is gone and none is elected yet: the next one is said */
-    int lost_leader;        /* a leader whose lease ended while the job ran, -1: none; whoever leads
-                             * next fences it (CKPT_FENCE_CMD): it may be frozen, not gone */
-    char lost_leader_ip[64];
-    pthread_mutex_t spares_lock;
-    struct coord_addr *spares;  /* the spares' receivers, in their keys' order (spares_lock) */
-    unsigned nspares;
-    double spares_read_s;       /* when spare/ was read last */
-    double claimed_s;           /* a spare: when it took a lost node's place */
-    unsigned spares_said;       /* on the leader: the spares it said the job has */
-};
-
-static struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1,
-                           .spares_lock = PTHREAD_MUTEX_INITIALIZER };
+struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1,
+                    .spares_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void close_link(struct link *l)
 {
@@ -519,96 +440,6 @@ static void put_end(const struct coord_status *st)
         ckpt_log(CKPT_WARN, "the job's end is not in etcd (%s): its spares wait until they are stopped", why);
 }
 
-/* The plan key, for the spares (a PLAN as the coordinator sends it, coord.h). */
-static void put_plan(const void *msg, size_t len)
-{
-    const struct coord_plan *p = msg;
-    if (len < sizeof(*p) || p->ndecided > COORD_DECIDED_MAX)
-        return;
-    size_t at = sizeof(*p) + p->nnodes * sizeof(struct coord_addr) + p->nsend * sizeof(struct coord_send);
-    if (len != at + p->ndecided * sizeof(struct ckpt_decision) || !p->master_addr[0] || !p->master_port[0])
-        return;
-    char key[300], value[128 + 44 * (COORD_DECIDED_MAX + 1)], why[256];
-    int k = snprintf(value, sizeof(value), "%.*s %.*s %" PRIu64 ":%" PRIu64,
-                     (int)strnlen(p->master_addr, sizeof(p->master_addr)), p->master_addr,
-                     (int)strnlen(p->master_port, sizeof(p->master_port)), p->master_port, p->epoch, p->restore);
-    for (uint32_t i = 0; i < p->ndecided; i++) {
-        struct ckpt_decision d;
-        memcpy(&d, (const char *)msg + at + i * sizeof(d), sizeof(d));
-        k += snprintf(value + k, sizeof(value) - k, " %" PRIu64 ":%" PRIu64, d.epoch, d.restore);
-    }
-    snprintf(key, sizeof(key), "%splan", B.prefix);
-    if (etcd_put(B.e, key, value, strlen(value), B.lease, why, sizeof(why)) < 0)
-        ckpt_log(CKPT_DEBUG, "the plan is not in etcd (%s): the spares' standbys wait for it", why);
-}
-
-/*
- * The leader says when the spares with standbys change, with what they
- * do to the recovery-probability report (placement.h): every node's
- * copies reach one spare, so k nodes lost at once all come back from
- * memory while the spares stand, whatever placement makes of it alone.
- */
-static void spares_said(unsigned n)
-{
-    if (!B.leading || n == B.spares_said)
-        return;
-    B.spares_said = n;
-    if (!n) {
-        ckpt_log(CKPT_INFO, "no spare with standbys beside the job now");
-        return;
-    }
-    unsigned m = (unsigned)ckpt_cfg_int(CFG_REPLICAS);
-    enum ckpt_placement p = ckpt_placement_choose((enum ckpt_placement)ckpt_cfg_int(CFG_PLACEMENT), B.n, m);
-    char report[256];
-    int k = 0;
-    for (unsigned lost = 1; lost <= m + 1 && lost <= B.n && k < (int)sizeof(report) - 64; lost++)
-        k += snprintf(report + k, sizeof(report) - k, "%s%u lost at once: 100%% (without the spares %.1f%%)",
-                      lost > 1 ? "; " : "", lost, 100 * ckpt_placement_recovery(p, B.n, m, lost));
-    ckpt_log(CKPT_INFO, "%u spare%s with standbys beside the job: node I's copies go to spare I mod %u too, and a "
-             "lost node's place is taken by its spare's standbys; recovery from memory: %s", n, n == 1 ? "" : "s", n,
-             report);
-}
-
-/* The spares' receivers (spare/, "IP HOSTPORT"), read at most once a second. */
-static void spares_turn(double now)
-{
-    char key[300], why[128];
-    struct etcd_kv *kv;
-    size_t n = 0;
-    if (now - B.spares_read_s < 1.0)
-        return;
-    B.spares_read_s = now;
-    snprintf(key, sizeof(key), "%sspare/", B.prefix);
-    if (etcd_get(B.e, key, true, &kv, &n, NULL, why, sizeof(why)) < 0)
-        return;
-    struct coord_addr *a = calloc(n ? n : 1, sizeof(*a));
-    unsigned k = 0;
-    for (size_t i = 0; a && i < n; i++) {
-        const char *rx = strchr(kv[i].value, ' ');
-        if (rx && rx[1] && strlen(rx + 1) < COORD_ADDR_MAX)
-            snprintf(a[k++].hostport, COORD_ADDR_MAX, "%s", rx + 1);
-    }
-    etcd_kvs_free(kv, n);
-    if (!a)
-        return;
-    pthread_mutex_lock(&B.spares_lock);
-    free(B.spares);
-    B.spares = a;
-    B.nspares = k;
-    pthread_mutex_unlock(&B.spares_lock);
-    spares_said(k);
-}
-
-int bridge_spare_for(unsigned node, char *out, size_t outlen)
-{
-    int rc = -ENOENT;
-    pthread_mutex_lock(&B.spares_lock);
-    if (B.nspares)
-        rc = 0, snprintf(out, outlen, "%s", B.spares[node % B.nspares].hostport);
-    pthread_mutex_unlock(&B.spares_lock);
-    return rc;
-}
-
 static void leader_turn(void)
 {
     agents();
@@ -631,7 +462,7 @@ static void leader_turn(void)
             if (type == COORD_FINISH && len >= sizeof(struct coord_status))
                 put_end((const struct coord_status *)msg);
             if (type == COORD_PLAN && j == 0)
-                put_plan(msg, len);
+                bridge_put_plan(msg, len);
             post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
             free(msg);
         }
@@ -650,7 +481,6 @@ static void fence(const char *why)
     close_link(&B.member);
 }
 
-static int claim(int want, char *why, size_t whylen);
 
 /* Fenced, and etcd answers again: a new lease, and the node's rank if no
  * one took it meanwhile; the member then joins the job again. */
@@ -667,7 +497,7 @@ static void regain(double now)
         return;
     etcd_lease_revoke(B.e, B.lease, why, sizeof(why));
     B.lease = lease;
-    int rc = claim((int)B.node, why, sizeof(why));
+    int rc = bridge_claim((int)B.node, why, sizeof(why));
     if (rc == 1) {
         char key[300];
         snprintf(key, sizeof(key), "%snode/%u", B.prefix, B.node);
@@ -832,7 +662,7 @@ static void *run(void *arg)
         member_turn();
         launch_turn();
         if (!B.paused)
-            spares_turn(ckpt_now_s());
+            bridge_spares_turn(ckpt_now_s());
         wait_ms = B.moved != moved ? busy_ms : wait_ms * 2 > quiet_ms ? quiet_ms : wait_ms * 2;
     }
     free(p);
@@ -847,7 +677,7 @@ static void *run(void *arg)
 
 /* Claims node rank @want, or with -1 the first free one: 1 when claimed,
  * 0 when taken, -errno. */
-static int claim(int want, char *why, size_t whylen)
+int bridge_claim(int want, char *why, size_t whylen)
 {
     for (unsigned i = want >= 0 ? (unsigned)want : 0; i < B.n; i++) {
         char key[300];
@@ -868,7 +698,7 @@ static int claim(int want, char *why, size_t whylen)
 }
 
 /* Whether the job has a leader now. */
-static bool led(void)
+bool bridge_led(void)
 {
     char key[300], why[128];
     struct etcd_kv *kv;
@@ -878,125 +708,6 @@ static bool led(void)
         return false;
     etcd_kvs_free(kv, n);
     return n > 0;
-}
-
-/*
- * A spare (--spare) waits beside the job, its lease held and itself under
- * spare/, and takes the rank of the first node lost.  A rank free while
- * the job forms is a node still starting; once every rank has been held
- * at one time, or when a rank has been free for twice the lease's TTL
- * while a leader runs the job (a spare started after the loss), it is a
- * lost node's: taken at once by the spare that runs standbys for its
- * ranks (spare.c), by any other SPARE_DEFER_S later.  Returns 0 when it took one (B.node), 1 when the job ended
- * without needing it (@why says how), -errno.
- */
-#define SPARE_DEFER_S 2.0
-static int spare_wait(char *why, size_t whylen)
-{
-    char mine[300], key[300];
-    bool formed = false;
-    double gone_since = 0, short_since = 0, lost_since = 0;
-    char value[160], rx[COORD_ADDR_MAX];
-    snprintf(mine, sizeof(mine), "%sspare/%" PRIx64, B.prefix, B.lease);
-    spare_open(B.opt, B.ip, rx, sizeof(rx));
-    snprintf(value, sizeof(value), "%s%s%s", B.ip, *rx ? " " : "", rx);
-    int rc = etcd_put(B.e, mine, value, strlen(value), B.lease, why, whylen);
-    if (rc < 0) {
-        spare_close(false);
-        return rc;
-    }
-    lease_hold(B.keeper, mine);
-    ckpt_log(CKPT_INFO, "a spare for job %s (%u nodes), through etcd at %s: it takes the place of the first node "
-             "lost", B.opt->job_name, B.n, B.opt->etcd);
-    for (;; usleep(200 * 1000)) {
-        struct etcd_kv *kv;
-        size_t n;
-        char ended[16] = "";
-        snprintf(key, sizeof(key), "%send", B.prefix);
-        if (etcd_get(B.e, key, false, &kv, &n, NULL, why, whylen) == 0) {
-            if (n)
-                snprintf(ended, sizeof(ended), "%s", kv[0].value);
-            etcd_kvs_free(kv, n);
-        }
-        if (*ended) {
-            snprintf(why, whylen, "job %s ended (exit %s) without losing a node: this spare was not needed",
-                     B.opt->job_name, ended);
-            rc = 1;
-            break;
-        }
-        if (*rx) {
-            snprintf(key, sizeof(key), "%splan", B.prefix);
-            if (etcd_get(B.e, key, false, &kv, &n, NULL, why, whylen) == 0) {
-                if (n)
-                    spare_plan(kv[0].value);
-                etcd_kvs_free(kv, n);
-            }
-            /* Which nodes send here: node I to the spare I mod S, as the nodes read spare/ (spares_turn). */
-            snprintf(key, sizeof(key), "%sspare/", B.prefix);
-            if (etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) == 0) {
-                unsigned index = 0, count = 0;
-                bool listed = false;
-                for (size_t i = 0; i < n; i++) {
-                    const char *sp = strchr(kv[i].value, ' ');
-                    if (!sp || !sp[1] || strlen(sp + 1) >= COORD_ADDR_MAX)
-                        continue; /* a spare that takes no copies (as spares_turn reads them) */
-                    if (strcmp(kv[i].key, mine) == 0)
-                        index = count, listed = true;
-                    count++;
-                }
-                etcd_kvs_free(kv, n);
-                spare_assign(index, listed ? count : 0);
-            }
-            spare_turn();
-        }
-        snprintf(key, sizeof(key), "%snode/", B.prefix);
-        bool *held = calloc(B.n, sizeof(*held));
-        if (!held || etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) < 0) {
-            n = B.n; /* cannot tell: nothing is taken */
-        } else {
-            for (size_t i = 0; i < n; i++) {
-                unsigned node = (unsigned)strtoul(kv[i].key + strlen(key), NULL, 10);
-                if (node < B.n)
-                    held[node] = true;
-            }
-            etcd_kvs_free(kv, n);
-        }
-        double now = ckpt_now_s();
-        formed |= n == B.n;
-        gone_since = n ? 0 : gone_since ? gone_since : now;
-        short_since = n == B.n ? 0 : short_since ? short_since : now;
-        bool lost = n < B.n && (formed || (now - short_since >= 2 * B.ttl_s && led()));
-        lost_since = lost ? lost_since ? lost_since : now : 0;
-        /* The spare whose standbys follow a lost node's ranks takes its
-         * place; another, only if that one has not within SPARE_DEFER_S. */
-        for (unsigned i = 0; lost && held && rc == 0 && i < B.n; i++)
-            if (!held[i] && (spare_covers(i) || now - lost_since >= SPARE_DEFER_S))
-                rc = claim((int)i, why, whylen);
-        free(held);
-        if (rc != 0) {
-            if (rc == 1)
-                ckpt_log(CKPT_INFO, "node %u of job %s was lost: this spare takes its place", B.node,
-                         B.opt->job_name);
-            B.claimed_s = now;
-            rc = rc == 1 ? 0 : rc;
-            break;
-        }
-        if (gone_since && now - gone_since > 10 * B.ttl_s) {
-            snprintf(why, whylen, "job %s has had no node for %g s, and left no end: this spare ends",
-                     B.opt->job_name, 10 * B.ttl_s);
-            rc = 1;
-            break;
-        }
-    }
-    if (rc == 0) {
-        spare_claimed(B.node);
-    } else {
-        spare_close(true);
-    }
-    char gone[128];
-    if (etcd_delete(B.e, mine, false, gone, sizeof(gone)) < 0)
-        ckpt_log(CKPT_DEBUG, "this spare's key stays until its lease ends: %s", gone);
-    return rc;
 }
 
 int bridge_start(struct options *opt, char *why, size_t whylen)
@@ -1043,9 +754,9 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
      * the job runs. */
     double give_up = ckpt_now_s() + 10 * B.ttl_s;
     bool said = false;
-    if (opt->spare && (rc = spare_wait(why, whylen)) != 0)
+    if (opt->spare && (rc = bridge_spare_wait(why, whylen)) != 0)
         return rc;
-    while (!opt->spare && (rc = claim(opt->node_rank, why, whylen)) == 0) {
+    while (!opt->spare && (rc = bridge_claim(opt->node_rank, why, whylen)) == 0) {
         if (!said)
             ckpt_log(CKPT_INFO, "%s: waiting for %s to be free", opt->etcd,
                      opt->node_rank >= 0 ? "this node rank" : "a node rank");
@@ -1093,11 +804,6 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     B.running = true;
     ckpt_log(CKPT_INFO, "node %u of %u in job %s, through etcd at %s", B.node, B.n, opt->job_name, opt->etcd);
     return 0;
-}
-
-double bridge_claimed_s(void)
-{
-    return B.claimed_s;
 }
 
 unsigned bridge_gave_up(void)
