@@ -40,7 +40,9 @@ static int newest_first(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Fills src with the best source of every rank for iteration it; true when every rank has one. */
+/* Fills src with the best source of every rank for iteration it; true when every rank has one.  Of
+ * two peer copies, the one its own node holds (a spare that took the node's place kept it) travels
+ * nowhere. */
 static int sources_for(const struct ckpt_held *held, size_t n, unsigned nranks, unsigned nproc, uint64_t it,
                        struct ckpt_source *src)
 {
@@ -49,9 +51,12 @@ static int sources_for(const struct ckpt_held *held, size_t n, unsigned nranks, 
     for (size_t i = 0; i < n; i++) {
         const struct ckpt_held *h = &held[i];
         unsigned t = effective_tier(h, nproc);
-        if (h->iteration != it || h->rank >= nranks || t >= src[h->rank].tier)
+        if (h->iteration != it || h->rank >= nranks)
             continue;
-        src[h->rank] = (struct ckpt_source){ .tier = t, .node = h->node };
+        bool home = h->node == h->rank / nproc;
+        if (t < src[h->rank].tier ||
+            (t == CKPT_TIER_PEER && src[h->rank].tier == CKPT_TIER_PEER && home && src[h->rank].node != h->node))
+            src[h->rank] = (struct ckpt_source){ .tier = t, .node = h->node };
     }
     for (unsigned r = 0; r < nranks; r++)
         if (src[r].tier == CKPT_TIER_NONE)
