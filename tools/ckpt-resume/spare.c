@@ -4,7 +4,7 @@
  * the nodes send it (node I sends to the spare I mod S), and runs, for
  * each rank whose copy it holds, a standby alone: the job's command in
  * follow mode, following the log it received (CKPT_FOLLOW_LOG) up to the
- * newest iteration of that rank it holds a copy of, served the rank's
+ * newest iteration it holds of every rank of that node, served the rank's
  * rendezvous from that log (CKPT_FOLLOW_ALONE: it has no shadow job to
  * meet), its orders in the spare's own arena.  When a node is lost and
  * this spare takes its place, the standbys of that node's ranks are the
@@ -43,7 +43,7 @@ struct spare_rank {
     struct ckpt_follow *orders; /* mapped while it runs */
     dev_t dev;                  /* the file of its log, when last looked at: a new lineage is a new file */
     ino_t ino;
-    uint64_t allowed;           /* the newest iteration of this rank held here */
+    uint64_t allowed;           /* its orders: the newest iteration held here of every rank of its node */
     uint64_t newest;            /* the store's, when it was scanned */
     uint64_t scanned;           /* the copies of it kept (rep_arrivals) then, UINT64_MAX: scan again */
     unsigned starts;
