@@ -75,7 +75,9 @@ static void untrack(CUdeviceptr p)
 __attribute__((visibility("default"))) CUresult cuInit(unsigned int Flags)
 {
     NEED_REAL(cuInit, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_addrspace_driver_starts(); /* its ranges go where room was held for them */
     CUresult r = real_cuInit(Flags);
+    ckpt_addrspace_driver_started();
     if (r == CUDA_SUCCESS)
         ckpt_wake();
     return r;

@@ -121,6 +121,9 @@ __attribute__((constructor)) static void ckpt_load(void)
         ckpt_log(CKPT_DEBUG, "torchrun's own process: no rank, pass-through (its workers checkpoint)");
         disabled = launcher = true;
     }
+    /* First of all that may map memory, and the same in every run. */
+    if (!disabled)
+        ckpt_addrspace_hold();
     /* Here: a replaying program may open its files before it touches CUDA. */
     if (!disabled) {
         ckpt_world_init((uint64_t)ckpt_cfg_int(CFG_RESTORE), ckpt_cfg_int(CFG_FOLLOW));

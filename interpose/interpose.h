@@ -403,6 +403,14 @@ uint64_t ckpt_history_alloc_at(void);
  * run's open failed with, 0 when it created the file. */
 bool ckpt_history_excl(int *err);
 
+/* Room for the driver (addrspace.c): _hold at load holds address space
+ * where the driver's ranges are to go; between _driver_starts and
+ * _driver_started (the program's first cuInit), what this thread maps
+ * without an address goes there, whatever other threads map meanwhile. */
+void ckpt_addrspace_hold(void);
+void ckpt_addrspace_driver_starts(void);
+void ckpt_addrspace_driver_started(void);
+
 /* A standby's device memory (standby_mem.c): while it stands by, the
  * program's allocations are address reservations at the recorded
  * addresses.  _alloc and _free return true when they answered the call

@@ -373,6 +373,12 @@ diverge() {
     fidelity fid_ptrtable restore 12 27
 }
 
+@test "fid_prethread: a loader thread maps its memory before CUDA starts in the restarted launch and after in the recorded one: the driver's ranges, and every device pointer, are where they were; bit-exact, by the cold path and by a standby" {
+    fidelity fid_prethread restore 12 27
+    rm -f "$D/died"
+    FID_STANDBY=1 fidelity fid_prethread restore 12 27
+}
+
 @test "fid_vmm: expandable segments: one cuMemUnmap over two mappings, mapped again, snapshots go on" {
     # The unmap is at iteration 16 and the new mappings at 28: killed at
     # 26..30, the job has had eight iterations or more to commit a snapshot
