@@ -14,15 +14,16 @@
  * So, at load, before the program has a thread or a mapping of its own,
  * libckpt holds HOLE bytes of address space (no access, no memory: it
  * costs neither RAM nor commit) where the kernel puts the next large
- * mapping; every mapping made after then goes below it.  While the
- * program's first cuInit runs, the mappings that thread asks for without
- * an address (the driver's) are put into the hole, from its top down, as
- * the kernel would have put them into an empty space there: at the same
- * addresses in every run, whatever the program's other threads map
- * meanwhile.  What is left of the hole is let go when cuInit returns.  A
- * driver that maps its ranges on a thread of its own, or with a system
- * call of its own, is not helped, nor harmed: they go below everything,
- * as without the hole, and a restore they move is refused (replay.c).
+ * mapping; every mapping made after then goes below it.  While a thread
+ * is in cuInit or makes a context (the driver maps its ranges by the first
+ * context at the latest), the mappings it asks for without an address
+ * are put into the hole, from its top down, as the kernel would have put
+ * them into an empty space there: at the same addresses in every run,
+ * whatever the program's other threads, and libckpt, map meanwhile.  What
+ * is left of the hole is let go once the first context is made.  A driver
+ * that maps its ranges on a thread of its own, or by a system call of its
+ * own, is not helped, nor harmed: they go below everything, as without
+ * the hole, and a restore they move is refused (replay.c).
  *
  * Under ThreadSanitizer, whose runtime allows an application only some
  * ranges of the address space, nothing is held.
@@ -74,11 +75,13 @@ void ckpt_addrspace_driver_starts(void)
     pthread_mutex_unlock(&lock);
 }
 
-void ckpt_addrspace_driver_started(void)
+void ckpt_addrspace_driver_started(bool made)
 {
     if (!starting)
         return;
     starting = false;
+    if (!made)
+        return;
     pthread_mutex_lock(&lock);
     if (hi > lo)
         munmap((void *)lo, hi - lo);

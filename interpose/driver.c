@@ -77,9 +77,38 @@ __attribute__((visibility("default"))) CUresult cuInit(unsigned int Flags)
     NEED_REAL(cuInit, CUDA_ERROR_NOT_INITIALIZED);
     ckpt_addrspace_driver_starts(); /* its ranges go where room was held for them */
     CUresult r = real_cuInit(Flags);
-    ckpt_addrspace_driver_started();
+    ckpt_addrspace_driver_started(false);
     if (r == CUDA_SUCCESS)
         ckpt_wake();
+    return r;
+}
+
+/* The driver maps its address ranges by the first context at the latest. */
+__attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    NEED_REAL(cuDevicePrimaryCtxRetain, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_addrspace_driver_starts();
+    CUresult r = real_cuDevicePrimaryCtxRetain(pctx, dev);
+    ckpt_addrspace_driver_started(r == CUDA_SUCCESS);
+    return r;
+}
+
+__attribute__((visibility("default"))) CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    NEED_REAL(cuCtxCreate_v2, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_addrspace_driver_starts();
+    CUresult r = real_cuCtxCreate_v2(pctx, flags, dev);
+    ckpt_addrspace_driver_started(r == CUDA_SUCCESS);
+    return r;
+}
+
+__attribute__((visibility("default"))) CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params,
+                                                               unsigned int flags, CUdevice dev)
+{
+    NEED_REAL(cuCtxCreate_v4, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_addrspace_driver_starts();
+    CUresult r = real_cuCtxCreate_v4(pctx, params, flags, dev);
+    ckpt_addrspace_driver_started(r == CUDA_SUCCESS);
     return r;
 }
 

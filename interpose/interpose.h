@@ -404,12 +404,14 @@ uint64_t ckpt_history_alloc_at(void);
 bool ckpt_history_excl(int *err);
 
 /* Room for the driver (addrspace.c): _hold at load holds address space
- * where the driver's ranges are to go; between _driver_starts and
- * _driver_started (the program's first cuInit), what this thread maps
- * without an address goes there, whatever other threads map meanwhile. */
+ * where the driver's ranges are to go.  Between _driver_starts and
+ * _driver_started (around cuInit and the calls that make a context), what
+ * this thread maps without an address goes there, whatever other threads
+ * map meanwhile; _driver_started(true), after the first context is made,
+ * lets the rest go. */
 void ckpt_addrspace_hold(void);
 void ckpt_addrspace_driver_starts(void);
-void ckpt_addrspace_driver_started(void);
+void ckpt_addrspace_driver_started(bool made);
 
 /* A standby's device memory (standby_mem.c): while it stands by, the
  * program's allocations are address reservations at the recorded

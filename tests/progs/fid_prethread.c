@@ -60,10 +60,10 @@ static void *load(void *arg)
     while (!L.go)
         pthread_cond_wait(&L.cond, &L.lock);
     pthread_mutex_unlock(&L.lock);
-    uint32_t **buf = calloc(DEPTH, sizeof(*buf));
+    uint32_t **buf = (uint32_t **)calloc(DEPTH, sizeof(*buf));
     REQUIRE(buf != NULL);
     for (int d = 0; d < DEPTH; d++) {
-        buf[d] = malloc(BATCH_WORDS * sizeof(uint32_t));
+        buf[d] = (uint32_t *)malloc(BATCH_WORDS * sizeof(uint32_t));
         REQUIRE(buf[d] != NULL);
     }
     pthread_mutex_lock(&L.lock);

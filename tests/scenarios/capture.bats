@@ -179,6 +179,7 @@ f = open(sys.argv[1], "w"); fcntl.lockf(f, fcntl.LOCK_EX); open(sys.argv[2], "w"
         case $sym in
         cu[A-Z]* | cuda* | nccl* | dlsym | InitializeInjectionNvtx2) ;;
         pthread_create) ;; # thread keys (interpose/thread.c)
+        mmap | mmap64) ;; # the driver's room (interpose/addrspace.c)
         open | open64 | openat | openat64 | fopen | fopen64 | rename | unlink) ;; # replay's files (interpose/world.c)
         connect | bind | listen | accept | accept4 | read | readv | recv | recvfrom | recvmsg | close) ;; # the rendezvous
         __read_chk | __recv_chk | __recvfrom_chk) ;; # (interpose/rendezvous.c)

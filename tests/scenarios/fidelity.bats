@@ -2,7 +2,8 @@
 # Fidelity of restore by replay: programs that let the host observe the
 # device the way real frameworks do (tests/progs/fid_*.c: caching
 # allocators, pinned pools, polling, host functions, graphs, background
-# threads, autotuning, pointer tables, virtual memory, several contexts)
+# threads, threads that map memory before CUDA starts, autotuning, pointer
+# tables, virtual memory, several contexts)
 # are killed once, after an iteration drawn at random, under ckpt-resume,
 # and must come back from a snapshot with exactly the output of a run that
 # was never killed: every iteration line (the restarted launch prints them
