@@ -28,6 +28,7 @@
  * Under ThreadSanitizer, whose runtime allows an application only some
  * ranges of the address space, nothing is held.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -89,8 +90,13 @@ void ckpt_addrspace_driver_started(bool made)
     pthread_mutex_unlock(&lock);
 }
 
-static void *mmap_raw(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+/* The next mmap (libc's, or a sanitizer's before it); the system call
+ * itself if there is none. */
+static void *mmap_next(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
+    REAL_LIBC(mmap);
+    if (real_mmap_)
+        return real_mmap_(addr, len, prot, flags, fd, off);
     return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
@@ -103,7 +109,7 @@ static void *into_hole(size_t len, int prot, int flags, int fd, off_t off)
     len = (len + page - 1) & ~(page - 1);
     pthread_mutex_lock(&lock);
     if (len && hi - lo >= len) {
-        p = mmap_raw((void *)(hi - len), len, prot, flags | MAP_FIXED, fd, off);
+        p = mmap_next((void *)(hi - len), len, prot, flags | MAP_FIXED, fd, off);
         if (p != MAP_FAILED)
             hi -= len;
     }
@@ -118,7 +124,7 @@ __attribute__((visibility("default"))) void *mmap(void *addr, size_t len, int pr
         if (p)
             return p;
     }
-    return mmap_raw(addr, len, prot, flags, fd, off);
+    return mmap_next(addr, len, prot, flags, fd, off);
 }
 
 __attribute__((visibility("default"))) void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
