@@ -101,7 +101,8 @@ static void *mmap_next(void *addr, size_t len, int prot, int flags, int fd, off_
 }
 
 /* The driver's mapping, from the top of the hole: MAP_FIXED replaces the
- * hole's pages there; NULL when it is not the driver's or does not fit. */
+ * hole's pages there; NULL when it does not fit, or cannot be put there
+ * (the caller then maps it as asked). */
 static void *into_hole(size_t len, int prot, int flags, int fd, off_t off)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -110,7 +111,9 @@ static void *into_hole(size_t len, int prot, int flags, int fd, off_t off)
     pthread_mutex_lock(&lock);
     if (len && hi - lo >= len) {
         p = mmap_next((void *)(hi - len), len, prot, flags | MAP_FIXED, fd, off);
-        if (p != MAP_FAILED)
+        if (p == MAP_FAILED)
+            p = NULL;
+        else
             hi -= len;
     }
     pthread_mutex_unlock(&lock);

@@ -269,6 +269,7 @@ int spawn_process(struct job *job, int i, char *const *cmd, const char *port, ch
 int job_set_var(char **slot, const char *name, const char *value);
 
 /* standby.c */
+int standby_env(char **vars, const struct options *opt, const char *socket, const char *ids, const char *log_dir);
 int standby_open(struct job *job);
 void standby_close(struct job *job);
 void standby_tick(struct job *job);

@@ -212,34 +212,26 @@ static int start(int rank)
 {
     struct spare_rank *sr = &S.ranks[rank];
     struct options ropt = *S.opt;
-    char dir[PATH_MAX], peer[PATH_MAX + 32], self[24], *vars[10] = { 0 };
+    char dir[PATH_MAX], peer[PATH_MAX + 32], *vars[10] = { 0 };
     int rc;
 
     ropt.node_rank = rank / S.opt->nproc;
     ropt.first_rank = ropt.node_rank * S.opt->nproc;
-    snprintf(self, sizeof(self), "%ld", (long)getpid());
     snprintf(peer, sizeof(peer), "%s/rank%d", S.peers, rank);
     if ((rc = logship_rank_dir(S.opt->arena_root, S.opt->job_name, (uint32_t)rank, dir, sizeof(dir))) < 0)
         return rc;
     if (!(sr->orders = ckpt_follow_map(dir, 1)))
         return -errno;
-    int k = 0;
-    if ((rc = job_set_var(&vars[k++], "LD_PRELOAD", S.opt->preload)) == 0 &&
-        (rc = job_set_var(&vars[k++], "CKPT_JOB", S.opt->job_name)) == 0 &&
-        (rc = job_set_var(&vars[k++], "CKPT_AGENT_SOCKET", S.chan.path)) == 0 &&
-        (rc = job_set_var(&vars[k++], "CKPT_FOLLOW", self)) == 0 &&
-        (rc = job_set_var(&vars[k++], "CKPT_FOLLOW_ALONE", "1")) == 0 &&
-        (rc = job_set_var(&vars[k++], "CKPT_FOLLOW_LOG", peer)) == 0 &&
-        (rc = job_set_var(&vars[k++], "CKPT_TAKEOVER_IDS", S.chan.dir)) == 0 &&
-        (!S.disk.log_dir[0] || (rc = job_set_var(&vars[k++], "CKPT_REPLAY_LOG_DIR", S.disk.log_dir)) == 0) &&
-        S.opt->pythonpath)
-        rc = job_set_var(&vars[k++], "PYTHONPATH", S.opt->pythonpath);
+    int k = standby_env(vars, S.opt, S.chan.path, S.chan.dir, S.disk.log_dir);
+    rc = k < 0 ? k : 0;
+    if (rc == 0 && (rc = job_set_var(&vars[k++], "CKPT_FOLLOW_ALONE", "1")) == 0)
+        rc = job_set_var(&vars[k++], "CKPT_FOLLOW_LOG", peer);
     struct job j = { .opt = &ropt, .master_addr = S.master_addr };
     sigprocmask(SIG_SETMASK, NULL, &j.rank_mask);
     pid_t pid = 0, pgid = 0; /* a group of its own, which stopping it kills whole */
     if (rc == 0)
         rc = spawn_process(&j, rank % S.opt->nproc, S.opt->cmd, S.master_port, vars, &pgid, &pid);
-    for (int i = 0; i < k; i++)
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         free(vars[i]);
     if (rc < 0) {
         stop(rank);

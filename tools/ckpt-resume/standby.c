@@ -57,26 +57,38 @@
  * one that keeps dying is not worth its CPU. */
 #define STANDBY_ALONE_MAX 4
 
-/* The standbys' variables: the job's, with their own channel, and
- * CKPT_FOLLOW, our pid: a standby lives only as long as this process.
- * Their communicators get new unique ids at a takeover, left in their
- * channel's directory (CKPT_TAKEOVER_IDS; on several nodes the members
- * relay them): a standby started alone holds the live job's ids, the
- * others their shadow job's. */
+/* A standby's variables, whoever starts it, from vars[0]: the job's
+ * LD_PRELOAD and CKPT_JOB, its agent's channel (@socket) and the directory
+ * its communicators' new unique ids are left in at a takeover (@ids;
+ * CKPT_TAKEOVER_IDS), CKPT_FOLLOW (this process: a standby lives only as
+ * long as it does), then, as set, CKPT_REPLAY_LOG_DIR and PYTHONPATH.  Each
+ * slot is freed first.  The number of slots set, or -errno. */
+int standby_env(char **vars, const struct options *opt, const char *socket, const char *ids, const char *log_dir)
+{
+    char self[24];
+    int rc, k = 0;
+    snprintf(self, sizeof(self), "%ld", (long)getpid());
+    if ((rc = job_set_var(&vars[k++], "LD_PRELOAD", opt->preload)) < 0 ||
+        (rc = job_set_var(&vars[k++], "CKPT_JOB", opt->job_name)) < 0 ||
+        (rc = job_set_var(&vars[k++], "CKPT_AGENT_SOCKET", socket)) < 0 ||
+        (rc = job_set_var(&vars[k++], "CKPT_FOLLOW", self)) < 0 ||
+        (rc = job_set_var(&vars[k++], "CKPT_TAKEOVER_IDS", ids)) < 0 ||
+        (log_dir[0] && (rc = job_set_var(&vars[k++], "CKPT_REPLAY_LOG_DIR", log_dir)) < 0) ||
+        (opt->pythonpath && (rc = job_set_var(&vars[k++], "PYTHONPATH", opt->pythonpath)) < 0))
+        return rc;
+    return k;
+}
+
+/* The standbys' variables: a standby's, with their own channel (a standby
+ * started alone holds the live job's ids, the others their shadow job's;
+ * on several nodes the members relay them), and under torchrun the port
+ * of the standbys' torchrun. */
 static int standby_vars(struct job *job)
 {
     struct standby *sb = &job->sb;
-    char self[24];
-    int rc, k = 4;
-    snprintf(self, sizeof(self), "%ld", (long)getpid());
-    if ((rc = job_set_var(&sb->vars[0], "LD_PRELOAD", job->opt->preload)) < 0 ||
-        (rc = job_set_var(&sb->vars[1], "CKPT_JOB", job->opt->job_name)) < 0 ||
-        (rc = job_set_var(&sb->vars[2], "CKPT_AGENT_SOCKET", sb->chan.path)) < 0 ||
-        (rc = job_set_var(&sb->vars[3], "CKPT_FOLLOW", self)) < 0 ||
-        (rc = job_set_var(&sb->vars[k++], "CKPT_TAKEOVER_IDS", sb->chan.dir)) < 0 ||
-        (job->disk.log_dir[0] && (rc = job_set_var(&sb->vars[k++], "CKPT_REPLAY_LOG_DIR", job->disk.log_dir)) < 0) ||
-        (job->opt->pythonpath && (rc = job_set_var(&sb->vars[k++], "PYTHONPATH", job->opt->pythonpath)) < 0))
-        return rc;
+    int rc, k = standby_env(sb->vars, job->opt, sb->chan.path, sb->chan.dir, job->disk.log_dir);
+    if (k < 0)
+        return k;
     if (job->opt->wrap) {
         int m = k++;
         if ((rc = torchrun_shadow_vars(&sb->vars[m], &sb->vars[k], sb->master_port)) < 0)
