@@ -834,6 +834,14 @@ standby_pid() {
     standbys_on_every_node 2 2 || { show; return 1; }
     local pid i alone=""
     pid=$(standby_pid 2) || { echo "no standby of rank 2"; show; return 1; }
+    # Following: past the shadow job's rendezvous, which its rank 0 serves
+    # until every rank has met there (one killed before it did would hold
+    # the others there: a standby that dies as it starts is not this test's).
+    for i in $(seq 300); do
+        CKPT_ARENA_DIR=$D/arena.1 "$BUILD/bin/ckpt-inspect" list --job "$CKPT_JOB" 2>&1 |
+            grep -q "^  standby of rank 2 (pid $pid): replayed to iteration [1-9]" && break
+        sleep 0.1
+    done
     kill -KILL "$pid"
     for i in $(seq 300); do
         alone=$(sed -n 's/^ckpt-resume: warning: the standby of rank 2 (pid [0-9]*) was killed by SIGKILL: a new one (pid \([0-9]*\)) follows rank 2 alone, from the start$/\1/p' "$D/err.1")
