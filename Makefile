@@ -84,7 +84,8 @@ $(B)/obj/interpose/dlsym.o: ALL_CFLAGS += -fno-sanitize=all -O2 -foptimize-sibli
 # into, also before a sanitizer runtime it brings has started (a library's
 # constructor opens a file; a new thread's first steps come before the
 # sanitizer's own start routine): never instrumented either.
-$(B)/obj/interpose/thread.o $(B)/obj/interpose/world.o $(B)/obj/interpose/rendezvous.o: ALL_CFLAGS += -fno-sanitize=all
+$(B)/obj/interpose/thread.o $(B)/obj/interpose/world.o $(B)/obj/interpose/rendezvous.o $(B)/obj/interpose/addrspace.o: \
+    ALL_CFLAGS += -fno-sanitize=all
 
 # ---- tools: each tools/<name>/ is one program, linked with runtime/.
 define tool_rule
