@@ -28,9 +28,10 @@
  * Under ThreadSanitizer, whose runtime allows an application only some
  * ranges of the address space, nothing is held.
  */
+/* mmap and mmap64 are both defined here: not one redirected to the other. */
+#undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -51,47 +52,43 @@
 
 #define HOLE ((size_t)4 << 40) /* 4 TiB, of the 128 TiB a process has on x86-64 */
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static uintptr_t lo, hi; /* what is left of the hole: [lo, hi) */
-static __thread bool starting; /* this thread is in the driver's start */
+/* What is left of the hole, [lo, hi): hi moves down as the driver's
+ * mappings go in, by compare-and-swap, with no lock (mmap may be called
+ * from a signal handler, or in a child forked while another thread was in
+ * it); 0 once let go.  lo is set once, at load. */
+static uintptr_t lo, hi;
+static __thread int starting; /* depth: a tool's library may call cuInit within cuInit */
 
 void ckpt_addrspace_hold(void)
 {
 #ifndef HOLD_NOTHING
     void *p = mmap(NULL, HOLE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
-        ckpt_log(CKPT_DEBUG, "no room held for the driver (%zu GiB of address space: %s)", HOLE >> 30,
+        ckpt_log(CKPT_INFO, "no address space held for the driver (%zu GiB: %s): a thread that maps memory while "
+                 "CUDA starts may move every device address, and restores then be refused", HOLE >> 30,
                  strerror(errno));
         return;
     }
     lo = (uintptr_t)p;
-    hi = lo + HOLE;
+    __atomic_store_n(&hi, lo + HOLE, __ATOMIC_RELEASE);
 #endif
 }
 
 void ckpt_addrspace_driver_starts(void)
 {
-    pthread_mutex_lock(&lock);
-    starting = hi > lo;
-    pthread_mutex_unlock(&lock);
+    starting++;
 }
 
 void ckpt_addrspace_driver_started(bool made)
 {
-    if (!starting)
-        return;
-    starting = false;
-    if (!made)
-        return;
-    pthread_mutex_lock(&lock);
-    if (hi > lo)
-        munmap((void *)lo, hi - lo);
-    lo = hi = 0;
-    pthread_mutex_unlock(&lock);
+    starting--;
+    uintptr_t h = made ? __atomic_exchange_n(&hi, 0, __ATOMIC_ACQ_REL) : 0;
+    if (h > lo)
+        munmap((void *)lo, h - lo);
 }
 
-/* The next mmap (libc's, or a sanitizer's before it); the system call
- * itself if there is none. */
+/* The next mmap (libc's: a sanitizer's interceptor comes before libckpt's);
+ * the system call itself if there is none. */
 static void *mmap_next(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     REAL_LIBC(mmap);
@@ -106,23 +103,24 @@ static void *mmap_next(void *addr, size_t len, int prot, int flags, int fd, off_
 static void *into_hole(size_t len, int prot, int flags, int fd, off_t off)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    void *p = NULL;
+    uintptr_t h = __atomic_load_n(&hi, __ATOMIC_ACQUIRE);
     len = (len + page - 1) & ~(page - 1);
-    pthread_mutex_lock(&lock);
-    if (len && hi - lo >= len) {
-        p = mmap_next((void *)(hi - len), len, prot, flags | MAP_FIXED, fd, off);
-        if (p == MAP_FAILED)
-            p = NULL;
-        else
-            hi -= len;
-    }
-    pthread_mutex_unlock(&lock);
-    return p;
+    do
+        if (!len || !h || h - lo < len)
+            return NULL;
+    while (!__atomic_compare_exchange_n(&hi, &h, h - len, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    void *p = mmap_next((void *)(h - len), len, prot, flags | MAP_FIXED, fd, off);
+    if (p != MAP_FAILED)
+        return p;
+    /* A failed MAP_FIXED may have unmapped the range: held again, so that no
+     * other mapping takes it and is unmapped with the hole. */
+    mmap_next((void *)(h - len), len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return NULL;
 }
 
 __attribute__((visibility("default"))) void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-    if (starting && !addr && !(flags & (MAP_FIXED | MAP_FIXED_NOREPLACE))) {
+    if (starting > 0 && !addr && !(flags & (MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_32BIT | MAP_HUGETLB | MAP_GROWSDOWN))) {
         void *p = into_hole(len, prot, flags, fd, off);
         if (p)
             return p;

@@ -7,9 +7,10 @@
  * whether the thread had taken its own by then is decided by timing in a
  * real program, and differs from run to run.  Here it is decided by the
  * launch: in the first the main thread starts CUDA before it lets the
- * loader allocate, in a launch that follows the death (FID_DIE_ONCE's file
- * is there) after, so the restarted run's layout differs from the recorded
- * run's as timing would make it differ, every time.
+ * loader allocate; in a launch that follows the death (FID_DIE_ONCE's file
+ * is there), and in a standby (CKPT_FOLLOW is set), after.  So the
+ * restarted run's layout, and the standby's, differ from the recorded
+ * run's as timing would make them differ, every time.
  *
  * The device state holds device pointers (a table of the weight tensors,
  * walked by the step kernel, as fid_ptrtable's): a restore that gave the
@@ -105,10 +106,10 @@ int main(int argc, char **argv)
     fid_parse(argc, argv, &o, "fid_prethread");
 
     const char *died = getenv("FID_DIE_ONCE");
-    bool restarted = died && access(died, F_OK) == 0;
+    bool restarted = (died && access(died, F_OK) == 0) || getenv("CKPT_FOLLOW");
     pthread_t thread;
     REQUIRE(pthread_create(&thread, NULL, load, NULL) == 0);
-    cudaStream_t s;
+    cudaStream_t s = NULL;
     if (!restarted) /* CUDA starts first */
         CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     pthread_mutex_lock(&L.lock);
