@@ -51,10 +51,11 @@ void ckpt_track(const void *caller, uint64_t p, uint64_t size, enum ckpt_alloc_k
 
 /* A standby answers the program's allocations with address reservations
  * (standby_mem.c); a library's are made for real.  True when it answered. */
-static bool standby_alloc(const void *caller, CUresult *r, CUdeviceptr *dptr, size_t size)
+static bool standby_alloc(const void *caller, CUresult *r, CUdeviceptr *dptr, size_t size, int how, CUstream s,
+                          void *pool)
 {
     return ckpt_active && !ckpt_self_depth && ckpt_standby_mem_on() && !ckpt_internal_call(caller) &&
-           ckpt_standby_mem_alloc(r, dptr, size);
+           ckpt_standby_mem_alloc(r, dptr, size, how, s, pool);
 }
 
 /* A free is device work for replay's count (ckpt_history_work): a thread
@@ -83,10 +84,14 @@ __attribute__((visibility("default"))) CUresult cuInit(unsigned int Flags)
     return r;
 }
 
-/* The driver maps its address ranges by the first context at the latest. */
+/* The driver maps its address ranges by the first context at the latest.
+ * A standby's contexts are virtual until it takes over (virtual.c). */
 __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     NEED_REAL(cuDevicePrimaryCtxRetain, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult v;
+    if (ckpt_v_on() && ckpt_v_primary_retain(&v, pctx, dev))
+        return v;
     ckpt_addrspace_driver_starts();
     CUresult r = real_cuDevicePrimaryCtxRetain(pctx, dev);
     ckpt_addrspace_driver_started(r == CUDA_SUCCESS);
@@ -96,6 +101,9 @@ __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxRetain(CUconte
 __attribute__((visibility("default"))) CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     NEED_REAL(cuCtxCreate_v2, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult v;
+    if (ckpt_v_on() && ckpt_v_ctx_create(&v, pctx, flags, dev, false))
+        return v;
     ckpt_addrspace_driver_starts();
     CUresult r = real_cuCtxCreate_v2(pctx, flags, dev);
     ckpt_addrspace_driver_started(r == CUDA_SUCCESS);
@@ -106,6 +114,11 @@ __attribute__((visibility("default"))) CUresult cuCtxCreate_v4(CUcontext *pctx, 
                                                                unsigned int flags, CUdevice dev)
 {
     NEED_REAL(cuCtxCreate_v4, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult v;
+    if (params) /* execution affinity, a CIG context: not kept virtually */
+        ckpt_v_promote("cuCtxCreate_v4 with parameters");
+    else if (ckpt_v_on() && ckpt_v_ctx_create(&v, pctx, flags, dev, true))
+        return v;
     ckpt_addrspace_driver_starts();
     CUresult r = real_cuCtxCreate_v4(pctx, params, flags, dev);
     ckpt_addrspace_driver_started(r == CUDA_SUCCESS);
@@ -214,6 +227,8 @@ __attribute__((visibility("default"))) CUresult cuGetExportTable(const void **pp
         !ckpt_caller_is_library(__builtin_return_address(0)))
         ckpt_history_taint("cuGetExportTable after the first iteration: the driver's private functions it hands "
                            "out are calls no hook sees");
+    /* Those functions may be handed a standby's virtual handles. */
+    ckpt_v_promote("cuGetExportTable");
     return real_cuGetExportTable(ppExportTable, pExportTableId);
 }
 
@@ -233,7 +248,7 @@ __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr *dptr,
     NEED_REAL(cuMemAlloc_v2, CUDA_ERROR_NOT_INITIALIZED);
     ckpt_pace_shadow_take();
     CUresult r;
-    if (!standby_alloc(__builtin_return_address(0), &r, dptr, bytesize))
+    if (!standby_alloc(__builtin_return_address(0), &r, dptr, bytesize, CKPT_SMEM_PLAIN, NULL, NULL))
         r = real_cuMemAlloc_v2(dptr, bytesize);
     if (r == CUDA_SUCCESS)
         track(*dptr, bytesize, CKPT_ALLOC_PLAIN, NULL);
@@ -244,6 +259,7 @@ __attribute__((visibility("default"))) CUresult cuMemAllocPitch_v2(CUdeviceptr *
                                                                    size_t Height, unsigned int ElementSizeBytes)
 {
     NEED_REAL(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_v_promote("cuMemAllocPitch_v2");
     ckpt_pace_shadow_take();
     CUresult r = real_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (r == CUDA_SUCCESS)
@@ -254,6 +270,7 @@ __attribute__((visibility("default"))) CUresult cuMemAllocPitch_v2(CUdeviceptr *
 __attribute__((visibility("default"))) CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     NEED_REAL(cuMemAllocManaged, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_v_promote("cuMemAllocManaged");
     ckpt_pace_shadow_take();
     CUresult r = real_cuMemAllocManaged(dptr, bytesize, flags);
     if (r == CUDA_SUCCESS) {
@@ -296,7 +313,7 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
 /* Stream-ordered allocation, plain and per-thread (null_means: the stream
  * a NULL hStream is); inside a capture, graph-owned memory (graphmem.c).
  * Macros, so that track() sees the program's caller. */
-#define ALLOC_ASYNC_HOOK(name, null_means, params, args)                       \
+#define ALLOC_ASYNC_HOOK(name, null_means, how, pool, params, args)           \
     __attribute__((visibility("default"))) CUresult name params                \
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
@@ -304,8 +321,8 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
         CUstream s_ = ckpt_stream_or(hStream, null_means);                     \
         CUresult r;                                                            \
         if ((ckpt_active && ckpt_stream_capturing(s_)) ||                      \
-            !standby_alloc(__builtin_return_address(0), &r, dptr, bytesize))   \
-            r = real_##name args;                                              \
+            !standby_alloc(__builtin_return_address(0), &r, dptr, bytesize, how, hStream, pool)) \
+            r = real_##name(CKPT_MAP(CKPT_V_IN, CKPT_ARGS args));              \
         if (r == CUDA_SUCCESS && ckpt_active && ckpt_stream_capturing(s_))     \
             ckpt_graphmem_alloc(s_, *dptr, bytesize);                          \
         else if (r == CUDA_SUCCESS)                                            \
@@ -313,14 +330,14 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr)
         return r;                                                              \
     }
 
-ALLOC_ASYNC_HOOK(cuMemAllocAsync, NULL, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+ALLOC_ASYNC_HOOK(cuMemAllocAsync, NULL, CKPT_SMEM_ASYNC, NULL, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
                  (dptr, bytesize, hStream))
-ALLOC_ASYNC_HOOK(cuMemAllocAsync_ptsz, CU_STREAM_PER_THREAD, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+ALLOC_ASYNC_HOOK(cuMemAllocAsync_ptsz, CU_STREAM_PER_THREAD, CKPT_SMEM_ASYNC, NULL, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
                  (dptr, bytesize, hStream))
-ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync, NULL,
+ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync, NULL, CKPT_SMEM_POOL, pool,
                  (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
                  (dptr, bytesize, pool, hStream))
-ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync_ptsz, CU_STREAM_PER_THREAD,
+ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync_ptsz, CU_STREAM_PER_THREAD, CKPT_SMEM_POOL, pool,
                  (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
                  (dptr, bytesize, pool, hStream))
 
@@ -330,13 +347,14 @@ ALLOC_ASYNC_HOOK(cuMemAllocFromPoolAsync_ptsz, CU_STREAM_PER_THREAD,
 static CUresult free_async(__typeof__(&cuMemFreeAsync) real, CUstream null_means, CUdeviceptr dptr, CUstream hStream)
 {
     if (ckpt_active && ckpt_graphmem_owns(dptr))
-        return ckpt_graphmem_free(dptr, ckpt_stream_capturing(ckpt_stream_or(hStream, null_means)), real, hStream);
+        return ckpt_graphmem_free(dptr, ckpt_stream_capturing(ckpt_stream_or(hStream, null_means)), real,
+                                  V(hStream));
     before_untrack();
     if (ckpt_active)
         ckpt_before_free(ckpt_stream_or(hStream, null_means), true);
     CUresult r;
     if (!ckpt_standby_mem_free(&r, dptr, ckpt_stream_or(hStream, null_means), true))
-        r = real(dptr, hStream);
+        r = real(dptr, V(hStream));
     if (r == CUDA_SUCCESS)
         untrack(dptr);
     return r;

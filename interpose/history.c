@@ -502,9 +502,9 @@ void ckpt_history_d2h_async(void *dst, CUdeviceptr src, size_t size, CUstream st
         if (!ckpt_host_pinned(dst, size))
             r = CUDA_SUCCESS; /* pageable: CUDA has finished the copy when the call returns */
         else if (real_cuCtxGetCurrent(&p.ctx) == CUDA_SUCCESS && (p.done = take_event(p.ctx)) &&
-                 real_cuEventRecord(p.done, stream) == CUDA_SUCCESS)
+                 real_cuEventRecord(p.done, V(stream)) == CUDA_SUCCESS)
             r = real_cuEventQuery(p.done);
-        else if (real_cuStreamSynchronize(stream) == CUDA_SUCCESS)
+        else if (real_cuStreamSynchronize(V(stream)) == CUDA_SUCCESS)
             r = CUDA_SUCCESS; /* no event to follow it by: its bytes are there once the stream is idle */
         ckpt_self_depth--;
         if (r != CUDA_ERROR_NOT_READY) {
@@ -661,9 +661,9 @@ void ckpt_history_forget(void)
     for (size_t i = 0; i < npend; i++) {
         struct pending *p = &pend[i];
         if (ckpt_resolve("cuMemcpyDtoHAsync_v2") < 0 ||
-            real_cuMemcpyDtoHAsync_v2(p->dst, p->src, p->size, p->stream) != CUDA_SUCCESS ||
+            real_cuMemcpyDtoHAsync_v2(p->dst, p->src, p->size, V(p->stream)) != CUDA_SUCCESS ||
             real_cuCtxGetCurrent(&p->ctx) != CUDA_SUCCESS || !(p->done = take_event(p->ctx)) ||
-            real_cuEventRecord(p->done, p->stream) != CUDA_SUCCESS) {
+            real_cuEventRecord(p->done, V(p->stream)) != CUDA_SUCCESS) {
             ckpt_self_depth--;
             pthread_mutex_unlock(&lock);
             ckpt_refuse("a device-to-host copy queued before the snapshot could not be made again");

@@ -114,6 +114,12 @@ static void say(const struct table *t)
 }
 
 uint64_t ckpt_hook_calls[CKPT_NHOOKS];
+__thread enum ckpt_hook_index ckpt_hook_last;
+
+const char *ckpt_hook_now(void)
+{
+    return ckpt_hooks[ckpt_hook_last].name;
+}
 
 /* "hooks: entry points: cuLaunchKernel 812, cuMemcpyDtoH_v2 30, ..." (those
  * called, in the table's order), in lines of up to ~900 characters. */

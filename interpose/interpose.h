@@ -22,6 +22,7 @@ enum ckpt_lib { LIB_DRV, LIB_RT, LIB_NCCL };
 #define NCCL DRV
 #define USE DRV
 #define UNFOLLOWED DRV
+#define PROMOTE DRV
 #include "hooks.def"
 
 /* One row per hooked symbol (and per USE, with no wrapper; an UNFOLLOWED
@@ -42,6 +43,7 @@ enum ckpt_hook_index {
 #define NCCL DRV
 #define USE DRV
 #define UNFOLLOWED DRV
+#define PROMOTE DRV
 #include "hooks.def"
     CKPT_NHOOKS
 };
@@ -51,8 +53,12 @@ enum ckpt_hook_index {
  * libraries really reach. */
 extern uint64_t ckpt_hook_calls[CKPT_NHOOKS];
 extern int ckpt_log_level;
+/* The hook this thread entered last, and its name. */
+extern __thread enum ckpt_hook_index ckpt_hook_last;
+const char *ckpt_hook_now(void);
 static inline void ckpt_hook_called(enum ckpt_hook_index i)
 {
+    ckpt_hook_last = i;
     if (__builtin_expect(ckpt_log_level >= 3 /* CKPT_DEBUG */, 0))
         __atomic_add_fetch(&ckpt_hook_calls[i], 1, __ATOMIC_RELAXED);
 }
@@ -65,6 +71,9 @@ int ckpt_resolve(const char *name);
 #define NEED_REAL(name, err)                                                   \
     do {                                                                       \
         ckpt_hook_called(CKPT_HOOK_##name);                                    \
+        if (__builtin_expect(__atomic_load_n(&ckpt_v_state, __ATOMIC_RELAXED) == 2 /* CKPT_V_REAL */, 0) && \
+            !ckpt_v_synced)                                                    \
+            ckpt_v_sync_thread();                                              \
         if (__builtin_expect(!__atomic_load_n(&real_##name, __ATOMIC_ACQUIRE), 0) && \
             ckpt_resolve(#name) < 0)                                           \
             return (err);                                                      \
@@ -420,9 +429,91 @@ void ckpt_addrspace_driver_started(bool made);
  * 0, or -1 with why. */
 void ckpt_standby_mem_begin(void);
 bool ckpt_standby_mem_on(void);
-bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size);
+bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size, int how, CUstream s, void *pool);
 bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ordered);
 int ckpt_standby_mem_back(char *why, size_t whylen);
+/* How an allocation was asked for, to be made the same way at takeover. */
+enum { CKPT_SMEM_PLAIN, CKPT_SMEM_ASYNC, CKPT_SMEM_POOL, CKPT_SMEM_NCCL };
+/* The journal's allocations and frees made real (virtual.c walks it). */
+void ckpt_standby_mem_make(int how, uint64_t addr, uint64_t size, CUstream s, void *pool);
+void ckpt_standby_mem_unmake(int how, uint64_t addr, uint64_t size, CUstream s);
+
+/* ---- a standby's contexts, streams and events (virtual.c): handles of
+ * libckpt's while it follows (ckpt_v_state CKPT_V_VIRTUAL), made real at
+ * the takeover or when the program makes a call they cannot answer
+ * (CKPT_V_REAL; a rank stays CKPT_V_NONE).  The ckpt_v_ functions that
+ * return bool answered the call (its result in *r) when true. */
+enum { CKPT_V_NONE, CKPT_V_VIRTUAL, CKPT_V_REAL };
+extern int ckpt_v_state;
+static inline bool ckpt_v_on(void)
+{
+    return __builtin_expect(__atomic_load_n(&ckpt_v_state, __ATOMIC_ACQUIRE) == CKPT_V_VIRTUAL, 0);
+}
+void ckpt_v_begin(void);
+/* The driver's handle for the program's h (a virtual one made real first). */
+void *ckpt_v_real_(void *h);
+static inline void *ckpt_v_real(void *h)
+{
+    return __builtin_expect(__atomic_load_n(&ckpt_v_state, __ATOMIC_RELAXED) != CKPT_V_NONE, 0) ? ckpt_v_real_(h) : h;
+}
+#define V(h) ((__typeof__(h))ckpt_v_real((void *)(h)))
+/* Made real now (the takeover), or because of call (a promotion). */
+void ckpt_v_make_real(const char *why);
+void ckpt_v_promote(const char *call);
+/* Once made real, each thread's current context follows its virtual one. */
+extern __thread bool ckpt_v_synced;
+void ckpt_v_sync_thread(void);
+bool ckpt_v_primary_retain(CUresult *r, CUcontext *pctx, CUdevice dev);
+bool ckpt_v_ctx_create(CUresult *r, CUcontext *pctx, unsigned flags, CUdevice dev, bool v4);
+bool ckpt_v_stream_destroy(CUresult *r, CUstream s);
+bool ckpt_v_hostfn(CUresult *r, CUstream s, CUhostFn fn, void *data);
+bool ckpt_v_record(CUresult *r, CUevent e, CUstream s);
+/* Waits until the host functions a sync would wait for have run. */
+enum { CKPT_V_WAIT_STREAM, CKPT_V_WAIT_EVENT, CKPT_V_WAIT_CTX };
+bool ckpt_v_wait(CUresult *r, int what, const void *h);
+/* The journal's order for device memory is this lock's: _lock is true
+ * (locked) while the objects are virtual; _journal_alloc and _free need it. */
+bool ckpt_v_lock(void);
+void ckpt_v_unlock(void);
+void ckpt_v_journal_alloc(int how, uint64_t addr, uint64_t size, CUstream s, void *pool);
+void ckpt_v_journal_free(int how, uint64_t addr, uint64_t size, CUstream s);
+bool ckpt_v_journal_aside(uint64_t thread, const struct ckpt_rl_rec *rec);
+bool ckpt_v_journal_load(CUfunction f);
+/* A function's first use loaded as a lazily loading driver would (stream.c). */
+void ckpt_stream_load(CUfunction f);
+/* The generated wrappers' arguments: handles translated on the way in
+ * (CKPT_V_IN), a context handed out given back as the program's
+ * (CKPT_V_OUT).  Any type compiles; only handles are touched. */
+void *ckpt_v_arg(const void *p);
+void ckpt_v_back_arg(const void *pp);
+#define CKPT_V_IN(x)                                                           \
+    _Generic((x), CUcontext: (CUcontext)ckpt_v_arg(&(x)), CUstream: (CUstream)ckpt_v_arg(&(x)), \
+             CUevent: (CUevent)ckpt_v_arg(&(x)), default: (x))
+#define CKPT_V_OUT(x) _Generic((x), CUcontext *: ckpt_v_back_arg(&(x)), default: (void)0)
+/* f applied to each of up to 16 arguments, as a list or as statements. */
+#define CKPT_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, n, ...) n
+#define CKPT_NARGS(...) CKPT_NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define CKPT_CAT_(a, b) a##b
+#define CKPT_CAT(a, b) CKPT_CAT_(a, b)
+#define CKPT_MAP(f, ...) CKPT_CAT(CKPT_MAP_, CKPT_NARGS(__VA_ARGS__))(f, __VA_ARGS__)
+#define CKPT_MAP_1(f, a) f(a)
+#define CKPT_MAP_2(f, a, ...) f(a), CKPT_MAP_1(f, __VA_ARGS__)
+#define CKPT_MAP_3(f, a, ...) f(a), CKPT_MAP_2(f, __VA_ARGS__)
+#define CKPT_MAP_4(f, a, ...) f(a), CKPT_MAP_3(f, __VA_ARGS__)
+#define CKPT_MAP_5(f, a, ...) f(a), CKPT_MAP_4(f, __VA_ARGS__)
+#define CKPT_MAP_6(f, a, ...) f(a), CKPT_MAP_5(f, __VA_ARGS__)
+#define CKPT_MAP_7(f, a, ...) f(a), CKPT_MAP_6(f, __VA_ARGS__)
+#define CKPT_MAP_8(f, a, ...) f(a), CKPT_MAP_7(f, __VA_ARGS__)
+#define CKPT_MAP_9(f, a, ...) f(a), CKPT_MAP_8(f, __VA_ARGS__)
+#define CKPT_MAP_10(f, a, ...) f(a), CKPT_MAP_9(f, __VA_ARGS__)
+#define CKPT_MAP_11(f, a, ...) f(a), CKPT_MAP_10(f, __VA_ARGS__)
+#define CKPT_MAP_12(f, a, ...) f(a), CKPT_MAP_11(f, __VA_ARGS__)
+#define CKPT_MAP_13(f, a, ...) f(a), CKPT_MAP_12(f, __VA_ARGS__)
+#define CKPT_MAP_14(f, a, ...) f(a), CKPT_MAP_13(f, __VA_ARGS__)
+#define CKPT_MAP_15(f, a, ...) f(a), CKPT_MAP_14(f, __VA_ARGS__)
+#define CKPT_MAP_16(f, a, ...) f(a), CKPT_MAP_15(f, __VA_ARGS__)
+#define CKPT_MAP_STMT(f, ...) (CKPT_MAP(f, __VA_ARGS__))
+
 /* A communicator the program holds, as NCCL knows it: c itself, or a
  * standby's virtual one made real (comm.c).  NULL with *err set when it
  * cannot be. */

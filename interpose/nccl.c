@@ -33,6 +33,7 @@
     ncclResult_t r;                                                            \
     if ((comm = ckpt_comm_real(comm, &r)) == NULL && r != ncclSuccess)         \
         return r;                                                              \
+    stream = V(stream); /* a standby's, made real at its takeover */           \
     if (ckpt_active && (written)) {                                            \
         uint64_t w_ = (uint64_t)(uintptr_t)(written);                          \
         ckpt_pace_touch((CUstream)(stream), &w_, 1);                           \
@@ -83,7 +84,8 @@ __attribute__((visibility("default"))) ncclResult_t ncclMemAlloc(void **ptr, siz
     CUresult held;
     CUdeviceptr at = 0;
     ncclResult_t r;
-    if (ckpt_active && ptr && ckpt_standby_mem_on() && ckpt_standby_mem_alloc(&held, &at, size)) {
+    if (ckpt_active && ptr && ckpt_standby_mem_on() &&
+        ckpt_standby_mem_alloc(&held, &at, size, CKPT_SMEM_NCCL, NULL, NULL)) {
         *ptr = (void *)(uintptr_t)at; /* a standby's: reserved, backed at takeover */
         r = ncclSuccess;
     } else {
@@ -209,6 +211,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclScatter(const void *send
     ncclResult_t r;                                                            \
     if ((comm = ckpt_comm_real(comm, &r)) == NULL && r != ncclSuccess)         \
         return r;                                                              \
+    stream = V(stream); /* a standby's, made real at its takeover */           \
     if ((win) && !((win) = ckpt_comm_window(win)))                             \
         return ncclInvalidArgument;                                            \
     ckpt_nccl_depth++;                                                         \

@@ -20,6 +20,7 @@
 #define NCCL DRV
 #define USE DRV
 #define UNFOLLOWED DRV
+#define PROMOTE DRV
 #include "hooks.def"
 
 const struct ckpt_hook ckpt_hooks[] = {
@@ -28,6 +29,7 @@ const struct ckpt_hook ckpt_hooks[] = {
 #define NCCL(ret, name, params, args) {#name, (void *)name, (void **)&real_##name, LIB_NCCL},
 #define USE(ret, name, params, args) {#name, NULL, (void **)&real_##name, LIB_DRV},
 #define UNFOLLOWED DRV
+#define PROMOTE DRV
 #include "hooks.def"
 };
 const size_t ckpt_nhooks = sizeof(ckpt_hooks) / sizeof(ckpt_hooks[0]);

@@ -285,6 +285,7 @@ static void follow_init(const char *dir, uint64_t max)
     __atomic_store_n(&ckpt_replaying, 1, __ATOMIC_RELEASE);
     recording = true;
     ckpt_standby_mem_begin();
+    ckpt_v_begin();
     replay_start = ckpt_now_s();
     target = UINT64_MAX; /* not known until the orders name it */
     ckpt_refuse_static_nccl();
@@ -613,6 +614,7 @@ static void take_over(uint64_t it)
     if (ckpt_snapshot_open(false, dir, sizeof(dir)) < 0)
         ckpt_refuse("the standby cannot take the rank's arena (said above)");
     load_image(follow_dir);
+    ckpt_v_make_real("the takeover");
     if (ckpt_standby_mem_back(why, sizeof(why)) < 0 || ckpt_standby_host_back(why, sizeof(why)) < 0)
         ckpt_refuse("%s", why);
     ckpt_history_release_pollers();

@@ -905,8 +905,12 @@ void ckpt_on_marker(void)
 
 void ckpt_on_collective(uint64_t token, CUstream s)
 {
-    ckpt_stream_seen(s);
+    bool virtual = ckpt_v_on(); /* a standby with no context takes no snapshot */
+    if (!virtual)
+        ckpt_stream_seen(s = V(s));
     enum ckpt_bd_event what = tokens_mine() ? ckpt_bd_feed(CKPT_TOK_COLL, token) : CKPT_BD_NONE;
+    if (virtual)
+        return;
     ckpt_self_depth++;
     if (ckpt_pace_collective(s) != CUDA_SUCCESS)
         ckpt_log_once(CKPT_WARN, "a paced snapshot copy could not be queued; the rest goes before the update");
@@ -933,7 +937,7 @@ void ckpt_before_free(CUstream stream, bool on_stream)
     if (S.in_flight) {
         ckpt_pace_flush();
         if (on_stream)
-            real_cuStreamWaitEvent(stream, S.done, 0);
+            real_cuStreamWaitEvent(V(stream), S.done, 0);
         else
             real_cuEventSynchronize(S.done);
     }

@@ -58,6 +58,8 @@ struct range {
 struct held {
     CUdeviceptr addr;
     size_t size;
+    bool deferred; /* answered while the standby's objects were virtual: made at the takeover */
+    int how;       /* CKPT_SMEM_*: how it was asked for */
 };
 
 /* A library's memory held in the standby: recorded at, and got. */
@@ -186,7 +188,7 @@ static void aside_release(const struct aside *a)
 
 void ckpt_standby_mem_aside(uint64_t thread, const struct ckpt_rl_rec *rec)
 {
-    if (!ckpt_standby_mem_on())
+    if (!ckpt_standby_mem_on() || (ckpt_v_on() && ckpt_v_journal_aside(thread, rec)))
         return;
     pthread_mutex_lock(&lock);
     if (rec->c == CKPT_ASIDE_FREE) {
@@ -272,12 +274,48 @@ static void unhold(CUdeviceptr addr, size_t size)
     }
 }
 
-bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size)
+/* Kept in helds.  Lock held. */
+static CUresult keep(CUdeviceptr addr, size_t size, bool deferred, int how)
+{
+    if (!ckpt_grow((void **)&helds, &helds_cap, nhelds, sizeof(*helds)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    helds[nhelds] = (struct held){addr, size, deferred, how};
+    __atomic_store_n(&nhelds, nhelds + 1, __ATOMIC_RELEASE); /* read unlocked by ckpt_standby_mem_free */
+    return CUDA_SUCCESS;
+}
+
+/* The standby's objects are virtual (virtual.c): any allocation is
+ * answered with its address, and made in the journal's order at the
+ * takeover.  One the log does not have needs a real context. */
+static bool deferred_alloc(CUresult *r, CUdeviceptr *dptr, size_t size, uint64_t addr, int how, CUstream s, void *pool)
+{
+    if (!addr) {
+        ckpt_v_promote("an allocation the rank's log does not have");
+        return false;
+    }
+    if (!ckpt_v_lock())
+        return false;
+    pthread_mutex_lock(&lock);
+    CUresult e = keep(addr, size, true, how);
+    pthread_mutex_unlock(&lock);
+    if (e == CUDA_SUCCESS)
+        ckpt_v_journal_alloc(how, addr, size, s, pool);
+    ckpt_v_unlock();
+    if (e != CUDA_SUCCESS)
+        ckpt_refuse("out of host memory for the standby's allocations");
+    *dptr = addr;
+    *r = CUDA_SUCCESS;
+    return true;
+}
+
+bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size, int how, CUstream s, void *pool)
 {
     if (!ckpt_standby_mem_on() || !dptr || !size)
         return false;
     /* First: the recorded address, past the library memory before it. */
     uint64_t addr = ckpt_history_alloc_at();
+    if (ckpt_v_on() && deferred_alloc(r, dptr, size, addr, how, s, pool))
+        return true;
     pthread_mutex_lock(&lock);
     CUresult e = granularity();
     size_t g = granule;
@@ -287,14 +325,9 @@ bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size)
     if (!addr || addr % g)
         return false;
     pthread_mutex_lock(&lock);
-    if (!ckpt_grow((void **)&helds, &helds_cap, nhelds, sizeof(*helds)))
-        e = CUDA_ERROR_OUT_OF_MEMORY;
-    if (e == CUDA_SUCCESS)
-        e = hold(addr, size);
-    if (e == CUDA_SUCCESS) {
-        helds[nhelds] = (struct held){addr, size};
-        __atomic_store_n(&nhelds, nhelds + 1, __ATOMIC_RELEASE); /* read unlocked by ckpt_standby_mem_free */
-    }
+    e = hold(addr, size);
+    if (e == CUDA_SUCCESS && (e = keep(addr, size, false, how)) != CUDA_SUCCESS)
+        unhold(addr, size);
     pthread_mutex_unlock(&lock);
     if (e != CUDA_SUCCESS)
         ckpt_refuse("the standby cannot reserve the addresses of the rank's allocation at 0x%llx (%zu bytes): "
@@ -309,12 +342,15 @@ bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ord
 {
     if (!__atomic_load_n(&nhelds, __ATOMIC_ACQUIRE))
         return false;
+    bool virtual = ckpt_v_on() && ckpt_v_lock(); /* the journal's order is the lock's */
     pthread_mutex_lock(&lock);
     size_t i = 0;
     while (i < nhelds && helds[i].addr != p)
         i++;
     if (i == nhelds) {
         pthread_mutex_unlock(&lock);
+        if (virtual)
+            ckpt_v_unlock();
         return false;
     }
     struct held h = helds[i];
@@ -322,12 +358,104 @@ bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ord
     __atomic_store_n(&nhelds, nhelds - 1, __ATOMIC_RELEASE);
     bool wait = ordered && backed;
     pthread_mutex_unlock(&lock);
+    if (h.deferred) { /* still virtual: freed in the journal */
+        ckpt_v_journal_free(ordered ? CKPT_SMEM_ASYNC : h.how == CKPT_SMEM_NCCL ? h.how : CKPT_SMEM_PLAIN, h.addr, h.size,
+                            stream);
+        ckpt_v_unlock();
+        *r = CUDA_SUCCESS;
+        return true;
+    }
+    if (virtual)
+        ckpt_v_unlock();
     /* Work queued before a stream-ordered free may still use the memory. */
     *r = wait ? real_cuStreamSynchronize(stream) : CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     unhold(h.addr, h.size);
     pthread_mutex_unlock(&lock);
     return true;
+}
+
+/* NCCL makes what it is asked for its own way (cuMem granules, or
+ * cuMemAlloc), as it did in the rank. */
+static CUresult nccl_alloc(CUdeviceptr *got, size_t size)
+{
+    void *p = NULL;
+    ckpt_nccl_depth++;
+    ckpt_self_depth++;
+    ncclResult_t r = real_ncclMemAlloc(&p, size);
+    ckpt_self_depth--;
+    ckpt_nccl_depth--;
+    *got = (CUdeviceptr)(uintptr_t)p;
+    return r == ncclSuccess ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Whole granules at a granule's start are reserved, as standby_mem_alloc
+ * does; the rest made for real the way the program asked.  Lock held. */
+static bool reserved_kind(CUdeviceptr addr, size_t size)
+{
+    return size >= granule && addr % granule == 0;
+}
+
+void ckpt_standby_mem_make(int how, uint64_t addr, uint64_t size, CUstream s, void *pool)
+{
+    CUdeviceptr got = 0;
+    pthread_mutex_lock(&lock);
+    CUresult e = granularity();
+    size_t i = 0;
+    while (i < nhelds && !(helds[i].deferred && helds[i].addr == addr))
+        i++;
+    if (e == CUDA_SUCCESS && reserved_kind(addr, size)) {
+        if ((e = hold(addr, size)) == CUDA_SUCCESS && i < nhelds)
+            helds[i].deferred = false;
+        got = addr;
+    } else if (e == CUDA_SUCCESS) {
+        if (i < nhelds) {
+            helds[i] = helds[nhelds - 1];
+            __atomic_store_n(&nhelds, nhelds - 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&lock);
+        const char *name = how == CKPT_SMEM_ASYNC  ? "cuMemAllocAsync"
+                           : how == CKPT_SMEM_POOL ? "cuMemAllocFromPoolAsync"
+                           : how == CKPT_SMEM_NCCL ? "ncclMemAlloc"
+                                                   : "cuMemAlloc_v2";
+        e = ckpt_resolve(name) < 0 ? CUDA_ERROR_NOT_FOUND
+            : how == CKPT_SMEM_NCCL  ? nccl_alloc(&got, size)
+            : how == CKPT_SMEM_ASYNC   ? real_cuMemAllocAsync(&got, size, s)
+            : how == CKPT_SMEM_POOL  ? real_cuMemAllocFromPoolAsync(&got, size, (CUmemoryPool)pool, s)
+                                     : real_cuMemAlloc_v2(&got, size);
+        pthread_mutex_lock(&lock);
+    }
+    pthread_mutex_unlock(&lock);
+    if (e != CUDA_SUCCESS)
+        ckpt_refuse("the standby cannot make the rank's allocation at 0x%llx (%llu bytes): CUDA error %d%s",
+                    (unsigned long long)addr, (unsigned long long)size, (int)e,
+                    e == CUDA_ERROR_ALREADY_MAPPED ? " (the driver has its addresses in use)" : "");
+    if (got != addr)
+        ckpt_refuse("the standby's allocation of %llu bytes is at 0x%llx, where the rank's was at 0x%llx: the "
+                    "device's address space is not laid out as the rank's was", (unsigned long long)size,
+                    (unsigned long long)got, (unsigned long long)addr);
+}
+
+void ckpt_standby_mem_unmake(int how, uint64_t addr, uint64_t size, CUstream s)
+{
+    pthread_mutex_lock(&lock);
+    bool reserved = granularity() == CUDA_SUCCESS && reserved_kind(addr, size);
+    if (reserved)
+        unhold(addr, size);
+    pthread_mutex_unlock(&lock);
+    bool freed = reserved;
+    if (!reserved && how == CKPT_SMEM_NCCL) {
+        ckpt_nccl_depth++;
+        ckpt_self_depth++;
+        freed = ckpt_resolve("ncclMemFree") == 0 && real_ncclMemFree((void *)(uintptr_t)addr) == ncclSuccess;
+        ckpt_self_depth--;
+        ckpt_nccl_depth--;
+    } else if (!reserved) {
+        freed = ckpt_resolve(how == CKPT_SMEM_ASYNC ? "cuMemFreeAsync" : "cuMemFree_v2") == 0 &&
+                (how == CKPT_SMEM_ASYNC ? real_cuMemFreeAsync(addr, s) : real_cuMemFree_v2(addr)) == CUDA_SUCCESS;
+    }
+    if (!freed)
+        ckpt_refuse("the standby cannot free the rank's allocation at 0x%llx again", (unsigned long long)addr);
 }
 
 int ckpt_standby_mem_back(char *why, size_t whylen)

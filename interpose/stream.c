@@ -121,7 +121,7 @@ bool ckpt_stream_capturing(CUstream s)
         return false;
     if (!real_cuStreamIsCapturing && ckpt_resolve("cuStreamIsCapturing") < 0)
         return true; /* unknown: never suppress what may be a capture */
-    return real_cuStreamIsCapturing(s, &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return real_cuStreamIsCapturing(V(s), &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
 #define capturing ckpt_stream_capturing
@@ -132,10 +132,17 @@ bool ckpt_stream_capturing(CUstream s)
  * its own (the copies pending at the snapshot, made again): the sync is
  * then made again, live, so that its answer and the copies it settles
  * include that work. */
-#define SYNC_BODY(what, token, stream, call)                                   \
+/* A standby whose objects are virtual (virtual.c) makes no real call: its
+ * engine runs the host functions the sync waits for (on, what of
+ * CKPT_V_WAIT_*, the handle). */
+#define SYNC_BODY(what, token, stream, wait_what, on, call)                    \
     do {                                                                       \
-        bool in_replay = suppressed();                                         \
-        CUresult r = (call), a;                                                \
+        bool in_replay = suppressed(), virtual = in_replay && ckpt_v_on();     \
+        CUresult r = CUDA_SUCCESS, a;                                          \
+        if (virtual && ckpt_v_wait(&r, wait_what, on) && r != CUDA_SUCCESS)    \
+            return r;                                                          \
+        if (!virtual)                                                          \
+            r = (call);                                                        \
         if (in_replay && answered(what, token, &a))                            \
             return a;                                                          \
         if (in_replay)                                                         \
@@ -143,28 +150,37 @@ bool ckpt_stream_capturing(CUstream s)
         return after_on(what, token, r, stream);                               \
     } while (0)
 
-#define SYNC_HOOK(name, what, token, params, args)                             \
-    EXPORT CUresult name params                                                \
-    {                                                                          \
-        NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
-        SYNC_BODY(what, token, NULL, real_##name args);                        \
-    }
-
 EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
     NEED_REAL(cuStreamSynchronize, CUDA_ERROR_NOT_INITIALIZED);
-    SYNC_BODY(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, hStream, real_cuStreamSynchronize(hStream));
+    SYNC_BODY(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, hStream, CKPT_V_WAIT_STREAM, hStream,
+              real_cuStreamSynchronize(V(hStream)));
 }
 
 EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
     NEED_REAL(cuStreamSynchronize_ptsz, CUDA_ERROR_NOT_INITIALIZED);
     SYNC_BODY(CKPT_OBS_STREAM_SYNC, TOK_STREAM_SYNC, ckpt_stream_or(hStream, CU_STREAM_PER_THREAD),
-              real_cuStreamSynchronize_ptsz(hStream));
+              CKPT_V_WAIT_STREAM, hStream, real_cuStreamSynchronize_ptsz(V(hStream)));
 }
-SYNC_HOOK(cuCtxSynchronize, CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, (void), ())
-SYNC_HOOK(cuCtxSynchronize_v2, CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, (CUcontext ctx), (ctx))
-SYNC_HOOK(cuEventSynchronize, CKPT_OBS_EVENT_SYNC, TOK_EVENT_SYNC, (CUevent hEvent), (hEvent))
+
+EXPORT CUresult cuCtxSynchronize(void)
+{
+    NEED_REAL(cuCtxSynchronize, CUDA_ERROR_NOT_INITIALIZED);
+    SYNC_BODY(CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, NULL, CKPT_V_WAIT_CTX, NULL, real_cuCtxSynchronize());
+}
+
+EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    NEED_REAL(cuCtxSynchronize_v2, CUDA_ERROR_NOT_INITIALIZED);
+    SYNC_BODY(CKPT_OBS_CTX_SYNC, TOK_CTX_SYNC, NULL, CKPT_V_WAIT_CTX, NULL, real_cuCtxSynchronize_v2(V(ctx)));
+}
+
+EXPORT CUresult cuEventSynchronize(CUevent hEvent)
+{
+    NEED_REAL(cuEventSynchronize, CUDA_ERROR_NOT_INITIALIZED);
+    SYNC_BODY(CKPT_OBS_EVENT_SYNC, TOK_EVENT_SYNC, NULL, CKPT_V_WAIT_EVENT, hEvent, real_cuEventSynchronize(V(hEvent)));
+}
 
 /* Queries: an allocator reuses a block, a poller reads a copy's bytes,
  * when the answer is CUDA_SUCCESS.  In replay the recorded answer is
@@ -174,28 +190,32 @@ SYNC_HOOK(cuEventSynchronize, CKPT_OBS_EVENT_SYNC, TOK_EVENT_SYNC, (CUevent hEve
 EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
     NEED_REAL(cuEventQuery, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r;
+    CUresult r, w;
     if (answered(CKPT_OBS_EVENT_QUERY, 0, &r)) {
+        if (r == CUDA_SUCCESS && ckpt_v_wait(&w, CKPT_V_WAIT_EVENT, hEvent))
+            return r;
         if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) &&
             (real_cuEventSynchronize || ckpt_resolve("cuEventSynchronize") == 0))
-            real_cuEventSynchronize(hEvent);
+            real_cuEventSynchronize(V(hEvent));
         return r;
     }
-    return after(CKPT_OBS_EVENT_QUERY, 0, real_cuEventQuery(hEvent));
+    return after(CKPT_OBS_EVENT_QUERY, 0, real_cuEventQuery(V(hEvent)));
 }
 
 static CUresult stream_query(__typeof__(&cuStreamQuery) real, CUstream null_means, CUstream hStream)
 {
-    CUresult r;
+    CUresult r, w;
     if (answered(CKPT_OBS_STREAM_QUERY, 0, &r)) {
+        if (r == CUDA_SUCCESS && ckpt_v_wait(&w, CKPT_V_WAIT_STREAM, hStream))
+            return r;
         const char *sync = null_means ? "cuStreamSynchronize_ptsz" : "cuStreamSynchronize";
         __typeof__(&cuStreamSynchronize) *fn = null_means ? &real_cuStreamSynchronize_ptsz : &real_cuStreamSynchronize;
         if (r == CUDA_SUCCESS && !__atomic_load_n(&ckpt_capturing, __ATOMIC_RELAXED) &&
             (*fn || ckpt_resolve(sync) == 0))
-            (*fn)(hStream);
+            (*fn)(V(hStream));
         return r;
     }
-    return after_on(CKPT_OBS_STREAM_QUERY, 0, real(hStream), ckpt_stream_or(hStream, null_means));
+    return after_on(CKPT_OBS_STREAM_QUERY, 0, real(V(hStream)), ckpt_stream_or(hStream, null_means));
 }
 
 /* A plain entry point and its per-thread variant sfx, both calling body
@@ -231,7 +251,8 @@ PT_PAIR(cuStreamQuery, _ptsz, stream_query, (CUstream hStream), (hStream))
 EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     NEED_REAL(cuMemGetInfo_v2, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuMemGetInfo_v2(free, total);
+    /* A standby with no context is served, whatever the driver would say. */
+    CUresult r = suppressed() && ckpt_v_on() ? CUDA_SUCCESS : real_cuMemGetInfo_v2(free, total);
     if (observed() && free && total) {
         uint64_t f = r == CUDA_SUCCESS ? *free : UINT64_MAX, t = *total;
         ckpt_history_value(CKPT_VALUE_MEMINFO_FREE, &f);
@@ -252,7 +273,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     NEED_REAL(cuMemPoolGetAttribute, CUDA_ERROR_NOT_INITIALIZED);
-    CUresult r = real_cuMemPoolGetAttribute(pool, attr, value);
+    CUresult r = suppressed() && ckpt_v_on() ? CUDA_SUCCESS : real_cuMemPoolGetAttribute(pool, attr, value);
     if (observed() && value) {
         bool wide = attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
         uint64_t v = 0, rc = (uint64_t)r;
@@ -304,6 +325,8 @@ static bool to_host_memory(CUdeviceptr dst)
 {
     if (ckpt_reg_contains(dst) || ckpt_graphmem_owns(dst))
         return false; /* graph memory: live only while no snapshot can be taken (graphmem.c) */
+    if (ckpt_v_on())
+        return true; /* a standby with no context: all the device memory it has is tracked */
     unsigned int type = 0;
     CUresult r = CUDA_ERROR_NOT_FOUND;
     if (real_cuPointerGetAttribute || ckpt_resolve("cuPointerGetAttribute") == 0)
@@ -381,7 +404,9 @@ static bool was_replayed(CUevent e)
 
 static CUresult record(__typeof__(&cuEventRecord) real, CUevent hEvent, CUstream hStream)
 {
-    CUresult r = real(hEvent, hStream);
+    CUresult r;
+    if (!(observed() && ckpt_v_record(&r, hEvent, hStream)))
+        r = real(V(hEvent), V(hStream));
     if (r == CUDA_SUCCESS && observed()) {
         event_recorded(hEvent);
         ckpt_history_poller_changes("recorded an event");
@@ -393,7 +418,9 @@ PT_SAME(cuEventRecord, _ptsz, record, (CUevent hEvent, CUstream hStream), (hEven
 static CUresult record_flags(__typeof__(&cuEventRecordWithFlags) real, CUevent hEvent, CUstream hStream,
                              unsigned int flags)
 {
-    CUresult r = real(hEvent, hStream, flags);
+    CUresult r;
+    if (!(observed() && ckpt_v_record(&r, hEvent, hStream)))
+        r = real(V(hEvent), V(hStream), flags);
     if (r == CUDA_SUCCESS && observed()) {
         event_recorded(hEvent);
         ckpt_history_poller_changes("recorded an event");
@@ -419,8 +446,10 @@ static CUresult elapsed(__typeof__(&cuEventElapsedTime_v2) real, float *pMillise
         uint32_t f = (uint32_t)v;
         if (pMilliseconds)
             memcpy(pMilliseconds, &f, sizeof(f));
+    } else if (ckpt_v_on() && observed()) {
+        r = CUDA_SUCCESS; /* served below */
     } else {
-        r = real(pMilliseconds, hStart, hEnd);
+        r = real(pMilliseconds, V(hStart), V(hEnd));
     }
     if (observed() && pMilliseconds) { /* the answer and the time, in one value */
         uint32_t f = 0;
@@ -534,6 +563,14 @@ static int loading_mode_now(void)
     return loading_mode;
 }
 
+void ckpt_stream_load(CUfunction f)
+{
+    pthread_mutex_lock(&loaded_lock);
+    if (loading_mode_now() == CU_MODULE_LAZY_LOADING)
+        load_function(f);
+    pthread_mutex_unlock(&loaded_lock);
+}
+
 static void load_suppressed(CUfunction f)
 {
     int mode = __atomic_load_n(&loading_mode, __ATOMIC_ACQUIRE);
@@ -541,6 +578,13 @@ static void load_suppressed(CUfunction f)
     bool found;
     if (!f || (mode && mode != CU_MODULE_LAZY_LOADING))
         return; /* eager: nothing to load */
+    if (ckpt_v_on()) { /* no context yet: loaded where the journal has it (virtual.c) */
+        pthread_mutex_lock(&loaded_lock);
+        mode = loading_mode_now();
+        pthread_mutex_unlock(&loaded_lock);
+        if (mode == CU_MODULE_LAZY_LOADING && ckpt_v_journal_load(f))
+            return;
+    }
     pthread_mutex_lock(&loaded_lock);
     if (loading_mode_now() == CU_MODULE_LAZY_LOADING && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS) {
         struct loaded *l = loaded_slot(f, ctx, &found);
@@ -551,6 +595,17 @@ static void load_suppressed(CUfunction f)
         }
     }
     pthread_mutex_unlock(&loaded_lock);
+}
+
+/* A launch's configuration with the driver's stream in it. */
+static const CUlaunchConfig *launch_config(const CUlaunchConfig *c)
+{
+    static __thread CUlaunchConfig copy;
+    if (!c || V(c->hStream) == c->hStream)
+        return c;
+    copy = *c;
+    copy.hStream = V(c->hStream);
+    return &copy;
 }
 
 #define QUEUE_HOOK_(name, stream, null_means, launch, suppressed, touch, params, args) \
@@ -566,6 +621,7 @@ static void load_suppressed(CUfunction f)
                 return CUDA_SUCCESS;                                           \
             }                                                                  \
             if (!ckpt_is_replaying()) {                                             \
+                s_ = V(s_);                                                    \
                 ckpt_stream_seen(s_);                                          \
                 touch;                                                         \
             }                                                                  \
@@ -584,21 +640,21 @@ LAUNCH_HOOK(cuLaunchKernel, _ptsz, hStream, LAUNCHED, LOAD_SUPPRESSED, TOUCH_LAU
            (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
             unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
             void **kernelParams, void **extra),
-           (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams,
+           (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, V(hStream), kernelParams,
             extra))
 LAUNCH_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL, LAUNCHED, LOAD_SUPPRESSED, TOUCH_LAUNCH,
            (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
-           (config, f, kernelParams, extra))
+           (launch_config(config), f, kernelParams, extra))
 QUEUE_HOOK(cuMemcpyHtoDAsync_v2, _ptsz, hStream,
            (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
-           (dstDevice, srcHost, ByteCount, hStream))
+           (dstDevice, srcHost, ByteCount, V(hStream)))
 QUEUE_HOOK(cuMemcpyDtoDAsync_v2, _ptsz, hStream,
            (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-           (dstDevice, srcDevice, ByteCount, hStream))
+           (dstDevice, srcDevice, ByteCount, V(hStream)))
 QUEUE_HOOK(cuMemsetD8Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
-           (dstDevice, uc, N, hStream))
+           (dstDevice, uc, N, V(hStream)))
 QUEUE_HOOK(cuMemsetD32Async, _ptsz, hStream, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
-           (dstDevice, ui, N, hStream))
+           (dstDevice, ui, N, V(hStream)))
 /* Synchronous memsets and device-to-device copies: device work on the
  * entry point's default stream (the host sees nothing of it). */
 QUEUE_HOOK(cuMemsetD8_v2, _ptds, NULL, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))
@@ -625,10 +681,11 @@ static CUresult graph_launch(__typeof__(&cuGraphLaunch) real, CUstream null_mean
         return CUDA_SUCCESS;
     }
     if (!ckpt_is_replaying()) {
+        s = V(s);
         ckpt_stream_seen(s);
         ckpt_pace_touch_all(s, false); /* its nodes' writes are not looked into */
     }
-    if ((r = real(hGraphExec, hStream)) == CUDA_SUCCESS)
+    if ((r = real(hGraphExec, V(hStream))) == CUDA_SUCCESS)
         ckpt_graphmem_launched(hGraphExec, true);
     return r;
 }
@@ -641,16 +698,18 @@ static CUresult hostfn(__typeof__(&cuLaunchHostFunc) real, CUstream null_means, 
                        void *userData)
 {
     if (!observed())
-        return real(hStream, fn, userData);
+        return real(V(hStream), fn, userData);
     CUstream s = ckpt_stream_or(hStream, null_means);
     if (capturing(s)) {
         ckpt_history_taint("a CUDA graph calls a host function, which replay cannot run at the graph's launches");
-        return real(hStream, fn, userData);
+        return real(V(hStream), fn, userData);
     }
     if (!ckpt_is_replaying())
-        ckpt_stream_seen(s);
+        ckpt_stream_seen(V(s));
     bool wrapped = ckpt_history_hostfn(s, &fn, &userData);
-    CUresult r = real(hStream, fn, userData);
+    CUresult r;
+    if (!ckpt_v_hostfn(&r, hStream, fn, userData)) /* a standby's engine runs it (virtual.c) */
+        r = real(V(hStream), fn, userData);
     if (r != CUDA_SUCCESS && wrapped)
         ckpt_history_hostfn_failed(userData);
     return r;
@@ -674,7 +733,7 @@ static int to_host_before(CUstream s, void *dst, CUdeviceptr src, size_t n)
         ckpt_history_d2h_async(dst, src, n, s);
         return ASYNC_DONE;
     }
-    ckpt_stream_seen(s);
+    ckpt_stream_seen(V(s));
     return ASYNC_CALL;
 }
 
@@ -682,12 +741,12 @@ static CUresult dtoh_async(__typeof__(&cuMemcpyDtoHAsync_v2) real, CUstream null
                            CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     if (!observed())
-        return real(dstHost, srcDevice, ByteCount, hStream);
+        return real(dstHost, srcDevice, ByteCount, V(hStream));
     CUstream s = ckpt_stream_or(hStream, null_means);
     int what = to_host_before(s, dstHost, srcDevice, ByteCount);
     if (what == ASYNC_DONE)
         return CUDA_SUCCESS;
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    CUresult r = real(dstHost, srcDevice, ByteCount, V(hStream));
     if (r == CUDA_SUCCESS && what == ASYNC_CALL)
         ckpt_history_d2h_async(dstHost, srcDevice, ByteCount, s);
     return r;
@@ -701,13 +760,13 @@ static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_mean
                              size_t ByteCount, CUstream hStream)
 {
     if (!observed())
-        return real(dst, src, ByteCount, hStream);
+        return real(dst, src, ByteCount, V(hStream));
     CUstream s = ckpt_stream_or(hStream, null_means);
     if (to_host_memory(dst)) {
         int what = to_host_before(s, (void *)(uintptr_t)dst, src, ByteCount);
         if (what == ASYNC_DONE)
             return CUDA_SUCCESS;
-        CUresult r = real(dst, src, ByteCount, hStream);
+        CUresult r = real(dst, src, ByteCount, V(hStream));
         if (r == CUDA_SUCCESS && what == ASYNC_CALL)
             ckpt_history_d2h_async((void *)(uintptr_t)dst, src, ByteCount, s);
         return r;
@@ -716,10 +775,11 @@ static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_mean
     if (ckpt_is_replaying() && !live)
         return CUDA_SUCCESS;
     if (!ckpt_is_replaying()) {
+        s = V(s);
         ckpt_stream_seen(s);
         touch_dst(s, dst);
     }
-    return real(dst, src, ByteCount, hStream);
+    return real(dst, src, ByteCount, V(hStream));
 }
 PT_PAIR(cuMemcpyAsync, _ptsz, memcpy_async, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
         (dst, src, ByteCount, hStream))
@@ -727,9 +787,12 @@ PT_PAIR(cuMemcpyAsync, _ptsz, memcpy_async, (CUdeviceptr dst, CUdeviceptr src, s
 EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     NEED_REAL(cuStreamDestroy_v2, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    if (ckpt_v_stream_destroy(&r, hStream))
+        return r;
     if (ckpt_active)
-        ckpt_stream_gone(hStream);
-    return real_cuStreamDestroy_v2(hStream);
+        ckpt_stream_gone(V(hStream));
+    return real_cuStreamDestroy_v2(V(hStream));
 }
 
 int ckpt_capturing;
@@ -743,7 +806,7 @@ static CUresult begin_capture(__typeof__(&cuStreamBeginCapture_v2) real, CUstrea
 {
     __atomic_add_fetch(&ckpt_capturing, 1, __ATOMIC_SEQ_CST);
     ckpt_before_capture();
-    CUresult r = real(hStream, mode);
+    CUresult r = real(V(hStream), mode);
     if (r != CUDA_SUCCESS)
         __atomic_sub_fetch(&ckpt_capturing, 1, __ATOMIC_SEQ_CST);
     return r;
@@ -753,7 +816,7 @@ PT_SAME(cuStreamBeginCapture_v2, _ptsz, begin_capture, (CUstream hStream, CUstre
 /* A capture ends (successfully or invalidated) with this call either way. */
 static CUresult end_capture(__typeof__(&cuStreamEndCapture) real, CUstream hStream, CUgraph *phGraph)
 {
-    CUresult r = real(hStream, phGraph);
+    CUresult r = real(V(hStream), phGraph);
     if (r == CUDA_SUCCESS && ckpt_active)
         ckpt_graphmem_ended(*phGraph);
     if ((r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) &&

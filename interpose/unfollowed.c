@@ -37,6 +37,7 @@ static bool programs(const void *caller)
                                "so replay cannot reproduce what it does");     \
             ckpt_pace_touch_all(NULL, true);                                   \
         }                                                                      \
-        return real_##name args;                                               \
+        ckpt_v_promote(#name); /* a standby's handles are made real first */   \
+        return real_##name(CKPT_MAP(CKPT_V_IN, CKPT_ARGS args));               \
     }
 #include "hooks.def"

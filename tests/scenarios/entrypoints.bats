@@ -33,7 +33,7 @@ teardown() {
 # KIND is hook, use or unfollowed.
 hook_rows() { # hooks.def
     awk -F', *' '
-        /^(DRV|RT|NCCL|USE|UNFOLLOWED|DRV_PT|RT_PT)\(/ {
+        /^(DRV|RT|NCCL|USE|UNFOLLOWED|PROMOTE|DRV_PT|RT_PT)\(/ {
             kind = substr($1, 1, index($1, "(") - 1)
             k = kind == "USE" ? "use" : kind == "UNFOLLOWED" ? "unfollowed" : "hook"
             print k, $2
@@ -61,8 +61,10 @@ check_table() { # list table hooks.def
             if (name in row) { print name ": two rows"; bad = 1 }
             row[name] = what
             if (!(name in listed)) { print name ": in the table, not in the list"; bad = 1 }
-            if (what ~ /^harmless: [^ ]/)
+            if (what ~ /^harmless: [^ ]/) {
+                harmless[name] = 1
                 next
+            }
             n = split(what, clause, "; ")
             havept = haveplain = 0
             for (i = 1; i <= n; i++) {
@@ -89,6 +91,12 @@ check_table() { # list table hooks.def
                 if (!(name in row)) { print name ": in the list, no row in the table"; bad = 1 }
             for (s in unf)
                 if (!(s in named)) { print s ": an UNFOLLOWED row of hooks.def the table does not name"; bad = 1 }
+            for (s in kind) {
+                base = s
+                sub(/_pt(sz|ds)$/, "", base)
+                sub(/_v[0-9]+$/, "", base)
+                if (kind[s] == "hook" && (base in harmless)) { print base ": said harmless, hooks.def wraps " s; bad = 1 }
+            }
             exit bad
         }' "$D/hooks" "$D/list" "$D/rows"
 }
@@ -115,9 +123,13 @@ check_table() { # list table hooks.def
     run check_table "$LIST" "$TABLE" "$D/h3"
     [ "$status" -ne 0 ] && [[ $output == *"cuStreamAddCallback is said to be an UNFOLLOWED row, hooks.def has no row"* ]] || { echo "$output"; false; }
     # A USE row is not a hook.
-    sed 's/^| `cuStreamWaitEvent` | harmless: .*|$/| `cuStreamWaitEvent` | hooked: `cuStreamWaitEvent` |/' "$TABLE" >"$D/t4"
+    sed 's/^| `cuPointerGetAttribute` | harmless: .*|$/| `cuPointerGetAttribute` | hooked: `cuPointerGetAttribute` |/' "$TABLE" >"$D/t4"
     run check_table "$LIST" "$D/t4" "$HOOKS"
-    [ "$status" -ne 0 ] && [[ $output == *"cuStreamWaitEvent is a use row"* ]] || { echo "$output"; false; }
+    [ "$status" -ne 0 ] && [[ $output == *"cuPointerGetAttribute is a use row"* ]] || { echo "$output"; false; }
+    # A wrapper the table calls harmless.
+    sed 's/^| `cuStreamGetCtx` | hooked: .*|$/| `cuStreamGetCtx` | harmless: reads a stream'"'"'s properties |/' "$TABLE" >"$D/t6"
+    run check_table "$LIST" "$D/t6" "$HOOKS"
+    [ "$status" -ne 0 ] && [[ $output == *"cuStreamGetCtx: said harmless, hooks.def wraps cuStreamGetCtx"* ]] || { echo "$output"; false; }
     # Neither class, and a name asked for per-thread with no per-thread form.
     sed -e 's/^| `cuDeviceGetName` | harmless: .*|$/| `cuDeviceGetName` | fine |/' \
         -e 's/^| `cuMemcpyPeer` | taints replay: .*|$/| `cuMemcpyPeer` | taints replay: `cuMemcpyPeer` |/' "$TABLE" >"$D/t5"

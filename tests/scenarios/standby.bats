@@ -488,6 +488,52 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
     diff <(resumed_output "$D/out" | sort) <(sort "$D/plain")
 }
 
+# no_context_until_takeover N PROG ARGS...: the job under ckpt-resume, each
+# standby past iteration 10 holds no CUDA context (the double lists every
+# context made in FAKEGPU_CONTEXT_LOG, as nvidia-smi lists the processes
+# holding one) while its rank does; rank N-1 killed, every standby makes
+# its context at the takeover and the job ends as an uninterrupted run.
+no_context_until_takeover() {
+    local n=$1 prog=$2 job i listed pids p
+    shift 2
+    CKPT_STANDBY=0 ckpt --nproc "$n" -- "$prog" "$@" >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
+    rm -f "$D/ctx"
+    FAKEGPU_CONTEXT_LOG=$D/ctx ckpt --nproc "$n" -- "$prog" "$@" >"$D/out" 2>"$D/err" &
+    job=$!
+    standbys_pgid "$D/err" >/dev/null || { kill $job; cat "$D/err"; return 1; }
+    for i in $(seq 300); do
+        listed=$("$BUILD/bin/ckpt-inspect" list --job "$CKPT_JOB" 2>&1)
+        [ "$(grep -c '^  standby of rank [0-9]* (pid [0-9]*): replayed to iteration [1-9][0-9]' <<<"$listed")" -eq "$n" ] &&
+            break
+        sleep 0.1
+    done
+    pids=$(sed -n 's/^  standby of rank [0-9]* (pid \([0-9]*\)): replayed to iteration [1-9][0-9].*/\1/p' <<<"$listed")
+    [ "$(wc -w <<<"$pids")" -eq "$n" ] || { kill $job; echo "$listed"; return 1; }
+    for p in $pids; do
+        ( ! grep -q "^$p " "$D/ctx" ) || { kill $job; echo "standby $p holds a context:"; cat "$D/ctx"; return 1; }
+    done
+    for i in $(seq 0 $((n - 1))); do
+        grep -q "^$(live_pid "$i") [0-9]* primary$" "$D/ctx" || { kill $job; echo "rank $i holds none"; cat "$D/ctx"; return 1; }
+    done
+    kill -KILL "$(live_pid $((n - 1)))"
+    wait $job || { cat "$D/err"; return 1; }
+    grep -q '^ckpt-resume: the standbys\? took over at iteration [0-9]* in ' "$D/err" || { cat "$D/err"; return 1; }
+    ( ! grep -q "replaying [0-9]* iterations\|cold path\|which a standby without a context cannot answer" "$D/err" ) ||
+        { cat "$D/err"; return 1; }
+    [ "$(grep -c "^libckpt\[rank [0-9]*\]: the standby's contexts, streams and events made real (the takeover): [0-9]* calls in " "$D/err")" -eq "$n" ] ||
+        { cat "$D/err"; return 1; }
+    for p in $pids; do
+        grep -q "^$p [0-9]* primary$" "$D/ctx" || { echo "standby $p made no context at its takeover"; cat "$D/ctx"; return 1; }
+    done
+    diff <(resumed_output "$D/out" | sort) <(sort "$D/plain")
+}
+
+@test "a standby holds no CUDA context until it takes over: its contexts, streams, events and allocations are virtual, made at the takeover, and the job ends bit-exact (the trainer on 2 ranks, a caching allocator, split and nonblocking communicators)" {
+    no_context_until_takeover 2 "$TRAIN" --iters 3000 --hidden 32 --layers 2
+    PROG=alloc_train no_context_until_takeover 1 "$BUILD/tests/progs/alloc_train" caching --iters 3000
+    PROG=commsplit no_context_until_takeover 2 "$BUILD/tests/progs/commsplit" --iters 3000
+}
+
 @test "a standby holds no device memory: beside a rank that fills most of the GPU they share, it reserves the rank's addresses, gets memory at the takeover and ends bit-exact" {
     # alloc_train caching: PyTorch's caching allocator, 2 MiB segments.  One
     # GPU of 10 MiB for the rank and its standby: the rank holds 6 MiB, so a

@@ -5,7 +5,10 @@
  * (allocations belong to the device), so destroying one only stops its
  * streams; it must never free memory a program may still hold.
  */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "driver.h"
 
@@ -20,6 +23,23 @@ CUresult fg_current_ctx(struct fg_ctx **ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
     *ctx = tls_ctx;
     return CUDA_SUCCESS;
+}
+
+/* FAKEGPU_CONTEXT_LOG: one line per context made, "<pid> <id> primary|created",
+ * as nvidia-smi lists the processes that hold a context on a GPU. */
+static void log_ctx(const struct fg_ctx *ctx)
+{
+    const char *path = getenv("FAKEGPU_CONTEXT_LOG");
+    char line[64];
+    if (!path || !*path)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int n = snprintf(line, sizeof(line), "%d %llu %s\n", (int)getpid(), (unsigned long long)ctx->id,
+                     ctx->primary ? "primary" : "created");
+    if (fd >= 0 && write(fd, line, (size_t)n) != n)
+        fprintf(stderr, "fakegpu: FAKEGPU_CONTEXT_LOG=%s: cannot write\n", path);
+    if (fd >= 0)
+        close(fd);
 }
 
 /* A context with its legacy stream, registered; NULL when out of memory.  Lock held. */
@@ -43,6 +63,7 @@ static struct fg_ctx *ctx_new(int primary)
         free(ctx);
         return NULL;
     }
+    log_ctx(ctx);
     return ctx;
 }
 

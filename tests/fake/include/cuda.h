@@ -54,22 +54,7 @@ typedef struct CUgraphExecUpdateResultInfo_st {
     CUgraphNode errorFromNode;
 } CUgraphExecUpdateResultInfo;
 
-typedef enum CUjit_option_enum {
-    CU_JIT_MAX_REGISTERS = 0,
-    CU_JIT_THREADS_PER_BLOCK = 1
-} CUjit_option;
-
-typedef enum CUlibraryOption_enum {
-    CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
-    CU_LIBRARY_BINARY_IS_PRESERVED = 1
-} CUlibraryOption;
-
 #endif /* CKPT_ABI_PROTOTYPES_ONLY */
-
-/* Code with device variables (library.c: the double's own image format). */
-CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
-                           unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
-                           unsigned int numLibraryOptions);
 
 /* Legacy variants: 32-bit device pointers and sizes, capture without a mode. */
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);

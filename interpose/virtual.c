@@ -1,0 +1,863 @@
+/*
+ * A standby's contexts, streams and events: virtual until the takeover.
+ *
+ * A standby replays its rank with device work suppressed; a real context
+ * would cost it device memory on the rank's own GPU (hundreds of MiB on
+ * NVIDIA's), is refused outright in exclusive-process mode, and dies with
+ * that GPU.  So while it follows, the contexts, streams and events the
+ * program makes are handles of libckpt's: entries of a table here, which
+ * say how each was made.  Their answers come from the entry (which device,
+ * which context is current), from the log (what a query or a sync
+ * returned, served as for any replay) or from a small engine here that
+ * runs the program's host functions in the order they were queued (device
+ * work is suppressed, so a host function waits only for those before it).
+ * Device memory is answered with the addresses the rank got (standby_mem.c)
+ * and nothing is asked of the driver but cuInit and device queries.
+ *
+ * Every call that makes, ends or places something on the device -- a
+ * context, a stream, an event, an allocation, a library's memory, a
+ * function's first load -- goes in a journal, in the order the standby's
+ * threads made them.  At the takeover (or earlier: below) the journal is
+ * walked against the real driver, in that order, as the rank made them:
+ * the first context inside the room held for the driver's ranges
+ * (addrspace.c), allocations at the addresses the log says (a different
+ * one refuses, naming it), and each entry gets its real object.  Then the
+ * table's handles, which the program keeps, are translated on their way
+ * into the driver (V(h), and CKPT_V_IN for the generated wrappers), the
+ * context the driver reports is given back as the program's handle, and
+ * each thread's current context follows its virtual one the first time the
+ * thread calls a hook.
+ *
+ * A call this file cannot answer while standing by promotes the standby:
+ * the journal is walked at once (memory only reserved, as standby_mem.c
+ * does), the call is made for real, and the standby follows on with a real
+ * context, as it would have without this file.  Which call did it is said.
+ * A journal entry whose object was made and destroyed while standing by
+ * and left nothing on the device (an event) is dropped, so a program that
+ * makes events every iteration does not grow it.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "interpose.h"
+#include "log.h"
+#include "replay.h"
+#include "util.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_V 65536
+#define MAX_CTX 64
+
+enum vkind { V_UNUSED, V_CTX, V_STREAM, V_EVENT };
+
+struct vobj {
+    enum vkind kind;
+    unsigned flags;
+    int dev;          /* a context's device */
+    int prio;         /* a stream's priority; a context: 1 when cuCtxCreate_v4 made it */
+    int refs;         /* a primary context's retains */
+    bool primary, gone;
+    struct vobj *ctx; /* a stream's or an event's context */
+    uint64_t seq;     /* a stream: its last host function; an event: what its record waits for */
+    size_t made;      /* its creation's journal entry */
+    void *real;       /* once made real */
+    struct vobj *next_free;
+};
+
+/* The journal: what was made, in order. */
+enum jop { J_CTX, J_CTX_GONE, J_STREAM, J_STREAM_GONE, J_EVENT, J_EVENT_GONE, J_ALLOC, J_FREE, J_ASIDE, J_LOAD };
+
+struct jrec {
+    enum jop op;
+    bool dead;
+    struct vobj *o;   /* the object; for memory and loads the context current then */
+    struct vobj *s;   /* memory: the stream (NULL: the default one) */
+    uint64_t a, b, c; /* J_ALLOC, J_FREE: how, address, size; J_ASIDE: thread; J_LOAD: function */
+    void *pool;
+    struct ckpt_rl_rec rec; /* J_ASIDE */
+};
+
+int ckpt_v_state;
+__thread bool ckpt_v_synced;
+static __thread struct vobj *cur; /* this thread's current context */
+static __thread bool making;      /* this thread walks the journal, the lock held (a refusal's exit may call hooks) */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vobj *table, *free_list;
+static size_t ntable;
+static struct vobj *ctxs[MAX_CTX]; /* the contexts, for the way back */
+static size_t nctxs;
+static struct jrec *journal;
+static size_t njournal, journal_cap;
+
+/* ---- the host-function engine: one thread, in the order queued. */
+struct item {
+    struct item *next;
+    CUhostFn fn;
+    void *data;
+};
+static pthread_mutex_t elock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t echanged = PTHREAD_COND_INITIALIZER;
+static struct item *head, *tail;
+static uint64_t queued, ran;
+static bool engine_started;
+
+static void *engine(void *unused)
+{
+    (void)unused;
+    ckpt_thread_internal = true;
+    pthread_mutex_lock(&elock);
+    for (;;) {
+        while (!head)
+            pthread_cond_wait(&echanged, &elock);
+        struct item *it = head;
+        pthread_mutex_unlock(&elock);
+        it->fn(it->data);
+        pthread_mutex_lock(&elock);
+        head = it->next;
+        if (!head)
+            tail = NULL;
+        ran++;
+        pthread_cond_broadcast(&echanged);
+        free(it);
+    }
+    return NULL;
+}
+
+/* Queues fn; its position, or 0 when it cannot be queued (said). */
+static uint64_t engine_queue(CUhostFn fn, void *data)
+{
+    struct item *it = malloc(sizeof(*it));
+    if (!it)
+        return 0;
+    *it = (struct item){NULL, fn, data};
+    pthread_mutex_lock(&elock);
+    if (!engine_started) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, engine, NULL) != 0) {
+            pthread_mutex_unlock(&elock);
+            free(it);
+            return 0;
+        }
+        pthread_detach(t);
+        engine_started = true;
+    }
+    if (tail)
+        tail->next = it;
+    else
+        head = it;
+    tail = it;
+    uint64_t at = ++queued;
+    pthread_cond_broadcast(&echanged);
+    pthread_mutex_unlock(&elock);
+    return at;
+}
+
+/* Until the host functions up to position at have run. */
+static void engine_wait(uint64_t at)
+{
+    pthread_mutex_lock(&elock);
+    while (ran < at)
+        pthread_cond_wait(&echanged, &elock);
+    pthread_mutex_unlock(&elock);
+}
+
+static uint64_t engine_queued(void)
+{
+    pthread_mutex_lock(&elock);
+    uint64_t q = queued;
+    pthread_mutex_unlock(&elock);
+    return q;
+}
+
+/* ---- the table. */
+
+static struct vobj *as_vobj(const void *h)
+{
+    struct vobj *v = (struct vobj *)h, *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
+    return t && v >= t && v < t + MAX_V ? v : NULL;
+}
+
+/* A fresh entry of kind.  Lock held. */
+static struct vobj *vnew(enum vkind kind)
+{
+    struct vobj *v = free_list;
+    if (v) {
+        free_list = v->next_free;
+    } else {
+        if (!table) {
+            void *p = mmap(NULL, MAX_V * sizeof(*table), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+                           MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED)
+                return NULL;
+            __atomic_store_n(&table, p, __ATOMIC_RELEASE);
+        }
+        if (ntable == MAX_V)
+            return NULL;
+        v = &table[ntable++];
+    }
+    *v = (struct vobj){.kind = kind};
+    return v;
+}
+
+static void vfree(struct vobj *v)
+{
+    v->kind = V_UNUSED;
+    v->next_free = free_list;
+    free_list = v;
+}
+
+/* Appends a journal entry; its index.  Lock held. */
+static size_t jput(struct jrec r)
+{
+    if (!ckpt_grow((void **)&journal, &journal_cap, njournal, sizeof(*journal))) {
+        pthread_mutex_unlock(&lock);
+        ckpt_refuse("out of host memory for the standby's journal");
+    }
+    journal[njournal] = r;
+    return njournal++;
+}
+
+/* A standby that cannot go on virtually.  Lock held. */
+static void __attribute__((noreturn)) full(const char *what)
+{
+    pthread_mutex_unlock(&lock);
+    ckpt_refuse("the standby cannot hold more %s (out of host memory or past %d objects)", what, MAX_V);
+}
+
+/* Lock held, state virtual: true (and the lock still held). */
+static bool virtual_locked(void)
+{
+    if (making)
+        return false;
+    pthread_mutex_lock(&lock);
+    if (ckpt_v_state == CKPT_V_VIRTUAL)
+        return true;
+    pthread_mutex_unlock(&lock);
+    return false;
+}
+
+void ckpt_v_begin(void)
+{
+    __atomic_store_n(&ckpt_v_state, CKPT_V_VIRTUAL, __ATOMIC_RELEASE);
+}
+
+/* ---- the way in and the way back. */
+
+void *ckpt_v_real_(void *h)
+{
+    struct vobj *v = as_vobj(h);
+    if (!v)
+        return h;
+    if (__atomic_load_n(&ckpt_v_state, __ATOMIC_ACQUIRE) == CKPT_V_VIRTUAL)
+        ckpt_v_promote(ckpt_hook_now());
+    return v->real;
+}
+
+void *ckpt_v_arg(const void *p)
+{
+    void *h;
+    memcpy(&h, p, sizeof(h));
+    return ckpt_v_real(h);
+}
+
+/* The program's handle for the real context c. */
+static CUcontext back(CUcontext c)
+{
+    if (!making) /* else this thread holds the lock */
+        pthread_mutex_lock(&lock);
+    for (size_t i = 0; c && i < nctxs; i++)
+        if (ctxs[i]->real == (void *)c && !ctxs[i]->gone) {
+            c = (CUcontext)ctxs[i];
+            break;
+        }
+    if (!making)
+        pthread_mutex_unlock(&lock);
+    return c;
+}
+
+void ckpt_v_back_arg(const void *pp)
+{
+    CUcontext *p;
+    memcpy(&p, pp, sizeof(p));
+    if (p && *p)
+        *p = back(*p);
+}
+
+/* The thread's current context follows its virtual one, once. */
+void ckpt_v_sync_thread(void)
+{
+    ckpt_v_synced = true;
+    if (cur && cur->real && (real_cuCtxSetCurrent || ckpt_resolve("cuCtxSetCurrent") == 0))
+        real_cuCtxSetCurrent(cur->real);
+}
+
+/* ---- contexts. */
+
+static struct vobj *ctx_new(CUdevice dev, unsigned flags, bool primary)
+{
+    struct vobj *v = vnew(V_CTX);
+    if (!v || nctxs == MAX_CTX)
+        full("contexts");
+    v->dev = dev;
+    v->flags = flags;
+    v->primary = primary;
+    ctxs[nctxs++] = v;
+    return v;
+}
+
+static bool device_ok(CUdevice dev)
+{
+    int n = 0;
+    return (real_cuDeviceGetCount || ckpt_resolve("cuDeviceGetCount") == 0) &&
+           real_cuDeviceGetCount(&n) == CUDA_SUCCESS && dev >= 0 && dev < n;
+}
+
+bool ckpt_v_primary_retain(CUresult *r, CUcontext *pctx, CUdevice dev)
+{
+    if (!virtual_locked())
+        return false;
+    struct vobj *v = NULL;
+    for (size_t i = 0; i < nctxs && !v; i++)
+        if (ctxs[i]->primary && ctxs[i]->dev == dev)
+            v = ctxs[i];
+    if (!pctx || !device_ok(dev)) {
+        *r = !pctx ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_DEVICE;
+    } else {
+        if (!v)
+            v = ctx_new(dev, 0, true);
+        if (!v->refs++) { /* made (again) at the first retain */
+            v->gone = false;
+            v->made = jput((struct jrec){.op = J_CTX, .o = v});
+        }
+        *pctx = (CUcontext)v;
+        *r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+bool ckpt_v_ctx_create(CUresult *r, CUcontext *pctx, unsigned flags, CUdevice dev, bool v4)
+{
+    if (!virtual_locked())
+        return false;
+    if (!pctx || !device_ok(dev)) {
+        *r = !pctx ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_DEVICE;
+    } else {
+        struct vobj *v = ctx_new(dev, flags, false);
+        v->prio = v4; /* a context has no priority: which entry point made it */
+        v->made = jput((struct jrec){.op = J_CTX, .o = v});
+        cur = v; /* made current, as cuCtxCreate does */
+        *pctx = (CUcontext)v;
+        *r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    NEED_REAL(cuDevicePrimaryCtxRelease_v2, CUDA_ERROR_NOT_INITIALIZED);
+    if (ckpt_v_on() && virtual_locked()) {
+        CUresult r = CUDA_ERROR_INVALID_CONTEXT;
+        for (size_t i = 0; i < nctxs; i++)
+            if (ctxs[i]->primary && ctxs[i]->dev == dev && ctxs[i]->refs > 0) {
+                if (!--ctxs[i]->refs) {
+                    ctxs[i]->gone = true;
+                    jput((struct jrec){.op = J_CTX_GONE, .o = ctxs[i]});
+                }
+                r = CUDA_SUCCESS;
+            }
+        pthread_mutex_unlock(&lock);
+        return r;
+    }
+    return real_cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    NEED_REAL(cuCtxDestroy_v2, CUDA_ERROR_NOT_INITIALIZED);
+    struct vobj *v = as_vobj(ctx);
+    if (v && ckpt_v_on() && virtual_locked()) {
+        CUresult r = CUDA_ERROR_INVALID_CONTEXT;
+        if (v->kind == V_CTX && !v->primary && !v->gone) {
+            v->gone = true;
+            jput((struct jrec){.op = J_CTX_GONE, .o = v});
+            if (cur == v)
+                cur = NULL;
+            r = CUDA_SUCCESS;
+        }
+        pthread_mutex_unlock(&lock);
+        return r;
+    }
+    return real_cuCtxDestroy_v2(V(ctx));
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    NEED_REAL(cuCtxGetCurrent, CUDA_ERROR_NOT_INITIALIZED);
+    if (ckpt_v_on() && virtual_locked()) {
+        if (pctx)
+            *pctx = cur && !cur->gone ? (CUcontext)cur : NULL;
+        pthread_mutex_unlock(&lock);
+        return pctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult r = real_cuCtxGetCurrent(pctx);
+    if (r == CUDA_SUCCESS && ckpt_v_state)
+        *pctx = back(*pctx);
+    return r;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    NEED_REAL(cuCtxSetCurrent, CUDA_ERROR_NOT_INITIALIZED);
+    struct vobj *v = as_vobj(ctx);
+    if (ckpt_v_on() && virtual_locked()) {
+        CUresult r = CUDA_SUCCESS;
+        if (ctx && (!v || v->kind != V_CTX || v->gone))
+            r = CUDA_ERROR_INVALID_CONTEXT;
+        else
+            cur = v;
+        pthread_mutex_unlock(&lock);
+        return r;
+    }
+    if (v || !ctx)
+        cur = v; /* what a thread that syncs later follows */
+    return real_cuCtxSetCurrent(V(ctx));
+}
+
+/* The current context's device (ctx NULL) or ctx's. */
+static bool ctx_device(CUresult *r, CUdevice *device, CUcontext ctx)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return false;
+    struct vobj *v = ctx ? as_vobj(ctx) : cur;
+    *r = CUDA_SUCCESS;
+    if (!device)
+        *r = CUDA_ERROR_INVALID_VALUE;
+    else if (!v || v->kind != V_CTX || v->gone)
+        *r = CUDA_ERROR_INVALID_CONTEXT;
+    else
+        *device = v->dev;
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+{
+    NEED_REAL(cuCtxGetDevice, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    return ctx_device(&r, device, NULL) ? r : real_cuCtxGetDevice(device);
+}
+
+EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    NEED_REAL(cuCtxGetDevice_v2, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    return ctx_device(&r, device, ctx) ? r : real_cuCtxGetDevice_v2(device, V(ctx));
+}
+
+/* ---- streams and events. */
+
+/* The current context, or why there is none.  Lock held. */
+static CUresult current(struct vobj **ctx)
+{
+    *ctx = cur;
+    return cur && !cur->gone ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static bool stream_create(CUresult *r, CUstream *ph, unsigned flags, int prio)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return false;
+    struct vobj *ctx;
+    if (!ph)
+        *r = CUDA_ERROR_INVALID_VALUE;
+    else if ((*r = current(&ctx)) == CUDA_SUCCESS) {
+        struct vobj *v = vnew(V_STREAM);
+        if (!v)
+            full("streams");
+        v->ctx = ctx;
+        v->flags = flags;
+        v->prio = prio;
+        v->made = jput((struct jrec){.op = J_STREAM, .o = v});
+        *ph = (CUstream)v;
+    }
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    NEED_REAL(cuStreamCreate, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    return stream_create(&r, phStream, Flags, 0) ? r : real_cuStreamCreate(phStream, Flags);
+}
+
+EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    NEED_REAL(cuStreamCreateWithPriority, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    return stream_create(&r, phStream, flags, priority) ? r : real_cuStreamCreateWithPriority(phStream, flags, priority);
+}
+
+bool ckpt_v_stream_destroy(CUresult *r, CUstream s)
+{
+    struct vobj *v = as_vobj(s);
+    if (!v || !ckpt_v_on() || !virtual_locked())
+        return false;
+    *r = CUDA_ERROR_INVALID_HANDLE;
+    if (v->kind == V_STREAM) {
+        v->gone = true;
+        jput((struct jrec){.op = J_STREAM_GONE, .o = v});
+        *r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+/* A live stream of the table, a default stream (NULL, legacy, per-thread:
+ * its position NULL), or neither.  Lock held. */
+static bool stream_ok(CUstream s, struct vobj **v)
+{
+    *v = as_vobj(s);
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return cur && !cur->gone;
+    return *v && (*v)->kind == V_STREAM && !(*v)->gone;
+}
+
+EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    NEED_REAL(cuEventCreate, CUDA_ERROR_NOT_INITIALIZED);
+    if (!ckpt_v_on() || !virtual_locked())
+        return real_cuEventCreate(phEvent, Flags);
+    struct vobj *ctx;
+    CUresult r = phEvent ? current(&ctx) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS) {
+        struct vobj *v = vnew(V_EVENT);
+        if (!v)
+            full("events");
+        v->ctx = ctx;
+        v->flags = Flags;
+        v->made = jput((struct jrec){.op = J_EVENT, .o = v});
+        *phEvent = (CUevent)v;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+    NEED_REAL(cuEventDestroy_v2, CUDA_ERROR_NOT_INITIALIZED);
+    struct vobj *v = as_vobj(hEvent);
+    if (!v || !ckpt_v_on() || !virtual_locked())
+        return real_cuEventDestroy_v2(V(hEvent));
+    CUresult r = CUDA_ERROR_INVALID_HANDLE;
+    if (v->kind == V_EVENT) {
+        journal[v->made].dead = true; /* made and gone while standing by: nothing on the device */
+        vfree(v);
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* Device work is suppressed: a wait orders host functions only, and the
+ * engine runs those in the order queued, which already has it. */
+static CUresult wait_event(__typeof__(&cuStreamWaitEvent) real, CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return real(V(hStream), V(hEvent), Flags);
+    struct vobj *s, *e = as_vobj(hEvent);
+    CUresult r = stream_ok(hStream, &s) && e && e->kind == V_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    NEED_REAL(cuStreamWaitEvent, CUDA_ERROR_NOT_INITIALIZED);
+    return wait_event(real_cuStreamWaitEvent, hStream, hEvent, Flags);
+}
+
+EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    NEED_REAL(cuStreamWaitEvent_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+    return wait_event(real_cuStreamWaitEvent_ptsz, hStream, hEvent, Flags);
+}
+
+/* A virtual stream never captures: a capture makes the standby real. */
+static CUresult is_capturing(__typeof__(&cuStreamIsCapturing) real, CUstream hStream, CUstreamCaptureStatus *st)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return real(V(hStream), st);
+    struct vobj *s;
+    CUresult r = !st ? CUDA_ERROR_INVALID_VALUE : stream_ok(hStream, &s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (r == CUDA_SUCCESS)
+        *st = CU_STREAM_CAPTURE_STATUS_NONE;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    NEED_REAL(cuStreamIsCapturing, CUDA_ERROR_NOT_INITIALIZED);
+    return is_capturing(real_cuStreamIsCapturing, hStream, captureStatus);
+}
+
+EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    NEED_REAL(cuStreamIsCapturing_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+    return is_capturing(real_cuStreamIsCapturing_ptsz, hStream, captureStatus);
+}
+
+bool ckpt_v_hostfn(CUresult *r, CUstream hStream, CUhostFn fn, void *data)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return false;
+    struct vobj *s;
+    *r = CUDA_ERROR_INVALID_HANDLE;
+    if (stream_ok(hStream, &s)) {
+        uint64_t at = engine_queue(fn, data);
+        *r = at ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+        if (s && at)
+            s->seq = at;
+    }
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+bool ckpt_v_record(CUresult *r, CUevent hEvent, CUstream hStream)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return false;
+    struct vobj *s, *e = as_vobj(hEvent);
+    *r = CUDA_ERROR_INVALID_HANDLE;
+    if (e && e->kind == V_EVENT && stream_ok(hStream, &s)) {
+        e->seq = s ? s->seq : engine_queued(); /* a default stream waits for all */
+        *r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+bool ckpt_v_wait(CUresult *r, int what, const void *h)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return false;
+    struct vobj *v = as_vobj(h);
+    uint64_t at = 0;
+    *r = CUDA_SUCCESS;
+    if (what == CKPT_V_WAIT_EVENT && (!v || v->kind != V_EVENT))
+        *r = CUDA_ERROR_INVALID_HANDLE;
+    else if (what == CKPT_V_WAIT_EVENT)
+        at = v->seq;
+    else if (what == CKPT_V_WAIT_STREAM && !stream_ok((CUstream)h, &v))
+        *r = CUDA_ERROR_INVALID_HANDLE;
+    else if (what == CKPT_V_WAIT_STREAM && v)
+        at = v->seq;
+    else if (!cur || cur->gone)
+        *r = CUDA_ERROR_INVALID_CONTEXT;
+    else
+        at = UINT64_MAX;
+    pthread_mutex_unlock(&lock);
+    if (*r == CUDA_SUCCESS)
+        engine_wait(at == UINT64_MAX ? engine_queued() : at);
+    return true;
+}
+
+/* ---- what places something on the device. */
+
+bool ckpt_v_lock(void)
+{
+    return virtual_locked();
+}
+
+void ckpt_v_unlock(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+void ckpt_v_journal_alloc(int how, uint64_t addr, uint64_t size, CUstream s, void *pool)
+{
+    jput((struct jrec){.op = J_ALLOC, .o = cur, .s = as_vobj(s), .a = (uint64_t)how, .b = addr, .c = size,
+                       .pool = pool});
+}
+
+void ckpt_v_journal_free(int how, uint64_t addr, uint64_t size, CUstream s)
+{
+    jput((struct jrec){.op = J_FREE, .o = cur, .s = as_vobj(s), .a = (uint64_t)how, .b = addr, .c = size});
+}
+
+bool ckpt_v_journal_aside(uint64_t thread, const struct ckpt_rl_rec *rec)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return false;
+    struct jrec j = {.op = J_ASIDE, .o = cur, .a = thread, .rec = *rec};
+    j.rec.payload = NULL;
+    jput(j);
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+bool ckpt_v_journal_load(CUfunction f)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return false;
+    jput((struct jrec){.op = J_LOAD, .o = cur, .a = (uint64_t)(uintptr_t)f});
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+/* ---- made real. */
+
+static const char *made_why; /* what made the standby real, for its log */
+
+static void need(const char *name)
+{
+    if (ckpt_resolve(name) < 0)
+        ckpt_refuse("the driver lacks %s, which a standby needs to take over", name);
+}
+
+/* ctx current on this thread (the real driver's view).  Lock held. */
+static void enter(struct vobj *ctx)
+{
+    if (ctx && ctx->real && real_cuCtxSetCurrent(ctx->real) != CUDA_SUCCESS)
+        ckpt_refuse("the standby cannot make its context current while it takes over");
+}
+
+static void walk(struct jrec *j)
+{
+    struct vobj *v = j->o;
+    CUresult e = CUDA_SUCCESS;
+    switch (j->op) {
+    case J_CTX: /* made with the entry point the program used (resolved then) */
+        if (v->primary)
+            e = real_cuDevicePrimaryCtxRetain((CUcontext *)&v->real, v->dev);
+        else if (v->prio) /* made by cuCtxCreate_v4 */
+            e = real_cuCtxCreate_v4((CUcontext *)&v->real, NULL, v->flags, v->dev);
+        else
+            e = real_cuCtxCreate_v2((CUcontext *)&v->real, v->flags, v->dev);
+        break;
+    case J_CTX_GONE:
+        e = v->primary ? real_cuDevicePrimaryCtxRelease_v2(v->dev) : real_cuCtxDestroy_v2(v->real);
+        v->real = NULL;
+        break;
+    case J_STREAM:
+        enter(v->ctx);
+        e = real_cuStreamCreateWithPriority((CUstream *)&v->real, v->flags, v->prio);
+        break;
+    case J_STREAM_GONE:
+        e = real_cuStreamDestroy_v2(v->real);
+        break;
+    case J_EVENT:
+        enter(v->ctx);
+        e = real_cuEventCreate((CUevent *)&v->real, v->flags);
+        break;
+    case J_EVENT_GONE:
+        break;
+    case J_ALLOC:
+        enter(v);
+        ckpt_standby_mem_make((int)j->a, j->b, j->c, j->s ? j->s->real : NULL, j->pool);
+        break;
+    case J_FREE:
+        enter(v);
+        ckpt_standby_mem_unmake((int)j->a, j->b, j->c, j->s ? j->s->real : NULL);
+        break;
+    case J_ASIDE:
+        enter(v);
+        ckpt_standby_mem_aside(j->a, &j->rec);
+        break;
+    case J_LOAD:
+        enter(v);
+        ckpt_stream_load((CUfunction)(uintptr_t)j->a);
+        break;
+    }
+    if (e != CUDA_SUCCESS)
+        ckpt_refuse("the standby cannot make its %s real (CUDA error %d)",
+                    j->op <= J_CTX_GONE ? "context" : j->op <= J_STREAM_GONE ? "stream" : "event", (int)e);
+}
+
+/* Walks the journal against the real driver.  Lock held. */
+static void make_real(void)
+{
+    static const char *const names[] = {"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxDestroy_v2",
+                                        "cuCtxSetCurrent", "cuCtxGetCurrent", "cuStreamCreateWithPriority",
+                                        "cuStreamDestroy_v2", "cuEventCreate"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        need(names[i]);
+    double start = ckpt_now_s();
+    size_t walked = 0;
+    bool first = true;
+    ckpt_self_depth++;
+    for (size_t i = 0; i < njournal; i++) {
+        if (journal[i].dead)
+            continue;
+        if (first && journal[i].op == J_CTX) /* the driver's ranges go where the rank's went */
+            ckpt_addrspace_driver_starts();
+        walk(&journal[i]);
+        if (first && journal[i].op == J_CTX) {
+            ckpt_addrspace_driver_started(true);
+            first = false;
+        }
+        walked++;
+    }
+    ckpt_self_depth--;
+    free(journal);
+    journal = NULL;
+    njournal = journal_cap = 0;
+    real_cuCtxSetCurrent(cur ? cur->real : NULL);
+    ckpt_v_synced = true;
+    ckpt_log(CKPT_INFO, "the standby's contexts, streams and events made real (%s): %zu calls in %.3f s", made_why,
+             walked, ckpt_now_s() - start);
+}
+
+/* Host functions queued while virtual run before what follows on the
+ * real streams: the engine is let finish them first.  (Replay serves the
+ * copies they wait for as the threads that queued them reach them, as it
+ * did on real streams.) */
+void ckpt_v_make_real(const char *why)
+{
+    uint64_t upto = 0;
+    if (making)
+        return;
+    pthread_mutex_lock(&lock);
+    if (ckpt_v_state == CKPT_V_VIRTUAL) {
+        made_why = why;
+        making = true;
+        make_real();
+        making = false;
+        upto = engine_queued();
+        __atomic_store_n(&ckpt_v_state, CKPT_V_REAL, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&lock);
+    engine_wait(upto);
+}
+
+void ckpt_v_promote(const char *call)
+{
+    if (__atomic_load_n(&ckpt_v_state, __ATOMIC_ACQUIRE) != CKPT_V_VIRTUAL)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why), "the program called %s, which a standby without a context cannot answer",
+             call ? call : "a driver function");
+    static char kept[160];
+    pthread_mutex_lock(&lock);
+    memcpy(kept, why, sizeof(kept));
+    pthread_mutex_unlock(&lock);
+    ckpt_v_make_real(kept);
+}
+
+/* ---- entry points that need a real context: the standby is made real
+ * first (hooks.def's PROMOTE rows), and handles are translated. */
+#define PROMOTE(ret, name, params, args)                                       \
+    EXPORT ret name params                                                     \
+    {                                                                          \
+        NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
+        ckpt_v_promote(#name);                                                 \
+        ret r = real_##name(CKPT_MAP(CKPT_V_IN, CKPT_ARGS args));              \
+        CKPT_MAP_STMT(CKPT_V_OUT, CKPT_ARGS args);                             \
+        return r;                                                              \
+    }
+#include "hooks.def"
