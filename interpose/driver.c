@@ -378,6 +378,7 @@ __attribute__((visibility("default"))) CUresult cuMemMap(CUdeviceptr ptr, size_t
                                                          CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     NEED_REAL(cuMemMap, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_v_promote("cuMemMap"); /* the program's virtual memory is not kept virtually */
     CUresult r = real_cuMemMap(ptr, size, offset, handle, flags);
     if (r == CUDA_SUCCESS)
         track(ptr, size, CKPT_ALLOC_VMM, NULL);
@@ -387,6 +388,7 @@ __attribute__((visibility("default"))) CUresult cuMemMap(CUdeviceptr ptr, size_t
 __attribute__((visibility("default"))) CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     NEED_REAL(cuMemUnmap, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_v_promote("cuMemUnmap"); /* the program's virtual memory is not kept virtually */
     before_untrack();
     if (ckpt_active)
         ckpt_before_free(NULL, false);
@@ -407,6 +409,7 @@ __attribute__((visibility("default"))) CUresult cuMemAddressReserve(CUdeviceptr 
                                                                     CUdeviceptr addr, unsigned long long flags)
 {
     NEED_REAL(cuMemAddressReserve, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_v_promote("cuMemAddressReserve"); /* the program's virtual memory is not kept virtually */
     ckpt_pace_shadow_take();
     CUresult r = real_cuMemAddressReserve(ptr, size, alignment, addr, flags);
     /* NCCL's only (inside an NCCL call, or on a thread a library started):
@@ -420,6 +423,7 @@ __attribute__((visibility("default"))) CUresult cuMemAddressReserve(CUdeviceptr 
 __attribute__((visibility("default"))) CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     NEED_REAL(cuMemAddressFree, CUDA_ERROR_NOT_INITIALIZED);
+    ckpt_v_promote("cuMemAddressFree"); /* the program's virtual memory is not kept virtually */
     CUresult r = real_cuMemAddressFree(ptr, size);
     if (r == CUDA_SUCCESS && ckpt_active && (ckpt_nccl_depth > 0 || ckpt_thread_internal))
         ckpt_history_aside(ckpt_thread_owner(), CKPT_ASIDE_FREE, ptr, 0);

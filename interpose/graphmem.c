@@ -110,7 +110,7 @@ void ckpt_graphmem_alloc(CUstream s, CUdeviceptr p, uint64_t size)
     CUgraph g = NULL;
 
     if ((!real_cuStreamGetCaptureInfo_v3 && ckpt_resolve("cuStreamGetCaptureInfo_v3") < 0) ||
-        real_cuStreamGetCaptureInfo_v3(s, &st, NULL, &g, NULL, NULL, NULL) != CUDA_SUCCESS || !g) {
+        real_cuStreamGetCaptureInfo_v3(V(s), &st, NULL, &g, NULL, NULL, NULL) != CUDA_SUCCESS || !g) {
         ckpt_history_taint("libckpt could not tell which CUDA graph an allocation inside a capture belongs to");
         return;
     }

@@ -21,7 +21,8 @@
  * registrations are only written down; at the takeover each is registered
  * with the flags the program asked for (cuMemHostRegister: portable,
  * mapped), and a free after that unregisters it first.  Write-combined
- * memory cannot be made by registering, so it is allocated for real.
+ * memory cannot be made by registering, so it is allocated for real (a
+ * standby whose context is still virtual makes it real first: virtual.c).
  * While standing by the driver does not know these pages: a program that
  * asks it about them (cuMemHostGetDevicePointer, cuMemHostGetFlags) gets
  * an error where the rank got an answer, and its standby diverges.
@@ -179,6 +180,7 @@ EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
     NEED_REAL(cuMemHostAlloc, CUDA_ERROR_NOT_INITIALIZED);
     if (!(Flags & ~HOSTALLOC_AS_REGISTER) && standing(__builtin_return_address(0)))
         return standby_alloc(pp, bytesize, Flags);
+    ckpt_v_promote("cuMemHostAlloc"); /* write-combined, or a library's: pinned for real */
     CUresult r = real_cuMemHostAlloc(pp, bytesize, Flags);
     if (r == CUDA_SUCCESS)
         add(__builtin_return_address(0), *pp, bytesize, Flags & CU_MEMHOSTALLOC_DEVICEMAP);
@@ -190,6 +192,7 @@ EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
     NEED_REAL(cuMemAllocHost_v2, CUDA_ERROR_NOT_INITIALIZED);
     if (standing(__builtin_return_address(0)))
         return standby_alloc(pp, bytesize, 0);
+    ckpt_v_promote("cuMemAllocHost_v2");
     CUresult r = real_cuMemAllocHost_v2(pp, bytesize);
     if (r == CUDA_SUCCESS)
         add(__builtin_return_address(0), *pp, bytesize, false);

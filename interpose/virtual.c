@@ -262,18 +262,14 @@ void *ckpt_v_arg(const void *p)
     return ckpt_v_real(h);
 }
 
-/* The program's handle for the real context c. */
+/* The program's handle for the real context c.  Only once made real (or
+ * while making them, on the thread that does), when the contexts no
+ * longer change: no lock. */
 static CUcontext back(CUcontext c)
 {
-    if (!making) /* else this thread holds the lock */
-        pthread_mutex_lock(&lock);
     for (size_t i = 0; c && i < nctxs; i++)
-        if (ctxs[i]->real == (void *)c && !ctxs[i]->gone) {
-            c = (CUcontext)ctxs[i];
-            break;
-        }
-    if (!making)
-        pthread_mutex_unlock(&lock);
+        if (ctxs[i]->real == (void *)c && !ctxs[i]->gone)
+            return (CUcontext)ctxs[i];
     return c;
 }
 

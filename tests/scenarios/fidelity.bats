@@ -456,11 +456,30 @@ diverge() {
     diff <(program_lines "$D/out" | resumed_output) "$D/plain/out" >"$D/diff" 2>&1 || { show_job; return 1; }
 }
 
-@test "standby: the programs that restore are taken over by their standby, which held their large allocations as reservations and their pinned buffers unpinned, bit-exact" {
+# made_real PROG: how the standby that took over made its contexts,
+# streams and events real: at the takeover, having held none until then,
+# or earlier, when the program made a call a virtual context cannot
+# answer, named (a capture, a library's load, its own virtual memory).
+made_real() {
+    local how want
+    how=$(sed -n "s/^libckpt\[rank 0\]: the standby's contexts, streams and events made real (\(.*\)): [0-9]* calls in .*/\1/p" "$D/err" |
+        head -n 1)
+    case $1 in
+    fid_graph | fid_graphupdate) want="the program called cuStreamBeginCapture_v2, *" ;;
+    devvars) want="the program called cuLibraryLoadData, *" ;;
+    fid_vmm) want="the program called cuMemGetAllocationGranularity, *" ;;
+    *) want="the takeover" ;;
+    esac
+    # shellcheck disable=SC2053
+    [[ $how == $want ]] || { echo "$1: the standby's objects made real ($how), expected ($want)"; return 1; }
+}
+
+@test "standby: the programs that restore are taken over by their standby, which held their large allocations as reservations and their pinned buffers unpinned and no context until the takeover (or the call that needed one, named), bit-exact" {
     local prog
     for prog in fid_evalloc fid_pinpool fid_poll fid_pageable fid_graph fid_graphupdate fid_hostfn fid_bgthread \
         fid_ema fid_ptrtable devvars fid_twoctx; do
         FID_STANDBY=1 fidelity $prog restore 12 27 || return 1
+        made_real $prog || { show_job; return 1; }
         rm -f "$D/died"
         # The pool's buffers were ordinary memory until the takeover pinned them.
         [ $prog != fid_pinpool ] ||
@@ -468,8 +487,10 @@ diverge() {
             { show_job; return 1; }
     done
     FID_STANDBY=1 fidelity fid_autotune restore 20 28
+    made_real fid_autotune || { show_job; return 1; }
     rm -f "$D/died"
     FID_STANDBY=1 fidelity fid_vmm restore 26 30 18
+    made_real fid_vmm || { show_job; return 1; }
 }
 
 @test "a copy thread whose asynchronous copies return after the training thread ended the iteration: the cold path makes the copy pending at the snapshot again, a standby waits for the copy's record as its cut moves on; both bit-exact" {
