@@ -400,7 +400,7 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
         return pctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     }
     CUresult r = real_cuCtxGetCurrent(pctx);
-    if (r == CUDA_SUCCESS && ckpt_v_state)
+    if (r == CUDA_SUCCESS && __atomic_load_n(&ckpt_v_state, __ATOMIC_ACQUIRE) == CKPT_V_REAL)
         *pctx = back(*pctx);
     return r;
 }
@@ -833,8 +833,8 @@ void ckpt_v_make_real(const char *why)
 
 void ckpt_v_promote(const char *call)
 {
-    if (__atomic_load_n(&ckpt_v_state, __ATOMIC_ACQUIRE) != CKPT_V_VIRTUAL)
-        return;
+    if (making || __atomic_load_n(&ckpt_v_state, __ATOMIC_ACQUIRE) != CKPT_V_VIRTUAL)
+        return; /* made real already, or being made (by this thread, the lock held) */
     char why[160];
     snprintf(why, sizeof(why), "the program called %s, which a standby without a context cannot answer",
              call ? call : "a driver function");
