@@ -28,10 +28,12 @@
  * each thread's current context follows its virtual one the first time the
  * thread calls a hook.
  *
- * A call this file cannot answer while standing by promotes the standby:
- * the journal is walked at once (memory only reserved, as standby_mem.c
- * does), the call is made for real, and the standby follows on with a real
- * context, as it would have without this file.  Which call did it is said.
+ * A call this file cannot answer while standing by stops the standby,
+ * naming it (a failure then recovers by the cold path): it would need a
+ * context on its rank's GPU.  With CKPT_STANDBY_CONTEXT=1 it promotes the
+ * standby instead: the journal is walked at once (memory only reserved, as
+ * standby_mem.c does), the call is made for real, and the standby follows
+ * on with a real context.  Which call did it is said.
  * A journal entry whose object was made and destroyed while standing by
  * and left nothing on the device (an event) is dropped, so a program that
  * makes events every iteration does not grow it.
@@ -41,6 +43,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "config.h"
 #include "interpose.h"
 #include "log.h"
 #include "replay.h"
@@ -835,6 +838,10 @@ void ckpt_v_promote(const char *call)
 {
     if (making || __atomic_load_n(&ckpt_v_state, __ATOMIC_ACQUIRE) != CKPT_V_VIRTUAL)
         return; /* made real already, or being made (by this thread, the lock held) */
+    if (!ckpt_cfg_int(CFG_STANDBY_CONTEXT))
+        ckpt_refuse("the program called %s, which a standby without a CUDA context cannot answer, and a standby "
+                    "makes none on its rank's GPU before it takes over unless CKPT_STANDBY_CONTEXT=1",
+                    call ? call : "a driver function");
     char why[160];
     snprintf(why, sizeof(why), "the program called %s, which a standby without a context cannot answer",
              call ? call : "a driver function");

@@ -476,6 +476,8 @@ made_real() {
 
 @test "standby: the programs that restore are taken over by their standby, which held their large allocations as reservations and their pinned buffers unpinned and no context until the takeover (or the call that needed one, named), bit-exact" {
     local prog
+    # The programs whose standby needs a context before its takeover may make one.
+    export CKPT_STANDBY_CONTEXT=1
     for prog in fid_evalloc fid_pinpool fid_poll fid_pageable fid_graph fid_graphupdate fid_hostfn fid_bgthread \
         fid_ema fid_ptrtable devvars fid_twoctx; do
         FID_STANDBY=1 fidelity $prog restore 12 27 || return 1
@@ -491,6 +493,25 @@ made_real() {
     rm -f "$D/died"
     FID_STANDBY=1 fidelity fid_vmm restore 26 30 18
     made_real fid_vmm || { show_job; return 1; }
+}
+
+@test "a standby whose program captures a CUDA graph stops at the capture by default, naming it, and the failure recovers by the cold path, bit-exact; the same for one that loads a library of device variables" {
+    local prog bin call
+    for prog in fid_graph devvars; do
+        bin=$BUILD/tests/progs/$prog
+        [ $prog = fid_graph ] && call=cuStreamBeginCapture_v2 || call=cuLibraryLoadData
+        rm -f "$D/died"
+        timeout -k 5 30 "$bin" >"$D/plain" 2>&1 || { cat "$D/plain"; return 1; }
+        FID_DIE_ONCE=$D/died CKPT_STANDBY=1 LD_PRELOAD=$LIB timeout -k 5 120 "$CKPT" --nproc 1 -- "$bin" --die-at 22 \
+            >"$D/out" 2>"$D/err" || { show_job; return 1; }
+        grep -q "^libckpt\[rank 0\]: error: the standby stops: the program called $call, which a standby without a CUDA context cannot answer, and a standby makes none on its rank's GPU before it takes over unless CKPT_STANDBY_CONTEXT=1" "$D/err" ||
+            { show_job; return 1; }
+        grep -q '^ckpt-resume: warning: the standby of rank 0 (pid [0-9]*) exited with status 75 (its reason is said above): a failure now recovers by replaying from the start$' "$D/err" &&
+            grep -q '^libckpt\[rank 0\]: replaying [0-9]* iterations to restore generation ' "$D/err" &&
+            grep -Eq '^ckpt-resume: done exit=0 restarts=1 \(cold [0-9.]+ s\)$' "$D/err" || { show_job; return 1; }
+        ( ! grep -q "made real\|took over" "$D/err" ) || { show_job; return 1; }
+        program_lines "$D/out" | resumed_output | diff - "$D/plain" || { show_job; return 1; }
+    done
 }
 
 @test "a copy thread whose asynchronous copies return after the training thread ended the iteration: the cold path makes the copy pending at the snapshot again, a standby waits for the copy's record as its cut moves on; both bit-exact" {

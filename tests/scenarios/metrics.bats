@@ -19,8 +19,8 @@ setup() {
         { echo "promtool and prometheus are missing: run scripts/setup-deps" >&2; return 1; }
     D=$(mktemp -d /tmp/ckpt-metrics-bats-XXXXXX)
     unset CKPT_JOB CKPT_RESTORE CKPT_MAX_RESTARTS CKPT_HANG_TIMEOUT CKPT_LIB CKPT_KEEP_ARENA CKPT_FAULT LD_PRELOAD \
-        MASTER_ADDR MASTER_PORT CKPT_STANDBY CKPT_METRICS_ADDR
-    export CKPT_ARENA_DIR=$D/arena CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=10
+        MASTER_ADDR MASTER_PORT CKPT_METRICS_ADDR
+    export CKPT_STANDBY=0 CKPT_ARENA_DIR=$D/arena CKPT_RESTART_BACKOFF=0 CKPT_KILL_GRACE=2 CKPT_EVERY=10
     export CKPT_JOB=metrics-$$-$RANDOM
     PORT=$(free_port)
 }

@@ -534,6 +534,23 @@ no_context_until_takeover() {
     PROG=commsplit no_context_until_takeover 2 "$BUILD/tests/progs/commsplit" --iters 3000
 }
 
+@test "standbys are on by default: with CKPT_STANDBY unset ckpt-resume starts one beside each rank and a failure comes back by their takeover; a launcher of the job's own that is not torchrun runs the job without them, said" {
+    CKPT_STANDBY=0 ckpt --nproc 2 -- "$TRAIN" $ARGS >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
+    ( ! grep -q "started [0-9]* standby" "$D/plain.err" ) || { cat "$D/plain.err"; return 1; }
+    unset CKPT_STANDBY
+    run_killed 2 "$D/err" "$D/out" 1 $ARGS || { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: started 2 standbys (process group " "$D/err" || { cat "$D/err"; return 1; }
+    grep -q '^ckpt-resume: the standbys took over at iteration [0-9]* in ' "$D/err" || { cat "$D/err"; return 1; }
+    diff <(resumed_output "$D/out") "$D/plain"
+    # A launcher of the job's own: the job runs, without standbys.
+    printf '#!/bin/sh\nexec "$@"\n' >"$D/launch" && chmod +x "$D/launch"
+    ckpt -- "$D/launch" "$TRAIN" --iters 40 --hidden 32 --layers 2 >"$D/own" 2>"$D/own.err" ||
+        { cat "$D/own.err"; return 1; }
+    grep -q "^ckpt-resume: warning: no standbys: $D/launch is not torchrun, .* a failure recovers by replaying from the start" \
+        "$D/own.err" || { cat "$D/own.err"; return 1; }
+    ( ! grep -q "started [0-9]* standby" "$D/own.err" ) || { cat "$D/own.err"; return 1; }
+}
+
 @test "a standby holds no device memory: beside a rank that fills most of the GPU they share, it reserves the rank's addresses, gets memory at the takeover and ends bit-exact" {
     # alloc_train caching: PyTorch's caching allocator, 2 MiB segments.  One
     # GPU of 10 MiB for the rank and its standby: the rank holds 6 MiB, so a

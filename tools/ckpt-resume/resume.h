@@ -402,8 +402,10 @@ void bridge_stop(void);
  * a torchrun of several nodes (--nnodes, PET_NNODES). */
 bool torchrun_command(char *const *cmd);
 int torchrun_check(char *const *cmd);
-/* CKPT_STANDBY=1 with a launcher of the job's own: 0 when it is torchrun,
- * else -1 after saying why.  torchrun_shadow: in *@out, @cmd
+/* Standbys with a launcher of the job's own: 0 when it is torchrun, or
+ * (CKPT_STANDBY unset, its default on) after saying the job runs without
+ * them, CKPT_STANDBY now 0; -1 after saying why when CKPT_STANDBY=1 was
+ * asked for.  torchrun_shadow: in *@out, @cmd
  * for the standbys' torchrun, its port options given @port (freed by
  * torchrun_shadow_free); torchrun_shadow_vars: PET_MASTER_PORT=@port, and
  * PET_RDZV_ENDPOINT at @port when ours is set, in *@master and *@rdzv. */

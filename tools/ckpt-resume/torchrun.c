@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "log.h"
 #include "resume.h"
 
@@ -125,12 +126,21 @@ int torchrun_check(char *const *cmd)
 
 int torchrun_standby_check(char *const *cmd)
 {
-    if (!torchrun_command(cmd)) {
+    if (torchrun_command(cmd))
+        return 0;
+    if (getenv("CKPT_STANDBY")) { /* asked for: refused */
         ckpt_log(CKPT_ERROR, "CKPT_STANDBY=1: %s is not torchrun, and standbys under a launcher of the job's own "
                  "are made for torchrun only (a second torchrun starts them); start the ranks with ckpt-resume "
                  "--nproc N, or set CKPT_STANDBY=0 (a failure then recovers by replaying from the start)", cmd[0]);
         return -1;
     }
+    /* The default: the job runs, without them. */
+    ckpt_log(CKPT_WARN, "no standbys: %s is not torchrun, and standbys under a launcher of the job's own are made "
+             "for torchrun only; a failure recovers by replaying from the start (CKPT_STANDBY=0 says so, ckpt-resume "
+             "--nproc N starts the ranks with standbys)", cmd[0]);
+    char err[256];
+    if (setenv("CKPT_STANDBY", "0", 1) < 0 || ckpt_config_load(err, sizeof(err)) < 0)
+        return -1;
     return 0;
 }
 
