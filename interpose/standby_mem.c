@@ -27,6 +27,15 @@
  * A free of a reserved allocation after the takeover waits for the
  * stream of a stream-ordered free first: the memory is released at once.
  *
+ * While the standby's contexts are virtual (virtual.c) it has no context
+ * to reserve in: every allocation, whatever its size, is answered with the
+ * recorded address and goes in virtual.c's journal with how it was asked
+ * for, as do its frees and the library memory below; the journal, walked at
+ * the takeover, makes each here in that order (ckpt_standby_mem_make and
+ * _unmake): whole granules reserved, the rest made as the program asked and
+ * refused unless at the recorded address.  What the paragraph above says
+ * is made for real makes the standby's objects real first.
+ *
  * A standby's communicators are virtual (comm.c): NCCL allocates nothing
  * for them until the takeover, where in the rank it took device memory
  * before the program's next allocations.  The rank's log says where (its
