@@ -138,6 +138,41 @@ static struct var {
 } *vars;
 static size_t nvars, vars_cap;
 
+/* A standby with no context answers from the log (no driver call). */
+static bool standing_by(void)
+{
+    return ckpt_v_on() && ckpt_is_replaying() && ckpt_active && !ckpt_self_depth && !ckpt_thread_internal &&
+           !ckpt_nccl_depth;
+}
+
+/* Where a variable is, and its size, are what the host reads: recorded,
+ * then served.  A restarted rank that finds it elsewhere cannot restore
+ * (its program would keep the recorded address); a standby's is made at
+ * its takeover where the journal has it.  r and the failure code, when
+ * the recorded run's call failed, are logged too. */
+static CUresult logged(CUresult r, CUdeviceptr *addr, size_t *size, const void *owner, const char *vname,
+                       bool managed)
+{
+    if (!ckpt_active || ckpt_self_depth || ckpt_thread_internal || ckpt_nccl_depth)
+        return r;
+    bool virtual = standing_by();
+    uint64_t a = r == CUDA_SUCCESS ? *addr : UINT64_MAX, b = r == CUDA_SUCCESS ? *size : (uint64_t)r;
+    uint64_t was_a = a, was_b = b;
+    ckpt_history_value(CKPT_VALUE_VARIABLE, &a);
+    ckpt_history_value(CKPT_VALUE_VARIABLE_SIZE, &b);
+    if (!virtual && (a != was_a || b != was_b))
+        ckpt_refuse("the program's device variable %s is at 0x%llx (%llu bytes), where the recorded run had it at "
+                    "0x%llx (%llu bytes)", vname ? vname : "?", (unsigned long long)was_a, (unsigned long long)was_b,
+                    (unsigned long long)a, (unsigned long long)b);
+    if (a == UINT64_MAX)
+        return virtual ? (CUresult)b : r;
+    *addr = a;
+    *size = b;
+    if (virtual && !ckpt_v_journal_variable((CUlibrary)owner, vname, managed, a))
+        ckpt_variable_make((CUlibrary)owner, vname, managed, a); /* made real meanwhile */
+    return CUDA_SUCCESS;
+}
+
 static CUresult variable(CUresult r, const void *caller, const void *owner, CUdeviceptr addr, size_t size,
                          enum ckpt_alloc_kind kind)
 {
@@ -186,15 +221,37 @@ static void variables_gone(const void *owner)
                                                          const char *vname)                                     \
     {                                                                                                          \
         size_t size = 0;                                                                                       \
+        CUdeviceptr addr = 0;                                                                                  \
         NEED_REAL(name, CUDA_ERROR_NOT_FOUND);                                                                 \
-        CUresult r = real_##name(dptr, &size, h, vname);                                                       \
+        CUresult r = standing_by() ? CUDA_SUCCESS : real_##name(&addr, &size, h, vname);                       \
+        r = logged(r, &addr, &size, (const void *)h, vname, kind == CKPT_ALLOC_MANAGED);                       \
+        if (r == CUDA_SUCCESS && dptr)                                                                         \
+            *dptr = addr;                                                                                      \
         if (r == CUDA_SUCCESS && bytes)                                                                        \
             *bytes = size;                                                                                     \
-        return variable(r, __builtin_return_address(0), h, dptr ? *dptr : 0, size, kind);                       \
+        return variable(r, __builtin_return_address(0), h, addr, size, kind);                                  \
     }
 GET_VARIABLE(cuModuleGetGlobal_v2, CUmodule, CKPT_ALLOC_GLOBAL)
 GET_VARIABLE(cuLibraryGetGlobal, CUlibrary, CKPT_ALLOC_GLOBAL)
 GET_VARIABLE(cuLibraryGetManaged, CUlibrary, CKPT_ALLOC_MANAGED)
+
+/* The standby makes a library's variable in its real context, where the
+ * journal has it (virtual.c): at the recorded address, or it cannot take
+ * over. */
+void ckpt_variable_make(CUlibrary lib, const char *vname, bool managed, uint64_t recorded)
+{
+    CUdeviceptr addr = 0;
+    size_t size;
+    const char *fn = managed ? "cuLibraryGetManaged" : "cuLibraryGetGlobal";
+    if (ckpt_resolve(fn) < 0)
+        ckpt_refuse("the driver lacks %s, which a standby needs to take over", fn);
+    CUresult r = managed ? real_cuLibraryGetManaged(&addr, &size, lib, vname)
+                         : real_cuLibraryGetGlobal(&addr, &size, lib, vname);
+    if (r != CUDA_SUCCESS || addr != recorded)
+        ckpt_refuse("the standby cannot make the library's variable %s where its rank had it (0x%llx): %s 0x%llx "
+                    "(CUDA error %d)", vname, (unsigned long long)recorded, r ? "not made" : "made at",
+                    (unsigned long long)addr, (int)r);
+}
 
 #define UNLOAD(name, handle_t)                                                                                 \
     __attribute__((visibility("default"))) CUresult name(handle_t h)                                           \

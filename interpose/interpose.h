@@ -468,6 +468,13 @@ bool ckpt_v_ctx_create(CUresult *r, CUcontext *pctx, unsigned flags, CUdevice de
 bool ckpt_v_stream_destroy(CUresult *r, CUstream s);
 bool ckpt_v_hostfn(CUresult *r, CUstream s, CUhostFn fn, void *data);
 bool ckpt_v_record(CUresult *r, CUevent e, CUstream s);
+/* The thread that runs a standby's host functions in the order queued
+ * (engine.c): _queue gives fn's position (0 when it cannot be queued),
+ * _wait returns once everything up to a position has run, _queued is the
+ * position of the last one queued. */
+uint64_t ckpt_engine_queue(CUhostFn fn, void *data);
+void ckpt_engine_wait(uint64_t at);
+uint64_t ckpt_engine_queued(void);
 /* Waits until the host functions a sync would wait for have run. */
 enum { CKPT_V_WAIT_STREAM, CKPT_V_WAIT_EVENT, CKPT_V_WAIT_CTX };
 bool ckpt_v_wait(CUresult *r, int what, const void *h);
@@ -479,17 +486,24 @@ void ckpt_v_journal_alloc(int how, uint64_t addr, uint64_t size, CUstream s, voi
 void ckpt_v_journal_free(int how, uint64_t addr, uint64_t size, CUstream s);
 bool ckpt_v_journal_aside(uint64_t thread, const struct ckpt_rl_rec *rec);
 bool ckpt_v_journal_load(CUfunction f);
+/* A library's variable, answered from the log while virtual: made in the
+ * real context at its place in the journal (driver.c's _make, which
+ * refuses the takeover when the driver puts it anywhere else). */
+bool ckpt_v_journal_variable(CUlibrary lib, const char *name, bool managed, uint64_t addr);
+void ckpt_variable_make(CUlibrary lib, const char *name, bool managed, uint64_t recorded);
 /* A function's first use loaded as a lazily loading driver would (stream.c). */
 void ckpt_stream_load(CUfunction f);
 /* The generated wrappers' arguments: handles translated on the way in
- * (CKPT_V_IN), a context handed out given back as the program's
- * (CKPT_V_OUT).  Any type compiles; only handles are touched. */
+ * (CKPT_V_IN), a context or an event handed out given back as the
+ * program's (CKPT_V_OUT).  Any type compiles; only handles are touched. */
 void *ckpt_v_arg(const void *p);
 void ckpt_v_back_arg(const void *pp);
+void ckpt_v_back_event_arg(const void *pp);
 #define CKPT_V_IN(x)                                                           \
     _Generic((x), CUcontext: (CUcontext)ckpt_v_arg(&(x)), CUstream: (CUstream)ckpt_v_arg(&(x)), \
              CUevent: (CUevent)ckpt_v_arg(&(x)), default: (x))
-#define CKPT_V_OUT(x) _Generic((x), CUcontext *: ckpt_v_back_arg(&(x)), default: (void)0)
+#define CKPT_V_OUT(x)                                                          \
+    _Generic((x), CUcontext *: ckpt_v_back_arg(&(x)), CUevent *: ckpt_v_back_event_arg(&(x)), default: (void)0)
 /* f applied to each of up to 16 arguments, as a list or as statements. */
 #define CKPT_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, n, ...) n
 #define CKPT_NARGS(...) CKPT_NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
@@ -589,6 +603,8 @@ enum ckpt_value {
     CKPT_VALUE_POOL_ATTR = 0x100, /* + the attribute */
     CKPT_VALUE_NCCL = 0x200,      /* + what comm.c asked */
     CKPT_VALUE_OPEN_EXCL = 0x300, /* an O_CREAT | O_EXCL open: 0 or its errno */
+    CKPT_VALUE_VARIABLE = 0x400,  /* a device variable's address (all ones: not found) */
+    CKPT_VALUE_VARIABLE_SIZE,     /* and its size (or the call's error) */
 };
 void ckpt_history_value(uint64_t what, uint64_t *value);
 /* A host function queued on stream: *fn and *data are replaced by a

@@ -8,8 +8,8 @@
  * program makes are handles of libckpt's: entries of a table here, which
  * say how each was made.  Their answers come from the entry (which device,
  * which context is current), from the log (what a query or a sync
- * returned, served as for any replay) or from a small engine here that
- * runs the program's host functions in the order they were queued (device
+ * returned, served as for any replay) or from a thread of libckpt's that
+ * runs the program's host functions in the order they were queued (engine.c; device
  * work is suppressed, so a host function waits only for those before it).
  * Device memory is answered with the addresses the rank got (standby_mem.c)
  * and nothing is asked of the driver but cuInit and device queries.
@@ -70,15 +70,17 @@ struct vobj {
 };
 
 /* The journal: what was made, in order. */
-enum jop { J_CTX, J_CTX_GONE, J_STREAM, J_STREAM_GONE, J_EVENT, J_EVENT_GONE, J_ALLOC, J_FREE, J_ASIDE, J_LOAD };
+enum jop { J_CTX, J_CTX_GONE, J_STREAM, J_STREAM_GONE, J_EVENT, J_EVENT_GONE, J_ALLOC, J_FREE, J_ASIDE, J_LOAD, J_VAR };
 
 struct jrec {
     enum jop op;
     bool dead;
     struct vobj *o;   /* the object; for memory and loads the context current then */
     struct vobj *s;   /* memory: the stream (NULL: the default one) */
-    uint64_t a, b, c; /* J_ALLOC, J_FREE: how, address, size; J_ASIDE: thread; J_LOAD: function */
+    uint64_t a, b, c; /* J_ALLOC, J_FREE: how, address, size; J_ASIDE: thread; J_LOAD: function;
+                         J_VAR: library, address, managed */
     void *pool;
+    char *name;       /* J_VAR: the variable's (owned) */
     struct ckpt_rl_rec rec; /* J_ASIDE */
 };
 
@@ -93,86 +95,6 @@ static struct vobj *ctxs[MAX_CTX]; /* the contexts, for the way back */
 static size_t nctxs;
 static struct jrec *journal;
 static size_t njournal, journal_cap;
-
-/* ---- the host-function engine: one thread, in the order queued. */
-struct item {
-    struct item *next;
-    CUhostFn fn;
-    void *data;
-};
-static pthread_mutex_t elock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t echanged = PTHREAD_COND_INITIALIZER;
-static struct item *head, *tail;
-static uint64_t queued, ran;
-static bool engine_started;
-
-static void *engine(void *unused)
-{
-    (void)unused;
-    ckpt_thread_internal = true;
-    pthread_mutex_lock(&elock);
-    for (;;) {
-        while (!head)
-            pthread_cond_wait(&echanged, &elock);
-        struct item *it = head;
-        pthread_mutex_unlock(&elock);
-        it->fn(it->data);
-        pthread_mutex_lock(&elock);
-        head = it->next;
-        if (!head)
-            tail = NULL;
-        ran++;
-        pthread_cond_broadcast(&echanged);
-        free(it);
-    }
-    return NULL;
-}
-
-/* Queues fn; its position, or 0 when it cannot be queued (said). */
-static uint64_t engine_queue(CUhostFn fn, void *data)
-{
-    struct item *it = malloc(sizeof(*it));
-    if (!it)
-        return 0;
-    *it = (struct item){NULL, fn, data};
-    pthread_mutex_lock(&elock);
-    if (!engine_started) {
-        pthread_t t;
-        if (pthread_create(&t, NULL, engine, NULL) != 0) {
-            pthread_mutex_unlock(&elock);
-            free(it);
-            return 0;
-        }
-        pthread_detach(t);
-        engine_started = true;
-    }
-    if (tail)
-        tail->next = it;
-    else
-        head = it;
-    tail = it;
-    uint64_t at = ++queued;
-    pthread_cond_broadcast(&echanged);
-    pthread_mutex_unlock(&elock);
-    return at;
-}
-
-/* Until the host functions up to position at have run. */
-static void engine_wait(uint64_t at)
-{
-    pthread_mutex_lock(&elock);
-    while (ran < at)
-        pthread_cond_wait(&echanged, &elock);
-    pthread_mutex_unlock(&elock);
-}
-
-static uint64_t engine_queued(void)
-{
-    pthread_mutex_lock(&elock);
-    uint64_t q = queued;
-    pthread_mutex_unlock(&elock);
-    return q;
-}
 
 /* ---- the table. */
 
@@ -282,6 +204,19 @@ void ckpt_v_back_arg(const void *pp)
     memcpy(&p, pp, sizeof(p));
     if (p && *p)
         *p = back(*p);
+}
+
+/* The program's handle for the real event e: a scan, for the rare calls
+ * that hand one out (a graph node's). */
+void ckpt_v_back_event_arg(const void *pp)
+{
+    CUevent *p;
+    memcpy(&p, pp, sizeof(p));
+    for (size_t i = 0; p && *p && i < ntable; i++)
+        if (table[i].kind == V_EVENT && table[i].real == (void *)*p) {
+            *p = (CUevent)&table[i];
+            return;
+        }
 }
 
 /* The thread's current context follows its virtual one, once. */
@@ -587,16 +522,22 @@ EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigne
 }
 
 /* A virtual stream never captures: a capture makes the standby real. */
-static CUresult is_capturing(__typeof__(&cuStreamIsCapturing) real, CUstream hStream, CUstreamCaptureStatus *st)
+static bool capture_status(CUresult *r, CUstream hStream, CUstreamCaptureStatus *st)
 {
     if (!ckpt_v_on() || !virtual_locked())
-        return real(V(hStream), st);
+        return false;
     struct vobj *s;
-    CUresult r = !st ? CUDA_ERROR_INVALID_VALUE : stream_ok(hStream, &s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-    if (r == CUDA_SUCCESS)
+    *r = !st ? CUDA_ERROR_INVALID_VALUE : stream_ok(hStream, &s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (*r == CUDA_SUCCESS)
         *st = CU_STREAM_CAPTURE_STATUS_NONE;
     pthread_mutex_unlock(&lock);
-    return r;
+    return true;
+}
+
+static CUresult is_capturing(__typeof__(&cuStreamIsCapturing) real, CUstream hStream, CUstreamCaptureStatus *st)
+{
+    CUresult r;
+    return capture_status(&r, hStream, st) ? r : real(V(hStream), st);
 }
 
 EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
@@ -611,6 +552,57 @@ EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus
     return is_capturing(real_cuStreamIsCapturing_ptsz, hStream, captureStatus);
 }
 
+/* The same for the capture's details: only the status is valid when a
+ * stream is not capturing, and the outputs are left as they are. */
+#define CAPTURE_INFO(name, params, args)                                       \
+    EXPORT CUresult name params                                                \
+    {                                                                          \
+        CUresult r;                                                            \
+        NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
+        return capture_status(&r, hStream, captureStatus_out) ? r : real_##name args; \
+    }
+#define INFO_V1 (CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out)
+#define INFO_V2                                                                \
+    (CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, \
+     const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+#define INFO_V3                                                                \
+    (CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, \
+     const CUgraphNode **dependencies_out, const struct CUgraphEdgeData_st **edgeData_out, size_t *numDependencies_out)
+#define ARGS_V1 (V(hStream), captureStatus_out, id_out)
+#define ARGS_V2 (V(hStream), captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out)
+#define ARGS_V3 (V(hStream), captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out)
+CAPTURE_INFO(cuStreamGetCaptureInfo, INFO_V1, ARGS_V1)
+CAPTURE_INFO(cuStreamGetCaptureInfo_ptsz, INFO_V1, ARGS_V1)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v2, INFO_V2, ARGS_V2)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v2_ptsz, INFO_V2, ARGS_V2)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v3, INFO_V3, ARGS_V3)
+CAPTURE_INFO(cuStreamGetCaptureInfo_v3_ptsz, INFO_V3, ARGS_V3)
+
+/* A stream's device: its context's. */
+static CUresult stream_device(__typeof__(&cuStreamGetDevice) real, CUstream hStream, CUdevice *device)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return real(V(hStream), device);
+    struct vobj *s;
+    CUresult r = !device ? CUDA_ERROR_INVALID_VALUE : stream_ok(hStream, &s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (r == CUDA_SUCCESS)
+        *device = (s ? s->ctx : cur)->dev;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
+{
+    NEED_REAL(cuStreamGetDevice, CUDA_ERROR_NOT_INITIALIZED);
+    return stream_device(real_cuStreamGetDevice, hStream, device);
+}
+
+EXPORT CUresult cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device)
+{
+    NEED_REAL(cuStreamGetDevice_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+    return stream_device(real_cuStreamGetDevice_ptsz, hStream, device);
+}
+
 bool ckpt_v_hostfn(CUresult *r, CUstream hStream, CUhostFn fn, void *data)
 {
     if (!ckpt_v_on() || !virtual_locked())
@@ -618,7 +610,7 @@ bool ckpt_v_hostfn(CUresult *r, CUstream hStream, CUhostFn fn, void *data)
     struct vobj *s;
     *r = CUDA_ERROR_INVALID_HANDLE;
     if (stream_ok(hStream, &s)) {
-        uint64_t at = engine_queue(fn, data);
+        uint64_t at = ckpt_engine_queue(fn, data);
         *r = at ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
         if (s && at)
             s->seq = at;
@@ -634,7 +626,7 @@ bool ckpt_v_record(CUresult *r, CUevent hEvent, CUstream hStream)
     struct vobj *s, *e = as_vobj(hEvent);
     *r = CUDA_ERROR_INVALID_HANDLE;
     if (e && e->kind == V_EVENT && stream_ok(hStream, &s)) {
-        e->seq = s ? s->seq : engine_queued(); /* a default stream waits for all */
+        e->seq = s ? s->seq : ckpt_engine_queued(); /* a default stream waits for all */
         *r = CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&lock);
@@ -662,7 +654,7 @@ bool ckpt_v_wait(CUresult *r, int what, const void *h)
         at = UINT64_MAX;
     pthread_mutex_unlock(&lock);
     if (*r == CUDA_SUCCESS)
-        engine_wait(at == UINT64_MAX ? engine_queued() : at);
+        ckpt_engine_wait(at == UINT64_MAX ? ckpt_engine_queued() : at);
     return true;
 }
 
@@ -705,6 +697,20 @@ bool ckpt_v_journal_load(CUfunction f)
     if (!ckpt_v_on() || !virtual_locked())
         return false;
     jput((struct jrec){.op = J_LOAD, .o = cur, .a = (uint64_t)(uintptr_t)f});
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+bool ckpt_v_journal_variable(CUlibrary lib, const char *name, bool managed, uint64_t addr)
+{
+    char *copy = strdup(name ? name : "");
+    if (!copy)
+        ckpt_refuse("out of host memory for the standby's journal");
+    if (!ckpt_v_on() || !virtual_locked()) {
+        free(copy);
+        return false;
+    }
+    jput((struct jrec){.op = J_VAR, .o = cur, .a = (uint64_t)(uintptr_t)lib, .b = addr, .c = managed, .name = copy});
     pthread_mutex_unlock(&lock);
     return true;
 }
@@ -772,6 +778,11 @@ static void walk(struct jrec *j)
         enter(v);
         ckpt_stream_load((CUfunction)(uintptr_t)j->a);
         break;
+    case J_VAR:
+        enter(v);
+        ckpt_variable_make((CUlibrary)(uintptr_t)j->a, j->name, j->c, j->b);
+        free(j->name);
+        break;
     }
     if (e != CUDA_SUCCESS)
         ckpt_refuse("the standby cannot make its %s real (CUDA error %d)",
@@ -827,11 +838,11 @@ void ckpt_v_make_real(const char *why)
         making = true;
         make_real();
         making = false;
-        upto = engine_queued();
+        upto = ckpt_engine_queued();
         __atomic_store_n(&ckpt_v_state, CKPT_V_REAL, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&lock);
-    engine_wait(upto);
+    ckpt_engine_wait(upto);
 }
 
 void ckpt_v_promote(const char *call)

@@ -20,7 +20,9 @@
  * blocks, and the program's pointers no longer match the snapshot's bytes.
  * (The host spends a little time of its own between ops, as a Python
  * program does, so that work the device did not lag on is complete by the
- * next query.)
+ * next query.)  Before it records a block's event it asks whether the
+ * stream is capturing (cudaStreamGetCaptureInfo), as NCCL does before each
+ * launch: a standby answers that for streams it holds no real one for.
  */
 #include "fid.h"
 
@@ -78,6 +80,14 @@ static void block_free(int b, cudaStream_t other)
         blk[b].state = FREE; /* stream-ordered reuse on the same stream */
         return;
     }
+    /* An event recorded during a capture cannot be queried: such a block
+     * waits for the capture's end (PyTorch keeps the list of captures under
+     * way; NCCL asks cudaStreamGetCaptureInfo before each launch, as here). */
+    enum cudaStreamCaptureStatus st;
+    unsigned long long id;
+    CHECK(cudaStreamGetCaptureInfo(other, &st, &id, NULL, NULL, NULL, NULL));
+    if (st != cudaStreamCaptureStatusNone)
+        fid_fail("block_free", "a block freed on a capturing stream", __FILE__, __LINE__);
     CHECK(cudaEventRecord(blk[b].ev, other));
     blk[b].state = PENDING;
     pending[(pending_head + npending) % NBLK] = b;

@@ -68,6 +68,25 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
     return rt_result(res);
 }
 
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out,
+                                     unsigned long long *id_out, cudaGraph_t *graph_out,
+                                     const cudaGraphNode_t **dependencies_out,
+                                     const struct cudaGraphEdgeData_st **edgeData_out, size_t *numDependencies_out)
+{
+    cudaError_t err;
+
+    if (!captureStatus_out)
+        return rt_error(cudaErrorInvalidValue);
+    err = rt_enter();
+    if (err != cudaSuccess)
+        return rt_error(err);
+    /* cudaStreamCaptureStatus has CUstreamCaptureStatus's values and size */
+    return rt_result(rt_drv.cuStreamGetCaptureInfo_v3(stream, (CUstreamCaptureStatus *)captureStatus_out,
+                                                      (cuuint64_t *)id_out, graph_out, dependencies_out,
+                                                      (const struct CUgraphEdgeData_st **)edgeData_out,
+                                                      numDependencies_out));
+}
+
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
                                  unsigned long long flags)
 {

@@ -71,6 +71,7 @@
     X(cuStreamBeginCapture, _v2)                                               \
     X(cuStreamEndCapture, )                                                    \
     X(cuStreamIsCapturing, )                                                   \
+    X(cuStreamGetCaptureInfo, _v3)                                             \
     X(cuGraphInstantiateWithFlags, )                                           \
     X(cuGraphLaunch, )                                                         \
     X(cuGraphDestroy, )                                                        \

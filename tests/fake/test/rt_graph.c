@@ -48,12 +48,20 @@ static void capture_and_replay(enum cudaStreamCaptureMode mode)
     EXPECT(status == cudaStreamCaptureStatusActive, "status %d while capturing", (int)status);
     CHECK(cudaStreamIsCapturing(other, &status));
     EXPECT(status == cudaStreamCaptureStatusNone, "status %d of another stream", (int)status);
+    unsigned long long id = 0;
+    cudaGraph_t capturing = NULL;
+    CHECK(cudaStreamGetCaptureInfo(s, &status, &id, &capturing, NULL, NULL, NULL));
+    EXPECT(status == cudaStreamCaptureStatusActive && id != 0 && capturing != NULL,
+           "capture info: status %d, id %llu, graph %p", (int)status, id, (void *)capturing);
     CHECK(increment_launch(DIM3(4), DIM3(128), s, N, counter));
     CHECK(cudaMemcpyAsync(copy, counter, N * sizeof(int), cudaMemcpyDeviceToDevice, s));
     CHECK(cudaStreamEndCapture(s, &graph));
     EXPECT(graph != NULL, "no graph");
     CHECK(cudaStreamIsCapturing(s, &status));
     EXPECT(status == cudaStreamCaptureStatusNone, "status %d after capture", (int)status);
+    CHECK(cudaStreamGetCaptureInfo(s, &status, NULL, NULL, NULL, NULL, NULL));
+    EXPECT(status == cudaStreamCaptureStatusNone, "capture info: status %d after capture", (int)status);
+    CHECK_ERR(cudaStreamGetCaptureInfo(s, NULL, NULL, NULL, NULL, NULL, NULL), cudaErrorInvalidValue);
     CHECK(cudaStreamSynchronize(s));
     expect_all(counter, 0, "after capture, before any launch");
 
