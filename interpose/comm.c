@@ -111,7 +111,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool standing(void)
 {
-    return ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal && ckpt_standby_mem_on();
+    return ckpt_observed() && ckpt_standby_mem_on();
 }
 
 static struct vcomm *virtual_comm(ncclComm_t c)
@@ -163,7 +163,7 @@ static void keep_config(struct vcomm *v, const ncclConfig_t *config)
 static int answer(uint64_t what, int got)
 {
     uint64_t v = (uint64_t)(uint32_t)got;
-    if (ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal)
+    if (ckpt_observed())
         ckpt_history_value(what, &v);
     return (int)(uint32_t)v;
 }
@@ -392,7 +392,7 @@ static ncclResult_t init(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank
     ncclResult_t r;
     /* The id's name: this run's, or the recorded run's when replaying. */
     uint64_t name = XXH3_64bits(&id, sizeof(id));
-    if (ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal)
+    if (ckpt_observed())
         ckpt_history_value(CKPT_VALUE_NCCL + INIT_ID, &name);
     if (comm && standing()) {
         struct vcomm *v = new_comm();

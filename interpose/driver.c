@@ -141,8 +141,7 @@ static size_t nvars, vars_cap;
 /* A standby with no context answers from the log (no driver call). */
 static bool standing_by(void)
 {
-    return ckpt_v_on() && ckpt_is_replaying() && ckpt_active && !ckpt_self_depth && !ckpt_thread_internal &&
-           !ckpt_nccl_depth;
+    return ckpt_v_on() && ckpt_is_replaying() && ckpt_observed();
 }
 
 /* Where a variable is, and its size, are what the host reads: recorded,
@@ -153,7 +152,7 @@ static bool standing_by(void)
 static CUresult logged(CUresult r, CUdeviceptr *addr, size_t *size, const void *owner, const char *vname,
                        bool managed)
 {
-    if (!ckpt_active || ckpt_self_depth || ckpt_thread_internal || ckpt_nccl_depth)
+    if (!ckpt_observed())
         return r;
     bool virtual = standing_by();
     uint64_t a = r == CUDA_SUCCESS ? *addr : UINT64_MAX, b = r == CUDA_SUCCESS ? *size : (uint64_t)r;

@@ -545,7 +545,7 @@ void ckpt_history_aside(uint64_t t, enum ckpt_aside what, uint64_t addr, uint64_
 /* A thread whose log runs dry in replay waits there for the restore, and
  * the record it was to be served is then what the live run saw: logged,
  * as the restored run's own log must say it (it may be restored in turn). */
-void ckpt_history_value(uint64_t what, uint64_t *value)
+bool ckpt_history_value(uint64_t what, uint64_t *value)
 {
     uint64_t t = ckpt_thread_key();
     if (ckpt_is_replaying()) {
@@ -555,11 +555,12 @@ void ckpt_history_value(uint64_t what, uint64_t *value)
                 ckpt_refuse("the program read value %llu where the recorded run read value %llu",
                             (unsigned long long)what, (unsigned long long)rec.a);
             *value = rec.b;
-            return;
+            return true;
         }
     }
     if (ckpt_history_recording()) /* live: the real value stands */
         put(CKPT_RL_VALUE, t, what, *value, 0, NULL, 0);
+    return false;
 }
 
 void ckpt_history_alloc(uint64_t ordinal, uint64_t size, uint64_t addr)

@@ -23,6 +23,7 @@ enum ckpt_lib { LIB_DRV, LIB_RT, LIB_NCCL };
 #define USE DRV
 #define UNFOLLOWED DRV
 #define PROMOTE DRV
+#define QUERY DRV
 #include "hooks.def"
 
 /* One row per hooked symbol (and per USE, with no wrapper; an UNFOLLOWED
@@ -44,6 +45,7 @@ enum ckpt_hook_index {
 #define USE DRV
 #define UNFOLLOWED DRV
 #define PROMOTE DRV
+#define QUERY DRV
 #include "hooks.def"
     CKPT_NHOOKS
 };
@@ -153,6 +155,12 @@ static inline bool ckpt_internal_call(const void *caller)
 /* True once the program's cuInit succeeded, CKPT_DISABLE is off and this is
  * not a child forked after CUDA initialised. */
 extern bool ckpt_active;
+/* A call of the program's own that libckpt follows: active, and not made
+ * inside NCCL, by libckpt or on a library's thread. */
+static inline bool ckpt_observed(void)
+{
+    return ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal;
+}
 void ckpt_wake(void);
 /* Under ckpt-resume without CKPT_ALLOW_UNPROTECTED=1: a rank that cannot
  * be protected (no arena, no room for it) stops rather than train on. */
@@ -457,6 +465,13 @@ static inline void *ckpt_v_real(void *h)
     return __builtin_expect(__atomic_load_n(&ckpt_v_state, __ATOMIC_RELAXED) != CKPT_V_NONE, 0) ? ckpt_v_real_(h) : h;
 }
 #define V(h) ((__typeof__(h))ckpt_v_real((void *)(h)))
+/* The driver's handle for h if there is one yet, else h: never makes
+ * anything real (a standby's suppressed launch names its function so). */
+void *ckpt_v_peek_(void *h);
+static inline void *ckpt_v_peek(void *h)
+{
+    return __builtin_expect(__atomic_load_n(&ckpt_v_state, __ATOMIC_RELAXED) != CKPT_V_NONE, 0) ? ckpt_v_peek_(h) : h;
+}
 /* Made real now (the takeover), or because of call (a promotion). */
 void ckpt_v_make_real(const char *why);
 void ckpt_v_promote(const char *call);
@@ -501,7 +516,7 @@ void ckpt_v_back_arg(const void *pp);
 void ckpt_v_back_event_arg(const void *pp);
 #define CKPT_V_IN(x)                                                           \
     _Generic((x), CUcontext: (CUcontext)ckpt_v_arg(&(x)), CUstream: (CUstream)ckpt_v_arg(&(x)), \
-             CUevent: (CUevent)ckpt_v_arg(&(x)), default: (x))
+             CUevent: (CUevent)ckpt_v_arg(&(x)), CUfunction: (CUfunction)ckpt_v_arg(&(x)), default: (x))
 #define CKPT_V_OUT(x)                                                          \
     _Generic((x), CUcontext *: ckpt_v_back_arg(&(x)), CUevent *: ckpt_v_back_event_arg(&(x)), default: (void)0)
 /* f applied to each of up to 16 arguments, as a list or as statements. */
@@ -605,8 +620,9 @@ enum ckpt_value {
     CKPT_VALUE_OPEN_EXCL = 0x300, /* an O_CREAT | O_EXCL open: 0 or its errno */
     CKPT_VALUE_VARIABLE = 0x400,  /* a device variable's address (all ones: not found) */
     CKPT_VALUE_VARIABLE_SIZE,     /* and its size (or the call's error) */
+    CKPT_VALUE_QUERY = 0x100000,  /* + 16 x the hook + the argument (query.c) */
 };
-void ckpt_history_value(uint64_t what, uint64_t *value);
+bool ckpt_history_value(uint64_t what, uint64_t *value); /* true: replaced (served) */
 /* A host function queued on stream: *fn and *data are replaced by a
  * wrapper that sees the copies before it (true), which the caller frees
  * with ckpt_history_hostfn_failed when the real call fails. */

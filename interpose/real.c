@@ -21,6 +21,7 @@
 #define USE DRV
 #define UNFOLLOWED DRV
 #define PROMOTE DRV
+#define QUERY DRV
 #include "hooks.def"
 
 const struct ckpt_hook ckpt_hooks[] = {
@@ -30,6 +31,7 @@ const struct ckpt_hook ckpt_hooks[] = {
 #define USE(ret, name, params, args) {#name, NULL, (void **)&real_##name, LIB_DRV},
 #define UNFOLLOWED DRV
 #define PROMOTE DRV
+#define QUERY DRV
 #include "hooks.def"
 };
 const size_t ckpt_nhooks = sizeof(ckpt_hooks) / sizeof(ckpt_hooks[0]);

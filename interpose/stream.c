@@ -23,18 +23,14 @@
 /* Token identities of the synchronising calls. */
 enum { TOK_STREAM_SYNC = 1, TOK_CTX_SYNC, TOK_EVENT_SYNC, TOK_MEMCPY, TOK_DTOH, TOK_HTOD };
 
-/* A call the program made, whose answer is in the replay log and whose
- * device work replay suppresses.  Not a call a library makes on a thread
- * of its own (NCCL's init and proxy threads zero their buffers and wait
- * for it): that work is the library's, made as it is in every run. */
-static inline bool observed(void)
-{
-    return ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal;
-}
-
+/* A call the program made (ckpt_observed) has its answer in the replay
+ * log, and replay suppresses its device work.  Not a call a library makes
+ * on a thread of its own (NCCL's init and proxy threads zero their
+ * buffers and wait for it): that work is the library's, made as it is in
+ * every run. */
 static inline bool suppressed(void)
 {
-    return __builtin_expect(ckpt_is_replaying(), 0) && observed();
+    return __builtin_expect(ckpt_is_replaying(), 0) && ckpt_observed();
 }
 
 /* Copy before write (pacer.c): work the program queues on s waits for the
@@ -83,7 +79,7 @@ static void touch_dst(CUstream s, CUdeviceptr dst)
  * recorded with the observation, as one (ckpt_history_observed_d2h). */
 static CUresult after_copy(enum ckpt_obs what, uint64_t token, CUresult r, CUstream stream, void *dst, size_t size)
 {
-    if (!observed())
+    if (!ckpt_observed())
         return r;
     CUresult a;
     if (ckpt_is_replaying() && ckpt_history_answer(what, &a))
@@ -253,7 +249,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     NEED_REAL(cuMemGetInfo_v2, CUDA_ERROR_NOT_INITIALIZED);
     /* A standby with no context is served, whatever the driver would say. */
     CUresult r = suppressed() && ckpt_v_on() ? CUDA_SUCCESS : real_cuMemGetInfo_v2(free, total);
-    if (observed() && free && total) {
+    if (ckpt_observed() && free && total) {
         uint64_t f = r == CUDA_SUCCESS ? *free : UINT64_MAX, t = *total;
         ckpt_history_value(CKPT_VALUE_MEMINFO_FREE, &f);
         ckpt_history_value(CKPT_VALUE_MEMINFO_TOTAL, &t);
@@ -274,7 +270,7 @@ EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute att
 {
     NEED_REAL(cuMemPoolGetAttribute, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r = suppressed() && ckpt_v_on() ? CUDA_SUCCESS : real_cuMemPoolGetAttribute(pool, attr, value);
-    if (observed() && value) {
+    if (ckpt_observed() && value) {
         bool wide = attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
         uint64_t v = 0, rc = (uint64_t)r;
         if (r == CUDA_SUCCESS)
@@ -307,7 +303,7 @@ static CUresult htod(__typeof__(&cuMemcpyHtoD_v2) real, CUdeviceptr dstDevice, c
     CUresult r;
     if (answered(CKPT_OBS_HTOD, TOK_HTOD, &r))
         return r;
-    if (observed() && !ckpt_is_replaying())
+    if (ckpt_observed() && !ckpt_is_replaying())
         touch_dst(CU_STREAM_LEGACY, dstDevice);
     return after(CKPT_OBS_HTOD, TOK_HTOD, real(dstDevice, srcHost, ByteCount));
 }
@@ -342,12 +338,12 @@ static bool to_host_memory(CUdeviceptr dst)
 
 static CUresult memcpy_sync(__typeof__(&cuMemcpy) real, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    bool to_host = observed() && to_host_memory(dst);
+    bool to_host = ckpt_observed() && to_host_memory(dst);
     CUresult r;
     if (suppressed() && (!to_host || ckpt_history_d2h((void *)(uintptr_t)dst, ByteCount)) &&
         answered(CKPT_OBS_MEMCPY, TOK_MEMCPY, &r))
         return r;
-    if (!to_host && observed() && !ckpt_is_replaying())
+    if (!to_host && ckpt_observed() && !ckpt_is_replaying())
         touch_dst(CU_STREAM_LEGACY, dst);
     r = real(dst, src, ByteCount);
     if (to_host)
@@ -405,9 +401,9 @@ static bool was_replayed(CUevent e)
 static CUresult record(__typeof__(&cuEventRecord) real, CUevent hEvent, CUstream hStream)
 {
     CUresult r;
-    if (!(observed() && ckpt_v_record(&r, hEvent, hStream)))
+    if (!(ckpt_observed() && ckpt_v_record(&r, hEvent, hStream)))
         r = real(V(hEvent), V(hStream));
-    if (r == CUDA_SUCCESS && observed()) {
+    if (r == CUDA_SUCCESS && ckpt_observed()) {
         event_recorded(hEvent);
         ckpt_history_poller_changes("recorded an event");
     }
@@ -419,9 +415,9 @@ static CUresult record_flags(__typeof__(&cuEventRecordWithFlags) real, CUevent h
                              unsigned int flags)
 {
     CUresult r;
-    if (!(observed() && ckpt_v_record(&r, hEvent, hStream)))
+    if (!(ckpt_observed() && ckpt_v_record(&r, hEvent, hStream)))
         r = real(V(hEvent), V(hStream), flags);
-    if (r == CUDA_SUCCESS && observed()) {
+    if (r == CUDA_SUCCESS && ckpt_observed()) {
         event_recorded(hEvent);
         ckpt_history_poller_changes("recorded an event");
     }
@@ -436,7 +432,7 @@ static CUresult elapsed(__typeof__(&cuEventElapsedTime_v2) real, float *pMillise
 {
     CUresult r;
     uint64_t v;
-    if (!ckpt_is_replaying() && __atomic_load_n(&nreplayed, __ATOMIC_RELAXED) && observed() &&
+    if (!ckpt_is_replaying() && __atomic_load_n(&nreplayed, __ATOMIC_RELAXED) && ckpt_observed() &&
         (was_replayed(hStart) || was_replayed(hEnd))) {
         /* A time measured across the restore: the failed run measured it. */
         if (!ckpt_history_failed_value(CKPT_VALUE_ELAPSED, &v))
@@ -446,12 +442,12 @@ static CUresult elapsed(__typeof__(&cuEventElapsedTime_v2) real, float *pMillise
         uint32_t f = (uint32_t)v;
         if (pMilliseconds)
             memcpy(pMilliseconds, &f, sizeof(f));
-    } else if (ckpt_v_on() && observed()) {
+    } else if (ckpt_v_on() && ckpt_observed()) {
         r = CUDA_SUCCESS; /* served below */
     } else {
         r = real(pMilliseconds, V(hStart), V(hEnd));
     }
-    if (observed() && pMilliseconds) { /* the answer and the time, in one value */
+    if (ckpt_observed() && pMilliseconds) { /* the answer and the time, in one value */
         uint32_t f = 0;
         memcpy(&f, pMilliseconds, sizeof(f));
         uint64_t v = (uint64_t)r << 32 | f;
@@ -481,16 +477,16 @@ EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent
 static void launched(const void *caller, CUfunction f, void **params, void **extra)
 {
     ckpt_hookstat(CKPT_HS_LAUNCH, caller, false);
-    if (__builtin_expect(__atomic_load_n(&ckpt_host_visible, __ATOMIC_RELAXED) > 0, 0) && observed()) {
+    if (__builtin_expect(__atomic_load_n(&ckpt_host_visible, __ATOMIC_RELAXED) > 0, 0) && ckpt_observed()) {
         char why[400];
         if (ckpt_launch_reaches_host(f, params, extra, why, sizeof(why)))
             ckpt_history_taint(why);
     }
 }
-#define LAUNCHED launched(__builtin_return_address(0), f, kernelParams, extra)
+#define LAUNCHED launched(__builtin_return_address(0), ckpt_v_peek(f), kernelParams, extra)
 #define NOT_A_LAUNCH (void)0
 
-#define TOUCH_LAUNCH touch_launch(s_, f, kernelParams, extra)
+#define TOUCH_LAUNCH touch_launch(s_, ckpt_v_peek(f), kernelParams, extra)
 #define TOUCH_DST touch_dst(s_, dstDevice)
 
 /*
@@ -613,7 +609,7 @@ static const CUlaunchConfig *launch_config(const CUlaunchConfig *c)
     {                                                                          \
         NEED_REAL(name, CUDA_ERROR_NOT_INITIALIZED);                           \
         launch;                                                                \
-        if (observed()) {                                                      \
+        if (ckpt_observed()) {                                                      \
             CUstream s_ = ckpt_stream_or(stream, null_means);                  \
             bool live_ = capturing(s_) || ckpt_history_work();                 \
             if (ckpt_is_replaying() && !live_) {                                    \
@@ -634,17 +630,17 @@ static const CUlaunchConfig *launch_config(const CUlaunchConfig *c)
 #define LAUNCH_HOOK(name, sfx, stream, launch, suppressed, touch, params, args)                   \
     QUEUE_HOOK_(name, stream, NULL, launch, suppressed, touch, params, args)                      \
     QUEUE_HOOK_(name##sfx, stream, CU_STREAM_PER_THREAD, launch, suppressed, touch, params, args)
-#define LOAD_SUPPRESSED load_suppressed(f)
+#define LOAD_SUPPRESSED load_suppressed(ckpt_v_peek(f))
 
 LAUNCH_HOOK(cuLaunchKernel, _ptsz, hStream, LAUNCHED, LOAD_SUPPRESSED, TOUCH_LAUNCH,
            (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
             unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
             void **kernelParams, void **extra),
-           (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, V(hStream), kernelParams,
-            extra))
+           (V(f), gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, V(hStream),
+            kernelParams, extra))
 LAUNCH_HOOK(cuLaunchKernelEx, _ptsz, config ? config->hStream : NULL, LAUNCHED, LOAD_SUPPRESSED, TOUCH_LAUNCH,
            (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
-           (launch_config(config), f, kernelParams, extra))
+           (launch_config(config), V(f), kernelParams, extra))
 QUEUE_HOOK(cuMemcpyHtoDAsync_v2, _ptsz, hStream,
            (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
            (dstDevice, srcHost, ByteCount, V(hStream)))
@@ -669,7 +665,7 @@ static CUresult graph_launch(__typeof__(&cuGraphLaunch) real, CUstream null_mean
                              CUstream hStream)
 {
     CUresult r;
-    if (!observed()) {
+    if (!ckpt_observed()) {
         if ((r = real(hGraphExec, hStream)) == CUDA_SUCCESS && ckpt_active)
             ckpt_graphmem_launched(hGraphExec, true);
         return r;
@@ -697,7 +693,7 @@ PT_PAIR(cuGraphLaunch, _ptsz, graph_launch, (CUgraphExec hGraphExec, CUstream hS
 static CUresult hostfn(__typeof__(&cuLaunchHostFunc) real, CUstream null_means, CUstream hStream, CUhostFn fn,
                        void *userData)
 {
-    if (!observed())
+    if (!ckpt_observed())
         return real(V(hStream), fn, userData);
     CUstream s = ckpt_stream_or(hStream, null_means);
     if (capturing(s)) {
@@ -740,7 +736,7 @@ static int to_host_before(CUstream s, void *dst, CUdeviceptr src, size_t n)
 static CUresult dtoh_async(__typeof__(&cuMemcpyDtoHAsync_v2) real, CUstream null_means, void *dstHost,
                            CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    if (!observed())
+    if (!ckpt_observed())
         return real(dstHost, srcDevice, ByteCount, V(hStream));
     CUstream s = ckpt_stream_or(hStream, null_means);
     int what = to_host_before(s, dstHost, srcDevice, ByteCount);
@@ -759,7 +755,7 @@ PT_PAIR(cuMemcpyDtoHAsync_v2, _ptsz, dtoh_async,
 static CUresult memcpy_async(__typeof__(&cuMemcpyAsync) real, CUstream null_means, CUdeviceptr dst, CUdeviceptr src,
                              size_t ByteCount, CUstream hStream)
 {
-    if (!observed())
+    if (!ckpt_observed())
         return real(dst, src, ByteCount, V(hStream));
     CUstream s = ckpt_stream_or(hStream, null_means);
     if (to_host_memory(dst)) {

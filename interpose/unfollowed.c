@@ -21,8 +21,7 @@
  * libckpt's own, a library thread's, or one the driver makes itself. */
 static bool programs(const void *caller)
 {
-    return ckpt_active && !ckpt_nccl_depth && !ckpt_self_depth && !ckpt_thread_internal &&
-           !ckpt_caller_is_library(caller);
+    return ckpt_observed() && !ckpt_caller_is_library(caller);
 }
 
 /* ckpt_history_taint says it once per process and logs only the first

@@ -15,11 +15,12 @@
  * and nothing is asked of the driver but cuInit and device queries.
  *
  * Every call that makes, ends or places something on the device -- a
- * context, a stream, an event, an allocation, a library's memory, a
- * function's first load -- goes in a journal, in the order the standby's
- * threads made them.  At the takeover (or earlier: below) the journal is
- * walked against the real driver, in that order, as the rank made them:
- * the first context inside the room held for the driver's ranges
+ * context, a stream, an event, a kernel's function and what is set on it,
+ * an allocation, a library's variable, a function's first load -- goes in
+ * a journal, in the order the standby's threads made them.  At the
+ * takeover (or earlier: below) the journal is walked against the real
+ * driver, in that order, as the rank made them: the first context inside
+ * the room held for the driver's ranges
  * (addrspace.c), allocations at the addresses the log says (a different
  * one refuses, naming it), and each entry gets its real object.  Then the
  * table's handles, which the program keeps, are translated on their way
@@ -53,7 +54,7 @@
 #define MAX_V 65536
 #define MAX_CTX 64
 
-enum vkind { V_UNUSED, V_CTX, V_STREAM, V_EVENT };
+enum vkind { V_UNUSED, V_CTX, V_STREAM, V_EVENT, V_FUNC };
 
 struct vobj {
     enum vkind kind;
@@ -62,7 +63,8 @@ struct vobj {
     int prio;         /* a stream's priority; a context: 1 when cuCtxCreate_v4 made it */
     int refs;         /* a primary context's retains */
     bool primary, gone;
-    struct vobj *ctx; /* a stream's or an event's context */
+    struct vobj *ctx; /* a stream's, an event's or a function's context */
+    void *kernel;     /* a function's (CUkernel) */
     uint64_t seq;     /* a stream: its last host function; an event: what its record waits for */
     size_t made;      /* its creation's journal entry */
     void *real;       /* once made real */
@@ -70,7 +72,7 @@ struct vobj {
 };
 
 /* The journal: what was made, in order. */
-enum jop { J_CTX, J_CTX_GONE, J_STREAM, J_STREAM_GONE, J_EVENT, J_EVENT_GONE, J_ALLOC, J_FREE, J_ASIDE, J_LOAD, J_VAR };
+enum jop { J_CTX, J_CTX_GONE, J_STREAM, J_STREAM_GONE, J_EVENT, J_EVENT_GONE, J_FUNC, J_FSET, J_ALLOC, J_FREE, J_ASIDE, J_LOAD, J_VAR };
 
 struct jrec {
     enum jop op;
@@ -78,7 +80,8 @@ struct jrec {
     struct vobj *o;   /* the object; for memory and loads the context current then */
     struct vobj *s;   /* memory: the stream (NULL: the default one) */
     uint64_t a, b, c; /* J_ALLOC, J_FREE: how, address, size; J_ASIDE: thread; J_LOAD: function;
-                         J_VAR: library, address, managed */
+                         J_VAR: library, address, managed; J_FSET: function, attribute
+                         (UINT64_MAX: the cache configuration), value */
     void *pool;
     char *name;       /* J_VAR: the variable's (owned) */
     struct ckpt_rl_rec rec; /* J_ASIDE */
@@ -178,6 +181,12 @@ void *ckpt_v_real_(void *h)
     if (__atomic_load_n(&ckpt_v_state, __ATOMIC_ACQUIRE) == CKPT_V_VIRTUAL)
         ckpt_v_promote(ckpt_hook_now());
     return v->real;
+}
+
+void *ckpt_v_peek_(void *h)
+{
+    struct vobj *v = as_vobj(h);
+    return v && v->real ? v->real : h;
 }
 
 void *ckpt_v_arg(const void *p)
@@ -603,6 +612,61 @@ EXPORT CUresult cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device)
     return stream_device(real_cuStreamGetDevice_ptsz, hStream, device);
 }
 
+/* ---- a kernel's function in a context, and what is set on it: made,
+ * like the context, at the takeover, in the order the program made them. */
+
+EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+    NEED_REAL(cuKernelGetFunction, CUDA_ERROR_NOT_INITIALIZED);
+    if (!ckpt_v_on() || !virtual_locked())
+        return real_cuKernelGetFunction(pFunc, kernel);
+    struct vobj *ctx, *f = NULL;
+    CUresult r = !pFunc || !kernel ? CUDA_ERROR_INVALID_VALUE : current(&ctx);
+    for (size_t i = 0; r == CUDA_SUCCESS && !f && i < ntable; i++) /* one handle per kernel and context */
+        if (table[i].kind == V_FUNC && table[i].kernel == (void *)kernel && table[i].ctx == ctx)
+            f = &table[i];
+    if (r == CUDA_SUCCESS && !f) {
+        if (!(f = vnew(V_FUNC)))
+            full("functions");
+        f->ctx = ctx;
+        f->kernel = kernel;
+        f->made = jput((struct jrec){.op = J_FUNC, .o = f});
+    }
+    if (r == CUDA_SUCCESS)
+        *pFunc = (CUfunction)f;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* A setting, redone at the takeover in its place (a function's that was
+ * not one of the table's, a kernel handle, with the context current then). */
+static bool function_set(CUresult *r, CUfunction f, uint64_t what, uint64_t value)
+{
+    if (!ckpt_v_on() || !virtual_locked())
+        return false;
+    *r = f ? current(&(struct vobj *){NULL}) : CUDA_ERROR_INVALID_HANDLE;
+    if (*r == CUDA_SUCCESS)
+        jput((struct jrec){.op = J_FSET, .o = cur, .a = (uint64_t)(uintptr_t)f, .b = what, .c = value});
+    pthread_mutex_unlock(&lock);
+    return true;
+}
+
+EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+    NEED_REAL(cuFuncSetAttribute, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    return function_set(&r, hfunc, (uint64_t)attrib, (uint64_t)(int64_t)value)
+               ? r
+               : real_cuFuncSetAttribute(V(hfunc), attrib, value);
+}
+
+EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+{
+    NEED_REAL(cuFuncSetCacheConfig, CUDA_ERROR_NOT_INITIALIZED);
+    CUresult r;
+    return function_set(&r, hfunc, UINT64_MAX, (uint64_t)config) ? r : real_cuFuncSetCacheConfig(V(hfunc), config);
+}
+
 bool ckpt_v_hostfn(CUresult *r, CUstream hStream, CUhostFn fn, void *data)
 {
     if (!ckpt_v_on() || !virtual_locked())
@@ -762,6 +826,17 @@ static void walk(struct jrec *j)
         break;
     case J_EVENT_GONE:
         break;
+    case J_FUNC:
+        enter(v->ctx);
+        e = real_cuKernelGetFunction((CUfunction *)&v->real, (CUkernel)v->kernel);
+        break;
+    case J_FSET: {
+        CUfunction f = ckpt_v_peek_((void *)(uintptr_t)j->a);
+        enter(v);
+        e = j->b == UINT64_MAX ? real_cuFuncSetCacheConfig(f, (CUfunc_cache)j->c)
+                               : real_cuFuncSetAttribute(f, (CUfunction_attribute)j->b, (int)(int64_t)j->c);
+        break;
+    }
     case J_ALLOC:
         enter(v);
         ckpt_standby_mem_make((int)j->a, j->b, j->c, j->s ? j->s->real : NULL, j->pool);
@@ -776,7 +851,7 @@ static void walk(struct jrec *j)
         break;
     case J_LOAD:
         enter(v);
-        ckpt_stream_load((CUfunction)(uintptr_t)j->a);
+        ckpt_stream_load(ckpt_v_peek_((void *)(uintptr_t)j->a));
         break;
     case J_VAR:
         enter(v);
@@ -784,9 +859,11 @@ static void walk(struct jrec *j)
         free(j->name);
         break;
     }
+    static const char *const what[] = {"context", "context", "stream", "stream", "event", "event",
+                                       "kernel's function", "function's setting"};
     if (e != CUDA_SUCCESS)
-        ckpt_refuse("the standby cannot make its %s real (CUDA error %d)",
-                    j->op <= J_CTX_GONE ? "context" : j->op <= J_STREAM_GONE ? "stream" : "event", (int)e);
+        ckpt_refuse("the standby cannot make its %s real (CUDA error %d)", j->op <= J_FSET ? what[j->op] : "memory",
+                    (int)e);
 }
 
 /* Walks the journal against the real driver.  Lock held. */

@@ -11,7 +11,9 @@
  *     axpy_launch(DIM3(blocks), DIM3(256), stream, n, 2.0f, x, y);
  *
  * KERNEL(name, (type, param)...) defines the kernel and a typed launcher
- * name##_launch(grid, block, stream, args...) returning cudaError_t.
+ * name##_launch(grid, block, stream, args...) returning cudaError_t, and
+ * name##_launch_shared(grid, block, shared, stream, args...) for a launch
+ * with dynamic shared memory.
  * Kernels are written as grid-stride loops over KERNEL_INDEX/KERNEL_STRIDE
  * and must not depend on the grid shape for their result.
  *
@@ -66,12 +68,19 @@
 #define KERNEL_STRIDE ((size_t)gridDim.x * blockDim.x)
 #define KERNEL(name, ...)                                                      \
     __global__ void name(KMAP(KDECL, __VA_ARGS__));                            \
-    static inline cudaError_t name##_launch(dim3 grid_, dim3 block_,           \
-                                            cudaStream_t stream_,              \
-                                            KMAP(KDECL, __VA_ARGS__))          \
+    static inline cudaError_t name##_launch_shared(dim3 grid_, dim3 block_,    \
+                                                   size_t shared_,             \
+                                                   cudaStream_t stream_,       \
+                                                   KMAP(KDECL, __VA_ARGS__))   \
     {                                                                          \
-        name<<<grid_, block_, 0, stream_>>>(KMAP(KNAME, __VA_ARGS__));         \
+        name<<<grid_, block_, shared_, stream_>>>(KMAP(KNAME, __VA_ARGS__));   \
         return cudaGetLastError();                                             \
+    }                                                                          \
+    static inline __attribute__((unused)) cudaError_t name##_launch(           \
+        dim3 grid_, dim3 block_, cudaStream_t stream_, KMAP(KDECL, __VA_ARGS__)) \
+    {                                                                          \
+        return name##_launch_shared(grid_, block_, 0, stream_,                 \
+                                    KMAP(KNAME, __VA_ARGS__));                 \
     }                                                                          \
     __global__ void name(KMAP(KDECL, __VA_ARGS__))
 
@@ -94,14 +103,21 @@ typedef struct {
 #define KERNEL(name, ...)                                                      \
     static void name##_body(KMAP(KDECL, __VA_ARGS__));                         \
     static void name(void **args_) { name##_body(KMAP(KUNPACK, __VA_ARGS__)); } \
-    static inline cudaError_t name##_launch(dim3 grid_, dim3 block_,           \
-                                            cudaStream_t stream_,              \
-                                            KMAP(KDECL, __VA_ARGS__))          \
+    static inline cudaError_t name##_launch_shared(dim3 grid_, dim3 block_,    \
+                                                   size_t shared_,             \
+                                                   cudaStream_t stream_,       \
+                                                   KMAP(KDECL, __VA_ARGS__))   \
     {                                                                          \
         fakegpu_arg_slot slots_[KNARGS(__VA_ARGS__)] = {{{0}}};                 \
         void *args_[] = {KMAP(KSLOT, __VA_ARGS__), NULL};                      \
-        return cudaLaunchKernel((const void *)name, grid_, block_, args_, 0,   \
-                                stream_);                                      \
+        return cudaLaunchKernel((const void *)name, grid_, block_, args_,      \
+                                shared_, stream_);                             \
+    }                                                                          \
+    static inline __attribute__((unused)) cudaError_t name##_launch(           \
+        dim3 grid_, dim3 block_, cudaStream_t stream_, KMAP(KDECL, __VA_ARGS__)) \
+    {                                                                          \
+        return name##_launch_shared(grid_, block_, 0, stream_,                 \
+                                    KMAP(KNAME, __VA_ARGS__));                 \
     }                                                                          \
     static void name##_body(KMAP(KDECL, __VA_ARGS__))
 

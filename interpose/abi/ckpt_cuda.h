@@ -312,7 +312,13 @@ typedef struct CUlaunchConfig_st {
 /* Only the first values of these enums (the PROMOTE rows of hooks.def). */
 typedef enum CUlimit_enum { CU_LIMIT_STACK_SIZE = 0x00 } CUlimit;
 typedef enum CUfunc_cache_enum { CU_FUNC_CACHE_PREFER_NONE = 0x00 } CUfunc_cache;
-typedef enum CUfunction_attribute_enum { CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0 } CUfunction_attribute;
+typedef enum CUfunction_attribute_enum {
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
+    CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
+    CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+} CUfunction_attribute;
 typedef enum CUsharedconfig_enum { CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE = 0x00 } CUsharedconfig;
 typedef enum CUjit_option_enum {
     CU_JIT_MAX_REGISTERS = 0,

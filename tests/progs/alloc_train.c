@@ -57,6 +57,7 @@ KERNEL(grad_of, (uint32_t *, g), (size_t, n), (const uint32_t *, act), (size_t, 
         g[i] = act[i] ^ act[(i * 7 + 3) % an];
 }
 
+#define ADAM_SHARED (64 << 10)
 KERNEL(adam_step, (uint32_t *, w), (uint32_t *, m), (const uint32_t *, g), (size_t, n))
 {
     for (size_t i = KERNEL_INDEX; i < n; i += KERNEL_STRIDE) {
@@ -219,8 +220,19 @@ int main(int argc, char **argv)
     struct fid_opts o;
     fid_parse(argc - 1, argv + 1, &o, "alloc_train");
 
+    /* The compute stream from a pool, as c10's getStreamFromPool makes its
+     * high-priority ones: at the greatest priority of the device's range,
+     * read back as CUDAStream::priority() does. */
     cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    int least, greatest, prio;
+    CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
+    CHECK(cudaStreamGetPriority(s, &prio));
+    REQUIRE(prio == greatest && greatest <= least);
+    /* The optimizer's kernel takes more dynamic shared memory than a launch
+     * gets by default: allowed once, with cudaFuncSetAttribute, as fused
+     * kernels (flash attention, CUTLASS's) are. */
+    CHECK(cudaFuncSetAttribute((const void *)adam_step, cudaFuncAttributeMaxDynamicSharedMemorySize, ADAM_SHARED));
     uint32_t *w[TENSORS], *g[TENSORS], *m[TENSORS], *dloss, loss;
     size_t model = 0;
     CHECK(cudaMalloc((void **)&dloss, sizeof(uint32_t)));
@@ -251,7 +263,7 @@ int main(int argc, char **argv)
             CHECK(act_fill_launch(DIM3(8), DIM3(256), s, act, an, w[t], words[t], (uint32_t)it * 2654435761u));
             CHECK(grad_of_launch(DIM3(8), DIM3(256), s, g[t], words[t], act, an));
             free_words(act, an, s);
-            CHECK(adam_step_launch(DIM3(8), DIM3(256), s, w[t], m[t], g[t], words[t]));
+            CHECK(adam_step_launch_shared(DIM3(8), DIM3(256), ADAM_SHARED, s, w[t], m[t], g[t], words[t]));
         }
         CHECK(fid_loss_launch(DIM3(1), DIM3(1), s, w[0], words[0], dloss));
         CHECK(cudaStreamSynchronize(s));

@@ -33,7 +33,7 @@ teardown() {
 # KIND is hook, use or unfollowed.
 hook_rows() { # hooks.def
     awk -F', *' '
-        /^(DRV|RT|NCCL|USE|UNFOLLOWED|PROMOTE|DRV_PT|RT_PT)\(/ {
+        /^(DRV|RT|NCCL|USE|UNFOLLOWED|PROMOTE|QUERY|DRV_PT|RT_PT)\(/ {
             kind = substr($1, 1, index($1, "(") - 1)
             k = kind == "USE" ? "use" : kind == "UNFOLLOWED" ? "unfollowed" : "hook"
             print k, $2

@@ -109,10 +109,14 @@ enum fg_stream_kind { FG_STREAM_USER, FG_STREAM_LEGACY, FG_STREAM_PER_THREAD };
 
 struct fg_capture;
 
+/* Stream priorities: the range of current GPUs (a lower number runs first). */
+#define FG_PRIORITY_GREATEST (-5)
+
 struct fg_stream {
     struct fg_ctx *ctx;
     enum fg_stream_kind kind;
     unsigned flags; /* CU_STREAM_NON_BLOCKING */
+    int priority;   /* FG_PRIORITY_GREATEST..0; the work runs the same */
     int refs; /* the handle, plus every op that waits on this stream */
     struct fg_op *head, *tail;
     uint64_t enq_seq;     /* ops ever enqueued */
@@ -142,6 +146,10 @@ struct fg_code;
 /* Loads f into ctx unless it is loaded (or loading is eager): its code
  * takes device addresses.  Lock held. */
 CUresult fg_code_load(struct fg_ctx *ctx, CUfunction f);
+/* The shared memory of a block on current GPUs (227 KiB). */
+#define FG_MAX_SHARED_MEM 232448
+/* The dynamic shared memory a launch of f in ctx may ask for.  Lock held. */
+unsigned fg_func_max_shared(const struct fg_ctx *ctx, CUfunction f);
 /* Frees a dying context's code and function handles.  Lock held. */
 void fg_code_release(struct fg_ctx *ctx);
 /* The host function a function handle from cuKernelGetFunction stands

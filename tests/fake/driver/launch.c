@@ -16,7 +16,6 @@
 
 #include "driver.h"
 
-#define FG_MAX_SHARED_MEM 232448
 #define FG_ARG_SLOT_BYTES 16
 
 /* ---- the optional registry of parameter counts (lock held) --------- */
@@ -193,6 +192,10 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         }
     /* Fewer arguments than the kernel takes: CUDA would read past them. */
     if ((int)n < param_count(f)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    if (shared > fg_func_max_shared(s->ctx, f)) { /* past 48 KiB only once the function allows it */
         rc = CUDA_ERROR_INVALID_VALUE;
         goto out;
     }

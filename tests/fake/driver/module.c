@@ -183,6 +183,87 @@ CUresult cuFuncLoad(CUfunction function)
     return rc;
 }
 
+/*
+ * A function's attributes, per context: the dynamic shared memory a launch
+ * may ask for is 48 KiB unless cuFuncSetAttribute raised it (up to what
+ * the device has), as on a GPU; the other attributes are fixed.
+ */
+#define FG_DEFAULT_DYN_SHARED (48 << 10)
+static struct fg_attr {
+    uint64_t ctx_id;
+    CUfunction host;
+    int max_dyn_shared;
+} *attrs;
+static size_t nattrs, attrs_cap;
+
+static struct fg_attr *attr_of(const struct fg_ctx *ctx, CUfunction host)
+{
+    for (size_t i = 0; i < nattrs; i++)
+        if (attrs[i].ctx_id == ctx->id && attrs[i].host == host)
+            return &attrs[i];
+    return NULL;
+}
+
+unsigned fg_func_max_shared(const struct fg_ctx *ctx, CUfunction f)
+{
+    struct fg_attr *a = attr_of(ctx, fg_func_host(f));
+    return a ? (unsigned)a->max_dyn_shared : FG_DEFAULT_DYN_SHARED;
+}
+
+CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+    struct fg_ctx *ctx;
+    CUfunction host;
+    CUresult rc;
+
+    fg_lock();
+    rc = function_of(hfunc, &ctx, &host);
+    if (!rc && attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+        struct fg_attr *a = attr_of(ctx, host);
+        if (value < 0 || value > FG_MAX_SHARED_MEM) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+        } else if (!a && nattrs == attrs_cap) {
+            size_t cap = attrs_cap ? 2 * attrs_cap : 16;
+            struct fg_attr *n = realloc(attrs, cap * sizeof(*n));
+            if (!n)
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            else
+                attrs = n, attrs_cap = cap;
+        }
+        if (!rc && !a)
+            a = &attrs[nattrs++], *a = (struct fg_attr){ctx->id, host, FG_DEFAULT_DYN_SHARED};
+        if (!rc)
+            a->max_dyn_shared = value;
+    } else if (!rc && attrib != CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) {
+        rc = CUDA_ERROR_INVALID_VALUE; /* read-only, or not modelled */
+    }
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+    struct fg_ctx *ctx;
+    CUfunction host;
+    CUresult rc;
+
+    fg_lock();
+    rc = function_of(hfunc, &ctx, &host);
+    if (!rc && !pi)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        switch (attrib) {
+        case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+        case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = 0; break;
+        case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 32; break;
+        case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = (int)fg_func_max_shared(ctx, host); break;
+        default: rc = CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    fg_unlock();
+    return rc;
+}
+
 /* Looks a kernel up in the current context; loads nothing. */
 CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {

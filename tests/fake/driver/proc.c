@@ -99,6 +99,9 @@ static const struct {
     PT("cuMemsetD8Async", 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz),
     PT("cuMemsetD32Async", 3020, cuMemsetD32Async, cuMemsetD32Async_ptsz),
 
+    P("cuFuncSetAttribute", 9000, cuFuncSetAttribute),
+    P("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
+
     P("cuStreamCreate", 2000, cuStreamCreate),
     P("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
     P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
@@ -106,6 +109,8 @@ static const struct {
     P("cuStreamQuery", 2000, cuStreamQuery),
     P("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
     P("cuStreamGetFlags", 5050, cuStreamGetFlags),
+    PT("cuStreamGetPriority", 5050, cuStreamGetPriority, cuStreamGetPriority_ptsz),
+    P("cuCtxGetStreamPriorityRange", 5050, cuCtxGetStreamPriorityRange),
     P("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
     PT("cuStreamAddCallback", 5000, cuStreamAddCallback, cuStreamAddCallback_ptsz),
     PT("cuStreamBeginCapture", 10000, cuStreamBeginCapture, cuStreamBeginCapture_ptsz),

@@ -391,7 +391,9 @@ CUresult fg_stream_get(CUstream h, struct fg_stream **s)
 
 /* ---- the stream API ------------------------------------------------ */
 
-/* Every stream runs on its own thread, so a priority would change nothing. */
+/* Every stream runs on its own thread, so a priority changes nothing but
+ * what cuStreamGetPriority says: the one asked for, clamped to the range,
+ * as CUDA does. */
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     struct fg_ctx *ctx;
@@ -402,11 +404,12 @@ CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int 
     rc = fg_current_ctx(&ctx);
     if (!rc && (!phStream || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)))
         rc = CUDA_ERROR_INVALID_VALUE;
-    (void)priority;
     if (!rc) {
         s = fg_stream_new(ctx, FG_STREAM_USER, flags);
-        if (s)
+        if (s) {
+            s->priority = priority > 0 ? 0 : priority < FG_PRIORITY_GREATEST ? FG_PRIORITY_GREATEST : priority;
             *phStream = (CUstream)s;
+        }
         else
             rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -500,6 +503,49 @@ CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
         *flags = s->flags;
     fg_unlock();
     return rc;
+}
+
+static CUresult stream_priority(CUstream hStream, int *priority, CUstream null_means)
+{
+    struct fg_stream *s;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_stream_get(hStream ? hStream : null_means, &s);
+    if (!rc && !priority)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc)
+        *priority = s->priority;
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuStreamGetPriority(CUstream hStream, int *priority)
+{
+    return stream_priority(hStream, priority, NULL);
+}
+
+CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
+{
+    return stream_priority(hStream, priority, CU_STREAM_PER_THREAD);
+}
+
+/* The range of the current context's device: least (0), greatest. */
+CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    struct fg_ctx *ctx;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_current_ctx(&ctx);
+    fg_unlock();
+    if (rc)
+        return rc;
+    if (leastPriority)
+        *leastPriority = 0;
+    if (greatestPriority)
+        *greatestPriority = FG_PRIORITY_GREATEST;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)

@@ -32,6 +32,28 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
                                            (unsigned int)sharedMem, stream, args, NULL));
 }
 
+/* As NVIDIA's runtime: the kernel's function in the current context
+ * (cuKernelGetFunction), whose attribute is set (cudaFuncAttribute* and
+ * CU_FUNC_ATTRIBUTE_* share their values). */
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
+{
+    CUfunction fn;
+    cudaError_t err;
+    CUresult res;
+
+    if (!func)
+        return rt_error(cudaErrorInvalidDeviceFunction);
+    err = rt_enter();
+    if (err != cudaSuccess)
+        return rt_error(err);
+    if (rt_kernel_handle)
+        rt_kernel_handle((CUfunction)(uintptr_t)func);
+    res = rt_drv.cuKernelGetFunction(&fn, (CUkernel)(uintptr_t)func);
+    if (res == CUDA_SUCCESS)
+        res = rt_drv.cuFuncSetAttribute(fn, (CUfunction_attribute)attr, value);
+    return rt_result(res);
+}
+
 /* cudaStreamCaptureMode* and CU_STREAM_CAPTURE_MODE_* share their values. */
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {

@@ -63,6 +63,9 @@
     X(cuMemsetD8, _v2)                                                         \
     X(cuMemsetD8Async, )                                                       \
     X(cuStreamCreate, )                                                        \
+    X(cuStreamCreateWithPriority, )                                            \
+    X(cuStreamGetPriority, )                                                   \
+    X(cuCtxGetStreamPriorityRange, )                                           \
     X(cuStreamDestroy, _v2)                                                    \
     X(cuStreamSynchronize, )                                                   \
     X(cuStreamQuery, )                                                         \
@@ -82,6 +85,8 @@
     X(cuEventQuery, )                                                          \
     X(cuEventSynchronize, )                                                    \
     X(cuEventElapsedTime, _v2)                                                 \
+    X(cuKernelGetFunction, )                                                   \
+    X(cuFuncSetAttribute, )                                                    \
     X(cuLaunchKernel, )
 
 /* Typed pointers to the driver, valid once rt_load() has succeeded. */

@@ -22,6 +22,33 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
     return rt_result(rt_drv.cuStreamCreate(pStream, flags));
 }
 
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
+{
+    cudaError_t err = rt_enter();
+
+    if (err != cudaSuccess)
+        return rt_error(err);
+    return rt_result(rt_drv.cuStreamCreateWithPriority(pStream, flags, priority));
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
+{
+    cudaError_t err = rt_enter();
+
+    if (err != cudaSuccess)
+        return rt_error(err);
+    return rt_result(rt_drv.cuStreamGetPriority(hStream, priority));
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    cudaError_t err = rt_enter();
+
+    if (err != cudaSuccess)
+        return rt_error(err);
+    return rt_result(rt_drv.cuCtxGetStreamPriorityRange(leastPriority, greatestPriority));
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
     cudaError_t err = rt_enter();

@@ -125,9 +125,24 @@ int main(int argc, char **argv)
     memcpy(&slot, &(uint64_t){PTR(d)}, sizeof(uint64_t));
     CHECK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL)); /* its function handle */
     EXPECT(next_small() == before, "launching a loaded kernel took device memory");
+    /* More than 48 KiB of dynamic shared memory only once the function
+     * allows it, in this context; a kernel handle's attributes are its
+     * function's (cuKernelGetFunction first). */
+    int attr = 0;
+    CHECK_RES(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 64 << 10, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuFuncGetAttribute(&attr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn));
+    EXPECT(attr == 48 << 10, "dynamic shared memory %d by default", attr);
+    CHECK_RES(cuFuncSetAttribute((CUfunction)(void *)k, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 << 10),
+              CUDA_ERROR_INVALID_HANDLE);
+    CHECK_RES(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1 << 20),
+              CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 << 10));
+    CHECK(cuFuncGetAttribute(&attr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn));
+    EXPECT(attr == 64 << 10, "dynamic shared memory %d once set", attr);
+    CHECK(cuLaunchKernel((CUfunction)(void *)k, 1, 1, 1, 1, 1, 1, 64 << 10, NULL, args, NULL));
     CHECK(cuCtxSynchronize());
     CHECK(cuMemcpyDtoH_v2(&v, d, sizeof(v)));
-    EXPECT(v == 1 + 1 + 2 + 3 + 3, "the kernels added up to %d", v);
+    EXPECT(v == 1 + 1 + 2 + 3 + 3 + 3, "the kernels added up to %d", v);
     CHECK(cuMemFree_v2(d));
 
     /* EAGER, read when the driver starts: a fresh process. */

@@ -114,6 +114,17 @@ int main(void)
     CHECK_ERR(cudaDeviceGetAttribute(&value, cudaDevAttrWarpSize, count), cudaErrorInvalidDevice);
     CHECK_ERR(cudaDeviceGetAttribute(NULL, cudaDevAttrWarpSize, 0), cudaErrorInvalidValue);
 
+    /* Priorities: the device's range, a stream's clamped into it. */
+    int least = 1, greatest = 1, prio = 1;
+    CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    EXPECT(least == 0 && greatest < 0, "priority range %d..%d", least, greatest);
+    CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest - 3));
+    CHECK(cudaStreamGetPriority(s, &prio));
+    EXPECT(prio == greatest, "a stream made at priority %d has %d", greatest - 3, prio);
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaStreamGetPriority(NULL, &prio));
+    EXPECT(prio == 0, "the default stream's priority %d", prio);
+
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CHECK(cudaLaunchHostFunc(s, delay, NULL));
     CHECK(cudaLaunchHostFunc(s, flag, (void *)&done));
