@@ -55,12 +55,12 @@ enum ckpt_hook_index {
  * libraries really reach. */
 extern uint64_t ckpt_hook_calls[CKPT_NHOOKS];
 extern int ckpt_log_level;
-/* The hook this thread entered last, and its name. */
+/* The hook this thread entered last (kept while a standby follows, to
+ * name a call that needs a context), and its name. */
 extern __thread enum ckpt_hook_index ckpt_hook_last;
 const char *ckpt_hook_now(void);
 static inline void ckpt_hook_called(enum ckpt_hook_index i)
 {
-    ckpt_hook_last = i;
     if (__builtin_expect(ckpt_log_level >= 3 /* CKPT_DEBUG */, 0))
         __atomic_add_fetch(&ckpt_hook_calls[i], 1, __ATOMIC_RELAXED);
 }
@@ -73,9 +73,12 @@ int ckpt_resolve(const char *name);
 #define NEED_REAL(name, err)                                                   \
     do {                                                                       \
         ckpt_hook_called(CKPT_HOOK_##name);                                    \
-        if (__builtin_expect(__atomic_load_n(&ckpt_v_state, __ATOMIC_RELAXED) == 2 /* CKPT_V_REAL */, 0) && \
-            !ckpt_v_synced)                                                    \
-            ckpt_v_sync_thread();                                              \
+        int v_ = __atomic_load_n(&ckpt_v_state, __ATOMIC_RELAXED);             \
+        if (__builtin_expect(v_ != 0 /* CKPT_V_NONE: a rank */, 0)) {          \
+            ckpt_hook_last = CKPT_HOOK_##name;                                 \
+            if (v_ == 2 /* CKPT_V_REAL */ && !ckpt_v_synced)                   \
+                ckpt_v_sync_thread();                                          \
+        }                                                                      \
         if (__builtin_expect(!__atomic_load_n(&real_##name, __ATOMIC_ACQUIRE), 0) && \
             ckpt_resolve(#name) < 0)                                           \
             return (err);                                                      \
