@@ -697,8 +697,9 @@ static void take_from(struct coord *c, unsigned j)
 
 /*
  * One turn of the coordinator's loop: waits up to @timeout_ms for a
- * connection or a message, takes what came, and keeps the heartbeats, the
- * timeouts and the gathering going.  Returns false when told to stop.
+ * connection or a message, takes what came, and keeps the timeouts and the
+ * gathering going (a node is lost when its etcd lease ends: bridge.c
+ * closes its connection).  Returns false when told to stop.
  */
 bool coord_turn(struct coord *c, int timeout_ms)
 {

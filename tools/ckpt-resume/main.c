@@ -91,8 +91,8 @@ static const char usage_text[] =
     "the last launch's first failing rank's (128+N for a rank killed by signal N,\n"
     "124 for a hang), else 0.\n";
 
-static const char usage_line[] = "usage: ckpt-resume [--coord HOST:PORT --nnodes N --node-rank I] [--nproc N] "
-                                 "[--max-restarts R] -- CMD [ARGS...]  (see --help)\n";
+static const char usage_line[] = "usage: ckpt-resume [--coord etcd://HOST:PORT[,...] --nnodes N [--node-rank I]] "
+                                 "[--nproc N] [--max-restarts R] -- CMD [ARGS...]  (see --help)\n";
 
 /* Reports a usage error (one line, then the usage line); returns -EINVAL. */
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
