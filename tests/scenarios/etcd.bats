@@ -134,11 +134,26 @@ bats_require_minimum_version 1.5.0
 }
 
 
-@test "an etcd nobody answers at, a wrong password: a clear error naming it, before any rank starts" {
+@test "an etcd nobody answers at, a server there that is not etcd, a wrong password: a clear error naming it, before any rank starts" {
     local port=$((12000 + RANDOM % 1000)) # nothing listens there (below the ephemeral ports)
     CKPT_ARENA_DIR=$D/arena.x run -2 --separate-stderr timeout -k 5 60 "$CKPT" --coord "etcd://127.0.0.1:$port" \
         --nnodes 2 --nproc 1 -- "$TRAIN" $ARGS
     [[ $stderr == *"ckpt-resume: error: cannot join the job through etcd: etcd at http://127.0.0.1:$port: "*"(CKPT_COORD)"* ]] ||
+        { echo "$stderr"; return 1; }
+    [[ $stderr != *"started 1 rank"* ]]
+    # An HTTP server that is not etcd (a wrong port given).
+    python3 -m http.server 0 --bind 127.0.0.1 >"$D/http.log" 2>&1 &
+    local http=$! http_port=
+    for _ in $(seq 50); do
+        http_port=$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$D/http.log" | head -n 1)
+        [ -n "$http_port" ] && break
+        sleep 0.1
+    done
+    [ -n "$http_port" ] || { kill $http; cat "$D/http.log"; return 1; }
+    CKPT_ARENA_DIR=$D/arena.x run -2 --separate-stderr timeout -k 5 60 "$CKPT" --coord "etcd://127.0.0.1:$http_port" \
+        --nnodes 2 --nproc 1 -- "$TRAIN" $ARGS
+    kill $http
+    [[ $stderr == *"ckpt-resume: error: cannot join the job through etcd: etcd at http://127.0.0.1:$http_port answered /v3/lease/grant with HTTP "*" and no JSON (CKPT_COORD)"* ]] ||
         { echo "$stderr"; return 1; }
     [[ $stderr != *"started 1 rank"* ]]
     etcdctl --endpoints "$ENDPOINTS" user add root --new-user-password=s3cret --interactive=false >/dev/null
