@@ -61,6 +61,15 @@
 #define KADDR(i, p) (void *)&KP_NAME p
 #define KUNPACK(i, p) *(KP_TYPE p *)args_[i]
 
+/* name##_launch: name##_launch_shared without dynamic shared memory. */
+#define KLAUNCH_PLAIN(name, ...)                                               \
+    static inline __attribute__((unused)) cudaError_t name##_launch(           \
+        dim3 grid_, dim3 block_, cudaStream_t stream_, KMAP(KDECL, __VA_ARGS__)) \
+    {                                                                          \
+        return name##_launch_shared(grid_, block_, 0, stream_,                 \
+                                    KMAP(KNAME, __VA_ARGS__));                 \
+    }
+
 #ifdef __CUDACC__
 
 #define DIM3(x) dim3(x)
@@ -76,12 +85,7 @@
         name<<<grid_, block_, shared_, stream_>>>(KMAP(KNAME, __VA_ARGS__));   \
         return cudaGetLastError();                                             \
     }                                                                          \
-    static inline __attribute__((unused)) cudaError_t name##_launch(           \
-        dim3 grid_, dim3 block_, cudaStream_t stream_, KMAP(KDECL, __VA_ARGS__)) \
-    {                                                                          \
-        return name##_launch_shared(grid_, block_, 0, stream_,                 \
-                                    KMAP(KNAME, __VA_ARGS__));                 \
-    }                                                                          \
+    KLAUNCH_PLAIN(name, __VA_ARGS__)                                           \
     __global__ void name(KMAP(KDECL, __VA_ARGS__))
 
 #else /* the CPU test double */
@@ -113,12 +117,7 @@ typedef struct {
         return cudaLaunchKernel((const void *)name, grid_, block_, args_,      \
                                 shared_, stream_);                             \
     }                                                                          \
-    static inline __attribute__((unused)) cudaError_t name##_launch(           \
-        dim3 grid_, dim3 block_, cudaStream_t stream_, KMAP(KDECL, __VA_ARGS__)) \
-    {                                                                          \
-        return name##_launch_shared(grid_, block_, 0, stream_,                 \
-                                    KMAP(KNAME, __VA_ARGS__));                 \
-    }                                                                          \
+    KLAUNCH_PLAIN(name, __VA_ARGS__)                                           \
     static void name##_body(KMAP(KDECL, __VA_ARGS__))
 
 #endif
