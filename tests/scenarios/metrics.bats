@@ -103,25 +103,33 @@ value() {
     grep -q "^ckpt-resume: done exit=0 restarts=1 (standby " "$D/err"
 }
 
+# Both ranks have committed and both standbys are on the page with a
+# worker's memory (the trainer's, tens of MiB), not the Python launcher's alone.
+standbys_on_page() {
+    local r labels rss
+    for r in 0 1; do
+        labels="ckpt_job=\"$CKPT_JOB\",node=\"0\",rank=\"$r\""
+        [ "$(value "$1" ckpt_snapshots_committed_total "$labels")" -gt 0 ] 2>/dev/null || return 1
+        rss=$(value "$1" ckpt_standby_resident_bytes "$labels")
+        [ -n "$rss" ] && [ "$rss" -gt $((1 << 20)) ] || return 1
+    done
+}
+
 @test "under torchrun every worker is on the page, and each standby's CPU and memory are its worker's" {
     torchrun_standin "$D/torchrun"
     CKPT_METRICS_ADDR=127.0.0.1:$PORT CKPT_STANDBY=1 timeout -k 5 300 "$CKPT" -- "$D/torchrun" --nproc-per-node 2 \
         --no-python "$TRAIN" --iters 100000 --hidden 32 --layers 2 >"$D/out" 2>"$D/err" &
     JOB=$!
-    local i r labels
-    for i in $(seq 300); do
-        scrape "$D/m" >/dev/null && [ -n "$(value "$D/m" ckpt_standby_resident_bytes "ckpt_job=\"$CKPT_JOB\",node=\"0\",rank=\"1\"")" ] &&
-            [ "$(value "$D/m" ckpt_standby_resident_bytes "ckpt_job=\"$CKPT_JOB\",node=\"0\",rank=\"1\"")" -gt 0 ] && break
+    local i
+    # Each standby reports on its own channel, in its own time: wait for
+    # both (a loaded machine, a sanitized build, can take tens of seconds).
+    for i in $(seq 600); do
+        scrape "$D/m" >/dev/null && standbys_on_page "$D/m" && break
         sleep 0.1
     done
     promtool check metrics <"$D/m"
     grep '^ckpt_standby' "$D/m"
-    for r in 0 1; do
-        labels="ckpt_job=\"$CKPT_JOB\",node=\"0\",rank=\"$r\""
-        [ "$(value "$D/m" ckpt_snapshots_committed_total "$labels")" -gt 0 ] || { cat "$D/m" "$D/err"; return 1; }
-        # A worker's memory (the trainer's, tens of MiB), not the Python launcher's alone.
-        [ "$(value "$D/m" ckpt_standby_resident_bytes "$labels")" -gt $((1 << 20)) ] || { cat "$D/m" "$D/err"; return 1; }
-    done
+    standbys_on_page "$D/m" || { cat "$D/m" "$D/err"; return 1; }
     kill "$JOB"
     wait "$JOB" || true
     JOB=
