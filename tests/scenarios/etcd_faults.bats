@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # ckpt-resume through etcd when things go wrong beyond a lost node: a node
-# cut off from etcd (it fences itself, comes back, rejoins), the leading
+# cut off from etcd (it fences itself, comes back, rejoins), its packets
+# lost (its lease's deadline kills its ranks), the leading
 # agent killed in the middle of an agreement, a frozen node (a follower, the
 # leader) fenced by CKPT_FENCE_CMD.  The cluster and the agents as in
 # etcd.bats (etcd.bash); etcd losing its quorum is etcd_quorum.bats.
@@ -10,12 +11,15 @@ load etcd
 
 bats_require_minimum_version 1.5.0
 
-@test "a node cut off from etcd (a proxy the test cuts) stops its ranks by itself and says so; back, it takes its rank again; the job ends as uninterrupted" {
+# cut_off close|drop: 3 nodes, node 2 reaching etcd through a proxy the test cuts mid-run (closing its
+# connections, or dropping what they carry: its requests then hang), then heals. It stops its ranks by itself
+# and says so; back, it takes its rank again, and the job ends as uninterrupted.
+cut_off() {
     # Long enough to run on through the cut, the fence and the return.
     ARGS="--iters 10000 --hidden 16 --layers 2 --batch 30" AGENT_TIMEOUT=300
     plain 3
-    local proxy_port first=${ENDPOINTS%%,*}
-    python3 "$BATS_TEST_DIRNAME/tcpcut.py" 0 "$first" >"$D/proxy.log" 2>&1 &
+    local proxy_port first=${ENDPOINTS%%,*} cut_at killed_at
+    python3 "$BATS_TEST_DIRNAME/tcpcut.py" 0 "$first" "$1" >"$D/proxy.log" 2>&1 &
     local proxy=$!
     for _ in $(seq 50); do grep -q listening "$D/proxy.log" && break; sleep 0.1; done
     proxy_port=$(sed -n 's/^listening \([0-9]*\)$/\1/p' "$D/proxy.log")
@@ -25,10 +29,20 @@ bats_require_minimum_version 1.5.0
     ENDPOINTS=127.0.0.1:$proxy_port start c 3 2
     for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
     kill -USR1 $proxy
-    for _ in $(seq 100); do grep -q "this node stops its ranks" "$D/err.c" && break; sleep 0.1; done
-    grep -q "^ckpt-resume: error: this node cannot renew its etcd lease (etcd at http://127.0.0.1:$proxy_port: .*): this node stops its ranks before the others restart without it$" "$D/err.c" ||
+    cut_at=$(date +%s.%N)
+    # The lease's deadline kills the ranks itself, within the TTL (CKPT_NODE_TIMEOUT), before the others
+    # take the node as lost, whatever its agent's requests wait for.
+    for _ in $(seq 200); do grep -q "ranks (process group [0-9]*) are killed at once" "$D/err.c" && break; sleep 0.02; done
+    killed_at=$(date +%s.%N)
+    grep -q "^ckpt-resume: error: this node's etcd lease lapsed: its ranks (process group [0-9]*) are killed at once$" \
+        "$D/err.c" || { kill $proxy; show; return 1; }
+    echo "the ranks killed $(awk -v a="$killed_at" -v b="$cut_at" 'BEGIN { print a - b }') s after the cut"
+    awk -v a="$killed_at" -v b="$cut_at" -v ttl="$CKPT_NODE_TIMEOUT" 'BEGIN { exit !(a - b < ttl) }' ||
         { kill $proxy; show; return 1; }
-    # Its member saw the coordinator go, and stopped the rank (member.c).
+    for _ in $(seq 100); do grep -q "this node stops its ranks" "$D/err.c" && break; sleep 0.1; done
+    grep -Eq "^ckpt-resume: error: this node (cannot renew its etcd lease \(etcd at http://127.0.0.1:$proxy_port: .*\)|has not renewed its etcd lease for [0-9.]+ s of its 3 s \(.*\)): this node stops its ranks before the others restart without it$" "$D/err.c" ||
+        { kill $proxy; show; return 1; }
+    # Its member saw the coordinator go (member.c).
     for _ in $(seq 100); do grep -q "^ckpt-resume: warning: lost the coordinator" "$D/err.c" && break; sleep 0.1; done
     grep -q "^ckpt-resume: warning: lost the coordinator" "$D/err.c" || { kill $proxy; show; return 1; }
     kill -USR2 $proxy
@@ -40,6 +54,14 @@ bats_require_minimum_version 1.5.0
     kill $proxy
     for t in a b c; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}
+
+@test "a node cut off from etcd (a proxy the test cuts) stops its ranks by itself, within the TTL, and says so; back, it takes its rank again; the job ends as uninterrupted" {
+    cut_off close
+}
+
+@test "a node whose packets to etcd are lost (the proxy drops them, its requests hang) has its ranks killed by its lease's deadline within the TTL; back, it takes its rank again; the job ends as uninterrupted" {
+    cut_off drop
 }
 
 @test "the leader's agent killed during an agreement (it has planned the restart, the nodes have not launched): another leads, as uninterrupted" {

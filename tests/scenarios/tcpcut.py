@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
 """A TCP proxy the tests cut, to partition one process from a server:
-tcpcut.py LISTEN_PORT TARGET_HOST:PORT listens on 127.0.0.1:LISTEN_PORT (0: a
-free port), says "listening PORT", and forwards every connection to the target.  SIGUSR1 cuts: every connection
-through it is closed and new ones are closed as they come; SIGUSR2 lets
-them through again."""
+tcpcut.py LISTEN_PORT TARGET_HOST:PORT [drop] listens on 127.0.0.1:LISTEN_PORT
+(0: a free port), says "listening PORT", and forwards every connection to the
+target.  SIGUSR1 cuts: every connection through it is closed and new ones
+are closed as they come; with drop, what is sent is dropped instead and
+the connections stay open, new ones too, as when packets are lost (a
+request then waits its whole timeout).  SIGUSR2 lets them through again
+(after drop, the connections open then are closed first)."""
 import signal
 import socket
 import sys
 import threading
 
 port, target = int(sys.argv[1]), sys.argv[2]
+drop = len(sys.argv) > 3 and sys.argv[3] == "drop"
 host, tport = target.rsplit(":", 1)
 cut = threading.Event()
 lock = threading.Lock()
 conns = set()
 
 
-def on_cut(*_):
-    cut.set()
+def close_all():
     with lock:
         for s in list(conns):
             try:
@@ -27,7 +30,15 @@ def on_cut(*_):
         conns.clear()
 
 
+def on_cut(*_):
+    cut.set()
+    if not drop:
+        close_all()
+
+
 def on_heal(*_):
+    if drop:
+        close_all()
     cut.clear()
 
 
@@ -35,9 +46,10 @@ def pipe(a, b):
     try:
         while True:
             data = a.recv(65536)
-            if not data or cut.is_set():
+            if not data or (cut.is_set() and not drop):
                 break
-            b.sendall(data)
+            if not cut.is_set():
+                b.sendall(data)
     except OSError:
         pass
     for s in (a, b):
@@ -56,7 +68,7 @@ srv.listen(64)
 print("listening", srv.getsockname()[1], flush=True)
 while True:
     c, _ = srv.accept()
-    if cut.is_set():
+    if cut.is_set() and not drop:
         c.close()
         continue
     try:

@@ -471,6 +471,18 @@ static void leader_turn(void)
 
 /* -------------------------------------------------- lease and leadership */
 
+/* The lease lapsed (lease.c, on its thread): the ranks are killed at once,
+ * whatever this bridge is waiting for, so that they are gone before the
+ * others take the node as lost, at the end of the TTL.  fence() follows
+ * when the bridge next turns. */
+static void kill_ranks(void)
+{
+    pid_t pgid = job_ranks_pgid();
+    if (pgid > 0 && killpg(pgid, SIGKILL) == 0)
+        ckpt_log(CKPT_ERROR, "this node's etcd lease lapsed: its ranks (process group %d) are killed at once",
+                 (int)pgid);
+}
+
 static void fence(const char *why)
 {
     if (B.fenced)
@@ -742,7 +754,7 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     }
     int ttl = B.ttl_s < 2 ? 2 : (int)B.ttl_s;
     if (rc == 0 && (rc = etcd_lease_grant(B.e, ttl, &B.lease, why, whylen)) == 0)
-        rc = lease_start(&B.keeper, &o, ttl, B.lease, why, whylen);
+        rc = lease_start(&B.keeper, &o, ttl, B.lease, kill_ranks, why, whylen);
     memset(password, 0, sizeof(password));
     if (rc < 0)
         return rc;

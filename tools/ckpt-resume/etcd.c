@@ -269,7 +269,7 @@ int etcd_quorum(struct etcd *e, char *why, size_t whylen)
 {
     int rc = -ECONNREFUSED;
     unsigned answered = 0;
-    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)CONNECT_MS);
+    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)(e->timeout_ms < CONNECT_MS ? e->timeout_ms : CONNECT_MS));
     snprintf(why, whylen, "no etcd endpoint");
     for (unsigned i = 0; i < e->n && rc != 1; i++) {
         long status;

@@ -84,7 +84,8 @@ int etcd_keepalive(struct etcd *e, int64_t id, int *ttl_s, char *why, size_t why
 int etcd_lease_revoke(struct etcd *e, int64_t id, char *why, size_t whylen);
 
 /* Has the cluster a leader?  Asks each member's status (a local answer,
- * at once even without a quorum): 1 when one has a leader, 0 when members
+ * at once even without a quorum; each within a second, or the client's
+ * timeout when shorter): 1 when one has a leader, 0 when members
  * answer but none has (the quorum is lost: renewals and writes wait for
  * it, and no lease expires meanwhile), -ECONNREFUSED when none answers. */
 int etcd_quorum(struct etcd *e, char *why, size_t whylen);

@@ -130,6 +130,18 @@ int spawn_process(struct job *job, int i, char *const *cmd, const char *port, ch
     return 0;
 }
 
+static pid_t ranks_pgid;
+
+pid_t job_ranks_pgid(void)
+{
+    return __atomic_load_n(&ranks_pgid, __ATOMIC_ACQUIRE);
+}
+
+void job_ranks_pgid_set(pid_t pgid)
+{
+    __atomic_store_n(&ranks_pgid, pgid, __ATOMIC_RELEASE);
+}
+
 /*
  * Starts rank @i in the job's process group (a new one for rank 0), with
  * the signal mask we had before job_open() blocked ours.
@@ -144,6 +156,7 @@ static int spawn_rank(struct job *job, int i)
         return rc;
     job->ranks[i] = (struct rank){ .pid = pid };
     job->running++;
+    job_ranks_pgid_set(job->pgid);
     return 0;
 }
 

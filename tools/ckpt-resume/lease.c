@@ -14,6 +14,11 @@
  *   lapsed  the lease expired, or was not renewed for three quarters of
  *           the TTL: the others take the node as lost after the whole
  *           TTL, and the margin leaves it the time to stop its ranks.
+ * A renewal can hang on a member that does not answer, so a second thread
+ * keeps the deadline: at three quarters of the TTL since the last renewal
+ * it takes the lease as lapsed and calls the owner's fence at once (which
+ * kills the ranks, bridge.c), whatever the keeper and the bridge are
+ * waiting for.  Its clock is monotonic, as the keeper's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,18 +35,21 @@
 #include "util.h"
 
 #define RETRY_S 0.05 /* while a renewal is late, or etcd has no leader */
+#define PROBE_S 0.25 /* between the deadline's questions to etcd */
 
 struct lease {
-    struct etcd *e;
-    pthread_t thread;
+    struct etcd *e, *probe;     /* the keeper's client; the deadline's */
+    pthread_t thread, watch;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv, watch_cv; /* the keeper's; the deadline's */
+    void (*fence)(void);
     int wake[2];            /* a byte each time paused or lapsed changes */
     double ttl_s;
     /* under mu */
     int64_t id;
     char held[300];         /* a key under the lease, "": none yet */
     double renewed, next;   /* the last renewal, the next attempt */
+    double leaderless;      /* when etcd was last seen without a leader */
     double paused_since;
     bool paused, lapsed, stop;
     char why[512];
@@ -51,6 +59,69 @@ static void tell(struct lease *l)
 {
     ssize_t rc = write(l->wake[1], "x", 1);
     (void)rc; /* a full pipe has a wake-up in it already */
+}
+
+/* The lease is lost to this node: its ranks stop now.  mu held. */
+static void lapse(struct lease *l)
+{
+    l->lapsed = true;
+    if (l->fence)
+        l->fence();
+    tell(l);
+}
+
+/* What the lease's time runs from: its last renewal, or the last moment
+ * etcd had no leader (a new leader gives every lease its whole TTL). */
+static double since(const struct lease *l)
+{
+    return l->renewed > l->leaderless ? l->renewed : l->leaderless;
+}
+
+/* Until @at (monotonic seconds) or a signal to watch_cv.  mu held. */
+static void watch_until(struct lease *l, double at)
+{
+    struct timespec ts = { (time_t)at, (long)((at - (double)(time_t)at) * 1e9) };
+    pthread_cond_timedwait(&l->watch_cv, &l->mu, &ts);
+}
+
+/* The deadline: once a renewal is late (half the TTL since the last), etcd
+ * is asked, on a client of this thread's with short timeouts, whether it
+ * has a leader; at three quarters of the TTL the lease lapses unless it
+ * has none (then no lease expires, and nobody is fenced for it). */
+static void *watch(void *arg)
+{
+    struct lease *l = arg;
+    char why[256];
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        double now = ckpt_now_s(), from = since(l);
+        double late = from + l->ttl_s / 2, at = from + l->ttl_s * 3 / 4;
+        if (l->lapsed) {
+            pthread_cond_wait(&l->watch_cv, &l->mu);
+            continue;
+        }
+        if (now < late) {
+            watch_until(l, late);
+            continue;
+        }
+        pthread_mutex_unlock(&l->mu);
+        int q = etcd_quorum(l->probe, why, sizeof(why));
+        pthread_mutex_lock(&l->mu);
+        now = ckpt_now_s();
+        if (q == 0)
+            l->leaderless = now;
+        if (l->stop || l->lapsed || since(l) != from)
+            continue; /* renewed, replaced, stopped or without a leader meanwhile */
+        if (q != 0 && now >= at) {
+            snprintf(l->why, sizeof(l->why), "this node has not renewed its etcd lease for %.1f s of its %.0f s (%s)",
+                     now - from, l->ttl_s, q == 1 ? "etcd has a leader" : why);
+            lapse(l);
+        } else {
+            watch_until(l, q != 0 && at < now + PROBE_S ? at : now + PROBE_S);
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
 }
 
 /* Does etcd still hold @key under lease @id?  Keys go with their lease,
@@ -128,9 +199,11 @@ static void *keep(void *arg)
             continue; /* replaced meanwhile */
         if (rc == 1) {
             l->next = now + RETRY_S;
+            l->leaderless = now;
             if (!l->paused) {
                 l->paused = true;
                 l->paused_since = now;
+                pthread_cond_signal(&l->watch_cv);
                 ckpt_log(CKPT_WARN, "etcd has lost its quorum (%s): replication and restarts pause until it is "
                          "back; the ranks train on", why);
                 tell(l);
@@ -144,13 +217,13 @@ static void *keep(void *arg)
             }
             l->renewed = now;
             l->next = now + l->ttl_s / 3;
-        } else if (rc == -ENOENT || now - l->renewed > l->ttl_s * 3 / 4) {
-            l->lapsed = true;
+            pthread_cond_signal(&l->watch_cv);
+        } else if (rc == -ENOENT || now - since(l) > l->ttl_s * 3 / 4) {
             if (rc == -ENOENT)
                 snprintf(l->why, sizeof(l->why), "this node's etcd lease has expired");
             else
                 snprintf(l->why, sizeof(l->why), "this node cannot renew its etcd lease (%s)", why);
-            tell(l);
+            lapse(l);
         } else {
             l->next = now + RETRY_S;
         }
@@ -159,7 +232,8 @@ static void *keep(void *arg)
     return NULL;
 }
 
-int lease_start(struct lease **out, const struct etcd_opts *o, double ttl_s, int64_t id, char *why, size_t whylen)
+int lease_start(struct lease **out, const struct etcd_opts *o, double ttl_s, int64_t id, void (*fence)(void),
+                char *why, size_t whylen)
 {
     struct lease *l = calloc(1, sizeof(*l));
     if (!l)
@@ -173,11 +247,20 @@ int lease_start(struct lease **out, const struct etcd_opts *o, double ttl_s, int
         free(l);
         return rc;
     }
+    /* The deadline's questions must end well within the margin. */
+    mine.timeout_ms = (int)(ttl_s * 1000 / 16) > 100 ? (int)(ttl_s * 1000 / 16) : 100;
+    if ((rc = etcd_open(&l->probe, &mine, why, whylen)) < 0) {
+        etcd_close(l->e);
+        free(l);
+        return rc;
+    }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&l->cv, &ca);
+    pthread_cond_init(&l->watch_cv, &ca);
     pthread_condattr_destroy(&ca);
+    l->fence = fence;
     pthread_mutex_init(&l->mu, NULL);
     l->ttl_s = ttl_s;
     l->id = id;
@@ -187,6 +270,7 @@ int lease_start(struct lease **out, const struct etcd_opts *o, double ttl_s, int
         rc = -errno;
         snprintf(why, whylen, "cannot make a pipe: %s", strerror(errno));
         etcd_close(l->e);
+        etcd_close(l->probe);
         free(l);
         return rc;
     }
@@ -194,12 +278,20 @@ int lease_start(struct lease **out, const struct etcd_opts *o, double ttl_s, int
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     rc = pthread_create(&l->thread, NULL, keep, l);
+    if (rc == 0 && (rc = pthread_create(&l->watch, NULL, watch, l)) != 0) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_cond_signal(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        snprintf(why, whylen, "cannot start the lease's thread: %s", strerror(rc));
+        snprintf(why, whylen, "cannot start the lease's threads: %s", strerror(rc));
         close(l->wake[0]);
         close(l->wake[1]);
         etcd_close(l->e);
+        etcd_close(l->probe);
         free(l);
         return -rc;
     }
@@ -241,6 +333,7 @@ void lease_replace(struct lease *l, int64_t id, const char *key)
     l->renewed = ckpt_now_s();
     l->next = l->renewed + l->ttl_s / 3;
     pthread_cond_signal(&l->cv);
+    pthread_cond_signal(&l->watch_cv);
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -251,12 +344,16 @@ void lease_stop(struct lease *l)
     pthread_mutex_lock(&l->mu);
     l->stop = true;
     pthread_cond_signal(&l->cv);
+    pthread_cond_signal(&l->watch_cv);
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->thread, NULL);
+    pthread_join(l->watch, NULL);
     pthread_cond_destroy(&l->cv);
+    pthread_cond_destroy(&l->watch_cv);
     pthread_mutex_destroy(&l->mu);
     close(l->wake[0]);
     close(l->wake[1]);
     etcd_close(l->e);
+    etcd_close(l->probe);
     free(l);
 }

@@ -20,8 +20,10 @@ struct lease_state {
 };
 
 /* Keeps lease @id of @ttl_s seconds, granted by the caller, on a client
- * opened with @o.  0, or -errno with why. */
-int lease_start(struct lease **out, const struct etcd_opts *o, double ttl_s, int64_t id, char *why, size_t whylen);
+ * opened with @o; @fence (or NULL) is called, on a thread of the lease's,
+ * the moment the lease lapses.  0, or -errno with why. */
+int lease_start(struct lease **out, const struct etcd_opts *o, double ttl_s, int64_t id, void (*fence)(void),
+                char *why, size_t whylen);
 /* Readable each time the lease's state changes; lease_state drains it. */
 int lease_fd(const struct lease *l);
 void lease_state(struct lease *l, struct lease_state *s);

@@ -230,6 +230,10 @@ void job_close(struct job *job);
 /* watch.c (sig_name: "SIGTERM") */
 void job_watch(struct job *job);
 void job_stop(struct job *job, int sig);
+/* The ranks' process group while any of them runs, else 0: read from any
+ * thread (the lease's fence kills it, bridge.c). */
+pid_t job_ranks_pgid(void);
+void job_ranks_pgid_set(pid_t pgid);
 /* Between launches: waits up to timeout_ms for a signal to ckpt-resume,
  * reaping any child meanwhile; returns the signal, or 0. */
 int job_wait_signal(struct job *job, int timeout_ms);

@@ -122,7 +122,8 @@ static void reaped(struct job *job, pid_t pid, int status)
     int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
     int rank = job->opt->first_rank + i;
     job->ranks[i].pid = 0;
-    job->running--;
+    if (--job->running == 0)
+        job_ranks_pgid_set(0);
     if (code == RESUME_EXIT_REFUSED && job->restore && job->out.refused_rank < 0)
         job->out.refused_rank = rank;
     channel_read(&job->chan, job->opt); /* a NO_ROOM sent just before the exit */
