@@ -39,11 +39,13 @@ cut_off() {
     echo "the ranks killed $(awk -v a="$killed_at" -v b="$cut_at" 'BEGIN { print a - b }') s after the cut"
     awk -v a="$killed_at" -v b="$cut_at" -v ttl="$CKPT_NODE_TIMEOUT" 'BEGIN { exit !(a - b < ttl) }' ||
         { kill $proxy; show; return 1; }
-    for _ in $(seq 100); do grep -q "this node stops its ranks" "$D/err.c" && break; sleep 0.1; done
+    # The agent says so when its bridge next turns: with packets dropped, after the etcd requests it was
+    # waiting on have timed out (5 s each).
+    for _ in $(seq 300); do grep -q "this node stops its ranks" "$D/err.c" && break; sleep 0.1; done
     grep -Eq "^ckpt-resume: error: this node (cannot renew its etcd lease \(etcd at http://127.0.0.1:$proxy_port: .*\)|has not renewed its etcd lease for [0-9.]+ s of its 3 s \(.*\)): this node stops its ranks before the others restart without it$" "$D/err.c" ||
         { kill $proxy; show; return 1; }
     # Its member saw the coordinator go (member.c).
-    for _ in $(seq 100); do grep -q "^ckpt-resume: warning: lost the coordinator" "$D/err.c" && break; sleep 0.1; done
+    for _ in $(seq 300); do grep -q "^ckpt-resume: warning: lost the coordinator" "$D/err.c" && break; sleep 0.1; done
     grep -q "^ckpt-resume: warning: lost the coordinator" "$D/err.c" || { kill $proxy; show; return 1; }
     kill -USR2 $proxy
     for _ in $(seq 300); do grep -q "back in the job" "$D/err.c" && break; sleep 0.1; done
