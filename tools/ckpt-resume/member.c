@@ -36,6 +36,7 @@
 #define RELAY_FAST_S 60.0
 
 struct member {
+    struct job *job;
     int fd;                         /* the coordinator (through this agent's bridge), -1 when lost */
     int wake[2];                    /* a replication round ended */
     struct rep *rep;
@@ -77,6 +78,21 @@ static void hang_up(struct member *m)
         free(m->held[--m->nheld_msgs].msg);
 }
 
+/* The coordinator is gone (@rc: how the connection ended), however that
+ * was found: by a read, or a write, while the ranks run or between
+ * launches.  Ranks running stop; the node then joins again. */
+static void lose(struct member *m, int rc)
+{
+    struct job *job = m->job;
+    bool running = job->phase == JOB_RUNNING && job->running;
+    hang_up(m);
+    ckpt_log(CKPT_WARN, "lost the coordinator (%s)%s",
+             rc == -ECONNRESET || rc == -EPIPE ? "it closed the connection" : strerror(-rc),
+             running ? ": stopping this node's ranks" : "");
+    if (running)
+        job_stop(job, SIGTERM);
+}
+
 /* The coordinator's next whole message, as ckpt_wire_recv_some gives it
  * (those read during a takeover first). */
 static int recv_msg(struct member *m, uint16_t *type, void **msg, size_t *len)
@@ -96,7 +112,7 @@ static int send_msg(struct member *m, uint16_t type, const void *a, size_t alen,
         return -ENOTCONN;
     int rc = ckpt_wire_send(m->fd, type, a, alen, b, blen);
     if (rc < 0)
-        hang_up(m);
+        lose(m, rc);
     return rc;
 }
 
@@ -504,14 +520,6 @@ void member_takeover_ids(struct job *job, const char *dir, bool start)
     }
 }
 
-static void lose(struct job *job, struct member *m, const char *why)
-{
-    hang_up(m);
-    ckpt_log(CKPT_WARN, "lost the coordinator (%s): stopping this node's ranks", why);
-    if (job->phase == JOB_RUNNING && job->running)
-        job_stop(job, SIGTERM);
-}
-
 /* One message from the coordinator while the ranks run. */
 static void take(struct job *job, struct member *m, uint16_t type, const void *msg, size_t len)
 {
@@ -569,7 +577,7 @@ void member_events(struct job *job, const struct pollfd *pfd)
         void *msg = NULL;
         size_t len;
         if ((rc = recv_msg(m, &type, &msg, &len)) < 0)
-            lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
+            lose(m, rc);
         if (rc > 0)
             take(job, m, type, msg, len);
         free(msg);
@@ -634,9 +642,7 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
         for (int rc = 1; rc > 0 && n > 0 && p[0].revents;) {
             uint16_t type;
             if ((rc = recv_msg(m, &type, msg, len)) < 0) {
-                hang_up(m);
-                ckpt_log(CKPT_WARN, "lost the coordinator: %s", rc == -ECONNRESET ? "it closed the connection"
-                                                                                 : strerror(-rc));
+                lose(m, rc);
                 return rc;
             }
             if (rc == 0)
@@ -774,7 +780,7 @@ static void settle(struct job *job, struct member *m)
             void *msg = NULL;
             size_t len;
             if ((rc = recv_msg(m, &type, &msg, &len)) < 0)
-                lose(job, m, rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
+                lose(m, rc);
             if (rc > 0 && type != COORD_REPLICATE) /* no new round: the launch is over */
                 take(job, m, type, msg, len); /* a STOP or FINISH is kept for after */
             free(msg);
@@ -847,6 +853,7 @@ int member_run(struct job *job, int *restarts)
     *restarts = 0;
     if (!m)
         return 1;
+    m->job = job;
     m->fd = m->wake[0] = m->wake[1] = -1;
     ledger_load(job, &m->ledger);
     if (opt->spare) { /* the decisions it saw while it waited: the copies it took belong to them */
