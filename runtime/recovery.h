@@ -63,7 +63,8 @@ uint64_t ckpt_recovery_pick(const struct ckpt_held *held, size_t n, unsigned nra
  * holds of iteration I belongs to the newest of them at or below I (the
  * launch it was taken in, or the restore that took it as its point), and
  * is replaced when any later decision, known to any node, went back below
- * I.  Epochs grow by one per plan (coord.h).
+ * I.  Each plan's epoch is above every one before it: the etcd revision
+ * of its decision (coord.h).
  */
 struct ckpt_decision {
     uint64_t epoch;

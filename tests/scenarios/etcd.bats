@@ -35,6 +35,15 @@ bats_require_minimum_version 1.5.0
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
     # The new leader counts the restart its election made, on every node.
     for t in "${others[@]}"; do grep -qE "^ckpt-resume: done exit=0 restarts=1( |$)" "$D/err.$t" || { show; return 1; }; done
+    # Each launch was decided in etcd by the leader of the time: the first leader's launch, then the new
+    # one's restore at a higher revision, the decision key's (its epoch: what replicas carry).
+    local first last key
+    first=$(sed -n 's/^ckpt-resume: the launch decided at etcd revision \([0-9]*\)$/\1/p' "$D/err.$victim")
+    last=$(sed -n 's/^ckpt-resume: the restore decided at etcd revision \([0-9]*\)$/\1/p' "$D"/err.* | sort -n | tail -n 1)
+    key=$(etcdctl --endpoints "$ENDPOINTS" get "/ckpt/$CKPT_JOB/decision" -w json |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["mod_revision"])')
+    echo "decided at revisions $first (launch), $last (restore); the decision key's: $key"
+    [ -n "$first" ] && [ -n "$last" ] && [ "$last" -gt "$first" ] && [ "$key" = "$last" ] || { show; return 1; }
 }
 
 # bats test_tags=covered

@@ -334,37 +334,42 @@ lose_2_and_3_to_disk() { # [VAR=VALUE...]
     export FAKEGPU_CRASH_AT=60 FAKEGPU_CRASH_RANK=1 FAKEGPU_CRASH_ONCE=$D/crashed
     CKPT_LOG=debug start 0 2 1
     start 1 2 1
-    # Rank 1's crash makes the job's second plan: the nodes act under epoch 2.
+    # Rank 1's crash makes the job's second plan, decided in etcd by whichever agent leads: the nodes act
+    # under its revision, and the first plan's is stale.
+    local launch restore
     for _ in $(seq 600); do
-        grep -q "plan of epoch 2" "$D/err.0" && grep -q "restored iteration" "$D/err.1" && break
+        grep -q "the restore decided at etcd revision" "$D"/err.* && grep -q "restored iteration" "$D/err.1" && break
         sleep 0.05
     done
-    grep -q "plan of epoch 2" "$D/err.0" || { show; return 1; }
+    launch=$(sed -n 's/^ckpt-resume: the launch decided at etcd revision \([0-9]*\)$/\1/p' "$D"/err.* | head -n 1)
+    restore=$(sed -n 's/^ckpt-resume: the restore decided at etcd revision \([0-9]*\)$/\1/p' "$D"/err.* | head -n 1)
+    [ -n "$launch" ] && [ -n "$restore" ] && [ "$restore" -gt "$launch" ] || { show; return 1; }
     local addr slot out=
     addr=$(sed -n 's/.*node 0 joined (.* replicas at \(.*\))$/\1/p' "$D/err.0" | tail -n 1)
     [ -n "$addr" ] || { show; return 1; }
-    # Node 1's committed snapshot, as a node left behind at epoch 1 would send it.
+    # Node 1's committed snapshot, as a node left behind at the first plan's epoch would send it.
     slot=$D/arena.1/$(id -u)-nodes/rank1/slot0
     for _ in $(seq 20); do
         cp "$slot" "$D/late" 2>/dev/null || { sleep 0.1; continue; }
-        out=$("$BUILD/bin/ckpt-replica" send --to "$addr" --image "$D/late" --epoch 1 2>&1) && break
+        out=$("$BUILD/bin/ckpt-replica" send --to "$addr" --image "$D/late" --epoch "$launch" 2>&1) && break
         [[ $out == *"stale epoch"* ]] && break
         sleep 0.1
     done
-    [[ $out == *"a stale epoch: the offer is of epoch 1, this node acts under epoch 2"* ]] || { echo "$out"; show; return 1; }
+    [[ $out == *"a stale epoch: the offer is of epoch $launch, this node acts under epoch $restore"* ]] ||
+        { echo "$out"; show; return 1; }
     # Its replay log too (LOG {rank, size, job, epoch}, logship.c): refused at the offer, -ESTALE.
-    out=$(python3 - "${addr##*:}" <<'PY'
+    out=$(python3 - "${addr##*:}" "$launch" <<'PY'
 import os, socket, struct, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
 def send(t, payload):
     s.sendall(b"CKRP" + struct.pack("<HHII", int(os.environ["WIRE_VERSION"]), t, len(payload), 0) + payload)
-send(96, struct.pack("<IIQ", 1, 0, 16) + b"nodes".ljust(64, b"\0") + struct.pack("<Q", 1))
+send(96, struct.pack("<IIQ", 1, 0, 16) + b"nodes".ljust(64, b"\0") + struct.pack("<Q", int(sys.argv[2])))
 head = s.recv(16, socket.MSG_WAITALL)
 print("status", struct.unpack("<i", s.recv(4, socket.MSG_WAITALL))[0])
 PY
 )
     [ "$out" = "status -116" ] || { echo "$out"; show; return 1; }
-    grep -q "refused rank 1's replay log: a stale epoch: the offer is of epoch 1, this node acts under epoch 2" "$D/err.0" ||
+    grep -q "refused rank 1's replay log: a stale epoch: the offer is of epoch $launch, this node acts under epoch $restore" "$D/err.0" ||
         { show; return 1; }
     wait_rc "$D/rc.0" "$D/rc.1" || { show; return 1; }
     [ "$(cat "$D/rc.0")" = 0 ] && [ "$(cat "$D/rc.1")" = 0 ] || { show; return 1; }

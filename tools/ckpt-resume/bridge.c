@@ -349,6 +349,26 @@ static void unauthentic(const char *dir, unsigned node, int64_t lease)
     to_member(node, COORD_FINISH, msg, sizeof(st) + (size_t)k);
 }
 
+/*
+ * A decision of the coordinator (coord.c, on its thread): <job>/decision
+ * put by a transaction that holds only while the leader key is the one of
+ * @term, the epoch this agent was elected for; its revision is the
+ * decision's epoch.  1, 0 when another leads, -errno.
+ */
+static int decide(int64_t term, uint64_t restore, uint64_t *epoch, char *why, size_t whylen)
+{
+    char leader[300], key[300], value[64];
+    int64_t rev = 0;
+    snprintf(leader, sizeof(leader), "%sleader", B.prefix);
+    snprintf(key, sizeof(key), "%sdecision", B.prefix);
+    snprintf(value, sizeof(value), "%" PRIu64 " %" PRId64, restore, term);
+    struct etcd_cmp held = { leader, ETCD_CREATE, term, NULL };
+    struct etcd_op put = { key, value, strlen(value), 0 };
+    int rc = etcd_txn(B.decider, &held, 1, &put, 1, &rev, why, whylen);
+    *epoch = rc == 1 ? (uint64_t)rev : 0;
+    return rc;
+}
+
 static void stop_leading(void)
 {
     if (!B.leading)
@@ -370,6 +390,8 @@ static void lead(int64_t epoch)
      * its address comes from node 0's JOIN (coord.c).  The leader before
      * this one, if its lease ended while the job ran, is fenced first. */
     int rc = coord_open(&B.coord, &B.copt);
+    if (rc == 0)
+        coord_decide_by(B.coord, decide, epoch);
     if (rc == 0 && B.lost_leader >= 0 && (unsigned)B.lost_leader != B.node)
         coord_lost(B.coord, (unsigned)B.lost_leader, B.lost_leader_ip);
     B.lost_leader = -1;
@@ -748,6 +770,8 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     B.ttl_s = ckpt_cfg_seconds(CFG_NODE_TIMEOUT);
     snprintf(B.prefix, sizeof(B.prefix), "/ckpt/%s/", opt->job_name);
     int rc = etcd_open(&B.e, &o, why, whylen);
+    if (rc == 0)
+        rc = etcd_open(&B.decider, &o, why, whylen);
     if (rc == 0 && etcd_watch_start(&B.watch, &o, B.prefix, &B.watch_fd, why, whylen) < 0) {
         ckpt_log(CKPT_WARN, "no etcd watch (%s): the job's keys are read every %d ms", why, TURN_MAX_MS);
         B.watch = NULL;
@@ -846,7 +870,8 @@ void bridge_stop(void)
     if (B.e && B.lease)
         etcd_lease_revoke(B.e, B.lease, why, sizeof(why));
     etcd_close(B.e);
-    B.e = NULL;
+    etcd_close(B.decider);
+    B.e = B.decider = NULL;
     for (size_t i = 0; i < B.nout; i++)
         free(B.out[i].value);
     free(B.out);

@@ -38,6 +38,7 @@ struct outgoing {
 
 struct bridge {
     struct etcd *e;
+    struct etcd *decider;       /* the coordinator's, on its thread: its decisions (decide) */
     struct etcd_watch *watch;   /* on the job's keys, NULL: polling alone */
     struct spawn *spawn;        /* the nodes this agent starts (CKPT_NODE_LAUNCHER), NULL: none */
     bool spawn_given_up;        /* it gave up starting a node */

@@ -187,6 +187,44 @@ static size_t leave_out_replaced(const struct coord *c, struct ckpt_held *all, s
     return kept;
 }
 
+/*
+ * The plan's epoch, above every plan a node has had (the replicas and
+ * replay logs a node sends carry it; a stale epoch's are refused): the
+ * revision of the decision recorded in etcd, by a transaction that holds
+ * only while this agent leads.  A leader that lost its lease decides
+ * nothing.  0, or -1 when the plan waits (said once).
+ */
+static int decide(struct coord *c, uint64_t restore)
+{
+    char why[512];
+    uint64_t above = c->epoch, rev;
+    for (unsigned j = 0; j < c->n; j++)
+        above = c->nodes[j].epoch > above ? c->nodes[j].epoch : above;
+    if (!c->decide) {
+        c->epoch = above + 1;
+        return 0;
+    }
+    int rc = c->decide(c->term, restore, &rev, why, sizeof(why));
+    if (rc <= 0) {
+        if (!c->decide_said)
+            ckpt_log(CKPT_WARN, "the %s waits to be decided: %s", restore ? "restore" : "launch",
+                     rc == 0 ? "this agent leads no more" : why);
+        c->decide_said = true;
+        return -1;
+    }
+    c->decide_said = false;
+    if (rev <= above) { /* etcd's revisions went back: its data was lost */
+        ckpt_log(CKPT_WARN, "etcd decided at revision %llu, below epoch %llu a node acted under (was etcd's data "
+                 "lost?): the plan takes epoch %llu", (unsigned long long)rev, (unsigned long long)above,
+                 (unsigned long long)above + 1);
+        rev = above + 1;
+    }
+    c->epoch = rev;
+    ckpt_log(CKPT_INFO, "%s decided at etcd revision %llu", restore ? "the restore" : "the launch",
+             (unsigned long long)rev);
+    return 0;
+}
+
 /* Every node has joined: decide where to go and send the plan. */
 static void plan(struct coord *c)
 {
@@ -234,6 +272,11 @@ static void plan(struct coord *c)
         finish(c, 1, msg);
         return;
     }
+    if (decide(c, it) < 0) {
+        free(all), free(src), free(sends);
+        c->phase = GATHER; /* decided on a later turn, or by the next leader */
+        return;
+    }
     if (!it && c->below)
         ckpt_log(CKPT_INFO, "falling back to a clean start (CKPT_FALLBACK=clean): %s; the training up to "
                  "iteration %llu is lost", why, (unsigned long long)c->below);
@@ -267,10 +310,6 @@ static void plan(struct coord *c)
     if ((by_standby || c->launches) && job_spare_port(c->standby_port) < 0)
         ckpt_log(CKPT_WARN, "keeping the standbys' port %s: cannot find another free one", c->standby_port);
     c->launches++;
-    for (unsigned j = 0; j < c->n; j++)
-        c->epoch = c->nodes[j].epoch > c->epoch ? c->nodes[j].epoch : c->epoch;
-    c->epoch++;
-    ckpt_log(CKPT_DEBUG, "plan of epoch %llu", (unsigned long long)c->epoch);
     for (unsigned j = 0; j < c->n; j++) {
         struct coord_addr *addrs = calloc(c->n, sizeof(*addrs));
         struct coord_plan p = { .restore = it, .launch = (uint64_t)c->launches, .nnodes = c->n,
@@ -814,6 +853,12 @@ int coord_open(struct coord **out, const struct options *opt)
              c->bound);
     c->gather_since = ckpt_now_s();
     return 0;
+}
+
+void coord_decide_by(struct coord *c, coord_decide_fn *decide, int64_t term)
+{
+    c->decide = decide;
+    c->term = term;
 }
 
 /* The address the coordinator listens on, as "HOST:PORT". */

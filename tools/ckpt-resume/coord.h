@@ -107,8 +107,9 @@ struct coord_plan {
     char standby_port[16];             /* the standbys' rank 0 port (at master_addr) */
     uint32_t by_standby;               /* 1: the standbys take over at restore, no rank is launched */
     uint32_t restarts;                 /* the job's restarts, this launch's included, whoever coordinated them */
-    uint64_t epoch;                    /* this plan's number, above every plan any node has had: replicas
-                                        * carry it, and a node refuses those of an older one (replica.h) */
+    uint64_t epoch;                    /* the etcd revision of this plan's decision, above every plan any
+                                        * node has had: replicas carry it, and a node refuses those of an
+                                        * older one (replica.h) */
     uint32_t ndecided;                 /* the decisions before this one that the nodes know, oldest first */
     uint32_t reserved;
 };

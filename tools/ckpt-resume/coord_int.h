@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "coord.h"
+#include "resume.h"
 #include "wire.h"
 
 #define MAX_PENDING 64
@@ -67,6 +68,9 @@ struct coord {
     enum phase phase;
     uint64_t restore, below, durable, target, replicating;
     uint64_t epoch;          /* of the last plan: each is above every plan a node has had */
+    coord_decide_fn *decide; /* records each plan's decision in etcd, its revision the epoch (bridge.c) */
+    int64_t term;            /* the leader's epoch the decisions are taken under */
+    bool decide_said;        /* a decision waits, and that was said */
     int end_code;            /* FINISH's, for a node that joins after the end */
     char end_why[1536];
     bool ever_durable, failed_launch;

@@ -448,6 +448,13 @@ int spawn_turn(struct spawn *s, bool over, char *why, size_t whylen);
 void spawn_close(struct spawn *s, double wait_s);
 
 int coord_open(struct coord **out, const struct options *opt);
+/* Before coord_run(): each launch is decided by @decide (bridge.c: a key
+ * put by an etcd transaction that holds while the agent leads @term),
+ * whose *epoch, the decision's revision, is the plan's; it returns 1,
+ * 0 when the agent no longer leads, -errno when etcd cannot tell now.
+ * Without one (the fuzzer), an epoch is one above every plan a node had. */
+typedef int coord_decide_fn(int64_t term, uint64_t restore, uint64_t *epoch, char *why, size_t whylen);
+void coord_decide_by(struct coord *c, coord_decide_fn *decide, int64_t term);
 bool coord_turn(struct coord *c, int timeout_ms);
 int coord_run(struct coord *c);
 /* Before coord_run(): node @node (at @host) was lost while the job ran,
