@@ -72,7 +72,8 @@ struct vobj {
 };
 
 /* The journal: what was made, in order. */
-enum jop { J_CTX, J_CTX_GONE, J_STREAM, J_STREAM_GONE, J_EVENT, J_EVENT_GONE, J_FUNC, J_FSET, J_ALLOC, J_FREE, J_ASIDE, J_LOAD, J_VAR };
+enum jop { J_CTX, J_CTX_GONE, J_STREAM, J_STREAM_GONE, J_EVENT, J_EVENT_GONE, J_FUNC, J_FSET, J_LIMIT, J_ALLOC, J_FREE,
+           J_ASIDE, J_LOAD, J_VAR };
 
 struct jrec {
     enum jop op;
@@ -81,7 +82,7 @@ struct jrec {
     struct vobj *s;   /* memory: the stream (NULL: the default one) */
     uint64_t a, b, c; /* J_ALLOC, J_FREE: how, address, size; J_ASIDE: thread; J_LOAD: function;
                          J_VAR: library, address, managed; J_FSET: function, attribute
-                         (UINT64_MAX: the cache configuration), value */
+                         (UINT64_MAX: the cache configuration), value; J_LIMIT: -, limit, value */
     void *pool;
     char *name;       /* J_VAR: the variable's (owned) */
     struct ckpt_rl_rec rec; /* J_ASIDE */
@@ -667,6 +668,23 @@ EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
     return function_set(&r, hfunc, UINT64_MAX, (uint64_t)config) ? r : real_cuFuncSetCacheConfig(V(hfunc), config);
 }
 
+/* A context's limit (a thread's stack, the malloc heap, the printf FIFO):
+ * set again at the takeover in the context that was current, in its
+ * place among what was made.  What the program reads back is the log's
+ * (cuCtxGetLimit is a QUERY row). */
+EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    NEED_REAL(cuCtxSetLimit, CUDA_ERROR_NOT_INITIALIZED);
+    if (!ckpt_v_on() || !virtual_locked())
+        return real_cuCtxSetLimit(limit, value);
+    struct vobj *ctx;
+    CUresult r = current(&ctx);
+    if (r == CUDA_SUCCESS)
+        jput((struct jrec){.op = J_LIMIT, .o = ctx, .b = (uint64_t)limit, .c = value});
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
 bool ckpt_v_hostfn(CUresult *r, CUstream hStream, CUhostFn fn, void *data)
 {
     if (!ckpt_v_on() || !virtual_locked())
@@ -837,6 +855,10 @@ static void walk(struct jrec *j)
                                : real_cuFuncSetAttribute(f, (CUfunction_attribute)j->b, (int)(int64_t)j->c);
         break;
     }
+    case J_LIMIT:
+        enter(v);
+        e = real_cuCtxSetLimit((CUlimit)j->b, (size_t)j->c);
+        break;
     case J_ALLOC:
         enter(v);
         ckpt_standby_mem_make((int)j->a, j->b, j->c, j->s ? j->s->real : NULL, j->pool);
@@ -860,9 +882,9 @@ static void walk(struct jrec *j)
         break;
     }
     static const char *const what[] = {"context", "context", "stream", "stream", "event", "event",
-                                       "kernel's function", "function's setting"};
+                                       "kernel's function", "function's setting", "context's limit"};
     if (e != CUDA_SUCCESS)
-        ckpt_refuse("the standby cannot make its %s real (CUDA error %d)", j->op <= J_FSET ? what[j->op] : "memory",
+        ckpt_refuse("the standby cannot make its %s real (CUDA error %d)", j->op <= J_LIMIT ? what[j->op] : "memory",
                     (int)e);
 }
 

@@ -310,7 +310,15 @@ typedef struct CUlaunchConfig_st {
 } CUlaunchConfig;
 
 /* Only the first values of these enums (the PROMOTE rows of hooks.def). */
-typedef enum CUlimit_enum { CU_LIMIT_STACK_SIZE = 0x00 } CUlimit;
+typedef enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE = 0x00,
+    CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+    CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH = 0x03,
+    CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04,
+    CU_LIMIT_MAX_L2_FETCH_GRANULARITY = 0x05,
+    CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+} CUlimit;
 typedef enum CUfunc_cache_enum { CU_FUNC_CACHE_PREFER_NONE = 0x00 } CUfunc_cache;
 typedef enum CUfunction_attribute_enum {
     CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,

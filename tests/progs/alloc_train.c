@@ -58,6 +58,8 @@ KERNEL(grad_of, (uint32_t *, g), (size_t, n), (const uint32_t *, act), (size_t, 
 }
 
 #define ADAM_SHARED (64 << 10)
+#define STACK_BYTES 4096 /* a thread's stack (the default is 1 KiB) */
+
 KERNEL(adam_step, (uint32_t *, w), (uint32_t *, m), (const uint32_t *, g), (size_t, n))
 {
     for (size_t i = KERNEL_INDEX; i < n; i += KERNEL_STRIDE) {
@@ -233,6 +235,11 @@ int main(int argc, char **argv)
      * gets by default: allowed once, with cudaFuncSetAttribute, as fused
      * kernels (flash attention, CUTLASS's) are. */
     CHECK(cudaFuncSetAttribute((const void *)adam_step, cudaFuncAttributeMaxDynamicSharedMemorySize, ADAM_SHARED));
+    /* Each thread's stack, raised as a program with deep device calls
+     * raises it: a setting of the context, read back every iteration, so
+     * a rank that comes back (a restart, a standby's takeover) must have
+     * it in its own context. */
+    CHECK(cudaDeviceSetLimit(cudaLimitStackSize, STACK_BYTES));
     uint32_t *w[TENSORS], *g[TENSORS], *m[TENSORS], *dloss, loss;
     size_t model = 0;
     CHECK(cudaMalloc((void **)&dloss, sizeof(uint32_t)));
@@ -265,6 +272,9 @@ int main(int argc, char **argv)
             free_words(act, an, s);
             CHECK(adam_step_launch_shared(DIM3(8), DIM3(256), ADAM_SHARED, s, w[t], m[t], g[t], words[t]));
         }
+        size_t stack;
+        CHECK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+        REQUIRE(stack == STACK_BYTES);
         CHECK(fid_loss_launch(DIM3(1), DIM3(1), s, w[0], words[0], dloss));
         CHECK(cudaStreamSynchronize(s));
         CHECK(cudaMemcpy(&loss, dloss, sizeof(loss), cudaMemcpyDeviceToHost));

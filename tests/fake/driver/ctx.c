@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -56,6 +57,11 @@ static struct fg_ctx *ctx_new(int primary)
         return NULL;
     ctx->id = ++next_ctx_id;
     ctx->primary = primary;
+    /* An H100's: 1 KiB of stack per thread, a 1 MiB printf FIFO, an
+     * 8 MiB malloc heap, device-runtime depth 2 and 2048 pending launches,
+     * 64-byte L2 fetches, no persisting L2 lines. */
+    static const size_t defaults[] = { 1024, 1 << 20, 8 << 20, 2, 2048, 64, 0 };
+    memcpy(ctx->limit, defaults, sizeof(ctx->limit));
     ctx->legacy = fg_stream_new(ctx, FG_STREAM_LEGACY, 0);
     if (!ctx->legacy || fg_ptrset_add(&drv.ctxs, ctx)) {
         if (ctx->legacy)
@@ -249,4 +255,38 @@ CUresult cuCtxSynchronize_v2(CUcontext h)
 CUresult cuCtxSynchronize(void)
 {
     return cuCtxSynchronize_v2(NULL);
+}
+
+/* The current context's limits.  CU_LIMIT_SHMEM_SIZE and the CIG ones (7
+ * and up) are of CIG contexts, which the double does not make: refused. */
+CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    struct fg_ctx *ctx;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_current_ctx(&ctx);
+    if (!rc && (unsigned)limit > CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc && limit == CU_LIMIT_MAX_L2_FETCH_GRANULARITY && value > 128)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc)
+        ctx->limit[limit] = value;
+    fg_unlock();
+    return rc;
+}
+
+CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    struct fg_ctx *ctx;
+    CUresult rc;
+
+    fg_lock();
+    rc = fg_current_ctx(&ctx);
+    if (!rc && (!pvalue || (unsigned)limit > CU_LIMIT_PERSISTING_L2_CACHE_SIZE))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc)
+        *pvalue = ctx->limit[limit];
+    fg_unlock();
+    return rc;
 }

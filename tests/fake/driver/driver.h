@@ -137,6 +137,7 @@ struct fg_ctx {
     struct fg_stream *legacy;
     struct fg_stream *streams; /* every stream of the context, legacy included */
     struct fg_code *code;      /* functions loaded lazily, and their code (module.c) */
+    size_t limit[CU_LIMIT_PERSISTING_L2_CACHE_SIZE + 1]; /* cuCtxSetLimit's, a GPU's defaults at first */
 };
 
 /* ---- module loading (module.c) ------------------------------------- */

@@ -45,6 +45,8 @@ static const struct {
     P("cuCtxGetDevice", 13000, cuCtxGetDevice_v2),
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
     P("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
+    P("cuCtxSetLimit", 3010, cuCtxSetLimit),
+    P("cuCtxGetLimit", 3010, cuCtxGetLimit),
 
     P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
     P("cuMemAlloc", 2000, cuMemAlloc),

@@ -45,6 +45,26 @@ cudaError_t cudaDeviceSynchronize(void)
     return rt_result(rt_drv.cuCtxSynchronize_v2(NULL)); /* NULL: the current context */
 }
 
+/* The current device's limits: its primary context's (the values are the
+ * driver's CUlimit's). */
+cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
+{
+    cudaError_t err = rt_enter();
+
+    if (err != cudaSuccess)
+        return rt_error(err);
+    return rt_result(rt_drv.cuCtxSetLimit((CUlimit)limit, value));
+}
+
+cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
+{
+    cudaError_t err = rt_enter();
+
+    if (err != cudaSuccess)
+        return rt_error(err);
+    return rt_result(rt_drv.cuCtxGetLimit(pValue, (CUlimit)limit));
+}
+
 /* The attributes the project declares; both enums give each the same value. */
 static const struct {
     enum cudaDeviceAttr rt;

@@ -66,6 +66,8 @@
     X(cuStreamCreateWithPriority, )                                            \
     X(cuStreamGetPriority, )                                                   \
     X(cuCtxGetStreamPriorityRange, )                                           \
+    X(cuCtxSetLimit, )                                                         \
+    X(cuCtxGetLimit, )                                                         \
     X(cuStreamDestroy, _v2)                                                    \
     X(cuStreamSynchronize, )                                                   \
     X(cuStreamQuery, )                                                         \

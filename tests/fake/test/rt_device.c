@@ -125,6 +125,20 @@ int main(void)
     CHECK(cudaStreamGetPriority(NULL, &prio));
     EXPECT(prio == 0, "the default stream's priority %d", prio);
 
+    /* Limits: a GPU's defaults, set and read back per context; the CIG
+     * ones (7 and up) cannot be set, and L2 fetches are 128 bytes at most. */
+    size_t limit = 0;
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitStackSize));
+    EXPECT(limit == 1024, "default stack size %zu", limit);
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize));
+    EXPECT(limit == 8 << 20, "default malloc heap %zu", limit);
+    CHECK(cudaDeviceSetLimit(cudaLimitStackSize, 4096));
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitStackSize));
+    EXPECT(limit == 4096, "stack size %zu after setting 4096", limit);
+    CHECK_ERR(cudaDeviceSetLimit((enum cudaLimit)7, 1), cudaErrorInvalidValue);
+    CHECK_ERR(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, 256), cudaErrorInvalidValue);
+    CHECK_ERR(cudaDeviceGetLimit(NULL, cudaLimitStackSize), cudaErrorInvalidValue);
+
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CHECK(cudaLaunchHostFunc(s, delay, NULL));
     CHECK(cudaLaunchHostFunc(s, flag, (void *)&done));
