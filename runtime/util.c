@@ -12,7 +12,7 @@
 int ckpt_write_whole(const char *path, const void *data, size_t len)
 {
     char tmp[PATH_MAX + 8];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+    if (ckpt_pathf(tmp, sizeof(tmp), "%s" CKPT_WHOLE_TMP, path) < 0)
         return -ENAMETOOLONG;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600), rc = 0;
     if (fd < 0)

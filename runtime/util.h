@@ -42,11 +42,15 @@ static inline bool ckpt_private(const struct stat *st)
 }
 
 /*
- * Writes @len bytes of @data to @path (mode 0600) through "@path.tmp"
- * renamed over it, so that a reader finds the old file or the new one,
- * never half of one; neither is followed if it is a symbolic link.
- * Returns 0 or -errno; on failure the temporary file is gone.
+ * Writes @len bytes of @data to @path (mode 0600) through
+ * "@path" CKPT_WHOLE_TMP renamed over it, so that a reader finds the old
+ * file or the new one, never half of one; neither is followed if it is a
+ * symbolic link.  Returns 0 or -errno; on failure the temporary file is
+ * gone.  The temporary's name is fixed, so that whoever removes a
+ * directory's files can name one left by a writer killed between the two
+ * steps: two writers of one path at the same time must not use this.
  */
+#define CKPT_WHOLE_TMP ".tmp"
 int ckpt_write_whole(const char *path, const void *data, size_t len);
 
 /*

@@ -29,10 +29,16 @@
 #include "pins.h"
 #include "replay.h"
 #include "resume.h"
+#include "schedule.h"
+#include "timeline.h"
 
-/* The files libckpt keeps in a rank's directory, beside its slots. */
-static const char *const rank_files[] = { CKPT_RLOG_ARENA_NAME, "timeline", "timeline.tmp", "schedule",
-                                           "schedule.tmp", "timeline.agent", "timeline.agent.tmp",
+/* The files libckpt keeps in a rank's directory, beside its slots (and
+ * the temporaries of those it writes whole, left by a process killed as
+ * it wrote one). */
+static const char *const rank_files[] = { CKPT_RLOG_ARENA_NAME,
+                                           CKPT_TL_FILE, CKPT_TL_FILE CKPT_WHOLE_TMP,
+                                           CKPT_SCHED_FILE, CKPT_SCHED_FILE CKPT_WHOLE_TMP,
+                                           CKPT_TL_AGENT_FILE, CKPT_TL_AGENT_FILE CKPT_WHOLE_TMP,
                                            CKPT_FOLLOW_FILE, CKPT_REPLAY_OUTPUT, CKPT_ARENA_OWNER };
 
 /* CKPT_ARENA_DIR/<uid>-<job>: the parent of every rank's directory. */
@@ -444,9 +450,9 @@ int arena_remove(const struct options *opt)
     closedir(d);
     unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */
     unlinkat(dfd, CKPT_PINS_FILE, 0);  /* left by an agent that was killed while persisting */
-    unlinkat(dfd, CKPT_PINS_FILE ".tmp", 0);
+    unlinkat(dfd, CKPT_PINS_FILE CKPT_WHOLE_TMP, 0);
     unlinkat(dfd, LEDGER_FILE, 0);          /* the decisions its snapshots belonged to (ledger.c) */
-    unlinkat(dfd, LEDGER_FILE ".tmp", 0);
+    unlinkat(dfd, LEDGER_FILE CKPT_WHOLE_TMP, 0);
     close(dfd);
     if (rmdir(dir) < 0) {
         rc = -errno;

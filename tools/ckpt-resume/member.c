@@ -461,22 +461,17 @@ static void send_ids(struct member *m, const char *dir)
         closedir(d);
 }
 
-/* Another node's id, left in @dir for this node's ranks to find. */
+/* Another node's id, left in @dir for this node's ranks to find, written
+ * whole.  No rank here writes that file: the communicator's rank 0, which
+ * made the id, runs on that node (comm.c). */
 static void keep_id(struct member *m, const char *dir, const void *msg, size_t len)
 {
     const struct coord_id *ci = msg;
-    char path[PATH_MAX], tmp[PATH_MAX + 16];
+    char path[PATH_MAX];
     if (len != sizeof(*ci) || !dir[0] || relayed(m, ci->name))
         return;
-    snprintf(path, sizeof(path), "%s/%016llx.id", dir, (unsigned long long)ci->name);
-    snprintf(tmp, sizeof(tmp), "%s.relay", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return;
-    bool ok = write(fd, ci->id, sizeof(ci->id)) == (ssize_t)sizeof(ci->id);
-    close(fd);
-    if (!ok || rename(tmp, path) < 0)
-        unlink(tmp);
+    if (ckpt_pathf(path, sizeof(path), "%s/%016llx.id", dir, (unsigned long long)ci->name) == 0)
+        ckpt_write_whole(path, ci->id, sizeof(ci->id));
 }
 
 /*
