@@ -212,32 +212,27 @@ static bool has_windows(void)
 }
 
 /* The takeover's unique id for v (CKPT_TAKEOVER_IDS): its rank 0 makes
- * it and leaves it in the directory; the others wait for it there. */
+ * it and leaves it in the directory, written whole (the file is this
+ * process's alone: the communicator has one rank 0, and the node's agent
+ * leaves there only the ids other nodes made); the others wait for it
+ * there. */
 #define FRESH_ID_WAIT_S 60.0
 static ncclResult_t fresh_id(struct vcomm *v, const char *dir)
 {
-    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    char path[PATH_MAX];
     if (v->fresh)
         return ncclSuccess;
     snprintf(path, sizeof(path), "%s/%016llx.id", dir, (unsigned long long)v->id_name);
-    snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
     ncclResult_t r = ncclSuccess;
     ckpt_self_depth++;
     if (v->rank == 0) {
         ckpt_nccl_depth++;
         r = real_ncclGetUniqueId(&v->id);
         ckpt_nccl_depth--;
-        int fd = r == ncclSuccess ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-        bool ok = fd >= 0 && write(fd, &v->id, sizeof(v->id)) == (ssize_t)sizeof(v->id);
-        int err = errno;
-        if (fd >= 0)
-            close(fd);
-        if (ok && rename(tmp, path) < 0)
-            ok = false, err = errno;
-        if (r == ncclSuccess && !ok) {
+        int rc = r == ncclSuccess ? ckpt_write_whole(path, &v->id, sizeof(v->id)) : 0;
+        if (rc < 0) {
             ckpt_log(CKPT_ERROR, "cannot leave communicator %zu's new unique id in %s: %s", (size_t)(v - comms), dir,
-                     strerror(err));
-            unlink(tmp);
+                     strerror(-rc));
             r = ncclSystemError;
         }
     } else {

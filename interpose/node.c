@@ -32,7 +32,8 @@ bool ckpt_node_peers_hold(uint64_t iteration)
         bool held = false;
         for (int s = 0; s < 2 && !held; s++) {
             struct ckpt_header h;
-            snprintf(path, sizeof(path), "%s/slot%d", dir, s);
+            if (ckpt_slot_path(path, sizeof(path), dir, s) < 0)
+                continue;
             int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
             if (fd < 0)
                 continue;

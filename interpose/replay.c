@@ -28,6 +28,7 @@
 
 #include "aside.h"
 #include "agent.h"
+#include "arena.h"
 #include "boundary.h"
 #include "config.h"
 #include "follow.h"
@@ -130,8 +131,7 @@ static void load_image(const char *dir)
 {
     char path[PATH_MAX + 16], why[256] = "", whys[2][300] = {"", ""};
     for (int s = 0; s < 2; s++) {
-        snprintf(path, sizeof(path), "%s/slot%d", dir, s);
-        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int fd = ckpt_slot_path(path, sizeof(path), dir, s) == 0 ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) {
             snprintf(whys[s], sizeof(whys[s]), "slot%d is empty", s);
@@ -244,9 +244,10 @@ static bool follow_on(uint64_t at)
     return true;
 }
 
-/* Where this rank keeps its log on disk: CKPT_REPLAY_LOG_DIR/rank<N>.replay.log,
- * named after its arena directory; NULL when it lives in the arena.  A
- * directory that is not there stops the job before it trains. */
+/* Where this rank keeps its log on disk: in CKPT_REPLAY_LOG_DIR, named
+ * after the rank of its arena directory (ckpt_rlog_disk_path); NULL when
+ * it lives in the arena.  A directory that is not there stops the job
+ * before it trains. */
 static const char *disk_log(const char *dir)
 {
     static char path[PATH_MAX];
@@ -260,8 +261,10 @@ static const char *disk_log(const char *dir)
                  "\", or unset the variable", logdir);
         _exit(2);
     }
-    const char *base = strrchr(dir, '/');
-    if (snprintf(path, sizeof(path), "%s/%s.replay.log", logdir, base ? base + 1 : dir) >= (int)sizeof(path)) {
+    const char *base = strrchr(dir, '/'); /* rank<N>, as ckpt_arena_path names it */
+    int rank;
+    if (!ckpt_rank_dir_name(base ? base + 1 : dir, &rank) ||
+        ckpt_rlog_disk_path(path, sizeof(path), logdir, rank) < 0) {
         ckpt_log(CKPT_ERROR, "CKPT_REPLAY_LOG_DIR=%s: too long a path", logdir);
         _exit(2);
     }

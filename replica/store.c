@@ -226,10 +226,9 @@ int ckpt_store_open(struct ckpt_store **out, const char *dir, struct ckpt_fab *f
         snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
         DIR *jd = opendir(sub);
         while (jd && (r = readdir(jd))) {
-            unsigned rank;
-            char tail;
-            if (sscanf(r->d_name, "rank%u%c", &rank, &tail) == 1)
-                scan_rank(st, e->d_name + plen, rank);
+            int rank;
+            if (ckpt_rank_dir_name(r->d_name, &rank))
+                scan_rank(st, e->d_name + plen, (uint32_t)rank);
         }
         if (jd)
             closedir(jd);

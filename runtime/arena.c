@@ -23,10 +23,35 @@
 #include "image.h"
 #include "util.h"
 
+#define RANK_DIR "rank"
+
+static const char *const slot_names[2] = {"slot0", "slot1"};
+
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank)
 {
-    int n = snprintf(out, outlen, "%s/%u-%s/rank%d", root, (unsigned)geteuid(), job, rank);
-    return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
+    char job_dir[PATH_MAX];
+    int rc = ckpt_pathf(job_dir, sizeof(job_dir), "%s/%u-%s", root, (unsigned)geteuid(), job);
+    return rc < 0 ? rc : ckpt_rank_dir(out, outlen, job_dir, rank);
+}
+
+int ckpt_rank_dir(char *out, size_t n, const char *job_dir, int rank)
+{
+    return ckpt_pathf(out, n, "%s/" RANK_DIR "%d", job_dir, rank);
+}
+
+bool ckpt_rank_dir_name(const char *name, int *rank)
+{
+    return ckpt_name_number(name, RANK_DIR, "", rank);
+}
+
+const char *ckpt_slot_name(int slot)
+{
+    return slot_names[slot];
+}
+
+int ckpt_slot_path(char *out, size_t n, const char *rank_dir, int slot)
+{
+    return ckpt_pathf(out, n, "%s/%s", rank_dir, ckpt_slot_name(slot));
 }
 
 int ckpt_shared_root_ok(const char *dir, const struct stat *st, char *why, size_t whylen)
@@ -149,8 +174,7 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
     close(rootfd);
     if (jobfd < 0)
         return jobfd;
-    snprintf(name, sizeof(name), "rank%d", rank);
-    dirfd = open_dir(jobfd, name, a->dir, 0700, true, why, whylen);
+    dirfd = open_dir(jobfd, strrchr(a->dir, '/') + 1 /* rank<N> */, a->dir, 0700, true, why, whylen);
     close(jobfd);
     if (dirfd < 0)
         return dirfd;
@@ -162,13 +186,13 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
     }
     for (int s = 0; s < 2 && rc == 0; s++) {
         struct stat st;
-        snprintf(name, sizeof(name), "slot%d", s);
-        a->fd[s] = openat(dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (flags & CKPT_ARENA_FRESH ? O_TRUNC : 0), 0600);
+        const char *slot = ckpt_slot_name(s);
+        a->fd[s] = openat(dirfd, slot, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (flags & CKPT_ARENA_FRESH ? O_TRUNC : 0), 0600);
         if (a->fd[s] < 0 || fstat(a->fd[s], &st) < 0) {
             rc = -errno;
-            snprintf(why, whylen, "cannot open %s/%s: %s", a->dir, name, strerror(errno));
+            snprintf(why, whylen, "cannot open %s/%s: %s", a->dir, slot, strerror(errno));
         } else if (!S_ISREG(st.st_mode) || !ckpt_private(&st)) {
-            snprintf(why, whylen, "%s/%s is not this user's private file", a->dir, name);
+            snprintf(why, whylen, "%s/%s is not this user's private file", a->dir, slot);
             rc = -EPERM;
         }
     }
@@ -287,13 +311,13 @@ uint64_t ckpt_arena_held(const char *job_dir)
     if (!d)
         return 0;
     for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, "rank", 4) != 0)
+        char dir[PATH_MAX], path[PATH_MAX + 16];
+        int rank;
+        if (!ckpt_rank_dir_name(e->d_name, &rank) || ckpt_rank_dir(dir, sizeof(dir), job_dir, rank) < 0)
             continue;
         for (int s = 0; s < 2; s++) {
-            char path[PATH_MAX + 64];
             struct stat st;
-            snprintf(path, sizeof(path), "%s/%s/slot%d", job_dir, e->d_name, s);
-            if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+            if (ckpt_slot_path(path, sizeof(path), dir, s) == 0 && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
                 held += (uint64_t)st.st_blocks * 512;
         }
     }

@@ -103,7 +103,24 @@ int ckpt_arena_usable(const char *root, const char *job, char *why, size_t whyle
  */
 int ckpt_slot_retire(int fd, const char *job, int rank, uint64_t after, uint64_t *iteration);
 
+/*
+ * The names in a job's arena, spelled here and nowhere else: the job's
+ * directory (CKPT_ARENA_DIR/<uid>-<job>, or a peers' store's) holds a
+ * directory rank<N> per rank, each holding the slot files slot0 and slot1
+ * beside the rank's replay log (replay.h) and the files named above.  The
+ * functions that make a path return 0, or -ENAMETOOLONG when it does not
+ * fit @n bytes (ckpt_pathf).
+ */
 /* The directory of a rank, as ckpt_arena_open names it. */
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank);
+/* <job_dir>/rank<rank>. */
+int ckpt_rank_dir(char *out, size_t n, const char *job_dir, int rank);
+/* Whether the entry @name of a job's directory is a rank's directory,
+ * "rank<N>" as ckpt_rank_dir writes it; *@rank is then N. */
+bool ckpt_rank_dir_name(const char *name, int *rank);
+/* The name of a rank's slot file @slot (0 or 1) in its directory. */
+const char *ckpt_slot_name(int slot);
+/* <rank_dir>/slot<slot>, slot 0 or 1. */
+int ckpt_slot_path(char *out, size_t n, const char *rank_dir, int slot);
 
 #endif

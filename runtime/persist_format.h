@@ -15,7 +15,7 @@
  * log is where log_where says: CKPT_PM_LOG_CHUNKS, cut in chunks of the
  * same size, chunk c in extent refs[log_ref + c]; or CKPT_PM_LOG_FILE, the
  * first log_bytes of the rank's log on disk beside the generations,
- *     <dir_0>/<uid>-<J>/rank<R>.replay.log     (CKPT_RLOG_DISK_NAME)
+ *     <dir_0>/<uid>-<J>/rank<R>.replay.log     (ckpt_rlog_disk_path)
  * whose records have the XXH3 log_sum (replay.h: ckpt_rlog_scan), no
  * chunk of it in the stripes: the log grows with the job, and each
  * generation writing all of it again would too.  Identical chunks of several ranks

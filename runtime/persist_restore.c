@@ -108,16 +108,16 @@ out:
     return rc;
 }
 
-/* A new file of len bytes beside the arena's, its space taken now so that
- * a full /dev/shm fails here, before any reading.  Where the arena is
- * shared memory the file is mapped (*map, else NULL) for the reads to land
- * in: only there, as a disk filesystem's page cache must not take DMA
- * into pages it may be writing back. */
+/* A new file of len bytes beside the arena's file @name (@name.from-disk),
+ * its space taken now so that a full /dev/shm fails here, before any
+ * reading.  Where the arena is shared memory the file is mapped (*map,
+ * else NULL) for the reads to land in: only there, as a disk filesystem's
+ * page cache must not take DMA into pages it may be writing back. */
 static int make_file(const char *dir, const char *name, uint64_t len, int *fd, char **map, char *path,
                      size_t pathlen, char *why, size_t whylen)
 {
     struct statfs fs;
-    snprintf(path, pathlen, "%s/%s", dir, name);
+    snprintf(path, pathlen, "%s/%s.from-disk", dir, name);
     *fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     int e = *fd < 0 ? errno : posix_fallocate(*fd, 0, (off_t)len);
     if (e) {
@@ -138,19 +138,22 @@ static int make_file(const char *dir, const char *name, uint64_t len, int *fd, c
 static int install(const char *dir, const struct pm_dest *t, const struct ckpt_pm_header *m,
                    const struct ckpt_pm_rank *r, char *why, size_t whylen)
 {
-    static const char *const names[2] = {"slot0", "replay.log"};
-    char to[PATH_MAX + 32];
+    char to[2][PATH_MAX + 32], other[PATH_MAX + 32];
 
     if (pwrite(t->fd[0], head_of(m, r), r->head_bytes, 0) != (ssize_t)r->head_bytes) {
         int e = errno ? errno : ENOSPC;
         snprintf(why, whylen, "cannot write %s: %s", t->path[0], strerror(e));
         return -e;
     }
-    snprintf(to, sizeof(to), "%s/slot1", dir);
-    int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (ckpt_slot_path(to[0], sizeof(to[0]), dir, 0) < 0 || ckpt_rlog_arena_path(to[1], sizeof(to[1]), dir) < 0 ||
+        ckpt_slot_path(other, sizeof(other), dir, 1) < 0) {
+        snprintf(why, whylen, "the paths in %s are too long", dir);
+        return -ENAMETOOLONG;
+    }
+    int fd = open(other, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         int e = errno;
-        snprintf(why, whylen, "cannot empty %s: %s", to, strerror(e));
+        snprintf(why, whylen, "cannot empty %s: %s", other, strerror(e));
         return -e;
     }
     close(fd);
@@ -160,10 +163,9 @@ static int install(const char *dir, const struct pm_dest *t, const struct ckpt_p
             return rc;
     }
     for (int k = 0; k < (r->log_where == CKPT_PM_LOG_FILE ? 1 : 2); k++) {
-        snprintf(to, sizeof(to), "%s/%s", dir, names[k]);
-        if (rename(t->path[k], to) < 0) {
+        if (rename(t->path[k], to[k]) < 0) {
             int e = errno;
-            snprintf(why, whylen, "cannot rename %s to %s: %s", t->path[k], to, strerror(e));
+            snprintf(why, whylen, "cannot rename %s to %s: %s", t->path[k], to[k], strerror(e));
             return -e;
         }
     }
@@ -180,11 +182,13 @@ static int log_check(const char *jobdir, const struct ckpt_pm_rank *r, struct pm
     char *path = t->path[1], iwhy[256];
     if (r->log_where != CKPT_PM_LOG_FILE)
         return 0;
-    snprintf(path, sizeof(t->path[1]), "%s/" CKPT_RLOG_DISK_NAME, jobdir, (int)r->rank);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    int rc = fd < 0 ? -errno : ckpt_rlog_copy_prefix(fd, -1, r->log_bytes, r->log_sum, iwhy, sizeof(iwhy));
-    if (fd < 0)
+    int fd = -1, rc = ckpt_rlog_disk_path(path, sizeof(t->path[1]), jobdir, (int)r->rank);
+    if (rc == 0 && (fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        rc = -errno;
+    if (rc < 0)
         snprintf(iwhy, sizeof(iwhy), "%s", strerror(-rc));
+    else
+        rc = ckpt_rlog_copy_prefix(fd, -1, r->log_bytes, r->log_sum, iwhy, sizeof(iwhy));
     if (fd >= 0)
         close(fd);
     if (rc < 0) {
@@ -228,10 +232,10 @@ static int restore_one(struct ckpt_persist *p, const struct ckpt_persist_req *rq
         ckpt_arena_close(&a);
         t[made].len[0] = r->image_bytes;
         t[made].len[1] = r->log_bytes;
-        rc = make_file(dirs[made], "slot0.from-disk", r->image_bytes, &t[made].fd[0], &t[made].map[0],
+        rc = make_file(dirs[made], ckpt_slot_name(0), r->image_bytes, &t[made].fd[0], &t[made].map[0],
                        t[made].path[0], sizeof(t[made].path[0]), why, whylen);
         if (!rc && r->log_where != CKPT_PM_LOG_FILE)
-            rc = make_file(dirs[made], "replay.log.from-disk", r->log_bytes, &t[made].fd[1], &t[made].map[1],
+            rc = make_file(dirs[made], CKPT_RLOG_ARENA_NAME, r->log_bytes, &t[made].fd[1], &t[made].map[1],
                            t[made].path[1], sizeof(t[made].path[1]), why, whylen);
         if (rc < 0) {
             made++;

@@ -81,9 +81,10 @@ static int map_slots(struct src *s, const char *dir, const char *job, char *why,
 {
     char path[PATH_MAX + 16], iwhy[200];
     for (int k = 0; k < 2; k++) {
-        snprintf(path, sizeof(path), "%s/slot%d", dir, k);
-        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
+        if (ckpt_slot_path(path, sizeof(path), dir, k) < 0)
+            continue;
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT)
             continue;
         if (fd < 0 || fstat(fd, &st) < 0) {
@@ -143,8 +144,8 @@ static int log_beside(struct save *sv, struct src *s, int fd, char *why, size_t 
     struct stat st, there;
     if (pdir_job(sv->p->dirs[0], sv->rq->job, false, jobdir, sizeof(jobdir), iwhy, sizeof(iwhy)) < 0)
         return 1;
-    snprintf(path, sizeof(path), "%s/" CKPT_RLOG_DISK_NAME, jobdir, s->rank);
-    if (fstat(fd, &st) < 0 || stat(path, &there) < 0 || st.st_dev != there.st_dev || st.st_ino != there.st_ino)
+    if (ckpt_rlog_disk_path(path, sizeof(path), jobdir, s->rank) < 0 || fstat(fd, &st) < 0 ||
+        stat(path, &there) < 0 || st.st_dev != there.st_dev || st.st_ino != there.st_ino)
         return 1;
     struct ckpt_rlog_scan *sc = scan_of(sv->p, s->rank);
     if (!sc) {
@@ -218,8 +219,8 @@ static int open_sources(struct save *sv, char *why, size_t whylen)
             snprintf(why, whylen, "rank %d slot%d changed while it was being read (%s)", s->rank, s->slot, iwhy);
             return -ESTALE;
         }
-        ckpt_arena_path(dir, sizeof(dir), rq->arena, rq->job, s->rank);
-        snprintf(path, sizeof(path), "%s/replay.log", dir);
+        ckpt_arena_path(dir, sizeof(dir), rq->arena, rq->job, s->rank); /* it fit above */
+        ckpt_rlog_arena_path(path, sizeof(path), dir);
         int fd = ckpt_rlog_open_fd(dir, iwhy, sizeof(iwhy));
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) {

@@ -58,7 +58,7 @@ void ckpt_pins_remove(const char *job_dir)
     char path[PATH_MAX + 32];
     ckpt_pins_path(path, sizeof(path), job_dir);
     unlink(path);
-    strcat(path, ".tmp");
+    strcat(path, CKPT_WHOLE_TMP); /* left by an agent killed while it wrote the file */
     unlink(path);
 }
 

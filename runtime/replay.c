@@ -131,7 +131,10 @@ int ckpt_rlog_create(const char *dir, const char *disk, uint64_t max_bytes, char
 
     ckpt_rlog_close();
     remember(dir, disk, max_bytes);
-    rlog_path(path, sizeof(path), dir);
+    if (!disk && ckpt_rlog_arena_path(path, sizeof(path), dir) < 0) {
+        snprintf(why, whylen, "the replay log of %s: too long a path", dir);
+        return -ENAMETOOLONG;
+    }
     const char *file = disk ? disk : path;
     int f = open(file, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (f < 0) {
@@ -308,7 +311,7 @@ int ckpt_rlog_open_replay(const char *dir, const char *disk, uint64_t iteration,
         return -ENOENT;
     bool from_disk = *path;
     if (!from_disk)
-        rlog_path(path, sizeof(path), dir);
+        ckpt_rlog_arena_path(path, sizeof(path), dir); /* it fit when the log was opened */
     if (fstat(f, &st) < 0) {
         int e = errno;
         snprintf(why, whylen, "cannot read the replay log %s: %s", path, strerror(e));
@@ -932,7 +935,7 @@ int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_
     if (f < 0)
         return f;
     if (!*path)
-        rlog_path(path, sizeof(path), dir);
+        ckpt_rlog_arena_path(path, sizeof(path), dir); /* it fit when the log was opened */
     if (fstat(f, &st) < 0) {
         int rc = -errno;
         snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));

@@ -170,8 +170,19 @@ void ckpt_rlog_remove(const char *dir);
  * arena's replay.log becomes a stub that names it.  0 or -errno with why. */
 int ckpt_rlog_point(const char *dir, const char *path, char *why, size_t whylen);
 
-/* The name of rank r's log in a directory on disk (CKPT_REPLAY_LOG_DIR). */
-#define CKPT_RLOG_DISK_NAME "rank%d.replay.log"
+/* The names of a rank's log, spelled here and in replay_where.c only:
+ * CKPT_RLOG_ARENA_NAME in its arena directory (the log, or the stub that
+ * names its file on disk), rank<N>.replay.log in a directory on disk
+ * (CKPT_REPLAY_LOG_DIR, beside the generations, a node's peers' logs).
+ * A path is 0, or -ENAMETOOLONG when it does not fit @n bytes. */
+#define CKPT_RLOG_ARENA_NAME "replay.log"
+/* <rank_dir>/replay.log. */
+int ckpt_rlog_arena_path(char *out, size_t n, const char *rank_dir);
+/* <dir>/rank<rank>.replay.log. */
+int ckpt_rlog_disk_path(char *out, size_t n, const char *dir, int rank);
+/* Whether the entry @name of a directory on disk is a rank's log, as
+ * ckpt_rlog_disk_path names it; *@rank is then the rank. */
+bool ckpt_rlog_disk_name(const char *name, int *rank);
 /* CKPT_REPLAY_LOG_DIR=arena: the logs live in the arena, in memory. */
 #define CKPT_LOG_IN_ARENA "arena"
 /* Where ckpt-resume keeps them on disk when nothing else says where: a

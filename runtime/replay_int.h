@@ -1,8 +1,7 @@
 /*
  * Between the replay log's files (replay.c, replay_prefix.c) and the
  * place they live (replay_where.c): the file's identity and record
- * layout, its path in a rank directory, and the stub that points the
- * arena at a log on disk.
+ * layout, and the stub that points the arena at a log on disk.
  */
 #ifndef CKPT_REPLAY_INT_H
 #define CKPT_REPLAY_INT_H
@@ -39,8 +38,6 @@ static inline size_t padded(uint32_t len)
  * -errno, -ENODATA at the end of the file. */
 int rlog_pread(int fd, void *buf, size_t n, off_t off);
 
-/* dir's replay.log. */
-void rlog_path(char *out, size_t n, const char *dir);
 /* Points dir's replay.log at the log on disk, by rename.  0 or -errno with why. */
 int rlog_write_stub(const char *dir, const char *disk, char *why, size_t whylen);
 /* Opens dir's log with flags, wherever it lives (the file a stub names into

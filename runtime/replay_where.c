@@ -36,9 +36,23 @@ int rlog_pread(int fd, void *buf, size_t n, off_t off)
     return 0;
 }
 
-void rlog_path(char *out, size_t n, const char *dir)
+/* A rank's log on disk: DISK_PREFIX<rank>DISK_SUFFIX. */
+#define DISK_PREFIX "rank"
+#define DISK_SUFFIX ".replay.log"
+
+int ckpt_rlog_arena_path(char *out, size_t n, const char *rank_dir)
 {
-    snprintf(out, n, "%s/replay.log", dir);
+    return ckpt_pathf(out, n, "%s/" CKPT_RLOG_ARENA_NAME, rank_dir);
+}
+
+int ckpt_rlog_disk_path(char *out, size_t n, const char *dir, int rank)
+{
+    return ckpt_pathf(out, n, "%s/" DISK_PREFIX "%d" DISK_SUFFIX, dir, rank);
+}
+
+bool ckpt_rlog_disk_name(const char *name, int *rank)
+{
+    return ckpt_name_number(name, DISK_PREFIX, DISK_SUFFIX, rank);
 }
 
 /* Points the arena's replay.log of dir at disk, by rename: a reader sees
@@ -55,8 +69,9 @@ int rlog_write_stub(const char *dir, const char *disk, char *why, size_t whylen)
     }
     memcpy(stub + 8, &version, sizeof(version));
     memcpy(stub + 16, disk, n + 1);
-    rlog_path(path, sizeof(path), dir);
-    int rc = ckpt_write_whole(path, stub, 16 + n + 1);
+    int rc = ckpt_rlog_arena_path(path, sizeof(path), dir);
+    if (rc == 0)
+        rc = ckpt_write_whole(path, stub, 16 + n + 1);
     if (rc < 0)
         snprintf(why, whylen, "cannot write %s: %s", path, strerror(-rc));
     return rc;
@@ -70,9 +85,12 @@ int rlog_open_log(const char *dir, int flags, char *disk, size_t disklen, char *
     char path[PATH_MAX + 16], stub[STUB_BYTES];
     struct stat st;
 
-    rlog_path(path, sizeof(path), dir);
     if (disk)
         *disk = '\0';
+    if (ckpt_rlog_arena_path(path, sizeof(path), dir) < 0) {
+        snprintf(why, whylen, "the replay log of %s: too long a path", dir);
+        return -ENAMETOOLONG;
+    }
     int f = open(path, flags | O_NOFOLLOW | O_CLOEXEC);
     if (f < 0) {
         int e = errno;
@@ -125,8 +143,8 @@ void ckpt_rlog_remove(const char *dir)
     char path[PATH_MAX + 16], disk[PATH_MAX];
     if (ckpt_rlog_where(dir, disk, sizeof(disk)) > 0)
         unlink(disk);
-    rlog_path(path, sizeof(path), dir);
-    unlink(path);
+    if (ckpt_rlog_arena_path(path, sizeof(path), dir) == 0)
+        unlink(path);
 }
 
 int ckpt_rlog_home_close(const char *dir)

@@ -532,7 +532,7 @@ static void log_beside(void)
     fresh(&c, "beside");
     struct ckpt_persist *p = engine(&c, 3, 16, 0);
     CHECK(ckpt_persist_job_dir(p, "job", jobdir, sizeof(jobdir), why, sizeof(why)) == 0, "job dir: %s", why);
-    snprintf(disk, sizeof(disk), "%s/" CKPT_RLOG_DISK_NAME, jobdir, 0);
+    CHECK(ckpt_rlog_disk_path(disk, sizeof(disk), jobdir, 0) == 0, "the log's path in %s", jobdir);
     make_rank(c.arena, 0, 1, 70, 5, 100);
     rank_dir(dir, sizeof(dir), c.arena, 0);
     CHECK(ckpt_rlog_create(dir, disk, 4096, why, sizeof(why)) == 0, "log on disk: %s", why);

@@ -77,9 +77,9 @@ static void remove_logs(const struct arena_job *a)
     char rank[PATH_MAX + 300], disk[PATH_MAX];
     DIR *d = opendir(a->dir);
     for (struct dirent *e; d && (e = readdir(d));) {
-        if (strncmp(e->d_name, "rank", 4) != 0 || strchr(e->d_name, '.'))
+        int r;
+        if (!ckpt_rank_dir_name(e->d_name, &r) || ckpt_rank_dir(rank, sizeof(rank), a->dir, r) < 0)
             continue;
-        snprintf(rank, sizeof(rank), "%s/%s", a->dir, e->d_name);
         if (ckpt_rlog_where(rank, disk, sizeof(disk)) <= 0 || ckpt_persist_names_log(disk) || under(disk, a->dir))
             continue;
         ckpt_rlog_remove(rank);

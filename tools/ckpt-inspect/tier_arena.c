@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -63,22 +62,15 @@ static int arena_jobs(const struct tier *t, struct names *out, char *why, size_t
     return 0;
 }
 
-/* "rank<N>" with N written as ckpt_arena_path writes it. */
+/* A rank's directory (ckpt_rank_dir_name), N at most 1 << 24. */
 static bool rank_of(const char *name, int *rank)
 {
-    char *end;
-    if (strncmp(name, "rank", 4) != 0 || name[4] < '0' || name[4] > '9' || (name[4] == '0' && name[5]))
-        return false;
-    long r = strtol(name + 4, &end, 10);
-    if (*end || r > 1 << 24)
-        return false;
-    *rank = (int)r;
-    return true;
+    return ckpt_rank_dir_name(name, rank) && *rank <= 1 << 24;
 }
 
 static int arena_images(const struct tier *t, const char *job, struct catalog *cat, char *why, size_t whylen)
 {
-    char dir[PATH_MAX], path[PATH_MAX + 300];
+    char dir[PATH_MAX], rdir[PATH_MAX + 32], path[PATH_MAX + 48];
     int rank;
 
     if (job_dir(t, job, dir, sizeof(dir)) < 0) {
@@ -92,13 +84,12 @@ static int arena_images(const struct tier *t, const char *job, struct catalog *c
         return -e;
     }
     for (struct dirent *e; (e = readdir(d));) {
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (!rank_of(e->d_name, &rank) || !own_dir(path))
+        if (!rank_of(e->d_name, &rank) || ckpt_rank_dir(rdir, sizeof(rdir), dir, rank) < 0 || !own_dir(rdir))
             continue;
         for (int s = 0; s < 2; s++) {
             struct stat st;
-            snprintf(path, sizeof(path), "%s/%s/slot%d", dir, e->d_name, s);
-            if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || strlen(path) >= sizeof(((struct image *)0)->where))
+            if (ckpt_slot_path(path, sizeof(path), rdir, s) < 0 || lstat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
+                strlen(path) >= sizeof(((struct image *)0)->where))
                 continue;
             struct image *img = catalog_add(cat);
             img->tier = t;

@@ -276,12 +276,15 @@ static int log_from_file(const struct ckpt_persist *p, const struct image *img, 
     int rc = pdir_job(p->dirs[0], img->job, false, jobdir, sizeof(jobdir), why, whylen);
     if (rc < 0)
         return rc;
-    snprintf(path, sizeof(path), "%s/" CKPT_RLOG_DISK_NAME, jobdir, img->rank);
-    int from = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    rc = from < 0 ? -errno : ckpt_rlog_copy_prefix(from, fd, r->log_bytes, r->log_sum, iwhy, sizeof(iwhy));
-    if (from < 0)
+    int from = -1;
+    if ((rc = ckpt_rlog_disk_path(path, sizeof(path), jobdir, img->rank)) == 0 &&
+        (from = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        rc = -errno;
+    if (rc < 0)
         snprintf(iwhy, sizeof(iwhy), "%s", strerror(-rc));
     else
+        rc = ckpt_rlog_copy_prefix(from, fd, r->log_bytes, r->log_sum, iwhy, sizeof(iwhy));
+    if (from >= 0)
         close(from);
     if (rc < 0)
         snprintf(why, whylen, "the log it names, %s: %s", path, iwhy);

@@ -164,13 +164,13 @@ static size_t arena_ranks(const char *jobdir, uint32_t *ranks, size_t max)
     struct dirent *e;
     while (d && (e = readdir(d)) && n < max) {
         char path[PATH_MAX + 300];
-        unsigned r;
-        int end = 0;
-        if (sscanf(e->d_name, "rank%u%n", &r, &end) != 1 || e->d_name[end])
+        int rank;
+        if (!ckpt_rank_dir_name(e->d_name, &rank))
             continue;
         snprintf(path, sizeof(path), "%s/%s/%s", jobdir, e->d_name, CKPT_TL_FILE);
         if (access(path, F_OK) != 0)
             continue;
+        uint32_t r = (uint32_t)rank;
         size_t i = n++;
         for (; i > 0 && ranks[i - 1] > r; i--)
             ranks[i] = ranks[i - 1];

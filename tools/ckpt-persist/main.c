@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "config.h"
 #include "log.h"
 #include "persist.h"
@@ -77,15 +78,12 @@ static int find_ranks(const char *arena, const char *job, int **ranks, unsigned 
     struct dirent *e;
     unsigned cap = 0;
     while ((e = readdir(d))) {
-        char *end;
-        if (strncmp(e->d_name, "rank", 4) != 0 || e->d_name[4] < '0' || e->d_name[4] > '9')
-            continue;
-        long r = strtol(e->d_name + 4, &end, 10);
-        if (*end || r > INT_MAX)
+        int r;
+        if (!ckpt_rank_dir_name(e->d_name, &r))
             continue;
         if (*n == cap && !(*ranks = realloc(*ranks, (cap = cap ? 2 * cap : 8) * sizeof(**ranks))))
             break;
-        (*ranks)[(*n)++] = (int)r;
+        (*ranks)[(*n)++] = r;
     }
     closedir(d);
     if (!*n) {

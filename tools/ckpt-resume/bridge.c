@@ -74,7 +74,6 @@
 #define TURN_MAX_MS 80
 #define WATCHED_MIN_MS 40
 #define WATCHED_MAX_MS 500
-#define CLOSED 0xffff /* a message that says the connection it stands for was closed */
 #define MAX_NODES 65536
 
 struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1,
@@ -259,7 +258,7 @@ static void to_member(unsigned node, uint16_t type, const void *msg, size_t len)
         B.finished = true;
     if (B.member.fd < 0)
         return;
-    if (type == CLOSED || ckpt_wire_send(B.member.fd, type, msg, len, NULL, 0) < 0)
+    if (type == COORD_CLOSED || ckpt_wire_send(B.member.fd, type, msg, len, NULL, 0) < 0)
         close_link(&B.member);
 }
 
@@ -267,7 +266,7 @@ static void to_member(unsigned node, uint16_t type, const void *msg, size_t len)
 static void member_gone(void)
 {
     if (B.member.fd >= 0 && B.epoch)
-        post(B.epoch, "up", B.node, B.lease, B.member.seq++, CLOSED, NULL, 0);
+        post(B.epoch, "up", B.node, B.lease, B.member.seq++, COORD_CLOSED, NULL, 0);
     close_link(&B.member);
 }
 
@@ -300,7 +299,7 @@ static void to_coord(unsigned node, uint16_t type, const void *msg, size_t len)
 {
     struct link *l = &B.nodes[node];
     char why[256];
-    if (type == CLOSED) {
+    if (type == COORD_CLOSED) {
         close_link(l);
         return;
     }
@@ -476,7 +475,7 @@ static void leader_turn(void)
             size_t len;
             int rc = ckpt_wire_recv_some(l->fd, &l->rx, &type, &msg, &len);
             if (rc < 0) {
-                post(B.leading, "down", j, l->lease, l->seq++, CLOSED, NULL, 0);
+                post(B.leading, "down", j, l->lease, l->seq++, COORD_CLOSED, NULL, 0);
                 close_link(l);
             }
             if (rc <= 0)

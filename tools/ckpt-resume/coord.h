@@ -68,6 +68,12 @@ enum coord_msg {
     COORD_DONE,         /* nothing */
     COORD_FINISH,       /* coord_status (status: the job's exit code) + text */
     COORD_ID,           /* coord_id: to the coordinator, which tells every member */
+    /* Between the bridges only, through etcd: the connection it stands for
+     * (a member's to its bridge, or the leader's bridge's to the
+     * coordinator for that member) was closed; the bridge that takes it
+     * closes the matching one on its side (to the coordinator, or to the
+     * member).  No member or coordinator ever receives it. */
+    COORD_CLOSED = 0xffff, /* nothing */
 };
 
 #define COORD_ADDR_MAX 64

@@ -29,10 +29,16 @@
 #include "pins.h"
 #include "replay.h"
 #include "resume.h"
+#include "schedule.h"
+#include "timeline.h"
 
-/* The files libckpt keeps in a rank's directory. */
-static const char *const rank_files[] = { "slot0", "slot1", "replay.log", "timeline", "timeline.tmp", "schedule",
-                                           "schedule.tmp", "timeline.agent", "timeline.agent.tmp",
+/* The files libckpt keeps in a rank's directory, beside its slots (and
+ * the temporaries of those it writes whole, left by a process killed as
+ * it wrote one). */
+static const char *const rank_files[] = { CKPT_RLOG_ARENA_NAME,
+                                           CKPT_TL_FILE, CKPT_TL_FILE CKPT_WHOLE_TMP,
+                                           CKPT_SCHED_FILE, CKPT_SCHED_FILE CKPT_WHOLE_TMP,
+                                           CKPT_TL_AGENT_FILE, CKPT_TL_AGENT_FILE CKPT_WHOLE_TMP,
                                            CKPT_FOLLOW_FILE, CKPT_REPLAY_OUTPUT, CKPT_ARENA_OWNER };
 
 /* CKPT_ARENA_DIR/<uid>-<job>: the parent of every rank's directory. */
@@ -98,17 +104,10 @@ void arena_unlock(void)
         unlink(lock_path);
 }
 
-/* Whether @name is "rank<N>" as ckpt_arena_path writes it; *@rank is N. */
+/* Whether @name is a rank's directory (ckpt_rank_dir_name) of a rank ckpt-resume can run; *@rank is the rank. */
 static bool rank_dir(const char *name, int *rank)
 {
-    char *end;
-    if (strncmp(name, "rank", 4) != 0 || name[4] < '0' || name[4] > '9' || (name[4] == '0' && name[5]))
-        return false;
-    long r = strtol(name + 4, &end, 10);
-    if (*end || r >= RESUME_MAX_RANKS)
-        return false;
-    *rank = (int)r;
-    return true;
+    return ckpt_rank_dir_name(name, rank) && *rank < RESUME_MAX_RANKS;
 }
 
 static int by_value(const void *a, const void *b)
@@ -163,11 +162,14 @@ static int job_ranks(const struct options *opt, const char *dir, int **ranks)
  */
 void arena_scan_rank(const char *job, const char *dir, int r, struct held *h)
 {
-    char path[PATH_MAX + 32], why[256];
+    char rdir[PATH_MAX + 32], path[PATH_MAX + 48], why[256];
 
     h->n = 0;
+    if (ckpt_rank_dir(rdir, sizeof(rdir), dir, r) < 0)
+        return;
     for (int s = 0; s < 2; s++) {
-        snprintf(path, sizeof(path), "%s/rank%d/slot%d", dir, r, s);
+        if (ckpt_slot_path(path, sizeof(path), rdir, s) < 0)
+            continue;
         int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
         if (fd < 0) {
@@ -313,9 +315,10 @@ bool arena_pick(const struct options *opt, uint64_t below, struct restore_point 
  */
 int arena_retire_slot(const char *job, const char *dir, int r, int s, uint64_t after, const char *what)
 {
-    char path[PATH_MAX + 32];
+    char rdir[PATH_MAX + 32], path[PATH_MAX + 48];
     uint64_t it = 0;
-    snprintf(path, sizeof(path), "%s/rank%d/slot%d", dir, r, s);
+    if (ckpt_rank_dir(rdir, sizeof(rdir), dir, r) < 0 || ckpt_slot_path(path, sizeof(path), rdir, s) < 0)
+        return 0;
     int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return 0;
@@ -367,6 +370,8 @@ static int remove_rank(const char *dir, int dfd, const char *name)
     char disk[PATH_MAX];
     if (ckpt_rlog_where(path, disk, sizeof(disk)) <= 0 || !ckpt_persist_names_log(disk))
         ckpt_rlog_remove(path);
+    for (int s = 0; s < 2; s++)
+        unlinkat(rfd, ckpt_slot_name(s), 0);
     for (size_t i = 0; i < sizeof(rank_files) / sizeof(rank_files[0]); i++)
         unlinkat(rfd, rank_files[i], 0);
     /* The files a replaying process wrote aside, left by one stopped before it went live. */
@@ -389,12 +394,9 @@ static void remove_logs(int dfd)
 {
     DIR *d = fdopendir(dup(dfd));
     int r;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        char name[64];
-        if (sscanf(e->d_name, "rank%d.replay.log", &r) == 1 && r >= 0 &&
-            snprintf(name, sizeof(name), CKPT_RLOG_DISK_NAME, r) < (int)sizeof(name) && strcmp(name, e->d_name) == 0)
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (ckpt_rlog_disk_name(e->d_name, &r))
             unlinkat(dfd, e->d_name, 0);
-    }
     if (d)
         closedir(d);
 }
@@ -448,9 +450,9 @@ int arena_remove(const struct options *opt)
     closedir(d);
     unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */
     unlinkat(dfd, CKPT_PINS_FILE, 0);  /* left by an agent that was killed while persisting */
-    unlinkat(dfd, CKPT_PINS_FILE ".tmp", 0);
+    unlinkat(dfd, CKPT_PINS_FILE CKPT_WHOLE_TMP, 0);
     unlinkat(dfd, LEDGER_FILE, 0);          /* the decisions its snapshots belonged to (ledger.c) */
-    unlinkat(dfd, LEDGER_FILE ".tmp", 0);
+    unlinkat(dfd, LEDGER_FILE CKPT_WHOLE_TMP, 0);
     close(dfd);
     if (rmdir(dir) < 0) {
         rc = -errno;

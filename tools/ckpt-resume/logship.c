@@ -362,16 +362,13 @@ static int take(int ctl, int fd, XXH3_state_t *st, uint64_t from, uint64_t size)
 static int place(const struct logship *ls, const char *dir, uint32_t rank, char *path, size_t len)
 {
     struct stat st;
-    if (!*ls->disk) {
-        snprintf(path, len, "%s/replay.log", dir);
-        return 0;
-    }
+    if (!*ls->disk)
+        return ckpt_rlog_arena_path(path, len, dir);
     if (mkdir(ls->disk, 0700) < 0 && errno != EEXIST)
         return -errno;
     if (lstat(ls->disk, &st) < 0 || !S_ISDIR(st.st_mode) || !ckpt_private(&st))
         return -EPERM;
-    snprintf(path, len, "%s/rank%u.replay.log", ls->disk, rank);
-    return 0;
+    return ckpt_rlog_disk_path(path, len, ls->disk, (int)rank);
 }
 
 /* Whether the disk has room for @more bytes of @rank's log; says so once when not. */

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "config.h"
 #include "coord.h"
 #include "log.h"
@@ -187,8 +188,9 @@ static void scan(struct holdings *hs, const char *job, const char *dir, int rank
     struct held h;
     char rdir[PATH_MAX + 32];
 
+    if (ckpt_rank_dir(rdir, sizeof(rdir), dir, rank) < 0)
+        return;
     arena_scan_rank(job, dir, rank, &h);
-    snprintf(rdir, sizeof(rdir), "%s/rank%d", dir, rank);
     for (int i = 0; i < h.n; i++)
         if (log_reaches(rdir, h.iteration[i]))
             add(hs, (uint32_t)rank, tier, h.iteration[i]);
@@ -223,8 +225,7 @@ static void inventory(struct job *job, struct member *m, struct holdings *hs)
         for (int r = 0; r < nranks; r++) {
             char rdir[PATH_MAX + 32];
             struct stat st;
-            snprintf(rdir, sizeof(rdir), "%s/rank%d", dir, r);
-            if (stat(rdir, &st) == 0)
+            if (ckpt_rank_dir(rdir, sizeof(rdir), dir, r) == 0 && stat(rdir, &st) == 0)
                 scan(hs, opt->job_name, dir, r, CKPT_TIER_PEER);
         }
     }
@@ -317,7 +318,7 @@ static bool node_held(struct job *job, struct member *m, struct coord_held *out)
     const struct options *opt = job->opt;
     const struct channel *c = &job->chan;
     uint64_t common[2] = { 0, 0 }, top = 0;
-    char dir[PATH_MAX], path[PATH_MAX + 48];
+    char dir[PATH_MAX], rdir[PATH_MAX + 32], path[PATH_MAX + 48];
 
     if (arena_job_dir(opt, dir, sizeof(dir)) < 0 || c->nreports < opt->first_rank + opt->nproc)
         return false;
@@ -330,9 +331,11 @@ static bool node_held(struct job *job, struct member *m, struct coord_held *out)
     }
     for (int i = 0; i < opt->nproc; i++) {
         uint64_t mine[2] = { 0, 0 };
-        for (int s = 0; s < 2; s++) {
+        bool named = ckpt_rank_dir(rdir, sizeof(rdir), dir, opt->first_rank + i) == 0;
+        for (int s = 0; s < 2 && named; s++) {
             struct ckpt_header h;
-            snprintf(path, sizeof(path), "%s/rank%d/slot%d", dir, opt->first_rank + i, s);
+            if (ckpt_slot_path(path, sizeof(path), rdir, s) < 0)
+                continue;
             int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
             if (fd < 0)
                 continue;
@@ -458,22 +461,17 @@ static void send_ids(struct member *m, const char *dir)
         closedir(d);
 }
 
-/* Another node's id, left in @dir for this node's ranks to find. */
+/* Another node's id, left in @dir for this node's ranks to find, written
+ * whole.  No rank here writes that file: the communicator's rank 0, which
+ * made the id, runs on that node (comm.c). */
 static void keep_id(struct member *m, const char *dir, const void *msg, size_t len)
 {
     const struct coord_id *ci = msg;
-    char path[PATH_MAX], tmp[PATH_MAX + 16];
+    char path[PATH_MAX];
     if (len != sizeof(*ci) || !dir[0] || relayed(m, ci->name))
         return;
-    snprintf(path, sizeof(path), "%s/%016llx.id", dir, (unsigned long long)ci->name);
-    snprintf(tmp, sizeof(tmp), "%s.relay", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return;
-    bool ok = write(fd, ci->id, sizeof(ci->id)) == (ssize_t)sizeof(ci->id);
-    close(fd);
-    if (!ok || rename(tmp, path) < 0)
-        unlink(tmp);
+    if (ckpt_pathf(path, sizeof(path), "%s/%016llx.id", dir, (unsigned long long)ci->name) == 0)
+        ckpt_write_whole(path, ci->id, sizeof(ci->id));
 }
 
 /*

@@ -30,6 +30,7 @@
 #include "config.h"
 #include "follow.h"
 #include "log.h"
+#include "replay.h"
 #include "resume.h"
 
 #define RENDER_S 0.25
@@ -243,13 +244,12 @@ static uint64_t log_bytes(const struct job *job, int i)
     char dir[PATH_MAX], path[PATH_MAX + 32];
     struct stat st;
     int rank = job->opt->first_rank + i;
+    int rc;
     if (job->disk.log_dir[0])
-        snprintf(path, sizeof(path), "%s/rank%d.replay.log", job->disk.log_dir, rank);
-    else if (ckpt_arena_path(dir, sizeof(dir), job->opt->arena_root, job->opt->job_name, rank) == 0)
-        snprintf(path, sizeof(path), "%s/replay.log", dir);
-    else
-        return 0;
-    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        rc = ckpt_rlog_disk_path(path, sizeof(path), job->disk.log_dir, rank);
+    else if ((rc = ckpt_arena_path(dir, sizeof(dir), job->opt->arena_root, job->opt->job_name, rank)) == 0)
+        rc = ckpt_rlog_arena_path(path, sizeof(path), dir);
+    return rc == 0 && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
 /* Local rank i's standby: the CPU time it used and its resident memory,

@@ -150,9 +150,10 @@ static int map_slot(const char *dir, uint64_t it, void **base, size_t *len, int 
     bool damaged = false;
 
     for (int s = 0; s < 2; s++) {
-        snprintf(path, sizeof(path), "%s/slot%d", dir, s);
-        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
+        if (ckpt_slot_path(path, sizeof(path), dir, s) < 0)
+            continue;
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             continue;
         if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(h) || pread(fd, &h, sizeof(h), 0) != sizeof(h) ||
@@ -561,16 +562,17 @@ int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, si
     munmap(image, len);
     if (rc < 0)
         return rc;
-    snprintf(a, sizeof(a), "%s/slot%d", from, slot);
-    snprintf(b, sizeof(b), "%s/slot0", to);
+    if ((rc = ckpt_slot_path(a, sizeof(a), from, slot)) < 0 || (rc = ckpt_slot_path(b, sizeof(b), to, 0)) < 0) {
+        snprintf(why, whylen, "cannot copy the replica of rank %d into %s: %s", rank, to, strerror(-rc));
+        return rc;
+    }
     /* Moved, once the store has let go of it: no copy to wait for, and no
      * second copy of the rank's state left in the store. */
     int held = r->store ? ckpt_store_forget(r->store, opt->job_name, (uint32_t)rank) : -ENOENT;
     *moved = held != -EBUSY && rename(a, b) == 0;
     if (!*moved)
         rc = copy_file(a, b);
-    if (rc == 0) {
-        snprintf(b, sizeof(b), "%s/slot1", to);
+    if (rc == 0 && (rc = ckpt_slot_path(b, sizeof(b), to, 1)) == 0) {
         int fd = open(b, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
         rc = fd < 0 ? -errno : 0;
         if (fd >= 0)
@@ -579,10 +581,11 @@ int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, si
     if (rc == 0) {
         char lwhy[256];
         if (r->log_dir[0])
-            snprintf(b, sizeof(b), "%s/rank%d.replay.log", r->log_dir, rank);
+            rc = ckpt_rlog_disk_path(b, sizeof(b), r->log_dir, rank);
         else
-            snprintf(b, sizeof(b), "%s/replay.log", to);
-        rc = copy_fd(ckpt_rlog_open_fd(from, lwhy, sizeof(lwhy)), b);
+            rc = ckpt_rlog_arena_path(b, sizeof(b), to);
+        if (rc == 0)
+            rc = copy_fd(ckpt_rlog_open_fd(from, lwhy, sizeof(lwhy)), b);
         if (rc == 0 && r->log_dir[0] && ckpt_rlog_point(to, b, lwhy, sizeof(lwhy)) < 0)
             rc = -EIO;
     }

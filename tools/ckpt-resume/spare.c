@@ -198,11 +198,13 @@ static uint64_t held(int rank)
 static int log_file(int rank, struct stat *st)
 {
     char dir[PATH_MAX + 32], why[256];
-    snprintf(dir, sizeof(dir), "%s/rank%d", S.peers, rank);
+    int rc = ckpt_rank_dir(dir, sizeof(dir), S.peers, rank);
+    if (rc < 0)
+        return rc;
     int fd = ckpt_rlog_open_fd(dir, why, sizeof(why));
     if (fd < 0)
         return fd;
-    int rc = fstat(fd, st) < 0 ? -errno : 0;
+    rc = fstat(fd, st) < 0 ? -errno : 0;
     close(fd);
     return rc;
 }
@@ -217,8 +219,8 @@ static int start(int rank)
 
     ropt.node_rank = rank / S.opt->nproc;
     ropt.first_rank = ropt.node_rank * S.opt->nproc;
-    snprintf(peer, sizeof(peer), "%s/rank%d", S.peers, rank);
-    if ((rc = logship_rank_dir(S.opt->arena_root, S.opt->job_name, (uint32_t)rank, dir, sizeof(dir))) < 0)
+    if ((rc = ckpt_rank_dir(peer, sizeof(peer), S.peers, rank)) < 0 ||
+        (rc = logship_rank_dir(S.opt->arena_root, S.opt->job_name, (uint32_t)rank, dir, sizeof(dir))) < 0)
         return rc;
     if (!(sr->orders = ckpt_follow_map(dir, 1)))
         return -errno;

@@ -1,0 +1,84 @@
+/*
+ * The names in a job's arena (arena.h, replay.h): the paths of a rank's
+ * directory, slot files and replay logs, refused when they do not fit,
+ * and the parsers of directory entries, which take a name only as its
+ * writer spells it.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "arena.h"
+#include "check.h"
+#include "replay.h"
+
+static const struct {
+    const char *name;
+    bool rank_dir;    /* ckpt_rank_dir_name takes it */
+    bool disk_log;    /* ckpt_rlog_disk_name takes it */
+    int rank;         /* then, the rank */
+} names[] = {
+    {"rank0", true, false, 0},
+    {"rank7", true, false, 7},
+    {"rank2147483647", true, false, 2147483647},
+    {"rank12.replay.log", false, true, 12},
+    {"rank0.replay.log", false, true, 0},
+    {"rank2147483648", false, false, 0},   /* past INT_MAX */
+    {"rank01", false, false, 0},           /* a leading zero: not how rank 1 is written */
+    {"rank-1", false, false, 0},
+    {"rank+1", false, false, 0},
+    {"rank 1", false, false, 0},
+    {"rank", false, false, 0},
+    {"rank1x", false, false, 0},
+    {"rank1.replay.log.tmp", false, false, 0},
+    {"rank1.replay", false, false, 0},
+    {"Rank1", false, false, 0},
+    {"slot0", false, false, 0},
+    {"peers", false, false, 0},
+    {"", false, false, 0},
+};
+
+int main(void)
+{
+    char path[64];
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        int rank = -1;
+        bool took = ckpt_rank_dir_name(names[i].name, &rank);
+        CHECK(took == names[i].rank_dir && (!took || rank == names[i].rank), "ckpt_rank_dir_name(\"%s\"): %d, %d",
+              names[i].name, took, rank);
+        rank = -1;
+        took = ckpt_rlog_disk_name(names[i].name, &rank);
+        CHECK(took == names[i].disk_log && (!took || rank == names[i].rank), "ckpt_rlog_disk_name(\"%s\"): %d, %d",
+              names[i].name, took, rank);
+    }
+
+    CHECK(ckpt_rank_dir(path, sizeof(path), "/a/1000-job", 3) == 0 && strcmp(path, "/a/1000-job/rank3") == 0,
+          "rank dir: %s", path);
+    CHECK(ckpt_slot_path(path, sizeof(path), "/a/1000-job/rank3", 1) == 0 &&
+          strcmp(path, "/a/1000-job/rank3/slot1") == 0, "slot path: %s", path);
+    CHECK(strcmp(ckpt_slot_name(0), "slot0") == 0, "slot name: %s", ckpt_slot_name(0));
+    CHECK(ckpt_rlog_arena_path(path, sizeof(path), "/a/1000-job/rank3") == 0 &&
+          strcmp(path, "/a/1000-job/rank3/" CKPT_RLOG_ARENA_NAME) == 0, "arena log: %s", path);
+    CHECK(ckpt_rlog_disk_path(path, sizeof(path), "/logs", 3) == 0 && strcmp(path, "/logs/rank3.replay.log") == 0,
+          "disk log: %s", path);
+
+    /* What the writers make, the parsers take back. */
+    int rank = -1;
+    ckpt_rank_dir(path, sizeof(path), "/a", 42);
+    CHECK(ckpt_rank_dir_name(strrchr(path, '/') + 1, &rank) && rank == 42, "rank dir %s read as %d", path, rank);
+    ckpt_rlog_disk_path(path, sizeof(path), "/logs", 42);
+    CHECK(ckpt_rlog_disk_name(strrchr(path, '/') + 1, &rank) && rank == 42, "disk log %s read as %d", path, rank);
+
+    /* A path that does not fit is refused, never cut short in silence. */
+    CHECK(ckpt_rank_dir(path, sizeof("/a/rank1") - 1, "/a", 1) == -ENAMETOOLONG, "a rank dir one byte short");
+    CHECK(ckpt_rank_dir(path, sizeof("/a/rank1"), "/a", 1) == 0, "a rank dir that just fits");
+    CHECK(ckpt_slot_path(path, 8, "/a/rank1", 0) == -ENAMETOOLONG, "a slot path too long");
+    CHECK(ckpt_rlog_arena_path(path, 8, "/a/rank1") == -ENAMETOOLONG, "an arena log path too long");
+    CHECK(ckpt_rlog_disk_path(path, 8, "/logs", 1) == -ENAMETOOLONG, "a disk log path too long");
+    char root[PATH_MAX];
+    memset(root, 'x', sizeof(root) - 1);
+    root[sizeof(root) - 1] = '\0';
+    CHECK(ckpt_arena_path(path, sizeof(path), root, "job", 0) == -ENAMETOOLONG, "an arena path too long");
+    return failures ? 1 : 0;
+}
