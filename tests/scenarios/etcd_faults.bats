@@ -18,7 +18,7 @@ cut_off() {
     # Long enough to run on through the cut, the fence and the return.
     ARGS="--iters 10000 --hidden 16 --layers 2 --batch 30" AGENT_TIMEOUT=300
     plain 3
-    local proxy_port first=${ENDPOINTS%%,*} cut_at killed_at
+    local proxy_port first=${ENDPOINTS%%,*} cut_at killed_at lost_at
     python3 "$BATS_TEST_DIRNAME/tcpcut.py" 0 "$first" "$1" >"$D/proxy.log" 2>&1 &
     local proxy=$!
     for _ in $(seq 50); do grep -q listening "$D/proxy.log" && break; sleep 0.1; done
@@ -39,6 +39,14 @@ cut_off() {
     echo "the ranks killed $(awk -v a="$killed_at" -v b="$cut_at" 'BEGIN { print a - b }') s after the cut"
     awk -v a="$killed_at" -v b="$cut_at" -v ttl="$CKPT_NODE_TIMEOUT" 'BEGIN { exit !(a - b < ttl) }' ||
         { kill $proxy; show; return 1; }
+    # The others take the node as lost only a quarter of the TTL and the kill's time (1 s) after its lease
+    # ended: well after its ranks were killed.
+    for _ in $(seq 300); do grep -q "node 2 is lost" "$D/err.a" "$D/err.b" 2>/dev/null && break; sleep 0.02; done
+    lost_at=$(date +%s.%N)
+    grep -q "^ckpt-resume: node 2's etcd lease ended: the job goes on without its agent in 1.75 s, once the node has stopped its ranks$" \
+        "$D/err.a" "$D/err.b" || { kill $proxy; show; return 1; }
+    echo "node 2 taken as lost $(awk -v a="$lost_at" -v b="$killed_at" 'BEGIN { print a - b }') s after its ranks were killed"
+    awk -v a="$lost_at" -v b="$killed_at" 'BEGIN { exit !(a - b > 1) }' || { kill $proxy; show; return 1; }
     # The agent says so when its bridge next turns: with packets dropped, after the etcd requests it was
     # waiting on have timed out (5 s each).
     for _ in $(seq 300); do grep -q "this node stops its ranks" "$D/err.c" && break; sleep 0.1; done
@@ -118,7 +126,7 @@ frozen_and_fenced() {
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
     # Fenced twice (a failure, then the kill), given the node rank, its address and the job.
     rank=$(ls "$D"/tag.* | sed 's/.*tag\.//')
-    [ "$(sort -u "$D/fenced")" = "$rank 127.0.0.1 $CKPT_JOB" ] && [ "$(wc -l <"$D/fenced")" -eq 2 ] || { cat "$D/fenced"; show; return 1; }
+    [ "$(sort -u "$D/fenced")" = "$rank 127.0.0.1 $CKPT_JOB" ] && [ "$(wc -l <"$D/fenced")" -eq 2 ] || { cat "$D/fenced" || true; show; return 1; }
     fencer=$(grep -l "^ckpt-resume: node $rank fenced by CKPT_FENCE_CMD" "$D"/err.*) || { show; return 1; }
     grep -q "^ckpt-resume: warning: CKPT_FENCE_CMD against node $rank failed (exit status 1): trying again$" "$fencer" ||
         { show; return 1; }

@@ -50,3 +50,37 @@ bats_require_minimum_version 1.5.0
     [ -n "$durable" ] && [ "$durable" -gt "$during" ] || { echo "newest durable iteration ${durable:-none}, paused at $during"; show; return 1; }
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
 }
+
+# bats test_tags=long
+@test "two of three etcd members killed and a rank killed meanwhile: its restart waits for etcd, said, and nothing restarts without it; the members restarted, the job restarts once and ends as uninterrupted" {
+    ARGS="--iters 8000 --hidden 16 --layers 2 --batch 30"
+    AGENT_TIMEOUT=300
+    plain 3
+    local t victim= lead
+    for t in a b c; do start $t 3; done
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    kill -KILL "$(cat "$D/etcd.pid.1")" "$(cat "$D/etcd.pid.2")"
+    # A rank fails on a node whose agent knows etcd has no quorum.
+    for _ in $(seq 200); do
+        for t in a b c; do grep -q "etcd has lost its quorum" "$D/err.$t" && { victim=$t; break 2; }; done
+        sleep 0.1
+    done
+    [ -n "$victim" ] || { show; return 1; }
+    pkill -KILL -s "$(cat "$D/sid.$victim")" -x mlp-train
+    # Said when its agent next turns: after the etcd requests it waits on have timed out (5 s each).
+    for _ in $(seq 300); do grep -q "failed while etcd has no quorum" "$D/err.$victim" && break; sleep 0.1; done
+    grep -Eq "^ckpt-resume: warning: a rank of this node failed while etcd (has no quorum|does not answer): the job restarts once etcd is back \(the failure is told to the job.s leader then\)$" \
+        "$D/err.$victim" || { show; return 1; }
+    sleep 7 # over twice CKPT_NODE_TIMEOUT: long enough for a restart, or a node taken as lost, that did not wait
+    ! grep -q "restarting from iteration\|stops its ranks\|is lost (\|lease ended" "$D"/err.* || { show; return 1; }
+    etcd_member 1
+    etcd_member 2
+    wait_rc a b c || { show; return 1; }
+    for t in a b c; do
+        [ "$(cat "$D/rc.$t")" = 0 ] && grep -qE "^ckpt-resume: done exit=0 restarts=1( |$)" "$D/err.$t" || { show; return 1; }
+    done
+    # The leader restarted the job once etcd was back, from the snapshots the pause left intact.
+    lead=$(grep -l "^ckpt-resume: restarting from iteration" "$D"/err.*) || { show; return 1; }
+    sed -n '/etcd has its quorum again/,$p' $lead | grep -q "^ckpt-resume: restarting from iteration" || { show; return 1; }
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}

@@ -198,6 +198,25 @@ int main(void)
     CHECK(etcd_get(e, "/job/a/rank/2", false, &kv, &n, NULL, why, sizeof(why)) == 0 && n == 0, "deleted in the txn");
     etcd_kvs_free(kv, n);
 
+    /* A decision that reads, at its own revision, the keys it was made from. */
+    CHECK(etcd_put(e, "/job/a/node/0", "n0", 2, 0, why, sizeof(why)) == 0 &&
+              etcd_put(e, "/job/a/node/1", "n1", 2, 0, why, sizeof(why)) == 0 &&
+              etcd_put(e, "/job/b/node/0", "other", 5, 0, why, sizeof(why)) == 0, "nodes: %s", why);
+    struct etcd_cmp no_leader = {"/job/a/leader", ETCD_CREATE, 0, NULL};
+    struct etcd_op put = {"/job/a/decision", "restart 50", 10, 0};
+    int64_t read_at = 0;
+    CHECK(etcd_txn_read(e, &no_leader, 1, &put, 1, "/job/a/node/", &kv, &n, &read_at, why, sizeof(why)) == 1,
+          "decide and read: %s", why);
+    CHECK(n == 2 && strcmp(kv[0].key, "/job/a/node/0") == 0 && strcmp(kv[1].value, "n1") == 0 &&
+              kv[0].mod_revision < read_at, "the read has the job's two nodes, before the decision (%zu)", n);
+    etcd_kvs_free(kv, n);
+    CHECK(etcd_get(e, "/job/a/decision", false, &kv, &n, NULL, why, sizeof(why)) == 0 && n == 1 &&
+              kv[0].mod_revision == read_at, "the decision is at the revision the read is of");
+    etcd_kvs_free(kv, n);
+    struct etcd_cmp gone = {"/job/a/node/0", ETCD_CREATE, 0, NULL};
+    CHECK(etcd_txn_read(e, &gone, 1, &put, 1, "/job/a/node/", &kv, &n, NULL, why, sizeof(why)) == 0 && !kv && !n,
+          "a compare that fails reads nothing");
+
     /* A lease: its key lives while it is renewed. */
     CHECK(etcd_lease_grant(e, 2, &lease, why, sizeof(why)) == 0, "grant: %s", why);
     CHECK(etcd_put(e, "/job/a/member/0", "alive", 5, lease, why, sizeof(why)) == 0, "put with lease: %s", why);

@@ -143,6 +143,22 @@ static void flush(void)
     B.nout -= done;
 }
 
+/* A rank's failure that this agent could not put into etcd yet: said
+ * once, as the job restarts only once its leader has it. */
+static void failure_waits(void)
+{
+    bool waits = false;
+    for (size_t i = 0; i < B.nout && !waits; i++) {
+        uint16_t type;
+        memcpy(&type, B.out[i].value, sizeof(type));
+        waits = type == COORD_FAILED && strstr(B.out[i].key, "/up/");
+    }
+    if (waits && !B.failure_held)
+        ckpt_log(CKPT_WARN, "a rank of this node failed while etcd %s: the job restarts once etcd is back (the "
+                 "failure is told to the job's leader then)", B.paused ? "has no quorum" : "does not answer");
+    B.failure_held = waits;
+}
+
 /* Drops what waits for boxes under @prefix: an epoch or an agent gone. */
 static void unpost(const char *prefix)
 {
@@ -202,6 +218,7 @@ static int post(int64_t epoch, const char *dir, unsigned node, int64_t lease, ui
     }
     B.nout++;
     flush();
+    failure_waits();
     return 0;
 }
 
@@ -295,21 +312,32 @@ static void member_turn(void)
 
 /* ------------------------------------------------------------ the leader */
 
+/* The coordinator's connection for node @j closed: it forgets what that
+ * agent said (its JOIN, what it holds). */
+static void close_node(unsigned j)
+{
+    close_link(&B.nodes[j]);
+    __atomic_store_n(&B.heard[j], 0, __ATOMIC_RELEASE);
+}
+
 static void to_coord(unsigned node, uint16_t type, const void *msg, size_t len)
 {
     struct link *l = &B.nodes[node];
     char why[256];
     if (type == COORD_CLOSED) {
-        close_link(l);
+        close_node(node);
         return;
     }
-    if (l->fd < 0 && ckpt_wire_connect(coord_address(B.coord), &l->fd, why, sizeof(why)) < 0) {
-        l->fd = -1;
-        ckpt_log(CKPT_WARN, "cannot reach this node's coordinator for node %u: %s", node, why);
-        return;
+    if (l->fd < 0) {
+        if (ckpt_wire_connect(coord_address(B.coord), &l->fd, why, sizeof(why)) < 0) {
+            l->fd = -1;
+            ckpt_log(CKPT_WARN, "cannot reach this node's coordinator for node %u: %s", node, why);
+            return;
+        }
+        __atomic_store_n(&B.heard[node], l->lease, __ATOMIC_RELEASE);
     }
     if (ckpt_wire_send(l->fd, type, msg, len, NULL, 0) < 0)
-        close_link(l);
+        close_node(node);
 }
 
 /*
@@ -348,23 +376,61 @@ static void unauthentic(const char *dir, unsigned node, int64_t lease)
     to_member(node, COORD_FINISH, msg, sizeof(st) + (size_t)k);
 }
 
+/* Is each node in @kv (etcd's node/ keys at @rev) the agent the
+ * coordinator heard?  1, or -ESTALE with why. */
+static int heard_all(const struct etcd_kv *kv, size_t n, int64_t rev, char *why, size_t whylen)
+{
+    size_t skip = strlen(B.prefix) + strlen("node/");
+    for (unsigned j = 0; j < B.n; j++) {
+        int64_t heard = __atomic_load_n(&B.heard[j], __ATOMIC_ACQUIRE), now = 0;
+        for (size_t i = 0; i < n; i++)
+            if (strlen(kv[i].key) > skip && strtoul(kv[i].key + skip, NULL, 10) == j)
+                now = kv[i].lease;
+        if (!heard || now != heard) {
+            snprintf(why, whylen, "node %u's agent%s left the job after it said what it holds (etcd revision "
+                     "%" PRId64 ")", j, heard ? "" : ", or the coordinator's link to it,", rev);
+            return -ESTALE;
+        }
+    }
+    return 1;
+}
+
 /*
  * A decision of the coordinator (coord.c, on its thread): <job>/decision
  * put by a transaction that holds only while the leader key is the one of
  * @term, the epoch this agent was elected for; its revision is the
- * decision's epoch.  1, 0 when another leads, -errno.
+ * decision's epoch.  The same transaction reads the node keys: each must
+ * be the agent whose JOIN, with what it holds, the plan was made from, or
+ * the decision is not acted on (the next, once the coordinator has heard
+ * the node's new agent, has a higher revision).  They are read once
+ * before, so that a node known to have changed costs no write.  1, 0 when
+ * another leads, -errno.
  */
 static int decide(int64_t term, uint64_t restore, uint64_t *epoch, char *why, size_t whylen)
 {
-    char leader[300], key[300], value[64];
+    char leader[300], key[300], nodes[300], value[64];
     int64_t rev = 0;
+    struct etcd_kv *kv = NULL;
+    size_t n = 0;
     snprintf(leader, sizeof(leader), "%sleader", B.prefix);
     snprintf(key, sizeof(key), "%sdecision", B.prefix);
+    snprintf(nodes, sizeof(nodes), "%snode/", B.prefix);
     snprintf(value, sizeof(value), "%" PRIu64 " %" PRId64, restore, term);
     struct etcd_cmp held = { leader, ETCD_CREATE, term, NULL };
     struct etcd_op put = { key, value, strlen(value), 0 };
-    int rc = etcd_txn(B.decider, &held, 1, &put, 1, &rev, why, whylen);
-    *epoch = rc == 1 ? (uint64_t)rev : 0;
+    *epoch = 0;
+    int rc = etcd_get(B.decider, nodes, true, &kv, &n, &rev, why, whylen);
+    if (rc == 0)
+        rc = heard_all(kv, n, rev, why, whylen);
+    etcd_kvs_free(kv, n);
+    if (rc < 0)
+        return rc;
+    rc = etcd_txn_read(B.decider, &held, 1, &put, 1, nodes, &kv, &n, &rev, why, whylen);
+    if (rc == 1)
+        rc = heard_all(kv, n, rev, why, whylen);
+    if (rc == 1)
+        *epoch = (uint64_t)rev;
+    etcd_kvs_free(kv, n);
     return rc;
 }
 
@@ -373,7 +439,7 @@ static void stop_leading(void)
     if (!B.leading)
         return;
     for (unsigned j = 0; j < B.n; j++)
-        close_link(&B.nodes[j]);
+        close_node(j);
     coord_stop(B.coord);
     B.coord = NULL;
     B.leading = 0;
@@ -388,6 +454,8 @@ static void lead(int64_t epoch)
     /* Rank 0's rendezvous is on node 0, wherever the coordinator runs:
      * its address comes from node 0's JOIN (coord.c).  The leader before
      * this one, if its lease ended while the job ran, is fenced first. */
+    for (unsigned j = 0; j < B.n; j++)
+        B.nodes[j] = (struct link){ .fd = -1 };
     int rc = coord_open(&B.coord, &B.copt);
     if (rc == 0)
         coord_decide_by(B.coord, decide, epoch);
@@ -400,17 +468,19 @@ static void lead(int64_t epoch)
         B.coord = NULL;
         return;
     }
-    for (unsigned j = 0; j < B.n; j++)
-        B.nodes[j] = (struct link){ .fd = -1 };
     B.leading = epoch;
     ckpt_log(CKPT_INFO, "this node (%u) leads the job (etcd epoch %" PRId64 ")", B.node, epoch);
 }
 
 /* Which agent is each node now: the lease its node key is under.  A node
  * with another agent than before talks to the coordinator afresh, on a
- * connection of its own (coord.c then drops the old one, if still there). */
+ * connection of its own (coord.c then drops the old one, if still there).
+ * An agent whose lease ended is let go only lease_grace_s() later: until
+ * then its node's ranks may still run (its own fence is due first), so the
+ * coordinator decides nothing without it, and a replacement waits. */
 static void agents(void)
 {
+    double t = ckpt_now_s();
     char key[300], why[512];
     struct etcd_kv *kv;
     size_t n;
@@ -425,7 +495,16 @@ static void agents(void)
     }
     for (unsigned j = 0; now && j < B.n; j++) {
         struct link *l = &B.nodes[j];
-        if (now[j] == l->lease)
+        if (now[j] == l->lease) {
+            l->gone = 0;
+            continue;
+        }
+        if (l->lease && !l->gone && !B.finished) {
+            l->gone = t;
+            ckpt_log(CKPT_INFO, "node %u's etcd lease ended: the job goes on without its agent in %.2f s, once "
+                     "the node has stopped its ranks", j, lease_grace_s(B.ttl_s));
+        }
+        if (l->lease && l->gone && t - l->gone < lease_grace_s(B.ttl_s))
             continue;
         if (l->lease) {
             box(key, sizeof(key), B.leading, "up", j, l->lease);
@@ -433,7 +512,7 @@ static void agents(void)
             box(key, sizeof(key), B.leading, "down", j, l->lease);
             unpost(key);
         }
-        close_link(l);
+        close_node(j);
         *l = (struct link){ .fd = -1, .lease = now[j] };
     }
     free(now);
@@ -476,7 +555,7 @@ static void leader_turn(void)
             int rc = ckpt_wire_recv_some(l->fd, &l->rx, &type, &msg, &len);
             if (rc < 0) {
                 post(B.leading, "down", j, l->lease, l->seq++, COORD_CLOSED, NULL, 0);
-                close_link(l);
+                close_node(j);
             }
             if (rc <= 0)
                 break;
@@ -581,6 +660,23 @@ static void whose(int leader)
     etcd_kvs_free(kv, n);
 }
 
+/* Who leads, read by a replacement or a spare while it waits for a node
+ * rank: if that leader is gone when it has one, it is fenced. */
+void bridge_note_leader(void)
+{
+    char key[300], why[512];
+    struct etcd_kv *kv;
+    size_t n;
+    snprintf(key, sizeof(key), "%sleader", B.prefix);
+    if (etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) < 0)
+        return;
+    int leader = n && kv[0].len ? atoi(kv[0].value) : -1;
+    etcd_kvs_free(kv, n);
+    B.late = true;
+    if (leader >= 0)
+        whose(leader);
+}
+
 static void leadership(void)
 {
     char key[300], why[512], me[16];
@@ -592,14 +688,23 @@ static void leadership(void)
     int64_t epoch = n ? kv[0].create_revision : 0;
     int leader = n && kv[0].len ? atoi(kv[0].value) : -1;
     etcd_kvs_free(kv, n);
-    if (!epoch && B.epoch) { /* what the last leader said last (its FINISH) comes first */
+    if (!epoch && B.epoch) /* what the last leader said last (its FINISH) comes first */
         take(B.epoch, "down", B.node, B.lease, &B.member.taken, to_member);
-        if (!B.finished && B.leader_node >= 0) {
-            B.lost_leader = B.leader_node;
-            snprintf(B.lost_leader_ip, sizeof(B.lost_leader_ip), "%s", B.leader_ip);
-        }
+    if (!epoch && !B.finished && B.leader_node >= 0) {
+        B.lost_leader = B.leader_node;
+        snprintf(B.lost_leader_ip, sizeof(B.lost_leader_ip), "%s", B.leader_ip);
     }
-    if (!epoch && !B.fenced && !B.finished) { /* campaign */
+    /* A leader whose lease ended may still run its node's ranks until its
+     * own fence is due: the next is elected only lease_grace_s() later.  A
+     * replacement that finds the job without a leader waits as long: the
+     * agents that saw the leader go know whom to fence, and lead first. */
+    if (epoch)
+        B.leader_gone = 0;
+    else if (B.epoch || (B.late && !B.leader_gone))
+        B.leader_gone = ckpt_now_s();
+    B.late = false;
+    bool waits = B.leader_gone && ckpt_now_s() - B.leader_gone < lease_grace_s(B.ttl_s);
+    if (!epoch && !B.fenced && !B.finished && !waits) { /* campaign */
         snprintf(me, sizeof(me), "%u", B.node);
         struct etcd_cmp none = { key, ETCD_CREATE, 0, NULL };
         struct etcd_op put = { key, me, strlen(me), B.lease };
@@ -623,7 +728,8 @@ static void leadership(void)
     if ((B.epoch || B.leaderless) && epoch)
         ckpt_log(CKPT_INFO, "the job has a new leader (etcd epoch %" PRId64 "): this node joins it", epoch);
     else if (B.epoch)
-        ckpt_log(CKPT_INFO, "the job's leader is gone (its etcd lease ended): another is elected");
+        ckpt_log(CKPT_INFO, "the job's leader is gone (its etcd lease ended): another is elected in %.2f s, once "
+                 "its node has stopped its ranks", lease_grace_s(B.ttl_s));
     B.leaderless = B.epoch && !epoch;
     close_link(&B.member);
     unpost_epoch(B.epoch);
@@ -690,6 +796,7 @@ static void *run(void *arg)
             leadership();
             flush();
         }
+        failure_waits();
         if (B.leading && !B.paused)
             leader_turn();
         member_turn();
@@ -796,6 +903,7 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
             ckpt_log(CKPT_INFO, "%s: waiting for %s to be free", opt->etcd,
                      opt->node_rank >= 0 ? "this node rank" : "a node rank");
         said = true;
+        bridge_note_leader();
         if (ckpt_now_s() > give_up) {
             snprintf(why, whylen, "no node rank of job %s came free in %g s: %d nodes are in it already",
                      opt->job_name, 10 * B.ttl_s, opt->nnodes);
@@ -809,7 +917,7 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     snprintf(key, sizeof(key), "%snode/%u", B.prefix, B.node);
     lease_hold(B.keeper, key);
     opt->node_rank = (int)B.node;
-    if (!(B.nodes = calloc(B.n, sizeof(*B.nodes))))
+    if (!(B.nodes = calloc(B.n, sizeof(*B.nodes))) || !(B.heard = calloc(B.n, sizeof(*B.heard))))
         return -ENOMEM;
     B.member = (struct link){ .fd = -1 };
     if ((rc = ckpt_wire_listen("127.0.0.1:0", &B.lfd, B.local, sizeof(B.local), why, whylen)) < 0)
@@ -877,6 +985,7 @@ void bridge_stop(void)
     B.out = NULL;
     B.nout = B.capout = 0;
     free(B.nodes);
+    free(B.heard);
     B.nodes = NULL;
     free(B.spares);
     B.spares = NULL;

@@ -21,6 +21,7 @@ struct link {
     uint64_t seq;           /* the next message this side puts */
     uint64_t taken;         /* the next one it takes */
     bool refused;           /* on the leader: its agent's messages failed the job key's tag */
+    double gone;            /* on the leader: when its agent's lease was seen ended, 0: it lives */
 };
 
 /* A message that etcd did not take yet: put again, in order, next turn.
@@ -61,6 +62,8 @@ struct bridge {
     int64_t leading;        /* the epoch this agent leads, 0: none */
     struct coord *coord;
     struct link *nodes;     /* on the leader: a connection to the coordinator per node */
+    int64_t *heard;         /* on the leader, per node: the lease of the agent whose messages the coordinator
+                             * has on that connection, 0: none (read by decide(), on the coordinator's thread) */
     pthread_t thread;
     int stop[2];
     bool running;
@@ -68,11 +71,14 @@ struct bridge {
     struct outgoing *out;   /* messages etcd did not take yet, in the order they were posted */
     size_t nout, capout;
     bool paused;            /* etcd has no quorum: nothing moves, and nobody is fenced for it */
+    bool failure_held;      /* a rank's failure waits for etcd, said */
     bool finished;          /* the coordinator ended the job: no more campaigns */
     bool end_put;           /* on the leader: the job's end key is in etcd */
     int leader_node;        /* the node whose agent leads (B.epoch), -1: none */
     char leader_ip[64];     /* its address (its node key's value) */
     bool leaderless;        /* the job's leader is gone and none is elected yet: the next one is said */
+    bool late;              /* it waited for a node rank: the job may have run without a leader */
+    double leader_gone;     /* when the leader key was seen gone, 0: a leader is known (or none was yet) */
     int lost_leader;        /* a leader whose lease ended while the job ran, -1: none; whoever leads
                              * next fences it (CKPT_FENCE_CMD): it may be frozen, not gone */
     char lost_leader_ip[64];
@@ -91,6 +97,8 @@ extern struct bridge B;
 int bridge_claim(int want, char *why, size_t whylen);
 /* Whether the job has a leader now. */
 bool bridge_led(void);
+/* Notes who leads, for an agent waiting for a node rank (it is late). */
+void bridge_note_leader(void);
 
 /* bridge_spare.c */
 void bridge_put_plan(const void *msg, size_t len);

@@ -188,6 +188,7 @@ int bridge_spare_wait(char *why, size_t whylen)
             }
             spare_turn();
         }
+        bridge_note_leader();
         snprintf(key, sizeof(key), "%snode/", B.prefix);
         bool *held = calloc(B.n, sizeof(*held));
         if (!held || etcd_get(B.e, key, true, &kv, &n, NULL, why, whylen) < 0) {

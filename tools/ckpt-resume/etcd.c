@@ -386,19 +386,13 @@ static void add_range(json_object *req, const char *key, bool prefix)
     }
 }
 
-int etcd_get(struct etcd *e, const char *key, bool prefix, struct etcd_kv **kvs, size_t *n, int64_t *revision,
-             char *why, size_t whylen)
+/* The keys of a range's answer @ans, in *kvs. */
+static int take_kvs(json_object *ans, struct etcd_kv **kvs, size_t *n, char *why, size_t whylen)
 {
-    json_object *req = json_object_new_object(), *ans, *list;
-    add_range(req, key, prefix);
+    json_object *list;
+    int rc = 0;
     *kvs = NULL;
     *n = 0;
-    int rc = call(e, "/v3/kv/range", req, &ans, why, whylen);
-    if (rc < 0)
-        return rc;
-    json_object *header;
-    if (revision)
-        *revision = json_object_object_get_ex(ans, "header", &header) ? field_i64(header, "revision") : 0;
     size_t count = json_object_object_get_ex(ans, "kvs", &list) ? json_object_array_length(list) : 0;
     if (count && !(*kvs = calloc(count, sizeof(**kvs))))
         rc = -ENOMEM;
@@ -418,12 +412,29 @@ int etcd_get(struct etcd *e, const char *key, bool prefix, struct etcd_kv **kvs,
             rc = -EPROTO;
         }
     }
-    json_object_put(ans);
     if (rc < 0) {
         etcd_kvs_free(*kvs, *n);
         *kvs = NULL;
         *n = 0;
     }
+    return rc;
+}
+
+int etcd_get(struct etcd *e, const char *key, bool prefix, struct etcd_kv **kvs, size_t *n, int64_t *revision,
+             char *why, size_t whylen)
+{
+    json_object *req = json_object_new_object(), *ans;
+    add_range(req, key, prefix);
+    *kvs = NULL;
+    *n = 0;
+    int rc = call(e, "/v3/kv/range", req, &ans, why, whylen);
+    if (rc < 0)
+        return rc;
+    json_object *header;
+    if (revision)
+        *revision = json_object_object_get_ex(ans, "header", &header) ? field_i64(header, "revision") : 0;
+    rc = take_kvs(ans, kvs, n, why, whylen);
+    json_object_put(ans);
     return rc;
 }
 
@@ -458,6 +469,12 @@ int etcd_delete(struct etcd *e, const char *key, bool prefix, char *why, size_t 
 int etcd_txn(struct etcd *e, const struct etcd_cmp *cmps, size_t ncmps, const struct etcd_op *ops, size_t nops,
              int64_t *revision, char *why, size_t whylen)
 {
+    return etcd_txn_read(e, cmps, ncmps, ops, nops, NULL, NULL, NULL, revision, why, whylen);
+}
+
+int etcd_txn_read(struct etcd *e, const struct etcd_cmp *cmps, size_t ncmps, const struct etcd_op *ops, size_t nops,
+                  const char *prefix, struct etcd_kv **kvs, size_t *n, int64_t *revision, char *why, size_t whylen)
+{
     static const char *const targets[] = {"CREATE", "MOD", "VALUE"};
     json_object *req = json_object_new_object(), *compare = json_object_new_array(),
                 *success = json_object_new_array(), *ans, *v;
@@ -484,15 +501,35 @@ int etcd_txn(struct etcd *e, const struct etcd_cmp *cmps, size_t ncmps, const st
         }
         json_object_array_add(success, op);
     }
+    if (prefix) {
+        json_object *op = json_object_new_object(), *body = json_object_new_object();
+        add_range(body, prefix, true);
+        json_object_object_add(op, "request_range", body);
+        json_object_array_add(success, op);
+        *kvs = NULL;
+        *n = 0;
+    }
     json_object_object_add(req, "compare", compare);
     json_object_object_add(req, "success", success);
     int rc = call(e, "/v3/kv/txn", req, &ans, why, whylen);
     if (rc < 0)
         return rc;
-    json_object *header;
+    json_object *header, *responses, *range;
     if (revision)
         *revision = json_object_object_get_ex(ans, "header", &header) ? field_i64(header, "revision") : 0;
     rc = json_object_object_get_ex(ans, "succeeded", &v) && json_object_get_boolean(v) ? 1 : 0;
+    /* The read is the last response: {"response_range": {"kvs": [...]}}. */
+    if (rc == 1 && prefix) {
+        json_object *last = json_object_object_get_ex(ans, "responses", &responses)
+                                ? json_object_array_get_idx(responses, json_object_array_length(responses) - 1)
+                                : NULL;
+        if (!last || !json_object_object_get_ex(last, "response_range", &range)) {
+            snprintf(why, whylen, "etcd answered a transaction without the read it asked for");
+            rc = -EPROTO;
+        } else if (take_kvs(range, kvs, n, why, whylen) < 0) {
+            rc = -EPROTO;
+        }
+    }
     json_object_put(ans);
     return rc;
 }

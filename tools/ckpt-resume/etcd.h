@@ -72,6 +72,12 @@ struct etcd_op {
  * that went, *revision (may be NULL) the store's revision after it. */
 int etcd_txn(struct etcd *e, const struct etcd_cmp *cmps, size_t ncmps, const struct etcd_op *ops, size_t nops,
              int64_t *revision, char *why, size_t whylen);
+/* The same, and when it went, every key under @prefix as it was at that
+ * revision, in *kvs (with etcd_kvs_free).  etcd limits a transaction's
+ * compares (128 by default): a read scales with the job, a compare per
+ * node would not. */
+int etcd_txn_read(struct etcd *e, const struct etcd_cmp *cmps, size_t ncmps, const struct etcd_op *ops, size_t nops,
+                  const char *prefix, struct etcd_kv **kvs, size_t *n, int64_t *revision, char *why, size_t whylen);
 
 /* This machine's address on the connection of the last request. */
 int etcd_local_ip(struct etcd *e, char *ip, size_t len);

@@ -12,8 +12,10 @@
  *           none expires until a new leader gives every lease its TTL
  *           again.  Nobody is fenced for it.
  *   lapsed  the lease expired, or was not renewed for three quarters of
- *           the TTL: the others take the node as lost after the whole
- *           TTL, and the margin leaves it the time to stop its ranks.
+ *           the TTL (LEASE_FENCE_AT): the others take the node as lost
+ *           only a quarter of the TTL and the kill's time after the
+ *           whole TTL (lease_grace_s), so the node has stopped its
+ *           ranks, with a margin, before anything goes on without it.
  * A renewal can hang on a member that does not answer, so a second thread
  * keeps the deadline: at three quarters of the TTL since the last renewal
  * it takes the lease as lapsed and calls the owner's fence at once (which
@@ -95,7 +97,7 @@ static void *watch(void *arg)
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         double now = ckpt_now_s(), from = since(l);
-        double late = from + l->ttl_s / 2, at = from + l->ttl_s * 3 / 4;
+        double late = from + l->ttl_s / 2, at = from + l->ttl_s * LEASE_FENCE_AT;
         if (l->lapsed) {
             pthread_cond_wait(&l->watch_cv, &l->mu);
             continue;
@@ -218,7 +220,7 @@ static void *keep(void *arg)
             l->renewed = now;
             l->next = now + l->ttl_s / 3;
             pthread_cond_signal(&l->watch_cv);
-        } else if (rc == -ENOENT || now - since(l) > l->ttl_s * 3 / 4) {
+        } else if (rc == -ENOENT || now - since(l) > l->ttl_s * LEASE_FENCE_AT) {
             if (rc == -ENOENT)
                 snprintf(l->why, sizeof(l->why), "this node's etcd lease has expired");
             else

@@ -12,6 +12,20 @@
 
 struct lease;
 
+/* A node that has not renewed its lease for LEASE_FENCE_AT of the TTL
+ * takes it as lapsed and kills its ranks (on its monotonic clock).  The
+ * others act without a node only lease_grace_s() after etcd ended its
+ * lease: the margin its fence had, once more, and the time the fence
+ * takes (a SIGKILL ends the ranks' code at once; LEASE_KILL_S covers the
+ * kernel reaping them). */
+#define LEASE_FENCE_AT 0.75
+#define LEASE_KILL_S 1.0
+
+static inline double lease_grace_s(double ttl_s)
+{
+    return ttl_s * (1 - LEASE_FENCE_AT) + LEASE_KILL_S;
+}
+
 struct lease_state {
     int64_t id;
     bool paused;        /* etcd has no leader: nothing can be renewed, nothing expires */
