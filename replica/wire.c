@@ -273,13 +273,16 @@ static int check_frame(int fd, const struct ckpt_wire_frame *fr, bool *sealed)
     return 0;
 }
 
-void ckpt_wire_rx_clear(struct ckpt_wire_rx *rx)
+static void rx_clear(struct ckpt_wire_rx *rx)
 {
     free(rx->payload);
     memset(rx, 0, sizeof(*rx));
 }
 
-int ckpt_wire_recv_some(int fd, struct ckpt_wire_rx *rx, uint16_t *type, void **payload, size_t *len)
+/* Reads what fd has ready of one message into rx, without waiting: 1 with
+ * the message whole (rx is empty again), 0 when it is not whole yet, or
+ * -errno (rx is emptied). */
+static int recv_some(int fd, struct ckpt_wire_rx *rx, uint16_t *type, void **payload, size_t *len)
 {
     const size_t head = sizeof(rx->fr);
     bool sealed = false;
@@ -324,15 +327,48 @@ int ckpt_wire_recv_some(int fd, struct ckpt_wire_rx *rx, uint16_t *type, void **
     if (rc == 0 && sealed)
         rc = ckpt_auth_check(fd, &rx->fr, sizeof(rx->fr), rx->payload, rx->fr.length, rx->tag);
     if (rc < 0) {
-        ckpt_wire_rx_clear(rx);
+        rx_clear(rx);
         return rc;
     }
     *type = rx->fr.type;
     *len = rx->fr.length;
     *payload = rx->payload;
     rx->payload = NULL;
-    ckpt_wire_rx_clear(rx);
+    rx_clear(rx);
     return 1;
+}
+
+int ckpt_conn_recv(struct ckpt_conn *c, uint16_t *type, void **payload, size_t *len)
+{
+    *payload = NULL;
+    *len = 0;
+    return c->fd < 0 ? -ENOTCONN : recv_some(c->fd, &c->rx, type, payload, len);
+}
+
+int ckpt_conn_take(struct ckpt_conn *c, int max, bool (*take)(void *arg, uint16_t type, void *payload, size_t len),
+                   void *arg)
+{
+    int n = 0;
+    while (c->fd >= 0 && (max <= 0 || n < max)) {
+        uint16_t type;
+        void *msg;
+        size_t len;
+        int rc = ckpt_conn_recv(c, &type, &msg, &len);
+        if (rc <= 0)
+            return rc < 0 ? rc : n;
+        n++;
+        if (!take(arg, type, msg, len))
+            break;
+    }
+    return n;
+}
+
+void ckpt_conn_close(struct ckpt_conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    rx_clear(&c->rx);
 }
 
 int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_t *len)
@@ -341,7 +377,7 @@ int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_
     long long deadline = timeout_ms < 0 ? -1 : ckpt_now_ms() + timeout_ms;
 
     for (;;) {
-        int rc = ckpt_wire_recv_some(fd, &rx, type, payload, len);
+        int rc = recv_some(fd, &rx, type, payload, len);
         if (rc != 0)
             return rc < 0 ? rc : 0;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -353,7 +389,7 @@ int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_
         else
             rc = rc < 0 ? -errno : rc == 0 ? -ETIMEDOUT : 0;
         if (rc < 0) {
-            ckpt_wire_rx_clear(&rx);
+            rx_clear(&rx);
             return rc;
         }
     }

@@ -21,6 +21,7 @@
 #ifndef CKPT_REPLICA_WIRE_H
 #define CKPT_REPLICA_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,10 +74,7 @@ int ckpt_wire_send(int fd, uint16_t type, const void *a, size_t alen, const void
  * version; -EMSGSIZE for a payload over CKPT_WIRE_MAX; or -errno. */
 int ckpt_wire_recv(int fd, int timeout_ms, uint16_t *type, void **payload, size_t *len);
 
-/* A message received a piece at a time, by a loop that waits on many
- * connections and must not block on one whose frame is slow to come (a
- * retransmitted segment, a stranger that stops mid-frame).  Zeroed is
- * empty. */
+/* What a connection holds of a message that has not come whole yet. */
 struct ckpt_wire_rx {
     struct ckpt_wire_frame fr;
     uint8_t tag[CKPT_AUTH_TAG];
@@ -84,13 +82,33 @@ struct ckpt_wire_rx {
     size_t have; /* bytes of the frame read so far: header, payload, tag */
 };
 
-/* Reads what fd has ready of one message, without waiting.  Returns 1 with
- * the message as ckpt_wire_recv gives it (rx is empty again), 0 when it is
- * not whole yet (call again when fd is readable), or -errno as
- * ckpt_wire_recv does (rx is emptied). */
-int ckpt_wire_recv_some(int fd, struct ckpt_wire_rx *rx, uint16_t *type, void **payload, size_t *len);
+/* One end of a control connection, read by a loop that waits on many:
+ * a message is taken only once it has come whole, so a peer whose frame
+ * is slow to come (a retransmitted segment, a stranger that stops
+ * mid-frame) holds up no other.  The agent's member, its bridge and the
+ * coordinator keep each of theirs in one.  fd -1: closed. */
+struct ckpt_conn {
+    int fd;
+    struct ckpt_wire_rx rx;
+};
+#define CKPT_CONN_CLOSED ((struct ckpt_conn){ .fd = -1 })
 
-/* Drops what rx holds of a message. */
-void ckpt_wire_rx_clear(struct ckpt_wire_rx *rx);
+/* The next message c has whole, without waiting: 1 with it, as
+ * ckpt_wire_recv gives it; 0 when none is whole yet (call again when the
+ * descriptor is readable); or -errno as ckpt_wire_recv returns it, after
+ * which the connection is of no more use (ckpt_conn_close). */
+int ckpt_conn_recv(struct ckpt_conn *c, uint16_t *type, void **payload, size_t *len);
+
+/* Hands each message c has whole to take(arg, type, payload, len), which
+ * owns the payload, up to max of them (0: all), while c is open and
+ * until take returns false (it has handed the connection on).  Returns
+ * how many were taken (0 from a closed connection), or -errno as
+ * ckpt_conn_recv when the connection failed: the caller says why and
+ * closes it. */
+int ckpt_conn_take(struct ckpt_conn *c, int max, bool (*take)(void *arg, uint16_t type, void *payload, size_t len),
+                   void *arg);
+
+/* Closes c, if open, and drops what it held of a message. */
+void ckpt_conn_close(struct ckpt_conn *c);
 
 #endif

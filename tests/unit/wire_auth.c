@@ -115,18 +115,18 @@ int main(void)
     FEED(&fr, sizeof(fr), -EACCES, "a frame injected without a tag");
     FEED(f2, n2, 0, "the second frame as sent, after all that");
     /* In pieces: part of the header, part of the payload, the rest with the tag. */
-    struct ckpt_wire_rx rx = { 0 };
+    struct ckpt_conn conn = { .fd = s };
     size_t cuts[] = { 10, sizeof(struct ckpt_wire_frame) + 4, n3 }, at = 0;
     for (int k = 0; k < 3; k++) {
         CHECK(write(relay[1], f3 + at, cuts[k] - at) == (ssize_t)(cuts[k] - at), "write");
         at = cuts[k];
-        rc = ckpt_wire_recv_some(s, &rx, &type, &msg, &len);
+        rc = ckpt_conn_recv(&conn, &type, &msg, &len);
         CHECK(rc == (k < 2 ? 0 : 1), "a frame in pieces, after piece %d: got %d", k, rc);
         CHECK(rc < 1 || (type == 10 && len == 9 && !memcmp(msg, "in pieces", 9)), "the frame in pieces is whole");
         if (rc == 1)
             free(msg);
     }
-    CHECK(ckpt_wire_recv_some(s, &rx, &type, &msg, &len) == 0, "nothing more has come");
+    CHECK(ckpt_conn_recv(&conn, &type, &msg, &len) == 0, "nothing more has come");
     dup2(saved, s);
     close(saved), close(relay[0]), close(relay[1]), close(c), close(s);
 

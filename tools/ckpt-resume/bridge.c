@@ -79,13 +79,6 @@
 struct bridge B = { .lfd = -1, .stop = { -1, -1 }, .leader_node = -1, .lost_leader = -1,
                     .spares_lock = PTHREAD_MUTEX_INITIALIZER };
 
-static void close_link(struct link *l)
-{
-    if (l->fd >= 0)
-        close(l->fd);
-    l->fd = -1;
-    ckpt_wire_rx_clear(&l->rx);
-}
 
 /* ------------------------------------------------------------- mailboxes */
 
@@ -273,39 +266,37 @@ static void to_member(unsigned node, uint16_t type, const void *msg, size_t len)
     (void)node;
     if (type == COORD_FINISH)
         B.finished = true;
-    if (B.member.fd < 0)
+    if (B.member.conn.fd < 0)
         return;
-    if (type == COORD_CLOSED || ckpt_wire_send(B.member.fd, type, msg, len, NULL, 0) < 0)
-        close_link(&B.member);
+    if (type == COORD_CLOSED || ckpt_wire_send(B.member.conn.fd, type, msg, len, NULL, 0) < 0)
+        ckpt_conn_close(&B.member.conn);
 }
 
 /* The member's connection gone: the coordinator forgets it too. */
 static void member_gone(void)
 {
-    if (B.member.fd >= 0 && B.epoch)
+    if (B.member.conn.fd >= 0 && B.epoch)
         post(B.epoch, "up", B.node, B.lease, B.member.seq++, COORD_CLOSED, NULL, 0);
-    close_link(&B.member);
+    ckpt_conn_close(&B.member.conn);
+}
+
+static bool from_member(void *arg, uint16_t type, void *msg, size_t len)
+{
+    (void)arg;
+    post(B.epoch, "up", B.node, B.lease, B.member.seq++, type, msg, len);
+    free(msg);
+    return true;
 }
 
 static void member_turn(void)
 {
-    if (B.member.fd < 0 && B.epoch && !B.fenced) {
+    if (B.member.conn.fd < 0 && B.epoch && !B.fenced) {
         struct pollfd p = { .fd = B.lfd, .events = POLLIN };
-        if (poll(&p, 1, 0) == 1 && ckpt_wire_accept(B.lfd, &B.member.fd) < 0)
-            B.member.fd = -1;
+        if (poll(&p, 1, 0) == 1 && ckpt_wire_accept(B.lfd, &B.member.conn.fd) < 0)
+            B.member.conn.fd = -1;
     }
-    for (int k = 0; B.member.fd >= 0 && k < 64; k++) {
-        uint16_t type;
-        void *msg = NULL;
-        size_t len;
-        int rc = ckpt_wire_recv_some(B.member.fd, &B.member.rx, &type, &msg, &len);
-        if (rc < 0)
-            member_gone();
-        if (rc <= 0)
-            break;
-        post(B.epoch, "up", B.node, B.lease, B.member.seq++, type, msg, len);
-        free(msg);
-    }
+    if (ckpt_conn_take(&B.member.conn, 64, from_member, NULL) < 0)
+        member_gone();
     if (B.epoch && !B.paused)
         take(B.epoch, "down", B.node, B.lease, &B.member.taken, to_member);
 }
@@ -316,7 +307,7 @@ static void member_turn(void)
  * agent said (its JOIN, what it holds). */
 static void close_node(unsigned j)
 {
-    close_link(&B.nodes[j]);
+    ckpt_conn_close(&B.nodes[j].conn);
     __atomic_store_n(&B.heard[j], 0, __ATOMIC_RELEASE);
 }
 
@@ -328,15 +319,15 @@ static void to_coord(unsigned node, uint16_t type, const void *msg, size_t len)
         close_node(node);
         return;
     }
-    if (l->fd < 0) {
-        if (ckpt_wire_connect(coord_address(B.coord), &l->fd, why, sizeof(why)) < 0) {
-            l->fd = -1;
+    if (l->conn.fd < 0) {
+        if (ckpt_wire_connect(coord_address(B.coord), &l->conn.fd, why, sizeof(why)) < 0) {
+            l->conn.fd = -1;
             ckpt_log(CKPT_WARN, "cannot reach this node's coordinator for node %u: %s", node, why);
             return;
         }
         __atomic_store_n(&B.heard[node], l->lease, __ATOMIC_RELEASE);
     }
-    if (ckpt_wire_send(l->fd, type, msg, len, NULL, 0) < 0)
+    if (ckpt_wire_send(l->conn.fd, type, msg, len, NULL, 0) < 0)
         close_node(node);
 }
 
@@ -455,7 +446,7 @@ static void lead(int64_t epoch)
      * its address comes from node 0's JOIN (coord.c).  The leader before
      * this one, if its lease ended while the job ran, is fenced first. */
     for (unsigned j = 0; j < B.n; j++)
-        B.nodes[j] = (struct link){ .fd = -1 };
+        B.nodes[j] = (struct link){ .conn = CKPT_CONN_CLOSED };
     int rc = coord_open(&B.coord, &B.copt);
     if (rc == 0)
         coord_decide_by(B.coord, decide, epoch);
@@ -513,7 +504,7 @@ static void agents(void)
             unpost(key);
         }
         close_node(j);
-        *l = (struct link){ .fd = -1, .lease = now[j] };
+        *l = (struct link){ .conn = CKPT_CONN_CLOSED, .lease = now[j] };
     }
     free(now);
     etcd_kvs_free(kv, n);
@@ -540,6 +531,20 @@ static void put_end(const struct coord_status *st)
         ckpt_log(CKPT_WARN, "the job's end is not in etcd (%s): its spares wait until they are stopped", why);
 }
 
+/* What the coordinator says to node l, into its agent's box. */
+static bool from_coord(void *arg, uint16_t type, void *msg, size_t len)
+{
+    struct link *l = arg;
+    unsigned j = (unsigned)(l - B.nodes);
+    if (type == COORD_FINISH && len >= sizeof(struct coord_status))
+        put_end((const struct coord_status *)msg);
+    if (type == COORD_PLAN && j == 0)
+        bridge_put_plan(msg, len);
+    post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
+    free(msg);
+    return true;
+}
+
 static void leader_turn(void)
 {
     agents();
@@ -548,23 +553,9 @@ static void leader_turn(void)
             take(B.leading, "up", j, B.nodes[j].lease, &B.nodes[j].taken, to_coord);
     for (unsigned j = 0; j < B.n; j++) {
         struct link *l = &B.nodes[j];
-        for (int k = 0; l->fd >= 0 && k < 64; k++) {
-            uint16_t type;
-            void *msg = NULL;
-            size_t len;
-            int rc = ckpt_wire_recv_some(l->fd, &l->rx, &type, &msg, &len);
-            if (rc < 0) {
-                post(B.leading, "down", j, l->lease, l->seq++, COORD_CLOSED, NULL, 0);
-                close_node(j);
-            }
-            if (rc <= 0)
-                break;
-            if (type == COORD_FINISH && len >= sizeof(struct coord_status))
-                put_end((const struct coord_status *)msg);
-            if (type == COORD_PLAN && j == 0)
-                bridge_put_plan(msg, len);
-            post(B.leading, "down", j, l->lease, l->seq++, type, msg, len);
-            free(msg);
+        if (ckpt_conn_take(&l->conn, 64, from_coord, l) < 0) {
+            post(B.leading, "down", j, l->lease, l->seq++, COORD_CLOSED, NULL, 0);
+            close_node(j);
         }
     }
 }
@@ -590,7 +581,7 @@ static void fence(const char *why)
     B.fenced = true;
     ckpt_log(CKPT_ERROR, "%s: this node stops its ranks before the others restart without it", why);
     stop_leading();
-    close_link(&B.member);
+    ckpt_conn_close(&B.member.conn);
 }
 
 
@@ -731,7 +722,7 @@ static void leadership(void)
         ckpt_log(CKPT_INFO, "the job's leader is gone (its etcd lease ended): another is elected in %.2f s, once "
                  "its node has stopped its ranks", lease_grace_s(B.ttl_s));
     B.leaderless = B.epoch && !epoch;
-    close_link(&B.member);
+    ckpt_conn_close(&B.member.conn);
     unpost_epoch(B.epoch);
     B.member.seq = B.member.taken = 0;
     B.epoch = epoch;
@@ -780,9 +771,9 @@ static void *run(void *arg)
         p[k++] = (struct pollfd){ .fd = B.stop[0], .events = POLLIN };
         p[k++] = (struct pollfd){ .fd = B.watch ? B.watch_fd : -1, .events = POLLIN };
         p[k++] = (struct pollfd){ .fd = lease_fd(B.keeper), .events = POLLIN };
-        p[k++] = (struct pollfd){ .fd = B.member.fd < 0 ? B.lfd : B.member.fd, .events = POLLIN };
+        p[k++] = (struct pollfd){ .fd = B.member.conn.fd < 0 ? B.lfd : B.member.conn.fd, .events = POLLIN };
         for (unsigned j = 0; B.leading && j < B.n; j++)
-            p[k++] = (struct pollfd){ .fd = B.nodes[j].fd, .events = POLLIN };
+            p[k++] = (struct pollfd){ .fd = B.nodes[j].conn.fd, .events = POLLIN };
         if (poll(p, k, wait_ms) > 0 && p[0].revents)
             break;
         if (p[1].revents) { /* something changed: read it now */
@@ -919,7 +910,7 @@ int bridge_start(struct options *opt, char *why, size_t whylen)
     opt->node_rank = (int)B.node;
     if (!(B.nodes = calloc(B.n, sizeof(*B.nodes))) || !(B.heard = calloc(B.n, sizeof(*B.heard))))
         return -ENOMEM;
-    B.member = (struct link){ .fd = -1 };
+    B.member = (struct link){ .conn = CKPT_CONN_CLOSED };
     if ((rc = ckpt_wire_listen("127.0.0.1:0", &B.lfd, B.local, sizeof(B.local), why, whylen)) < 0)
         return rc;
     opt->coord = B.local;
@@ -969,7 +960,7 @@ void bridge_stop(void)
     if (B.leading)
         leader_turn();
     stop_leading();
-    close_link(&B.member);
+    ckpt_conn_close(&B.member.conn);
     etcd_watch_stop(B.watch);
     B.watch = NULL;
     lease_stop(B.keeper);

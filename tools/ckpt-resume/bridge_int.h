@@ -15,9 +15,8 @@
 #include "wire.h"
 
 struct link {
-    int fd;                 /* -1: none */
+    struct ckpt_conn conn;  /* fd -1: none */
     int64_t lease;          /* on the leader: the lease of the agent that is the node, 0: none */
-    struct ckpt_wire_rx rx;
     uint64_t seq;           /* the next message this side puts */
     uint64_t taken;         /* the next one it takes */
     bool refused;           /* on the leader: its agent's messages failed the job key's tag */

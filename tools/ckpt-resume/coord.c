@@ -38,11 +38,9 @@ const char *coord_status_text(int32_t status)
 static void drop(struct coord *c, unsigned j, const char *why)
 {
     struct node *nd = &c->nodes[j];
-    if (nd->fd < 0)
+    if (nd->conn.fd < 0)
         return;
-    close(nd->fd);
-    nd->fd = -1;
-    ckpt_wire_rx_clear(&nd->rx);
+    ckpt_conn_close(&nd->conn);
     nd->joined = false;
     /* Once the end is sent, the nodes leave: none of them is lost. */
     if (c->phase == OVER)
@@ -54,9 +52,9 @@ static void drop(struct coord *c, unsigned j, const char *why)
 void coord_tell(struct coord *c, unsigned j, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
 {
     struct node *nd = &c->nodes[j];
-    if (nd->fd < 0)
+    if (nd->conn.fd < 0)
         return;
-    int rc = ckpt_wire_send(nd->fd, type, a, alen, b, blen);
+    int rc = ckpt_wire_send(nd->conn.fd, type, a, alen, b, blen);
     if (rc < 0)
         drop(c, j, strerror(-rc));
 }
@@ -534,7 +532,7 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     /* Its old connection has gone quiet (the node's agent gave up on it
      * first, across a partition that kept the close from coming here):
      * the new one is the node. */
-    if (nd->fd >= 0 && nd->fd != fd)
+    if (nd->conn.fd >= 0 && nd->conn.fd != fd)
         drop(c, jn->node, "it joined again on a new connection");
     /* A node that joins while the others run has stopped: so must they,
      * before it is counted in.  Told to stop once joined, it would wait
@@ -547,7 +545,7 @@ static int join(struct coord *c, int fd, int self, const void *msg, size_t len)
     nd->nheld = jn->nheld;
     memcpy(nd->decided, (const struct ckpt_held *)(jn + 1) + jn->nheld, jn->ndecided * sizeof(nd->decided[0]));
     nd->ndecided = jn->ndecided;
-    nd->fd = fd;
+    nd->conn.fd = fd;
     nd->addr = jn->replica;
     nd->refused = jn->refused;
     nd->standby = jn->standby;
@@ -570,7 +568,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
 
     switch (type) {
     case COORD_JOIN:
-        if (join(c, nd->fd, (int)j, msg, len) < 0)
+        if (join(c, nd->conn.fd, (int)j, msg, len) < 0)
             drop(c, j, "its JOIN was refused");
         return;
     case COORD_FETCHED:
@@ -689,8 +687,7 @@ static void take(struct coord *c, unsigned j, uint16_t type, const void *msg, si
 static void unpend(struct coord *c, int i, bool keep)
 {
     if (!keep)
-        close(c->pending[i].fd);
-    ckpt_wire_rx_clear(&c->pending[i].rx);
+        ckpt_conn_close(&c->pending[i].conn);
     c->pending[i] = c->pending[--c->npending];
     memset(&c->pending[c->npending], 0, sizeof(c->pending[0]));
 }
@@ -703,35 +700,37 @@ static void take_pending(struct coord *c, int i)
     void *msg = NULL;
     size_t len;
 
-    int rc = ckpt_wire_recv_some(pd->fd, &pd->rx, &type, &msg, &len);
+    int rc = ckpt_conn_recv(&pd->conn, &type, &msg, &len);
     if (rc == 0)
         return;
-    int fd = pd->fd;
+    int fd = pd->conn.fd;
     bool joined = rc > 0 && type == COORD_JOIN && join(c, fd, -1, msg, len) >= 0;
     unpend(c, i, joined);
     free(msg);
+}
+
+struct from {
+    struct coord *c;
+    unsigned j;
+    int fd;
+};
+
+static bool take_one(void *arg, uint16_t type, void *msg, size_t len)
+{
+    struct from *f = arg;
+    take(f->c, f->j, type, msg, len);
+    free(msg);
+    return f->c->nodes[f->j].conn.fd == f->fd; /* not dropped, nor joined again on another connection */
 }
 
 /* Takes every whole message node @j has sent; a part of one waits for the
  * next turn, so a node whose frame is slow to come holds up no other. */
 static void take_from(struct coord *c, unsigned j)
 {
-    struct node *nd = &c->nodes[j];
-    int fd = nd->fd;
-    for (;;) {
-        uint16_t type;
-        void *msg = NULL;
-        size_t len;
-        int rc = ckpt_wire_recv_some(fd, &nd->rx, &type, &msg, &len);
-        if (rc < 0)
-            drop(c, j, rc == -ECONNRESET ? "its agent left the job, or its etcd lease ended" : strerror(-rc));
-        if (rc <= 0)
-            return;
-        take(c, j, type, msg, len);
-        free(msg);
-        if (nd->fd != fd)
-            return; /* dropped, or joined again on another connection */
-    }
+    struct from f = { c, j, c->nodes[j].conn.fd };
+    int rc = ckpt_conn_take(&c->nodes[j].conn, 0, take_one, &f);
+    if (rc < 0)
+        drop(c, j, rc == -ECONNRESET ? "its agent left the job, or its etcd lease ended" : strerror(-rc));
 }
 
 /*
@@ -749,9 +748,9 @@ bool coord_turn(struct coord *c, int timeout_ms)
     pfd[k++] = (struct pollfd){ .fd = c->stop[0], .events = POLLIN };
     pfd[k++] = (struct pollfd){ .fd = c->lfd, .events = POLLIN };
     for (int i = 0; i < c->npending; i++)
-        pfd[k++] = (struct pollfd){ .fd = c->pending[i].fd, .events = POLLIN };
+        pfd[k++] = (struct pollfd){ .fd = c->pending[i].conn.fd, .events = POLLIN };
     for (unsigned j = 0; j < n; j++)
-        pfd[k++] = (struct pollfd){ .fd = c->nodes[j].fd, .events = POLLIN };
+        pfd[k++] = (struct pollfd){ .fd = c->nodes[j].conn.fd, .events = POLLIN };
     if (poll(pfd, k, timeout_ms) < 0 && errno != EINTR)
         return false;
     if (pfd[0].revents)
@@ -774,7 +773,7 @@ bool coord_turn(struct coord *c, int timeout_ms)
             unpend(c, oldest, false);
         }
         if (rc == 0)
-            c->pending[c->npending++] = (struct pending){ .fd = fd, .since = now };
+            c->pending[c->npending++] = (struct pending){ .conn = { .fd = fd }, .since = now };
         else if (rc == -EACCES)
             ckpt_log(CKPT_WARN, "refused a connection that did not authenticate with this job's key "
                      "(CKPT_JOB_KEY)");
@@ -782,11 +781,11 @@ bool coord_turn(struct coord *c, int timeout_ms)
     for (unsigned j = 0; j < n; j++) {
         struct node *nd = &c->nodes[j];
         struct pollfd *p = &pfd[k - n + j];
-        if (nd->fd >= 0 && p->fd == nd->fd && p->revents)
+        if (nd->conn.fd >= 0 && p->fd == nd->conn.fd && p->revents)
             take_from(c, j);
         /* A node lives while its etcd lease does: its connection here
          * closes when the lease ends (bridge.c). */
-        if (nd->fd < 0 && (c->phase == RUN || c->phase == FETCH)) {
+        if (nd->conn.fd < 0 && (c->phase == RUN || c->phase == FETCH)) {
             char why[64];
             snprintf(why, sizeof(why), "node %u was lost", j);
             if (fence_wanted() && !nd->unfenced) {
@@ -839,7 +838,7 @@ int coord_open(struct coord **out, const struct options *opt)
     if (!c->nodes || !c->pfd)
         return -ENOMEM;
     for (unsigned j = 0; j < c->n; j++)
-        c->nodes[j].fd = -1;
+        c->nodes[j].conn = CKPT_CONN_CLOSED;
     if (job_master_port(c->master_port) < 0 || job_spare_port(c->standby_port) < 0)
         return -EADDRINUSE;
     int rc = ckpt_wire_listen(opt->coord, &c->lfd, c->bound, sizeof(c->bound), why, sizeof(why));
@@ -902,8 +901,7 @@ void coord_stop(struct coord *c)
     while (c->npending)
         unpend(c, 0, false);
     for (unsigned j = 0; c->nodes && j < c->n; j++) {
-        if (c->nodes[j].fd >= 0)
-            close(c->nodes[j].fd);
+        ckpt_conn_close(&c->nodes[j].conn);
         fence_cancel(c->nodes[j].fence);
         free(c->nodes[j].held);
     }

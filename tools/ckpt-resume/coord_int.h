@@ -27,7 +27,7 @@ enum phase {
 };
 
 struct node {
-    int fd;                 /* -1: not connected */
+    struct ckpt_conn conn;  /* from its agent (through the leader's bridge), fd -1: not connected */
     bool joined, done, fetched, held_in, replicated, repl_warned;
     int fetch_status, repl_status;
     uint64_t refused;
@@ -42,7 +42,6 @@ struct node {
     struct ckpt_decision decided[COORD_DECIDED_MAX]; /* its JOIN: the decisions it acted under */
     uint32_t ndecided;
     struct coord_held h;
-    struct ckpt_wire_rx rx;     /* a message on its way in */
     bool unfenced;              /* declared lost with CKPT_FENCE_CMD set: not fenced yet */
     pid_t fence;                /* the fence command running against it, 0: none */
     double fence_due, fence_since; /* when to run it (again), and since when it is wanted */
@@ -51,9 +50,8 @@ struct node {
 /* A connection that has not joined yet: its JOIN must come whole within
  * CKPT_NODE_TIMEOUT, else the connection is closed. */
 struct pending {
-    int fd;
+    struct ckpt_conn conn;
     double since;
-    struct ckpt_wire_rx rx;
 };
 
 struct coord {

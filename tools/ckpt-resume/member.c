@@ -38,7 +38,7 @@
 
 struct member {
     struct job *job;
-    int fd;                         /* the coordinator (through this agent's bridge), -1 when lost */
+    struct ckpt_conn conn;          /* to the coordinator (through this agent's bridge), fd -1 when lost */
     int wake[2];                    /* a replication round ended */
     struct rep *rep;
     double timeout_s;
@@ -59,7 +59,6 @@ struct member {
     struct coord_addr *addrs;
     unsigned naddrs;
     char ip[64];
-    struct ckpt_wire_rx rx;         /* a message from the coordinator on its way in */
     struct held_msg { uint16_t type; void *msg; size_t len; } *held; /* read during a takeover, for after */
     size_t nheld_msgs, held_cap;
     uint64_t *ids;                  /* the takeover's unique ids this node has relayed (their names) */
@@ -71,10 +70,7 @@ struct member {
 
 static void hang_up(struct member *m)
 {
-    if (m->fd >= 0)
-        close(m->fd);
-    m->fd = -1;
-    ckpt_wire_rx_clear(&m->rx);
+    ckpt_conn_close(&m->conn);
     while (m->nheld_msgs) /* the connection's: a new one starts afresh */
         free(m->held[--m->nheld_msgs].msg);
 }
@@ -94,7 +90,7 @@ static void lose(struct member *m, int rc)
         job_stop(job, SIGTERM);
 }
 
-/* The coordinator's next whole message, as ckpt_wire_recv_some gives it
+/* The coordinator's next whole message, as ckpt_conn_recv gives it
  * (those read during a takeover first). */
 static int recv_msg(struct member *m, uint16_t *type, void **msg, size_t *len)
 {
@@ -104,14 +100,14 @@ static int recv_msg(struct member *m, uint16_t *type, void **msg, size_t *len)
         *type = h.type, *msg = h.msg, *len = h.len;
         return 1;
     }
-    return ckpt_wire_recv_some(m->fd, &m->rx, type, msg, len);
+    return ckpt_conn_recv(&m->conn, type, msg, len);
 }
 
 static int send_msg(struct member *m, uint16_t type, const void *a, size_t alen, const void *b, size_t blen)
 {
-    if (m->fd < 0)
+    if (m->conn.fd < 0)
         return -ENOTCONN;
-    int rc = ckpt_wire_send(m->fd, type, a, alen, b, blen);
+    int rc = ckpt_wire_send(m->conn.fd, type, a, alen, b, blen);
     if (rc < 0)
         lose(m, rc);
     return rc;
@@ -126,10 +122,10 @@ static int connect_coord(struct job *job, struct member *m)
     bool said = false;
 
     for (;;) {
-        int rc = ckpt_wire_connect(opt->coord, &m->fd, why, sizeof(why));
+        int rc = ckpt_wire_connect(opt->coord, &m->conn.fd, why, sizeof(why));
         if (rc == 0)
             break;
-        m->fd = -1;
+        m->conn.fd = -1;
         if (rc == -EACCES) {
             ckpt_log(CKPT_ERROR, "%s: every node needs the same CKPT_JOB_KEY", why);
             return rc;
@@ -387,7 +383,7 @@ void member_tick(struct job *job)
     if (!m->superseded && job->chan.restored_s > 0)
         supersede(job, m, m->restored);
     disk_due(job); /* counts the commits; a persist starts with the next round (replicate) */
-    if (job->phase != JOB_RUNNING || m->replicating || m->fd < 0 || !node_held(job, m, &h))
+    if (job->phase != JOB_RUNNING || m->replicating || m->conn.fd < 0 || !node_held(job, m, &h))
         return;
     if (!memcmp(&h, &m->last_held, sizeof(h)))
         return;
@@ -415,7 +411,7 @@ static void replicate(struct job *job, struct member *m, uint64_t it, bool again
 int member_prepare(struct job *job, struct pollfd *pfd)
 {
     struct member *m = job->member;
-    pfd[0] = (struct pollfd){ .fd = m->fd, .events = POLLIN };
+    pfd[0] = (struct pollfd){ .fd = m->conn.fd, .events = POLLIN };
     pfd[1] = (struct pollfd){ .fd = m->wake[0], .events = POLLIN };
     return m->by_standby && ckpt_now_s() < m->relay_until ? RELAY_MS : TICK_MS;
 }
@@ -491,12 +487,12 @@ void member_takeover_ids(struct job *job, const char *dir, bool start)
         m->relay_until = ckpt_now_s() + RELAY_FAST_S;
     }
     send_ids(m, dir);
-    struct pollfd p = { .fd = m->fd, .events = POLLIN };
-    for (int rc = m->fd >= 0 ? poll(&p, 1, 0) : 0; rc > 0 && m->fd >= 0;) {
+    struct pollfd p = { .fd = m->conn.fd, .events = POLLIN };
+    for (int rc = m->conn.fd >= 0 ? poll(&p, 1, 0) : 0; rc > 0 && m->conn.fd >= 0;) {
         uint16_t type;
         void *msg = NULL;
         size_t len;
-        if ((rc = ckpt_wire_recv_some(m->fd, &m->rx, &type, &msg, &len)) <= 0)
+        if ((rc = ckpt_conn_recv(&m->conn, &type, &msg, &len)) <= 0)
             break; /* a lost coordinator is found after the takeover */
         if (type == COORD_ID) {
             keep_id(m, dir, msg, len);
@@ -570,7 +566,7 @@ void member_events(struct job *job, const struct pollfd *pfd)
     struct member *m = job->member;
 
     /* Every whole message; a part of one waits for the next wake-up. */
-    for (int rc = 1; rc > 0 && m->fd >= 0 && pfd[0].fd == m->fd && (pfd[0].revents || m->nheld_msgs);) {
+    for (int rc = 1; rc > 0 && m->conn.fd >= 0 && pfd[0].fd == m->conn.fd && (pfd[0].revents || m->nheld_msgs);) {
         uint16_t type;
         void *msg = NULL;
         size_t len;
@@ -614,9 +610,9 @@ static int await(struct job *job, struct member *m, uint16_t want, void **msg, s
     *msg = NULL;
     *len = 0;
     for (;;) {
-        if (m->fd < 0)
+        if (m->conn.fd < 0)
             return -ENOTCONN;
-        struct pollfd p[2] = { { .fd = m->fd, .events = POLLIN }, { .fd = job->sigfd, .events = POLLIN } };
+        struct pollfd p[2] = { { .fd = m->conn.fd, .events = POLLIN }, { .fd = job->sigfd, .events = POLLIN } };
         int n = poll(p, 2, m->nheld_msgs ? 0 : TICK_MS);
         if (m->nheld_msgs)
             n = 1, p[0].revents |= POLLIN;
@@ -772,8 +768,8 @@ static void settle(struct job *job, struct member *m)
 {
     int status;
     while (!rep_reap(m->rep, &status) || disk_busy(&job->disk)) {
-        struct pollfd p = { .fd = m->fd, .events = POLLIN };
-        for (int rc = m->nheld_msgs ? 1 : poll(&p, m->fd >= 0 ? 1 : 0, 100); rc > 0 && m->fd >= 0;) {
+        struct pollfd p = { .fd = m->conn.fd, .events = POLLIN };
+        for (int rc = m->nheld_msgs ? 1 : poll(&p, m->conn.fd >= 0 ? 1 : 0, 100); rc > 0 && m->conn.fd >= 0;) {
             uint16_t type;
             void *msg = NULL;
             size_t len;
@@ -852,7 +848,8 @@ int member_run(struct job *job, int *restarts)
     if (!m)
         return 1;
     m->job = job;
-    m->fd = m->wake[0] = m->wake[1] = -1;
+    m->conn = CKPT_CONN_CLOSED;
+    m->wake[0] = m->wake[1] = -1;
     ledger_load(job, &m->ledger);
     if (opt->spare) { /* the decisions it saw while it waited: the copies it took belong to them */
         struct ckpt_decision d[COORD_DECIDED_MAX];
@@ -869,9 +866,9 @@ int member_run(struct job *job, int *restarts)
     for (;;) {
         void *msg = NULL;
         size_t len;
-        if (m->fd < 0 && job->out.stop_signal)
+        if (m->conn.fd < 0 && job->out.stop_signal)
             break; /* told to stop, with no coordinator to tell: this node ends */
-        if (m->fd < 0 && connect_coord(job, m) < 0)
+        if (m->conn.fd < 0 && connect_coord(job, m) < 0)
             break;
         if (join(job, m, refused) < 0)
             continue;
@@ -909,7 +906,7 @@ int member_run(struct job *job, int *restarts)
         refused = run_launch(job, m, restore, target);
         if (m->finished)
             break;
-        if (m->fd < 0)
+        if (m->conn.fd < 0)
             continue;
         if (job->out.stop_signal && !m->stopped) {
             struct coord_status st = { .status = -job->out.stop_signal };
