@@ -281,7 +281,8 @@ static int join(struct job *job, struct member *m, uint64_t refused)
 static void write_pins(struct job *job, struct member *m)
 {
     char dir[PATH_MAX];
-    struct ckpt_pins p = { .keep = { m->durable, m->replicating, m->persisting }, .n = 3, .from = m->target };
+    struct ckpt_pins p = { .keep = { m->durable, m->replicating, m->persisting }, .n = 3, .from = m->target,
+                           .epoch = m->epoch };
 
     if (arena_job_dir(job->opt, dir, sizeof(dir)) < 0)
         return;
