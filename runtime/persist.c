@@ -355,6 +355,11 @@ static void examine(struct ckpt_persist *p, const char *job, const char *jobdir,
     if (g->status < 0)
         return;
     g->nranks = m->nranks;
+    for (uint32_t i = 0; i < m->nranks; i++) { /* the headers verified as the manifest loaded */
+        struct ckpt_header h;
+        memcpy(&h, (const char *)m + pm_ranks(m)[i].head_offset, sizeof(h));
+        g->epoch = !i || h.epoch < g->epoch ? h.epoch : g->epoch;
+    }
     g->logical_bytes = m->logical_bytes;
     g->stored_bytes = m->stored_bytes;
     g->time_ns = m->time_ns;

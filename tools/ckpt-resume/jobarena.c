@@ -200,6 +200,7 @@ void arena_scan_rank(const char *job, const char *dir, int r, struct held *h)
         } else if (hdr.iteration > 0) {
             h->iteration[h->n] = hdr.iteration;
             h->generation[h->n] = hdr.generation;
+            h->epoch[h->n] = hdr.epoch;
             h->n++;
         }
     }

@@ -333,7 +333,7 @@ uint64_t ledger_newest(const struct ledger *l);
 /* What one rank holds: up to two verified snapshots. */
 struct held {
     int n;
-    uint64_t iteration[2], generation[2];
+    uint64_t iteration[2], generation[2], epoch[2];
 };
 void arena_scan_rank(const char *job, const char *dir, int r, struct held *h);
 struct restore_point {
