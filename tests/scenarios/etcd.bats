@@ -16,6 +16,7 @@ bats_require_minimum_version 1.5.0
 @test "3 nodes through a 3-member etcd: the leader's node lost with its memory, a replacement that names no rank takes its place, a new leader, recovered from a peer's memory, as uninterrupted" {
     plain 3
     local t leader victim
+    export CKPT_KEEP_ARENA=1 # for ckpt-inspect, below
     for t in a b c; do start $t 3; done
     for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
     leader=$(etcdctl --endpoints "$ENDPOINTS" get "/ckpt/$CKPT_JOB/leader" --print-value-only)
@@ -44,6 +45,12 @@ bats_require_minimum_version 1.5.0
         python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["mod_revision"])')
     echo "decided at revisions $first (launch), $last (restore); the decision key's: $key"
     [ -n "$first" ] && [ -n "$last" ] && [ "$last" -gt "$first" ] && [ "$key" = "$last" ] || { show; return 1; }
+    # What the replacement holds (its ranks' snapshots, its peers' copies) was committed under the restore's
+    # plan: each image carries its epoch.
+    local out
+    out=$(CKPT_ARENA_DIR=$D/arena.new "$BUILD/bin/ckpt-inspect" --job "$CKPT_JOB" verify 2>&1) || { echo "$out"; return 1; }
+    echo "$out"
+    grep -q ": verified$" <<<"$out" && ! grep ": verified$" <<<"$out" | grep -v ", epoch $last, " || return 1
 }
 
 # bats test_tags=covered
