@@ -203,8 +203,7 @@ int pdir_job(const char *dir, const char *job, bool create, char *out, size_t ou
     int rc = ckpt_shared_root_ok(dir, &st, why, whylen);
     if (rc < 0)
         return rc;
-    int n = snprintf(out, outlen, "%s/%u-%s", dir, (unsigned)geteuid(), job);
-    if (n < 0 || (size_t)n >= outlen) {
+    if (ckpt_job_dir(out, outlen, dir, job) < 0) {
         snprintf(why, whylen, "persist path under %s is too long", dir);
         return -ENAMETOOLONG;
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "pins.h"
 #include "util.h"
 
@@ -31,11 +32,8 @@ void ckpt_pins_read(const char *rank_dir, struct ckpt_pins *p)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32], text[32 * (CKPT_PINS_MAX + 2)];
     memset(p, 0, sizeof(*p));
-    snprintf(dir, sizeof(dir), "%s", rank_dir);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
+    if (ckpt_rank_dir_job(dir, sizeof(dir), rank_dir) < 0)
         return;
-    *slash = '\0';
     ckpt_pins_path(path, sizeof(path), dir);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)

@@ -219,8 +219,7 @@ static void inventory(struct job *job, struct member *m, struct holdings *hs)
     if (arena_job_dir(opt, dir, sizeof(dir)) == 0)
         for (int i = 0; i < opt->nproc; i++)
             scan(hs, opt->job_name, dir, opt->first_rank + i, CKPT_TIER_ARENA);
-    if (rep_peer_dir(m->rep, 0, dir, sizeof(dir)) == 0) {
-        *strrchr(dir, '/') = '\0';
+    if (rep_peer_job_dir(m->rep, dir, sizeof(dir)) == 0) {
         int nranks = opt->nnodes * opt->nproc;
         for (int r = 0; r < nranks; r++) {
             char rdir[PATH_MAX + 32];

@@ -476,7 +476,7 @@ void rep_wait(struct rep *r);
 int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const struct coord_addr *addrs,
               unsigned nnodes);
 int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, size_t whylen);
-int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen);
+int rep_peer_job_dir(const struct rep *r, char *out, size_t outlen);
 /* Retires the peers' copies after @after, but those that came under a
  * plan of epoch @keep_epoch or later (0: none is kept): a plan's copies
  * can arrive before this node has taken it. */
