@@ -45,12 +45,19 @@ bats_require_minimum_version 1.5.0
         python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["mod_revision"])')
     echo "decided at revisions $first (launch), $last (restore); the decision key's: $key"
     [ -n "$first" ] && [ -n "$last" ] && [ "$last" -gt "$first" ] && [ "$key" = "$last" ] || { show; return 1; }
-    # What the replacement holds (its ranks' snapshots, its peers' copies) was committed under the restore's
-    # plan: each image carries its epoch.
-    local out
-    out=$(CKPT_ARENA_DIR=$D/arena.new "$BUILD/bin/ckpt-inspect" --job "$CKPT_JOB" verify 2>&1) || { echo "$out"; return 1; }
-    echo "$out"
-    grep -q ": verified$" <<<"$out" && ! grep ": verified$" <<<"$out" | grep -v ", epoch $last, " || return 1
+    # Every image the replacement holds (its rank's snapshots, its peers' copies) carries the plan it was
+    # committed under: the restore's past the restored iteration, the launch's up to it.  (verify says the
+    # ranks whose copies are on other nodes have no image here.)
+    local out restored
+    restored=$(sed -n 's/^ckpt-resume: restarting from iteration \([0-9]*\)$/\1/p' "$D"/err.* | tail -n 1)
+    out=$(CKPT_ARENA_DIR=$D/arena.new "$BUILD/bin/ckpt-inspect" --job "$CKPT_JOB" verify all 2>&1) || true
+    echo "restored iteration $restored; $out"
+    grep -q ", epoch $last, .*: verified$" <<<"$out" || return 1
+    awk -v r="$restored" -v first="$first" -v last="$last" '/: verified$/ {
+            it = $0; sub(/.*, iteration /, "", it); sub(/,.*/, "", it)
+            ep = $0; sub(/.*, epoch /, "", ep); sub(/,.*/, "", ep)
+            if (ep != (it + 0 > r + 0 ? last : first)) { print "wrong epoch: " $0; bad = 1 } }
+        END { exit bad }' <<<"$out"
 }
 
 # bats test_tags=covered
