@@ -928,7 +928,6 @@ void ckpt_rlog_close(void)
 int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_t whylen)
 {
     char path[PATH_MAX + 16];
-    struct stat st;
 
     *last_iteration = 0;
     int f = rlog_open_log(dir, O_RDONLY, path, sizeof(path), why, whylen);
@@ -936,12 +935,6 @@ int ckpt_rlog_verify(const char *dir, uint64_t *last_iteration, char *why, size_
         return f;
     if (!*path)
         ckpt_rlog_arena_path(path, sizeof(path), dir); /* it fit when the log was opened */
-    if (fstat(f, &st) < 0) {
-        int rc = -errno;
-        snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));
-        close(f);
-        return rc;
-    }
     int rc = ckpt_rlog_verify_fd(f, path, last_iteration, why, whylen);
     close(f);
     return rc;
