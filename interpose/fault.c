@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "config.h"
 #include "interpose.h"
 #include "log.h"
@@ -37,13 +38,11 @@ void ckpt_fault_init(const char *rank_dir)
         return; /* an io: fault is the node agent's persistence engine's */
     if (fault.rank != (unsigned long long)(rank ? atoll(rank) : 0))
         return;
-    snprintf(marker, sizeof(marker), "%s", rank_dir);
-    char *slash = strrchr(marker, '/');
-    if (!slash)
+    char job_dir[PATH_MAX];
+    if (ckpt_rank_dir_job(job_dir, sizeof(job_dir), rank_dir) < 0)
         return;
-    *slash = '\0';
-    ckpt_pins_path(pin, sizeof(pin), marker);
-    snprintf(slash, sizeof(marker) - (size_t)(slash - marker), "/fault-fired");
+    ckpt_pins_path(pin, sizeof(pin), job_dir);
+    snprintf(marker, sizeof(marker), "%s/fault-fired", job_dir);
     armed = access(marker, F_OK) != 0;
 }
 

@@ -56,11 +56,7 @@ void ckpt_node_check_room(const char *rank_dir, uint64_t iter, size_t total)
     uint64_t room = 0, size = 0;
     if (!ckpt_unprotected_refused() || ckpt_arena_room(rank_dir, &room, &size) < 0)
         return;
-    snprintf(job_dir, sizeof(job_dir), "%s", rank_dir);
-    char *slash = strrchr(job_dir, '/');
-    if (slash)
-        *slash = '\0';
-    uint64_t held = slash ? ckpt_arena_held(job_dir) : 0;
+    uint64_t held = ckpt_rank_dir_job(job_dir, sizeof(job_dir), rank_dir) == 0 ? ckpt_arena_held(job_dir) : 0;
     const char *lw = getenv("LOCAL_WORLD_SIZE");
     long long ranks = lw && atoi(lw) > 0 ? atoi(lw) : 1, slots = ckpt_cfg_int(CFG_SLOTS);
     uint64_t need = (uint64_t)ranks * (uint64_t)slots * total;

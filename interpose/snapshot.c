@@ -576,17 +576,16 @@ static bool repair(int older, const struct ckpt_pins *pins)
 /*
  * The slot the snapshot of @iter goes to: the older one, keeping the
  * newest, once every peer on the node holds the newest too; with
- * CKPT_SLOTS=1 the only one, unless the node agent is reading it.
- * Returns -1 when the snapshot is skipped (said, counted).
+ * CKPT_SLOTS=1 the only one, unless the node agent is reading it
+ * (@pins: what it keeps).  Returns -1 when the snapshot is skipped (said,
+ * counted).
  */
-static int choose_slot(uint64_t iter)
+static int choose_slot(uint64_t iter, const struct ckpt_pins *pins)
 {
     int older = S.last_slot == 0 ? 1 : 0;
-    struct ckpt_pins pins;
 
     if (ckpt_cfg_int(CFG_SLOTS) == 1) {
-        ckpt_pins_read(S.arena.dir, &pins);
-        if (S.slot_used[0] && ckpt_pins_hold(&pins, S.slot_iter[0])) {
+        if (S.slot_used[0] && ckpt_pins_hold(pins, S.slot_iter[0])) {
             S.skipped++;
             ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent is reading iteration %llu from the one slot; "
                      "snapshot skipped", (unsigned long long)iter, (unsigned long long)S.slot_iter[0]);
@@ -597,14 +596,13 @@ static int choose_slot(uint64_t iter)
 
     if (!S.slot_used[older])
         return older;
-    ckpt_pins_read(S.arena.dir, &pins);
-    if (ckpt_pins_hold(&pins, S.slot_iter[older]) && ckpt_pins_hold(&pins, S.last_iter)) {
+    if (ckpt_pins_hold(pins, S.slot_iter[older]) && ckpt_pins_hold(pins, S.last_iter)) {
         S.skipped++;
         ckpt_log(CKPT_DEBUG, "iteration %llu: the node agent keeps iterations %llu and %llu; snapshot skipped",
                  (unsigned long long)iter, (unsigned long long)S.slot_iter[older], (unsigned long long)S.last_iter);
         return -1;
     }
-    if (ckpt_pins_hold(&pins, S.slot_iter[older])) {
+    if (ckpt_pins_hold(pins, S.slot_iter[older])) {
         /* The agent keeps the older iteration (the job's newest replicated
          * or persisted one) until the ranks of every node hold a newer one
          * in common.  Our newest is not what it waits for: nodes that
@@ -627,7 +625,7 @@ static int choose_slot(uint64_t iter)
      * from now on, on every rank.  Then our newest is overwritten instead,
      * keeping the older one, which every peer holds, and the ranks meet
      * again at this iteration (repair()). */
-    if (repair(older, &pins)) {
+    if (repair(older, pins)) {
         ckpt_log(CKPT_DEBUG, "iteration %llu: a peer skipped iteration %llu; it replaces that one, iteration %llu "
                  "is kept", (unsigned long long)iter, (unsigned long long)S.last_iter,
                  (unsigned long long)S.slot_iter[older]);
@@ -677,12 +675,17 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
         return;
     }
 
+    /* What the node's agent keeps, and the plan it acts under: the
+     * snapshot carries its epoch. */
+    struct ckpt_pins pins;
+    ckpt_pins_read(S.arena.dir, &pins);
     const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
     struct ckpt_header h = {.rank = rank ? (uint32_t)atoi(rank) : 0,
                             .world = world ? (uint32_t)atoi(world) : 1,
                             .generation = S.generation + 1,
                             .iteration = iter,
-                            .chunk_bytes = CKPT_CHUNK_DEFAULT};
+                            .chunk_bytes = CKPT_CHUNK_DEFAULT,
+                            .epoch = pins.epoch};
     snprintf(h.job, sizeof(h.job), "%s", ckpt_cfg_str(CFG_JOB));
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -693,7 +696,7 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
         ckpt_node_check_room(S.arena.dir, iter, total);
     }
 
-    int moved = 0, slot = choose_slot(iter);
+    int moved = 0, slot = choose_slot(iter, &pins);
     if (slot < 0)
         return;
     void *old = S.arena.base[slot];

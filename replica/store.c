@@ -203,7 +203,7 @@ static void scan_rank(struct ckpt_store *st, const char *job, uint32_t rank)
 int ckpt_store_open(struct ckpt_store **out, const char *dir, struct ckpt_fab *fab, char *why, size_t whylen)
 {
     struct ckpt_store *st = calloc(1, sizeof(*st));
-    char prefix[32], sub[PATH_MAX + 300];
+    char sub[PATH_MAX];
 
     if (!st)
         return -ENOMEM;
@@ -217,18 +217,18 @@ int ckpt_store_open(struct ckpt_store **out, const char *dir, struct ckpt_fab *f
         return -e;
     }
     /* DIR/<uid>-<job>/rank<N>: only this user's jobs. */
-    int plen = snprintf(prefix, sizeof(prefix), "%u-", (unsigned)geteuid());
     DIR *d = opendir(dir);
     struct dirent *e, *r;
     while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, prefix, plen) != 0 || !e->d_name[plen] || strlen(e->d_name + plen) >= CKPT_JOB_MAX)
+        const char *job;
+        if (!ckpt_job_dir_name(e->d_name, &job) || strlen(job) >= CKPT_JOB_MAX ||
+            ckpt_job_dir(sub, sizeof(sub), dir, job) < 0)
             continue;
-        snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
         DIR *jd = opendir(sub);
         while (jd && (r = readdir(jd))) {
             int rank;
             if (ckpt_rank_dir_name(r->d_name, &rank))
-                scan_rank(st, e->d_name + plen, (uint32_t)rank);
+                scan_rank(st, job, (uint32_t)rank);
         }
         if (jd)
             closedir(jd);

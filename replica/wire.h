@@ -28,9 +28,10 @@
 #include "auth.h"
 
 #define CKPT_WIRE_MAGIC "CKRP"
-#define CKPT_WIRE_VERSION 5u /* 2: PROGRESS, and RESULT before DONE (replica.h); 3: OFFER's epoch;
+#define CKPT_WIRE_VERSION 6u /* 2: PROGRESS, and RESULT before DONE (replica.h); 3: OFFER's epoch;
                               * 4: replay logs sent from what the receiver holds; 5: the decisions
-                              * in the coordinators' JOIN and PLAN (coord.h) */
+                              * in the coordinators' JOIN and PLAN (coord.h); 6: each copy a JOIN
+                              * lists with its epoch (recovery.h) */
 #define CKPT_WIRE_MAX (64u << 20)
 /* The frame type of the handshake that starts a connection when a job key
  * is set (auth.h), and the reserved field's value of a frame followed by

@@ -23,20 +23,54 @@
 #include "image.h"
 #include "util.h"
 
+#define JOB_DIR "%u-%s" /* the effective uid, the job */
 #define RANK_DIR "rank"
 
 static const char *const slot_names[2] = {"slot0", "slot1"};
 
+/* <uid>-<job>, the name of this user's directory of @job in a root. */
+static int job_dir_name(char *out, size_t n, const char *job)
+{
+    return ckpt_pathf(out, n, JOB_DIR, (unsigned)geteuid(), job);
+}
+
+int ckpt_job_dir(char *out, size_t n, const char *root, const char *job)
+{
+    return ckpt_pathf(out, n, "%s/" JOB_DIR, root, (unsigned)geteuid(), job);
+}
+
+bool ckpt_job_dir_name(const char *name, const char **job)
+{
+    /* Every name of this user's starts with the one made for the job "":
+     * the uid as the writer spells it, then the dash. */
+    char mine[32];
+    job_dir_name(mine, sizeof(mine), "");
+    size_t k = strlen(mine);
+    if (strncmp(name, mine, k) != 0 || !name[k])
+        return false;
+    *job = name + k;
+    return true;
+}
+
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank)
 {
     char job_dir[PATH_MAX];
-    int rc = ckpt_pathf(job_dir, sizeof(job_dir), "%s/%u-%s", root, (unsigned)geteuid(), job);
+    int rc = ckpt_job_dir(job_dir, sizeof(job_dir), root, job);
     return rc < 0 ? rc : ckpt_rank_dir(out, outlen, job_dir, rank);
 }
 
 int ckpt_rank_dir(char *out, size_t n, const char *job_dir, int rank)
 {
     return ckpt_pathf(out, n, "%s/" RANK_DIR "%d", job_dir, rank);
+}
+
+int ckpt_rank_dir_job(char *out, size_t n, const char *rank_dir)
+{
+    const char *slash = strrchr(rank_dir, '/');
+    int rank;
+    if (!slash || !ckpt_rank_dir_name(slash + 1, &rank))
+        return -EINVAL;
+    return ckpt_pathf(out, n, "%.*s", (int)(slash - rank_dir), rank_dir);
 }
 
 bool ckpt_rank_dir_name(const char *name, int *rank)
@@ -118,6 +152,29 @@ static int open_dir(int at, const char *name, const char *shown, mode_t mode, bo
 }
 
 /*
+ * Opens this user's directory of @job under @root as open_dir does, the
+ * root first, and its path into @shown.  Returns the directory's fd, or
+ * -errno with why (-ENAMETOOLONG, before anything is made, when its name
+ * or path does not fit).
+ */
+static int open_job_dir(const char *root, const char *job, char *shown, size_t shownlen, char *why, size_t whylen)
+{
+    char name[NAME_MAX + 1];
+    if (job_dir_name(name, sizeof(name), job) < 0 || ckpt_job_dir(shown, shownlen, root, job) < 0) {
+        snprintf(why, whylen, "arena path under %s is too long", root);
+        return -ENAMETOOLONG;
+    }
+    /* The root is shared like /tmp: sticky and open; what is under it is
+     * not, and is reached only through the directories checked above it. */
+    int rootfd = open_dir(AT_FDCWD, root, root, 01777, false, why, whylen);
+    if (rootfd < 0)
+        return rootfd;
+    int jobfd = open_dir(rootfd, name, shown, 0700, true, why, whylen);
+    close(rootfd);
+    return jobfd;
+}
+
+/*
  * Makes this process the one owner of the rank directory @dirfd: a POSIX
  * record lock on its owner file.  Such a lock belongs to the process and
  * not to the file descriptor's copies: a child forked or exec'd by the
@@ -151,8 +208,8 @@ static int claim(struct ckpt_arena *a, int dirfd, char *why, size_t whylen)
 int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int rank, unsigned flags, char *why,
                     size_t whylen)
 {
-    char name[CKPT_JOB_MAX + 32], shown[PATH_MAX + 16];
-    int rc, rootfd, jobfd, dirfd;
+    char shown[PATH_MAX];
+    int rc, jobfd, dirfd;
 
     memset(a, 0, sizeof(*a));
     a->fd[0] = a->fd[1] = a->owner = -1;
@@ -164,15 +221,7 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
         snprintf(why, whylen, "arena path under %s is too long", root);
         return -ENAMETOOLONG;
     }
-    /* The root is shared like /tmp: sticky and open; what is under it is
-     * not, and is reached only through the directories checked above it. */
-    if ((rootfd = open_dir(AT_FDCWD, root, root, 01777, false, why, whylen)) < 0)
-        return rootfd;
-    snprintf(name, sizeof(name), "%u-%s", (unsigned)geteuid(), job);
-    snprintf(shown, sizeof(shown), "%s/%s", root, name);
-    jobfd = open_dir(rootfd, name, shown, 0700, true, why, whylen);
-    close(rootfd);
-    if (jobfd < 0)
+    if ((jobfd = open_job_dir(root, job, shown, sizeof(shown), why, whylen)) < 0)
         return jobfd;
     dirfd = open_dir(jobfd, strrchr(a->dir, '/') + 1 /* rank<N> */, a->dir, 0700, true, why, whylen);
     close(jobfd);
@@ -228,14 +277,8 @@ int ckpt_slot_retire(int fd, const char *job, int rank, uint64_t after, uint64_t
 
 int ckpt_arena_usable(const char *root, const char *job, char *why, size_t whylen)
 {
-    char name[CKPT_JOB_MAX + 32], shown[PATH_MAX + 16];
-    int rootfd = open_dir(AT_FDCWD, root, root, 01777, false, why, whylen);
-    if (rootfd < 0)
-        return rootfd;
-    snprintf(name, sizeof(name), "%u-%s", (unsigned)geteuid(), job);
-    snprintf(shown, sizeof(shown), "%s/%s", root, name);
-    int jobfd = open_dir(rootfd, name, shown, 0700, true, why, whylen);
-    close(rootfd);
+    char shown[PATH_MAX];
+    int jobfd = open_job_dir(root, job, shown, sizeof(shown), why, whylen);
     if (jobfd < 0)
         return jobfd;
     /* A file that takes a page, as a slot does: root may create files in

@@ -17,8 +17,10 @@
 
 /* The directory under CKPT_ARENA_DIR where a node's agent keeps the
  * replicas it holds for its peers, laid out as arenas of their own
- * (CKPT_ARENA_DIR/peers/<uid>-<job>/rank<N>/slot0|slot1).  Never a valid
- * <uid>-<job> name, so it is never taken for a job's arena. */
+ * (CKPT_ARENA_DIR/peers/<uid>-<job>/rank<N>/slot0|slot1); and in a
+ * directory of replay logs on disk, the one holding the logs the agent
+ * keeps for its peers (logship.c).  Never a valid <uid>-<job> name, so it
+ * is never taken for a job's directory. */
 #define CKPT_PEERS_SUBDIR "peers"
 
 struct ckpt_arena {
@@ -104,17 +106,29 @@ int ckpt_arena_usable(const char *root, const char *job, char *why, size_t whyle
 int ckpt_slot_retire(int fd, const char *job, int rank, uint64_t after, uint64_t *iteration);
 
 /*
- * The names in a job's arena, spelled here and nowhere else: the job's
- * directory (CKPT_ARENA_DIR/<uid>-<job>, or a peers' store's) holds a
- * directory rank<N> per rank, each holding the slot files slot0 and slot1
- * beside the rank's replay log (replay.h) and the files named above.  The
- * functions that make a path return 0, or -ENAMETOOLONG when it does not
- * fit @n bytes (ckpt_pathf).
+ * The names in a job's arena, spelled here and nowhere else: a root
+ * (CKPT_ARENA_DIR, a peers' store, a persist directory) holds a directory
+ * <uid>-<job> per user and job, <uid> the effective uid in decimal; in an
+ * arena it holds a directory rank<N> per rank, each holding the slot files
+ * slot0 and slot1 beside the rank's replay log (replay.h) and the files
+ * named above.  The functions that make a path return 0, or -ENAMETOOLONG
+ * when it does not fit @n bytes (ckpt_pathf).
  */
-/* The directory of a rank, as ckpt_arena_open names it. */
+/* <root>/<uid>-<job>: this user's directory of @job under @root. */
+int ckpt_job_dir(char *out, size_t n, const char *root, const char *job);
+/* Whether the entry @name of a root is this user's directory of a job, as
+ * ckpt_job_dir names it (another user's never is); *@job then points at
+ * the job's name in @name. */
+bool ckpt_job_dir_name(const char *name, const char **job);
+/* The directory of a rank, as ckpt_arena_open names it:
+ * <root>/<uid>-<job>/rank<rank>. */
 int ckpt_arena_path(char *out, size_t outlen, const char *root, const char *job, int rank);
 /* <job_dir>/rank<rank>. */
 int ckpt_rank_dir(char *out, size_t n, const char *job_dir, int rank);
+/* The job's directory that holds the rank's directory @rank_dir
+ * (<job_dir>/rank<N>, as ckpt_rank_dir makes it); -EINVAL when @rank_dir
+ * is no such path. */
+int ckpt_rank_dir_job(char *out, size_t n, const char *rank_dir);
 /* Whether the entry @name of a job's directory is a rank's directory,
  * "rank<N>" as ckpt_rank_dir writes it; *@rank is then N. */
 bool ckpt_rank_dir_name(const char *name, int *rank);

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #define CKPT_MAGIC "LIBCKPT1"
-#define CKPT_FORMAT_VERSION 2u /* 2: records of parts of allocations */
+#define CKPT_FORMAT_VERSION 3u /* 2: records of parts of allocations; 3: the epoch */
 #define CKPT_JOB_MAX 64
 #define CKPT_DATA_ALIGN 4096u     /* data_offset, and each allocation's offset */
 #define CKPT_CHUNK_DEFAULT (8u << 20)
@@ -44,6 +44,8 @@ struct ckpt_header {
     uint64_t chunk_bytes;      /* checksum granularity over the data */
     uint64_t nchunks;
     uint64_t header_sum;       /* XXH3-64 of header_bytes with this field 0 */
+    uint64_t epoch;            /* the plan the rank committed under (the etcd revision of its decision,
+                                * pins.h), 0: none (one node) */
 };
 
 struct ckpt_rec {
@@ -57,7 +59,7 @@ struct ckpt_rec {
     uint64_t bytes;            /* how many it holds: size, unless parts are free */
 };
 
-_Static_assert(sizeof(struct ckpt_header) == 160, "ckpt_header layout changed: bump CKPT_FORMAT_VERSION");
+_Static_assert(sizeof(struct ckpt_header) == 168, "ckpt_header layout changed: bump CKPT_FORMAT_VERSION");
 _Static_assert(sizeof(struct ckpt_rec) == 56, "ckpt_rec layout changed: bump CKPT_FORMAT_VERSION");
 
 static inline uint64_t ckpt_align_up(uint64_t x, uint64_t a)

@@ -203,8 +203,7 @@ int pdir_job(const char *dir, const char *job, bool create, char *out, size_t ou
     int rc = ckpt_shared_root_ok(dir, &st, why, whylen);
     if (rc < 0)
         return rc;
-    int n = snprintf(out, outlen, "%s/%u-%s", dir, (unsigned)geteuid(), job);
-    if (n < 0 || (size_t)n >= outlen) {
+    if (ckpt_job_dir(out, outlen, dir, job) < 0) {
         snprintf(why, whylen, "persist path under %s is too long", dir);
         return -ENAMETOOLONG;
     }
@@ -355,6 +354,11 @@ static void examine(struct ckpt_persist *p, const char *job, const char *jobdir,
     if (g->status < 0)
         return;
     g->nranks = m->nranks;
+    for (uint32_t i = 0; i < m->nranks; i++) { /* the headers verified as the manifest loaded */
+        struct ckpt_header h;
+        memcpy(&h, (const char *)m + pm_ranks(m)[i].head_offset, sizeof(h));
+        g->epoch = !i || h.epoch < g->epoch ? h.epoch : g->epoch;
+    }
     g->logical_bytes = m->logical_bytes;
     g->stored_bytes = m->stored_bytes;
     g->time_ns = m->time_ns;

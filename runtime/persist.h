@@ -120,6 +120,7 @@ int ckpt_persist_generation(struct ckpt_persist *p, const struct ckpt_persist_re
  * CKPT_PERSIST_VERIFY, every checksum matched), else -errno with why. */
 struct ckpt_persist_gen {
     uint64_t iteration;
+    uint64_t epoch;            /* the oldest plan its ranks' images were committed under (format.h) */
     unsigned nranks;
     uint64_t logical_bytes, stored_bytes;
     uint64_t time_ns;

@@ -31,7 +31,7 @@
 #include "format.h"
 
 #define CKPT_PM_MAGIC "CKPTGEN1"
-#define CKPT_PM_VERSION 2u
+#define CKPT_PM_VERSION 3u /* 3: the ranks' image headers of format 3 (their epoch) */
 #define CKPT_PM_ALIGN 4096u             /* extent offsets and I/O sizes */
 #define CKPT_PM_MAX_BYTES (1ull << 30)  /* a manifest larger than this is refused as corrupt */
 

@@ -100,10 +100,10 @@ int pio_run(struct ckpt_persist *p, struct pio_job *j);
  * learns the directories without opening an engine. */
 int pdir_split(struct ckpt_persist *p, const char *list, char *why, size_t whylen);
 
-/* <dir>/<uid>-<job>: its path; with create, made (0700) if missing.  The
- * persist directory itself must exist; the job directory must be this
- * user's and private.  Returns 1 when it made the directory, else 0 or
- * -errno. */
+/* <dir>/<uid>-<job> (ckpt_job_dir): its path; with create, made (0700)
+ * if missing.  The persist directory itself must exist; the job directory
+ * must be this user's and private.  Returns 1 when it made the directory,
+ * else 0 or -errno. */
 int pdir_job(const char *dir, const char *job, bool create, char *out, size_t outlen, char *why, size_t whylen);
 
 /* Opens a stripe file with O_DIRECT (without, where the filesystem has

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "pins.h"
 #include "util.h"
 
@@ -16,25 +17,23 @@ void ckpt_pins_path(char *out, size_t n, const char *job_dir)
 
 int ckpt_pins_write(const char *job_dir, const struct ckpt_pins *p)
 {
-    char path[PATH_MAX + 32], text[32 * (CKPT_PINS_MAX + 1)];
+    char path[PATH_MAX + 32], text[32 * (CKPT_PINS_MAX + 2)];
     size_t k = 0;
     for (unsigned i = 0; i < p->n && i < CKPT_PINS_MAX; i++)
         if (p->keep[i])
             k += (size_t)snprintf(text + k, sizeof(text) - k, "%llu ", (unsigned long long)p->keep[i]);
-    k += (size_t)snprintf(text + k, sizeof(text) - k, "from=%llu\n", (unsigned long long)p->from);
+    k += (size_t)snprintf(text + k, sizeof(text) - k, "from=%llu epoch=%llu\n", (unsigned long long)p->from,
+                          (unsigned long long)p->epoch);
     ckpt_pins_path(path, sizeof(path), job_dir);
     return ckpt_write_whole(path, text, k);
 }
 
 void ckpt_pins_read(const char *rank_dir, struct ckpt_pins *p)
 {
-    char dir[PATH_MAX], path[PATH_MAX + 32], text[128];
+    char dir[PATH_MAX], path[PATH_MAX + 32], text[32 * (CKPT_PINS_MAX + 2)];
     memset(p, 0, sizeof(*p));
-    snprintf(dir, sizeof(dir), "%s", rank_dir);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
+    if (ckpt_rank_dir_job(dir, sizeof(dir), rank_dir) < 0)
         return;
-    *slash = '\0';
     ckpt_pins_path(path, sizeof(path), dir);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
@@ -48,6 +47,8 @@ void ckpt_pins_read(const char *rank_dir, struct ckpt_pins *p)
     for (char *tok = strtok_r(text, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
         if (strncmp(tok, "from=", 5) == 0)
             p->from = strtoull(tok + 5, NULL, 10);
+        else if (strncmp(tok, "epoch=", 6) == 0)
+            p->epoch = strtoull(tok + 6, NULL, 10);
         else if (p->n < CKPT_PINS_MAX)
             p->keep[p->n++] = strtoull(tok, NULL, 10);
     }

@@ -5,9 +5,11 @@
  * (interpose/snapshot.c): the iterations no snapshot may overwrite (the
  * ones being persisted or replicated, the one the job agreed to keep),
  * and from=T: from iteration T on a committed snapshot is kept too, so
- * that every rank stops at the same one for the agent's next round.  One
- * line of text, "K1 K2 ... from=T", replaced by rename so that a rank
- * never reads half of it.  No file: nothing is pinned.
+ * that every rank stops at the same one for the agent's next round; and
+ * epoch=E, the plan the node acts under (coord.h: the etcd revision of its
+ * decision), which every snapshot a rank commits then carries (format.h).
+ * One line of text, "K1 K2 ... from=T epoch=E", replaced by rename so that
+ * a rank never reads half of it.  No file: nothing is pinned, epoch 0.
  */
 #ifndef CKPT_PINS_H
 #define CKPT_PINS_H
@@ -23,6 +25,7 @@ struct ckpt_pins {
     uint64_t keep[CKPT_PINS_MAX];   /* 0s are left out */
     unsigned n;
     uint64_t from;                  /* 0: none */
+    uint64_t epoch;                 /* 0: none (one node) */
 };
 
 /* The pin file of the job directory @job_dir into @out. */

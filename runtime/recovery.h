@@ -28,8 +28,9 @@ struct ckpt_held {
     uint64_t iteration;
     uint32_t node;        /* the node that holds it */
     uint32_t reserved;
+    uint64_t epoch;       /* the plan it was committed under (format.h), 0: unknown */
 };
-_Static_assert(sizeof(struct ckpt_held) == 24, "held layout changed: bump the coordination protocol version");
+_Static_assert(sizeof(struct ckpt_held) == 32, "held layout changed: bump the coordination protocol version");
 
 /* Where one rank's copy comes from. */
 struct ckpt_source {

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "replay.h"
 #include "replay_int.h"
 #include "util.h"
@@ -150,7 +151,7 @@ void ckpt_rlog_remove(const char *dir)
 int ckpt_rlog_home_close(const char *dir)
 {
     char peers[PATH_MAX + 8], note[PATH_MAX + 16];
-    snprintf(peers, sizeof(peers), "%s/peers", dir);
+    snprintf(peers, sizeof(peers), "%s/" CKPT_PEERS_SUBDIR, dir);
     rmdir(peers);
     if (rmdir(dir) == 0 || errno != ENOTEMPTY)
         return errno == ENOENT ? 0 : -errno;

@@ -16,6 +16,7 @@ bats_require_minimum_version 1.5.0
 @test "3 nodes through a 3-member etcd: node 0 (rank 0's rendezvous, and the leader) lost with its memory, a replacement under another name that names no rank takes its place, a new leader, recovered from a peer's memory, as uninterrupted" {
     plain 3
     local t leader victim
+    export CKPT_KEEP_ARENA=1 # for ckpt-inspect, below
     # Node 0 leads: it is started first, and the others once it does.
     start a 3 0
     for _ in $(seq 100); do grep -q "^ckpt-resume: this node (0) leads the job" "$D/err.a" && break; sleep 0.05; done
@@ -48,6 +49,19 @@ bats_require_minimum_version 1.5.0
         python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["mod_revision"])')
     echo "decided at revisions $first (launch), $last (restore); the decision key's: $key"
     [ -n "$first" ] && [ -n "$last" ] && [ "$last" -gt "$first" ] && [ "$key" = "$last" ] || { show; return 1; }
+    # Every image the replacement holds (its rank's snapshots, its peers' copies) carries the plan it was
+    # committed under: the restore's past the restored iteration, the launch's up to it.  (verify says the
+    # ranks whose copies are on other nodes have no image here.)
+    local out restored
+    restored=$(sed -n 's/^ckpt-resume: restarting from iteration \([0-9]*\)$/\1/p' "$D"/err.* | tail -n 1)
+    out=$(CKPT_ARENA_DIR=$D/arena.new "$BUILD/bin/ckpt-inspect" --job "$CKPT_JOB" verify all 2>&1) || true
+    echo "restored iteration $restored; $out"
+    grep -q ", epoch $last, .*: verified$" <<<"$out" || return 1
+    awk -v r="$restored" -v first="$first" -v last="$last" '/: verified$/ {
+            it = $0; sub(/.*, iteration /, "", it); sub(/,.*/, "", it)
+            ep = $0; sub(/.*, epoch /, "", ep); sub(/,.*/, "", ep)
+            if (ep != (it + 0 > r + 0 ? last : first)) { print "wrong epoch: " $0; bad = 1 } }
+        END { exit bad }' <<<"$out"
 }
 
 # bats test_tags=covered

@@ -229,7 +229,7 @@ assert all(isinstance(v, str) for v in meta.values()), "metadata values must be 
 job = img[16:80].split(b"\0")[0].decode()
 rank, world = struct.unpack_from("<II", img, 80)
 gen, it, _, nallocs, data_off = struct.unpack_from("<QQQQQ", img, 88)
-recs = [struct.unpack_from("<QQQIIQQQ", img, 160 + 56 * i) for i in range(nallocs)]
+recs = [struct.unpack_from("<QQQIIQQQ", img, 168 + 56 * i) for i in range(nallocs)]  # after the 168-byte header
 assert (meta["job"], meta["rank"], meta["world"], meta["generation"], meta["iteration"]) == \
     (job, str(rank), str(world), str(gen), str(it)), meta
 assert len(head) == nallocs, (len(head), nallocs)

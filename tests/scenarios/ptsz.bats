@@ -56,8 +56,8 @@ seen = []
 for s in ("slot0", "slot1"):
     img = open(sys.argv[1] + "/" + s, "rb").read()
     gen, it, _, nallocs, data_off = struct.unpack_from("<QQQQQ", img, 88)
-    recs = [struct.unpack_from("<QQQIIQ", img, 160 + 40 * i) for i in range(nallocs)]
-    ordinal, size, off, _, _, _ = recs[0]
+    recs = [struct.unpack_from("<QQQIIQQQ", img, 168 + 56 * i) for i in range(nallocs)]  # format.h: after the header
+    ordinal, size, off = recs[0][:3]
     assert ordinal == 0 and size == 16384 * 4, recs[0]
     words = struct.unpack_from("<16384I", img, data_off + off)
     want = tuple(pattern(it - 1, 0, w) for w in range(16384))

@@ -1,12 +1,14 @@
 /*
- * The names in a job's arena (arena.h, replay.h): the paths of a rank's
- * directory, slot files and replay logs, refused when they do not fit,
- * and the parsers of directory entries, which take a name only as its
- * writer spells it.
+ * The names in a job's arena (arena.h, replay.h): the paths of a job's
+ * directory, a rank's directory, slot files and replay logs, refused when
+ * they do not fit, and the parsers of directory entries, which take a name
+ * only as its writer spells it.
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "arena.h"
 #include "check.h"
@@ -37,6 +39,71 @@ static const struct {
     {"peers", false, false, 0},
     {"", false, false, 0},
 };
+
+/* Entries of a root, each @before, then a uid as @uid says, then @after. */
+enum { MINE, OTHER, NO_UID }; /* this user's uid, another's (one more), none */
+static const struct {
+    const char *before;
+    int uid;
+    const char *after;
+    const char *job; /* the job ckpt_job_dir_name reads, NULL: not this user's job directory */
+} job_dirs[] = {
+    {"", MINE, "-job", "job"},
+    {"", MINE, "-a-b", "a-b"},
+    {"", MINE, "--", "-"},
+    {"", MINE, "-peers", "peers"},
+    {"", OTHER, "-job", NULL},
+    {"", MINE, "0-job", NULL},  /* a digit more: another uid */
+    {"0", MINE, "-job", NULL},  /* a leading zero: not how the uid is written */
+    {"+", MINE, "-job", NULL},
+    {" ", MINE, "-job", NULL},
+    {"", MINE, "-", NULL},      /* no job */
+    {"", MINE, "", NULL},
+    {"", MINE, "job", NULL},    /* no dash */
+    {"", MINE, "_job", NULL},
+    {"", NO_UID, "-job", NULL},
+    {"", NO_UID, "peers", NULL},
+    {"", NO_UID, "rank0", NULL},
+    {"", NO_UID, "", NULL},
+};
+
+static void check_job_dirs(void)
+{
+    unsigned me = (unsigned)geteuid();
+    char name[64], path[64], want[64];
+
+    for (size_t i = 0; i < sizeof(job_dirs) / sizeof(job_dirs[0]); i++) {
+        const char *job = NULL;
+        if (job_dirs[i].uid == NO_UID)
+            snprintf(name, sizeof(name), "%s%s", job_dirs[i].before, job_dirs[i].after);
+        else
+            snprintf(name, sizeof(name), "%s%u%s", job_dirs[i].before, me + (job_dirs[i].uid == OTHER),
+                     job_dirs[i].after);
+        bool took = ckpt_job_dir_name(name, &job);
+        CHECK(took == !!job_dirs[i].job && (!took || strcmp(job, job_dirs[i].job) == 0),
+              "ckpt_job_dir_name(\"%s\"): %d, %s", name, took, took ? job : "-");
+    }
+
+    snprintf(want, sizeof(want), "/a/%u-job", me);
+    CHECK(ckpt_job_dir(path, sizeof(path), "/a", "job") == 0 && strcmp(path, want) == 0, "job dir: %s", path);
+    /* What the writer makes, the parser takes back. */
+    const char *job = NULL;
+    CHECK(ckpt_job_dir(path, sizeof(path), "/a", "my-job.2") == 0 &&
+          ckpt_job_dir_name(strrchr(path, '/') + 1, &job) && strcmp(job, "my-job.2") == 0,
+          "job dir %s read as %s", path, job ? job : "-");
+    /* A path that does not fit is refused, never cut short in silence. */
+    CHECK(ckpt_job_dir(path, strlen(want), "/a", "job") == -ENAMETOOLONG, "a job dir one byte short");
+    CHECK(ckpt_job_dir(path, strlen(want) + 1, "/a", "job") == 0, "a job dir that just fits");
+
+    /* A rank's directory gives back its job's, and nothing else does. */
+    ckpt_rank_dir(path, sizeof(path), want, 3);
+    CHECK(ckpt_rank_dir_job(name, sizeof(name), path) == 0 && strcmp(name, want) == 0, "job dir of %s: %s", path,
+          name);
+    CHECK(ckpt_rank_dir_job(name, strlen(want), path) == -ENAMETOOLONG, "the job dir of %s one byte short", path);
+    CHECK(ckpt_rank_dir_job(name, sizeof(name), want) == -EINVAL, "%s is no rank's directory", want);
+    CHECK(ckpt_rank_dir_job(name, sizeof(name), "/a/rank01") == -EINVAL, "/a/rank01 is no rank's directory");
+    CHECK(ckpt_rank_dir_job(name, sizeof(name), "rank3") == -EINVAL, "rank3 has no job dir in its path");
+}
 
 int main(void)
 {
@@ -80,5 +147,8 @@ int main(void)
     memset(root, 'x', sizeof(root) - 1);
     root[sizeof(root) - 1] = '\0';
     CHECK(ckpt_arena_path(path, sizeof(path), root, "job", 0) == -ENAMETOOLONG, "an arena path too long");
+    CHECK(ckpt_job_dir(path, sizeof(path), root, "job") == -ENAMETOOLONG, "a job dir too long");
+
+    check_job_dirs();
     return failures ? 1 : 0;
 }

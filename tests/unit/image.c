@@ -38,6 +38,7 @@ static const struct {
     {"chunk_bytes", offsetof(struct ckpt_header, chunk_bytes), 136},
     {"nchunks", offsetof(struct ckpt_header, nchunks), 144},
     {"header_sum", offsetof(struct ckpt_header, header_sum), 152},
+    {"epoch", offsetof(struct ckpt_header, epoch), 160},
     {"rec.ordinal", offsetof(struct ckpt_rec, ordinal), 0},
     {"rec.size", offsetof(struct ckpt_rec, size), 8},
     {"rec.offset", offsetof(struct ckpt_rec, offset), 16},

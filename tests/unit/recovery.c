@@ -21,49 +21,49 @@ static const struct row {
     const char *name;
     unsigned nranks, nproc;
     uint64_t below;
-    struct ckpt_held held[MAXH]; /* rank, tier, iteration, node; ends at iteration 0 */
+    struct ckpt_held held[MAXH]; /* rank, tier, iteration, node, -, epoch; ends at iteration 0 */
     uint64_t want;
     const char *sources;         /* per rank: "tier@node,...", when want != 0 */
     const char *why;             /* a part of the reason, when want == 0 */
 } rows[] = {
     { "all local", 2, 1, 0,
-      { {0, A, 20, 0, 0}, {0, A, 15, 0, 0}, {1, A, 20, 1, 0}, {1, A, 15, 1, 0} },
+      { {0, A, 20, 0, 0, 0}, {0, A, 15, 0, 0, 0}, {1, A, 20, 1, 0, 0}, {1, A, 15, 1, 0, 0} },
       20, "arena@0,arena@1", NULL },
     { "lost node from a peer", 4, 1, 0,
-      { {0, A, 20, 0, 0}, {1, A, 20, 1, 0}, {3, A, 20, 3, 0}, {2, P, 20, 3, 0}, {3, P, 20, 2, 0} },
+      { {0, A, 20, 0, 0, 0}, {1, A, 20, 1, 0, 0}, {3, A, 20, 3, 0, 0}, {2, P, 20, 3, 0, 0}, {3, P, 20, 2, 0, 0} },
       20, "arena@0,arena@1,peer@3,arena@3", NULL },
     { "local arena beats a peer", 2, 1, 0,
-      { {0, P, 20, 1, 0}, {0, A, 20, 0, 0}, {1, A, 20, 1, 0} },
+      { {0, P, 20, 1, 0, 0}, {0, A, 20, 0, 0, 0}, {1, A, 20, 1, 0, 0} },
       20, "arena@0,arena@1", NULL },
     { "newest common, not newest", 2, 1, 0,
-      { {0, A, 25, 0, 0}, {0, A, 20, 0, 0}, {1, A, 20, 1, 0}, {1, A, 15, 1, 0} },
+      { {0, A, 25, 0, 0, 0}, {0, A, 20, 0, 0, 0}, {1, A, 20, 1, 0, 0}, {1, A, 15, 1, 0, 0} },
       20, "arena@0,arena@1", NULL },
     { "disk when memory lost", 4, 1, 0,
-      { {0, A, 20, 0, 0}, {1, A, 20, 1, 0}, {0, D, 10, 0, 0}, {1, D, 10, 1, 0}, {2, D, 10, 2, 0},
-        {3, D, 10, 3, 0} },
+      { {0, A, 20, 0, 0, 0}, {1, A, 20, 1, 0, 0}, {0, D, 10, 0, 0, 0}, {1, D, 10, 1, 0, 0}, {2, D, 10, 2, 0, 0},
+        {3, D, 10, 3, 0, 0} },
       10, "disk@0,disk@1,disk@2,disk@3", NULL },
     { "another node's disk never serves", 2, 1, 0,
-      { {0, A, 20, 0, 0}, {1, D, 20, 0, 0} },
+      { {0, A, 20, 0, 0, 0}, {1, D, 20, 0, 0, 0} },
       0, NULL, "rank 1 (node 1) has no copy in any tier" },
     { "peer arena of own node counts as peer", 2, 2, 0,
-      { {0, A, 20, 0, 0}, {1, P, 20, 0, 0} },
+      { {0, A, 20, 0, 0, 0}, {1, P, 20, 0, 0, 0} },
       20, "arena@0,peer@0", NULL },
     { "of two peer copies, the one the rank's own node holds (a spare in its place)", 3, 1, 0,
-      { {0, A, 20, 0, 0}, {1, A, 20, 1, 0}, {2, P, 20, 0, 0}, {2, P, 20, 2, 0}, {0, P, 20, 1, 0} },
+      { {0, A, 20, 0, 0, 0}, {1, A, 20, 1, 0, 0}, {2, P, 20, 0, 0, 0}, {2, P, 20, 2, 0, 0}, {0, P, 20, 1, 0, 0} },
       20, "arena@0,arena@1,peer@2", NULL },
     { "of two peer copies elsewhere, the first", 3, 1, 0,
-      { {0, A, 20, 0, 0}, {1, A, 20, 1, 0}, {2, P, 20, 0, 0}, {2, P, 20, 1, 0} },
+      { {0, A, 20, 0, 0, 0}, {1, A, 20, 1, 0, 0}, {2, P, 20, 0, 0, 0}, {2, P, 20, 1, 0, 0} },
       20, "arena@0,arena@1,peer@0", NULL },
     { "refused iteration passed over", 2, 1, 20,
-      { {0, A, 20, 0, 0}, {0, A, 15, 0, 0}, {1, A, 20, 1, 0}, {1, A, 15, 1, 0} },
+      { {0, A, 20, 0, 0, 0}, {0, A, 15, 0, 0, 0}, {1, A, 20, 1, 0, 0}, {1, A, 15, 1, 0, 0} },
       15, "arena@0,arena@1", NULL },
     { "both holders lost", 4, 1, 0,
-      { {0, A, 20, 0, 0}, {1, A, 20, 1, 0}, {0, P, 20, 1, 0}, {1, P, 20, 0, 0} },
+      { {0, A, 20, 0, 0, 0}, {1, A, 20, 1, 0, 0}, {0, P, 20, 1, 0, 0}, {1, P, 20, 0, 0, 0} },
       0, NULL, "ranks 2 (node 2), 3 (node 3) have no copy in any tier" },
     { "no common iteration", 2, 1, 0,
-      { {0, A, 25, 0, 0}, {1, A, 20, 1, 0} },
+      { {0, A, 25, 0, 0, 0}, {1, A, 20, 1, 0, 0} },
       0, NULL, "rank 0's newest copy is iteration 25, rank 1's newest copy is iteration 20" },
-    { "nothing at all", 2, 1, 0, { {0, 0, 0, 0, 0} }, 0, NULL, "ranks 0 (node 0), 1 (node 1) have no copy" },
+    { "nothing at all", 2, 1, 0, { {0, 0, 0, 0, 0, 0} }, 0, NULL, "ranks 0 (node 0), 1 (node 1) have no copy" },
 };
 
 /*

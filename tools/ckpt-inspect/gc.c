@@ -250,9 +250,8 @@ int cmd_gc(const struct options *o, int argc, char **argv)
             }
             *a = (struct arena_job){.peer = tiers[t].ops == &peer_tier_ops};
             snprintf(a->name, sizeof(a->name), "%s", jobs.v[i]);
-            if (ckpt_arena_path(a->dir, sizeof(a->dir), tiers[t].root, a->name, 0) < 0)
+            if (ckpt_job_dir(a->dir, sizeof(a->dir), tiers[t].root, a->name) < 0)
                 continue;
-            *strrchr(a->dir, '/') = '\0';
             /* Only a real directory of this user's (arena.c's rule). */
             if (lstat(a->dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
                 !realpath(a->dir, a->real))

@@ -24,15 +24,6 @@
 #include "inspect.h"
 #include "replay.h"
 
-/* root/<uid>-<job>, as ckpt_arena_path names it without the rank. */
-static int job_dir(const struct tier *t, const char *job, char *out, size_t outlen)
-{
-    int rc = ckpt_arena_path(out, outlen, t->root, job, 0);
-    if (rc == 0)
-        *strrchr(out, '/') = '\0';
-    return rc;
-}
-
 /* A directory of this user's that is not a symlink. */
 static bool own_dir(const char *path)
 {
@@ -42,7 +33,7 @@ static bool own_dir(const char *path)
 
 static int arena_jobs(const struct tier *t, struct names *out, char *why, size_t whylen)
 {
-    char prefix[32], path[PATH_MAX + 300];
+    char path[PATH_MAX];
     DIR *d = opendir(t->root);
 
     if (!d) {
@@ -50,13 +41,11 @@ static int arena_jobs(const struct tier *t, struct names *out, char *why, size_t
         snprintf(why, whylen, "cannot read %s: %s", t->root, strerror(e));
         return -e;
     }
-    int n = snprintf(prefix, sizeof(prefix), "%u-", (unsigned)geteuid());
     for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, prefix, (size_t)n) != 0 || !e->d_name[n])
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", t->root, e->d_name);
-        if (own_dir(path))
-            names_add(out, e->d_name + n);
+        const char *job;
+        if (ckpt_job_dir_name(e->d_name, &job) && ckpt_job_dir(path, sizeof(path), t->root, job) == 0 &&
+            own_dir(path))
+            names_add(out, job);
     }
     closedir(d);
     return 0;
@@ -73,7 +62,7 @@ static int arena_images(const struct tier *t, const char *job, struct catalog *c
     char dir[PATH_MAX], rdir[PATH_MAX + 32], path[PATH_MAX + 48];
     int rank;
 
-    if (job_dir(t, job, dir, sizeof(dir)) < 0) {
+    if (ckpt_job_dir(dir, sizeof(dir), t->root, job) < 0) {
         snprintf(why, whylen, "the arena path of job '%s' is too long", job);
         return -ENAMETOOLONG;
     }

@@ -25,6 +25,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "arena.h"
 #include "inspect.h"
 #include "log.h"
 #include "persist_int.h"
@@ -65,7 +66,7 @@ static bool present(const struct ckpt_persist *p)
 static int disk_jobs(const struct tier *t, struct names *out, char *why, size_t whylen)
 {
     struct ckpt_persist *p;
-    char prefix[32], path[PATH_MAX + 300];
+    char path[PATH_MAX];
     int rc = dirs_of(t, &p, why, whylen);
     if (rc < 0)
         return rc;
@@ -74,14 +75,12 @@ static int disk_jobs(const struct tier *t, struct names *out, char *why, size_t 
         free(p);
         return 0;
     }
-    int n = snprintf(prefix, sizeof(prefix), "%u-", (unsigned)geteuid());
     for (struct dirent *e; (e = readdir(d));) {
         struct stat st;
-        if (strncmp(e->d_name, prefix, (size_t)n) != 0 || !e->d_name[n])
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", p->dirs[0], e->d_name);
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
-            names_add(out, e->d_name + n);
+        const char *job;
+        if (ckpt_job_dir_name(e->d_name, &job) && ckpt_job_dir(path, sizeof(path), p->dirs[0], job) == 0 &&
+            lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+            names_add(out, job);
     }
     closedir(d);
     free(p);

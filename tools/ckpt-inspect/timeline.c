@@ -188,7 +188,7 @@ int cmd_timeline(const struct options *o, int argc, char **argv)
     struct tier tiers[MAX_TIERS];
     struct names keep = {0};
     const char *job, *out = NULL;
-    char dir[PATH_MAX];
+    char jobdir[PATH_MAX], dir[PATH_MAX];
     uint32_t ranks[MAX_NODE_RANKS];
     uint64_t rank = 0, a = 0, b = 0;
     bool all = false;
@@ -220,21 +220,20 @@ int cmd_timeline(const struct options *o, int argc, char **argv)
     char jobname[CKPT_JOB_MAX + 1];
     snprintf(jobname, sizeof(jobname), "%s", job);
     names_free(&keep);
-    rc = ckpt_arena_path(dir, sizeof(dir), o->arena_root, jobname, all ? 0 : (int)rank);
+    rc = ckpt_job_dir(jobdir, sizeof(jobdir), o->arena_root, jobname);
+    if (rc == 0)
+        rc = ckpt_rank_dir(dir, sizeof(dir), jobdir, all ? 0 : (int)rank);
     if (rc < 0) {
         ckpt_log(CKPT_ERROR, "no arena path for rank %llu: %s", (unsigned long long)rank, strerror(-rc));
         return EXIT_ERROR;
     }
     ranks[0] = (uint32_t)rank;
     if (all) {
-        char *slash = strrchr(dir, '/');
-        *slash = '\0';
-        nranks = arena_ranks(dir, ranks, MAX_NODE_RANKS);
+        nranks = arena_ranks(jobdir, ranks, MAX_NODE_RANKS);
         if (!nranks) {
-            ckpt_log(CKPT_ERROR, "%s: no rank of this node has a timeline", dir);
+            ckpt_log(CKPT_ERROR, "%s: no rank of this node has a timeline", jobdir);
             return EXIT_DAMAGED;
         }
-        *slash = '/';
     }
 
     struct ckpt_tl_header h[MAX_NODE_RANKS];
@@ -244,7 +243,7 @@ int cmd_timeline(const struct options *o, int argc, char **argv)
     rc = EXIT_OK;
     for (size_t k = 0; k < nranks && rc == EXIT_OK; k++) {
         if (all)
-            ckpt_arena_path(dir, sizeof(dir), o->arena_root, jobname, (int)ranks[k]);
+            ckpt_rank_dir(dir, sizeof(dir), jobdir, (int)ranks[k]);
         int lrc;
         if (!(buf[k] = rank_timeline(dir, &h[k], &lrc))) {
             rc = lrc;

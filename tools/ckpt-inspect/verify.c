@@ -41,13 +41,15 @@ static bool selected(const struct image *img, uint64_t gen)
 
 static void report(const struct image *img)
 {
-    char name[64], size[32];
+    char name[64], size[32], epoch[32] = "";
 
     image_name(img, name, sizeof(name));
     progress_pause(&bar);
+    if (img->h.epoch) /* committed under a plan of several nodes' */
+        snprintf(epoch, sizeof(epoch), ", epoch %llu", (unsigned long long)img->h.epoch);
     if (img->state == IMG_VERIFIED)
-        printf("%s: generation %llu, iteration %llu, %s: verified\n", name, (unsigned long long)img->h.generation,
-               (unsigned long long)img->h.iteration,
+        printf("%s: generation %llu, iteration %llu%s, %s: verified\n", name, (unsigned long long)img->h.generation,
+               (unsigned long long)img->h.iteration, epoch,
                human_bytes(img->h.data_offset + img->h.data_bytes, size, sizeof(size)));
     else if (img->state != IMG_BAD_DATA) /* bad_chunk named each chunk */
         printf("%s: %s\n", name, img->why), problems++;

@@ -69,7 +69,10 @@ static int by_int(const void *a, const void *b)
 static int find_ranks(const char *arena, const char *job, int **ranks, unsigned *n)
 {
     char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/%u-%s", arena, (unsigned)geteuid(), job);
+    if (ckpt_job_dir(dir, sizeof(dir), arena, job) < 0) {
+        fprintf(stderr, "ckpt-persist: error: the arena path of job %s under %s is too long\n", job, arena);
+        return -1;
+    }
     DIR *d = opendir(dir);
     if (!d) {
         fprintf(stderr, "ckpt-persist: error: no arena of job %s: %s: %s\n", job, dir, strerror(errno));

@@ -169,8 +169,11 @@ static size_t leave_out_replaced(const struct coord *c, struct ckpt_held *all, s
         for (size_t i = 0; i < k; i++) {
             if (all[i].node != j)
                 continue;
+            /* The plan the copy was committed under; a node's that predate
+             * epochs in snapshots, the decision its ledger puts it in. */
             const struct node *node = &c->nodes[j];
-            uint64_t own = ckpt_decision_of(node->decided, node->ndecided, all[i].iteration);
+            uint64_t own = all[i].epoch ? all[i].epoch
+                                        : ckpt_decision_of(node->decided, node->ndecided, all[i].iteration);
             struct ckpt_decision by;
             if (!ckpt_decision_replaced(d, nd, own, all[i].iteration, &by)) {
                 all[kept++] = all[i];

@@ -44,11 +44,7 @@ static const char *const rank_files[] = { CKPT_RLOG_ARENA_NAME,
 /* CKPT_ARENA_DIR/<uid>-<job>: the parent of every rank's directory. */
 int arena_job_dir(const struct options *opt, char *out, size_t outlen)
 {
-    int rc = ckpt_arena_path(out, outlen, opt->arena_root, opt->job_name, 0);
-    if (rc < 0)
-        return rc;
-    *strrchr(out, '/') = '\0';
-    return 0;
+    return ckpt_job_dir(out, outlen, opt->arena_root, opt->job_name);
 }
 
 /*
@@ -200,6 +196,7 @@ void arena_scan_rank(const char *job, const char *dir, int r, struct held *h)
         } else if (hdr.iteration > 0) {
             h->iteration[h->n] = hdr.iteration;
             h->generation[h->n] = hdr.generation;
+            h->epoch[h->n] = hdr.epoch;
             h->n++;
         }
     }
@@ -441,11 +438,11 @@ int arena_remove(const struct options *opt)
      * whose stubs went with their rank directories or before them, and the
      * peers' the agent keeps beside them. */
     remove_logs(dfd);
-    int pfd = openat(dfd, "peers", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int pfd = openat(dfd, CKPT_PEERS_SUBDIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (pfd >= 0) {
         remove_logs(pfd);
         close(pfd);
-        unlinkat(dfd, "peers", AT_REMOVEDIR);
+        unlinkat(dfd, CKPT_PEERS_SUBDIR, AT_REMOVEDIR);
     }
     closedir(d);
     unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */

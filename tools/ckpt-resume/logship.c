@@ -104,7 +104,7 @@ int logship_open(struct logship **out, unsigned nranks, const char *disk)
     if (!ls || !(ls->sent = calloc(nranks, sizeof(*ls->sent))) || !(ls->held = calloc(nranks, sizeof(*ls->held))))
         return -ENOMEM;
     ls->nranks = nranks;
-    if (disk && *disk && snprintf(ls->disk, sizeof(ls->disk), "%s/peers", disk) >= (int)sizeof(ls->disk))
+    if (disk && *disk && snprintf(ls->disk, sizeof(ls->disk), "%s/" CKPT_PEERS_SUBDIR, disk) >= (int)sizeof(ls->disk))
         return -ENAMETOOLONG;
     return 0;
 }
@@ -284,16 +284,16 @@ out:
 
 int logship_rank_dir(const char *root, const char *job, uint32_t rank, char *out, size_t outlen)
 {
-    int rc = ckpt_arena_path(out, outlen, root, job, (int)rank);
+    char job_dir[PATH_MAX];
+    int rc = ckpt_job_dir(job_dir, sizeof(job_dir), root, job);
+    if (rc == 0)
+        rc = ckpt_rank_dir(out, outlen, job_dir, (int)rank);
     if (rc < 0)
         return rc;
-    char *slash = strrchr(out, '/');
-    *slash = '\0';
     if (mkdir(root, 0700) < 0 && errno != EEXIST)
         return -errno;
-    if (mkdir(out, 0700) < 0 && errno != EEXIST)
+    if (mkdir(job_dir, 0700) < 0 && errno != EEXIST)
         return -errno;
-    *slash = '/';
     if (mkdir(out, 0700) < 0 && errno != EEXIST)
         return -errno;
     struct stat st;

@@ -156,7 +156,7 @@ struct holdings {
     uint32_t n, cap;
 };
 
-static void add(struct holdings *hs, uint32_t rank, uint32_t tier, uint64_t it)
+static void add(struct holdings *hs, uint32_t rank, uint32_t tier, uint64_t it, uint64_t epoch)
 {
     if (hs->n == hs->cap) {
         uint32_t cap = hs->cap ? 2 * hs->cap : 16;
@@ -166,7 +166,7 @@ static void add(struct holdings *hs, uint32_t rank, uint32_t tier, uint64_t it)
         hs->h = g;
         hs->cap = cap;
     }
-    hs->h[hs->n++] = (struct ckpt_held){ .rank = rank, .tier = tier, .iteration = it };
+    hs->h[hs->n++] = (struct ckpt_held){ .rank = rank, .tier = tier, .iteration = it, .epoch = epoch };
 }
 
 /* Whether the replay log in @dir can bring a rank to @it. */
@@ -189,7 +189,7 @@ static void scan(struct holdings *hs, const char *job, const char *dir, int rank
     arena_scan_rank(job, dir, rank, &h);
     for (int i = 0; i < h.n; i++)
         if (log_reaches(rdir, h.iteration[i]))
-            add(hs, (uint32_t)rank, tier, h.iteration[i]);
+            add(hs, (uint32_t)rank, tier, h.iteration[i], h.epoch[i]);
 }
 
 struct disk_scan {
@@ -203,7 +203,7 @@ static void disk_gen(void *arg, const struct ckpt_persist_gen *g)
     if (g->status != 0 || g->nranks != (unsigned)ds->opt->nproc)
         return;
     for (int i = 0; i < ds->opt->nproc; i++)
-        add(ds->hs, (uint32_t)(ds->opt->first_rank + i), CKPT_TIER_DISK, g->iteration);
+        add(ds->hs, (uint32_t)(ds->opt->first_rank + i), CKPT_TIER_DISK, g->iteration, g->epoch);
 }
 
 /* Everything this node could restore its ranks or its peers' from. */
@@ -215,8 +215,7 @@ static void inventory(struct job *job, struct member *m, struct holdings *hs)
     if (arena_job_dir(opt, dir, sizeof(dir)) == 0)
         for (int i = 0; i < opt->nproc; i++)
             scan(hs, opt->job_name, dir, opt->first_rank + i, CKPT_TIER_ARENA);
-    if (rep_peer_dir(m->rep, 0, dir, sizeof(dir)) == 0) {
-        *strrchr(dir, '/') = '\0';
+    if (rep_peer_job_dir(m->rep, dir, sizeof(dir)) == 0) {
         int nranks = opt->nnodes * opt->nproc;
         for (int r = 0; r < nranks; r++) {
             char rdir[PATH_MAX + 32];
@@ -272,12 +271,13 @@ static int join(struct job *job, struct member *m, uint64_t refused)
  * overwrite (the durable one, the one being replicated, the one being
  * persisted) and the iteration from which on a committed snapshot is kept
  * too, so that every rank of every node stops at the same one for the
- * next round.
+ * next round; and the plan's epoch, which their snapshots carry.
  */
 static void write_pins(struct job *job, struct member *m)
 {
     char dir[PATH_MAX];
-    struct ckpt_pins p = { .keep = { m->durable, m->replicating, m->persisting }, .n = 3, .from = m->target };
+    struct ckpt_pins p = { .keep = { m->durable, m->replicating, m->persisting }, .n = 3, .from = m->target,
+                           .epoch = m->epoch };
 
     if (arena_job_dir(job->opt, dir, sizeof(dir)) < 0)
         return;
@@ -719,6 +719,7 @@ static int take_plan(struct job *job, struct member *m, const void *msg, size_t 
         ckpt_log(CKPT_INFO, "removed the arena an earlier run of job %s left", job->opt->job_name);
     missed(job, m, decided, p->ndecided, p->epoch);
     ledger_take(job, &m->ledger, &(struct ckpt_decision){ .epoch = p->epoch, .restore = p->restore }, 1);
+    write_pins(job, m); /* before any rank or standby of the plan commits */
     int rc = rep_fetch(m->rep, sends, p->nsend, m->addrs, m->naddrs);
     struct coord_status st = { .status = rc };
     return send_msg(m, COORD_FETCHED, &st, sizeof(st), NULL, 0);

@@ -607,10 +607,10 @@ void rep_epoch(struct rep *r, uint64_t epoch)
     __atomic_store_n(&r->epoch, epoch, __ATOMIC_RELEASE);
 }
 
-/* The peer store's directory of @rank's replicas. */
-int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen)
+/* The peer store's directory of the job: a directory per rank whose replicas it holds. */
+int rep_peer_job_dir(const struct rep *r, char *out, size_t outlen)
 {
-    return ckpt_arena_path(out, outlen, r->peers, r->opt->job_name, rank);
+    return ckpt_job_dir(out, outlen, r->peers, r->opt->job_name);
 }
 
 /* Restoring @after: the replicas held here of later iterations are retired (arena_retire). */
@@ -618,9 +618,8 @@ void rep_supersede(struct rep *r, uint64_t after, uint64_t keep_epoch)
 {
     char dir[PATH_MAX];
 
-    if (rep_peer_dir(r, 0, dir, sizeof(dir)) < 0)
+    if (rep_peer_job_dir(r, dir, sizeof(dir)) < 0)
         return;
-    *strrchr(dir, '/') = '\0';
     for (int rank = 0; rank < r->opt->nnodes * r->opt->nproc; rank++)
         for (int s = 0; s < 2; s++) {
             pthread_mutex_lock(&r->arrived_lock);

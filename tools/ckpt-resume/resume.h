@@ -333,7 +333,7 @@ uint64_t ledger_newest(const struct ledger *l);
 /* What one rank holds: up to two verified snapshots. */
 struct held {
     int n;
-    uint64_t iteration[2], generation[2];
+    uint64_t iteration[2], generation[2], epoch[2];
 };
 void arena_scan_rank(const char *job, const char *dir, int r, struct held *h);
 struct restore_point {
@@ -476,7 +476,7 @@ void rep_wait(struct rep *r);
 int rep_fetch(struct rep *r, const struct coord_send *sends, unsigned n, const struct coord_addr *addrs,
               unsigned nnodes);
 int rep_promote(struct rep *r, int rank, uint64_t it, bool *moved, char *why, size_t whylen);
-int rep_peer_dir(const struct rep *r, int rank, char *out, size_t outlen);
+int rep_peer_job_dir(const struct rep *r, char *out, size_t outlen);
 /* Retires the peers' copies after @after, but those that came under a
  * plan of epoch @keep_epoch or later (0: none is kept): a plan's copies
  * can arrive before this node has taken it. */

@@ -91,8 +91,8 @@ int spare_open(struct options *opt, const char *ip, char *addr, size_t addrlen)
         rc = -ENOMEM;
     for (int rank = 0; rc == 0 && rank < S.nranks; rank++)
         S.ranks[rank].scanned = UINT64_MAX; /* what the store holds already is looked at once */
-    if (rc == 0 && (rc = rep_peer_dir(S.rep, 0, S.peers, sizeof(S.peers))) == 0)
-        *strrchr(S.peers, '/') = '\0';
+    if (rc == 0)
+        rc = rep_peer_job_dir(S.rep, S.peers, sizeof(S.peers));
     if (rc == 0 && !*rep_address(S.rep))
         rc = -EIO; /* said by rep_open */
     if (rc < 0) {
