@@ -42,7 +42,7 @@ void ckpt_fault_init(const char *rank_dir)
     if (ckpt_rank_dir_job(job_dir, sizeof(job_dir), rank_dir) < 0)
         return;
     ckpt_pins_path(pin, sizeof(pin), job_dir);
-    snprintf(marker, sizeof(marker), "%s/fault-fired", job_dir);
+    snprintf(marker, sizeof(marker), "%s/" CKPT_FAULT_FIRED, job_dir);
     armed = access(marker, F_OK) != 0;
 }
 

@@ -34,6 +34,20 @@ static int job_dir_name(char *out, size_t n, const char *job)
     return ckpt_pathf(out, n, JOB_DIR, (unsigned)geteuid(), job);
 }
 
+_Static_assert(CKPT_JOB_MAX == 64, "CKPT_JOB_NAME_RULE says 63 characters");
+
+bool ckpt_job_name_ok(const char *job)
+{
+    size_t n = strlen(job);
+    return n > 0 && n < CKPT_JOB_MAX && job[0] != '.' &&
+           strspn(job, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+int ckpt_peers_root(char *out, size_t n, const char *arena_root)
+{
+    return ckpt_pathf(out, n, "%s/" CKPT_PEERS_SUBDIR, arena_root);
+}
+
 int ckpt_job_dir(char *out, size_t n, const char *root, const char *job)
 {
     return ckpt_pathf(out, n, "%s/" JOB_DIR, root, (unsigned)geteuid(), job);
@@ -213,8 +227,8 @@ int ckpt_arena_open(struct ckpt_arena *a, const char *root, const char *job, int
 
     memset(a, 0, sizeof(*a));
     a->fd[0] = a->fd[1] = a->owner = -1;
-    if (!job[0] || strchr(job, '/') || strcmp(job, ".") == 0 || strcmp(job, "..") == 0) {
-        snprintf(why, whylen, "job name '%s' cannot name a directory", job);
+    if (!ckpt_job_name_ok(job)) {
+        snprintf(why, whylen, "'%.80s' is not a job's name (" CKPT_JOB_NAME_RULE ")", job);
         return -EINVAL;
     }
     if (ckpt_arena_path(a->dir, sizeof(a->dir), root, job, rank) < 0) {

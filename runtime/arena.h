@@ -114,6 +114,16 @@ int ckpt_slot_retire(int fd, const char *job, int rank, uint64_t after, uint64_t
  * named above.  The functions that make a path return 0, or -ENAMETOOLONG
  * when it does not fit @n bytes (ckpt_pathf).
  */
+/* Whether @job can be a job's name: it names a directory in every root
+ * and fills an image header's field (format.h), so CKPT_JOB, a tool's
+ * --job and a name a peer sends are held to CKPT_JOB_NAME_RULE alike. */
+bool ckpt_job_name_ok(const char *job);
+#define CKPT_JOB_NAME_RULE "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)"
+/* <arena_root>/peers: the replicas' store (CKPT_PEERS_SUBDIR). */
+int ckpt_peers_root(char *out, size_t n, const char *arena_root);
+/* In a job's directory: the mark that CKPT_FAULT's kill has fired, once
+ * per job (interpose/fault.c); ckpt-resume removes it with the arena. */
+#define CKPT_FAULT_FIRED "fault-fired"
 /* <root>/<uid>-<job>: this user's directory of @job under @root. */
 int ckpt_job_dir(char *out, size_t n, const char *root, const char *job);
 /* Whether the entry @name of a root is this user's directory of a job, as

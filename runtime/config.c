@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "arena.h"
 #include "config.h"
 
 enum kind { BOOL, UINT, ENUM, SECONDS, SIZE, STR };
@@ -199,13 +200,9 @@ static bool str_ok(const char *accepted, const char *text, char *want, size_t wa
         snprintf(want, wantlen, "a non-empty path");
         return false;
     }
-    if (strcmp(accepted, "name") == 0) {
-        size_t n = strlen(text);
-        if (n == 0 || n > 63 || strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n ||
-            text[0] == '.') {
-            snprintf(want, wantlen, "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)");
-            return false;
-        }
+    if (strcmp(accepted, "name") == 0 && !ckpt_job_name_ok(text)) {
+        snprintf(want, wantlen, CKPT_JOB_NAME_RULE);
+        return false;
     }
     if (strcmp(accepted, "dirs") == 0 && *text) {
         size_t n = strlen(text);
@@ -434,7 +431,7 @@ static void md_accepted(FILE *f, const struct var *v)
     } shapes[] = {
         {"", "any text"},
         {"path", "a non-empty path"},
-        {"name", "1 to 63 of A-Z a-z 0-9 . _ - (not starting with a dot)"},
+        {"name", CKPT_JOB_NAME_RULE},
         {"boundary", "auto, every:N (N in 1..1000000) or nvtx:NAME"},
         {"fault", CKPT_FAULT_SYNTAX},
         {"dirs", "directories separated by commas, none empty"},

@@ -187,8 +187,8 @@ int pdir_job(const char *dir, const char *job, bool create, char *out, size_t ou
 {
     struct stat st;
 
-    if (!job[0] || strchr(job, '/') || strcmp(job, ".") == 0 || strcmp(job, "..") == 0) {
-        snprintf(why, whylen, "job name '%s' cannot name a directory", job);
+    if (!ckpt_job_name_ok(job)) {
+        snprintf(why, whylen, "'%.80s' is not a job's name (" CKPT_JOB_NAME_RULE ")", job);
         return -EINVAL;
     }
     if (stat(dir, &st) < 0) {

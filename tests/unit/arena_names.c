@@ -2,7 +2,7 @@
  * The names in a job's arena (arena.h, replay.h): the paths of a job's
  * directory, a rank's directory, slot files and replay logs, refused when
  * they do not fit, and the parsers of directory entries, which take a name
- * only as its writer spells it.
+ * only as its writer spells it; the peers' store; what a job's name may be.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -148,6 +148,21 @@ int main(void)
     root[sizeof(root) - 1] = '\0';
     CHECK(ckpt_arena_path(path, sizeof(path), root, "job", 0) == -ENAMETOOLONG, "an arena path too long");
     CHECK(ckpt_job_dir(path, sizeof(path), root, "job") == -ENAMETOOLONG, "a job dir too long");
+
+    CHECK(ckpt_peers_root(path, sizeof(path), "/dev/shm/ckpt") == 0 && strcmp(path, "/dev/shm/ckpt/peers") == 0,
+          "the peers' store: %s", path);
+    CHECK(ckpt_peers_root(path, sizeof(path), root) == -ENAMETOOLONG, "a peers' store too long");
+
+    /* A job's name: one rule for CKPT_JOB, --job and a name a peer sends. */
+    char longest[64], over[65];
+    memset(longest, 'j', sizeof(longest) - 1), longest[sizeof(longest) - 1] = '\0';
+    memset(over, 'j', sizeof(over) - 1), over[sizeof(over) - 1] = '\0';
+    const char *good[] = {"a", "job-1", "Job_2.v3", "x..y", longest};
+    const char *bad[] = {"", ".", "..", ".hidden", "../etc", "a/b", "a b", "job\n", "peers/x", over};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        CHECK(ckpt_job_name_ok(good[i]), "'%s' is a job's name", good[i]);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK(!ckpt_job_name_ok(bad[i]), "'%s' is no job's name", bad[i]);
 
     check_job_dirs();
     return failures ? 1 : 0;

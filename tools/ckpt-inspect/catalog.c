@@ -90,8 +90,7 @@ int tiers_open(const struct options *o, struct tier *t, int max)
         n++;
     }
     if (n < max && wanted(o, &peer_tier_ops)) {
-        snprintf(t[n].root, sizeof(t[n].root), "%s/%s", o->arena_root, CKPT_PEERS_SUBDIR);
-        if (is_dir(t[n].root))
+        if (ckpt_peers_root(t[n].root, sizeof(t[n].root), o->arena_root) == 0 && is_dir(t[n].root))
             t[n++].ops = &peer_tier_ops;
     }
     /* The disk tier checks its directories itself: one missing is said
@@ -109,7 +108,7 @@ const char *tiers_where(const struct options *o, char *out, size_t outlen)
     if (o->tier && strcmp(o->tier, "disk") == 0)
         snprintf(out, outlen, "%s", o->persist_dirs && *o->persist_dirs ? o->persist_dirs : "(no CKPT_PERSIST_DIRS)");
     else if (o->tier && strcmp(o->tier, "peer") == 0)
-        snprintf(out, outlen, "%s/%s", o->arena_root, CKPT_PEERS_SUBDIR);
+        ckpt_peers_root(out, outlen, o->arena_root);
     else if (!o->tier && o->persist_dirs && *o->persist_dirs)
         snprintf(out, outlen, "%s or %s", o->arena_root, o->persist_dirs);
     else

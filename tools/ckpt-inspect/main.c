@@ -162,9 +162,8 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[i], "--job") == 0 && i + 1 < argc) {
             const char *v = argv[++i];
-            if (!*v || strlen(v) >= CKPT_JOB_MAX || strchr(v, '/') || v[0] == '.') {
-                ckpt_log(CKPT_ERROR, "--job '%s' is not a job name (1 to %d characters, no '/', not starting with "
-                         "a dot)", v, CKPT_JOB_MAX - 1);
+            if (!ckpt_job_name_ok(v)) {
+                ckpt_log(CKPT_ERROR, "--job '%s' is not a job's name (" CKPT_JOB_NAME_RULE ")", v);
                 return EXIT_USAGE;
             }
             o.job = v;

@@ -445,7 +445,7 @@ int arena_remove(const struct options *opt)
         unlinkat(dfd, CKPT_PEERS_SUBDIR, AT_REMOVEDIR);
     }
     closedir(d);
-    unlinkat(dfd, "fault-fired", 0); /* CKPT_FAULT's once-per-job marker */
+    unlinkat(dfd, CKPT_FAULT_FIRED, 0);
     unlinkat(dfd, CKPT_PINS_FILE, 0);  /* left by an agent that was killed while persisting */
     unlinkat(dfd, CKPT_PINS_FILE CKPT_WHOLE_TMP, 0);
     unlinkat(dfd, LEDGER_FILE, 0);          /* the decisions its snapshots belonged to (ledger.c) */

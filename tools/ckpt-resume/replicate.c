@@ -382,7 +382,8 @@ int rep_open(struct rep **out, const struct options *opt, const char *ip, const 
     if (logship_open(&r->logs, (unsigned)(opt->nnodes * opt->nproc), log_dir) < 0)
         return -ENOMEM;
     snprintf(r->ip, sizeof(r->ip), "%s", ip);
-    snprintf(r->peers, sizeof(r->peers), "%s/%s", opt->arena_root, CKPT_PEERS_SUBDIR);
+    if (ckpt_peers_root(r->peers, sizeof(r->peers), opt->arena_root) < 0)
+        return -ENAMETOOLONG;
     snprintf(hostport, sizeof(hostport), strchr(ip, ':') ? "[%s]:0" : "%s:0", ip);
     int rc = ckpt_wire_listen(hostport, &r->lfd, r->addr, sizeof(r->addr), why, sizeof(why));
     if (rc == 0 && (rc = ckpt_fab_open(&r->rx_fab, ip, ckpt_cfg_str(CFG_FABRIC_PROVIDER),
@@ -666,7 +667,8 @@ int rep_remove(const struct options *opt)
     char root[PATH_MAX];
     struct options o = *opt;
 
-    snprintf(root, sizeof(root), "%s/%s", opt->arena_root, CKPT_PEERS_SUBDIR);
+    if (ckpt_peers_root(root, sizeof(root), opt->arena_root) < 0)
+        return -ENAMETOOLONG;
     o.arena_root = root;
     return arena_remove(&o);
 }
