@@ -675,17 +675,12 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
         return;
     }
 
-    /* What the node's agent keeps, and the plan it acts under: the
-     * snapshot carries its epoch. */
-    struct ckpt_pins pins;
-    ckpt_pins_read(S.arena.dir, &pins);
     const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
     struct ckpt_header h = {.rank = rank ? (uint32_t)atoi(rank) : 0,
                             .world = world ? (uint32_t)atoi(world) : 1,
                             .generation = S.generation + 1,
                             .iteration = iter,
-                            .chunk_bytes = CKPT_CHUNK_DEFAULT,
-                            .epoch = pins.epoch};
+                            .chunk_bytes = CKPT_CHUNK_DEFAULT};
     snprintf(h.job, sizeof(h.job), "%s", ckpt_cfg_str(CFG_JOB));
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -696,6 +691,11 @@ static void take(uint64_t iter, bool has_collectives, bool declared)
         ckpt_node_check_room(S.arena.dir, iter, total);
     }
 
+    /* What the node's agent keeps, read as late as can be, and the plan
+     * it acts under: the snapshot carries its epoch. */
+    struct ckpt_pins pins;
+    ckpt_pins_read(S.arena.dir, &pins);
+    h.epoch = pins.epoch;
     int moved = 0, slot = choose_slot(iter, &pins);
     if (slot < 0)
         return;
