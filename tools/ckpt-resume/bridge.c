@@ -450,7 +450,7 @@ static void lead(int64_t epoch)
     int rc = coord_open(&B.coord, &B.copt);
     if (rc == 0)
         coord_decide_by(B.coord, decide, epoch);
-    if (rc == 0 && B.lost_leader >= 0 && (unsigned)B.lost_leader != B.node)
+    if (rc == 0 && B.lost_leader >= 0 && !(B.led && (unsigned)B.lost_leader == B.node))
         coord_lost(B.coord, (unsigned)B.lost_leader, B.lost_leader_ip);
     B.lost_leader = -1;
     if (rc < 0 || coord_run(B.coord) < 0) {
@@ -460,6 +460,7 @@ static void lead(int64_t epoch)
         return;
     }
     B.leading = epoch;
+    B.led = true;
     ckpt_log(CKPT_INFO, "this node (%u) leads the job (etcd epoch %" PRId64 ")", B.node, epoch);
 }
 

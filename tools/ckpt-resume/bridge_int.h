@@ -81,6 +81,8 @@ struct bridge {
     int lost_leader;        /* a leader whose lease ended while the job ran, -1: none; whoever leads
                              * next fences it (CKPT_FENCE_CMD): it may be frozen, not gone */
     char lost_leader_ip[64];
+    bool led;               /* this agent has led the job: a lost leader of its node rank was itself, fenced
+                             * already (a replacement of that rank fences it) */
     pthread_mutex_t spares_lock;
     struct coord_addr *spares;  /* the spares' receivers, in their keys' order (spares_lock) */
     unsigned nspares;
