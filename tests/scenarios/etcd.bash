@@ -22,17 +22,20 @@ setup() {
 teardown() {
     for f in "$D"/sid.*; do [ -f "$f" ] && pkill -KILL -s "$(cat "$f")" 2>/dev/null; done
     etcd_down
+    for ns in ${NETNS:-}; do ip netns del "$ns" 2>/dev/null; done
     [ -n "${KEEP_D:-}" ] && cp -r "$D" "$KEEP_D"; rm -rf "$D"
 }
 
 # start TAG N [NODE_RANK]: an agent of N nodes x 1 rank in a session of its own, arena $D/arena.TAG
 # (or $D/arena.$ARENA_OF: the machine of an agent that died); out/err/rc in $D/{out,err,rc}.TAG.
-# SPARE=1: the agent is a spare (--spare).  AGENT_TIMEOUT: seconds it may run (150).
+# SPARE=1: the agent is a spare (--spare).  AGENT_TIMEOUT: seconds it may run (150).  IN_NS: the network
+# namespace it runs in.
 start() {
-    local tag=$1 n=$2 rank=()
+    local tag=$1 n=$2 rank=() in=()
     [ -n "${3:-}" ] && rank=(--node-rank "$3")
     [ -n "${SPARE:-}" ] && rank=(--spare)
-    CKPT_ARENA_DIR=$D/arena.${ARENA_OF:-$tag} setsid bash -c 'echo $$ >"$1"; rc=$2 limit=$3; shift 3; timeout -k 5 "$limit" "$@"; echo $? >"$rc"' \
+    [ -n "${IN_NS:-}" ] && in=(ip netns exec "$IN_NS")
+    CKPT_ARENA_DIR=$D/arena.${ARENA_OF:-$tag} "${in[@]}" setsid bash -c 'echo $$ >"$1"; rc=$2 limit=$3; shift 3; timeout -k 5 "$limit" "$@"; echo $? >"$rc"' \
         _ "$D/sid.$tag" "$D/rc.$tag" "${AGENT_TIMEOUT:-150}" "$CKPT" --coord "etcd://$ENDPOINTS" --nnodes "$n" "${rank[@]}" --nproc 1 -- \
         "$TRAIN" $ARGS >"$D/out.$tag" 2>"$D/err.$tag" </dev/null &
     for _ in $(seq 100); do [ -s "$D/sid.$tag" ] && return 0; sleep 0.01; done

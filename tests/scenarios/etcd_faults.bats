@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # ckpt-resume through etcd when things go wrong beyond a lost node: a node
-# cut off from etcd (it fences itself, comes back, rejoins), its packets
+# partitioned away in a network namespace of its own (etcd, its peers and
+# its ranks' traffic cut at once), or cut off from etcd alone through a
+# proxy (it fences itself, comes back, rejoins), its packets
 # lost (its lease's deadline kills its ranks), the leading
 # agent killed in the middle of an agreement, a frozen node (a follower, the
 # leader) fenced by CKPT_FENCE_CMD.  The cluster and the agents as in
@@ -64,6 +66,71 @@ cut_off() {
     kill $proxy
     for t in a b c; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
     [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+}
+
+# bats test_tags=long
+@test "a node partitioned away in a network namespace of its own (its end of a veth pair set down: etcd, its peers and its ranks' collectives cut alike) stops its ranks by itself within the TTL, before the others take it as lost; back, it takes its rank again, and a write it made under the plan before is refused as stale; the job ends as uninterrupted" {
+    local ns=ckpt$$p host=v$$h inner=v$$p net=10.78.$((RANDOM % 250)) port cut_at killed_at lost_at
+    ip netns add "$ns" 2>/dev/null || skip "cannot make network namespaces here (needs root or CAP_NET_ADMIN): the tests below cut a node off through a proxy instead"
+    NETNS=$ns
+    ip link add "$host" type veth peer name "$inner" && ip link set "$inner" netns "$ns" &&
+        ip addr add "$net.1/24" dev "$host" && ip -n "$ns" addr add "$net.2/24" dev "$inner" &&
+        ip link set "$host" up && ip -n "$ns" link set "$inner" up && ip -n "$ns" link set lo up || return 1
+    # One etcd at the host's end of the pair: nodes a and b reach it there, and take replicas and rank 0's
+    # rendezvous at that address; node c reaches it, and them, across the pair.
+    etcd_down
+    port=$((20000 + RANDOM % 10000))
+    etcd --name p --data-dir "$D/etcd.p" --listen-client-urls "http://$net.1:$port" \
+        --advertise-client-urls "http://$net.1:$port" --listen-peer-urls "http://127.0.0.1:$((port + 1))" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" --initial-cluster "p=http://127.0.0.1:$((port + 1))" \
+        --heartbeat-interval 50 --election-timeout 500 >"$D/etcd.log.p" 2>&1 &
+    echo $! >"$D/etcd.pid.p"
+    disown
+    ENDPOINTS=$net.1:$port
+    for _ in $(seq 100); do etcdctl --endpoints "$ENDPOINTS" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+    ARGS="--iters 10000 --hidden 16 --layers 2 --batch 30" AGENT_TIMEOUT=300
+    plain 3
+    CKPT_LOG=debug start a 3 0
+    start b 3 1
+    IN_NS=$ns start c 3 2
+    for _ in $(seq 300); do grep -q "^iter 300 " "$D"/out.* 2>/dev/null && break; sleep 0.05; done
+    ip -n "$ns" link set "$inner" down
+    cut_at=$(date +%s.%N)
+    for _ in $(seq 200); do grep -q "ranks (process group [0-9]*) are killed at once" "$D/err.c" && break; sleep 0.02; done
+    killed_at=$(date +%s.%N)
+    grep -q "^ckpt-resume: error: this node's etcd lease lapsed: its ranks (process group [0-9]*) are killed at once$" \
+        "$D/err.c" || { show; return 1; }
+    echo "the ranks killed $(awk -v a="$killed_at" -v b="$cut_at" 'BEGIN { print a - b }') s after the cut"
+    awk -v a="$killed_at" -v b="$cut_at" -v ttl="$CKPT_NODE_TIMEOUT" 'BEGIN { exit !(a - b < ttl) }' || { show; return 1; }
+    for _ in $(seq 300); do grep -q "node 2 is lost" "$D/err.a" && break; sleep 0.02; done
+    lost_at=$(date +%s.%N)
+    grep -q "node 2 is lost" "$D/err.a" || { show; return 1; }
+    echo "node 2 taken as lost $(awk -v a="$lost_at" -v b="$killed_at" 'BEGIN { print a - b }') s after its ranks were killed"
+    awk -v a="$lost_at" -v b="$killed_at" 'BEGIN { exit !(a - b > 1) }' || { show; return 1; }
+    ip -n "$ns" link set "$inner" up
+    for _ in $(seq 300); do grep -q "back in the job" "$D/err.c" && break; sleep 0.1; done
+    grep -q "^ckpt-resume: this node reaches etcd again: it is back in the job as node 2$" "$D/err.c" || { show; return 1; }
+    # A write node c made under the plan before the partition, arriving now (as a stalled transfer would):
+    # node b acts under the restore's plan, and refuses it, naming both epochs.
+    local launch restore addr out=
+    for _ in $(seq 600); do grep -q "the restore decided at etcd revision" "$D/err.a" && break; sleep 0.05; done
+    launch=$(sed -n 's/^ckpt-resume: the launch decided at etcd revision \([0-9]*\)$/\1/p' "$D/err.a" | head -n 1)
+    restore=$(sed -n 's/^ckpt-resume: the restore decided at etcd revision \([0-9]*\)$/\1/p' "$D/err.a" | tail -n 1)
+    addr=$(sed -n 's/.*node 1 joined (.* replicas at \(.*\))$/\1/p' "$D/err.a" | tail -n 1)
+    [ -n "$launch" ] && [ -n "$restore" ] && [ "$restore" -gt "$launch" ] && [ -n "$addr" ] || { show; return 1; }
+    for _ in $(seq 50); do
+        cp "$D/arena.c/$(id -u)-$CKPT_JOB/rank2/slot0" "$D/late" 2>/dev/null || { sleep 0.1; continue; }
+        out=$(ip netns exec "$ns" "$BUILD/bin/ckpt-replica" send --to "$addr" --image "$D/late" --epoch "$launch" 2>&1) && break
+        [[ $out == *"stale epoch"* ]] && break
+        sleep 0.1
+    done
+    [[ $out == *"a stale epoch: the offer is of epoch $launch, this node acts under epoch $restore"* ]] ||
+        { echo "$out"; show; return 1; }
+    wait_rc a b c || { show; return 1; }
+    for t in a b c; do [ "$(cat "$D/rc.$t")" = 0 ] || { show; return 1; }; done
+    [ "$(digests "$D"/out.*)" = "$(digests "$D/plain")" ] || { show; return 1; }
+    # Node c's traffic crossed the pair: it joined from the namespace's address.
+    grep -q "node 2 joined (.* replicas at $net.2:[0-9]*)" "$D/err.a" || { show; return 1; }
 }
 
 @test "a node cut off from etcd (a proxy the test cuts) stops its ranks by itself, within the TTL, and says so; back, it takes its rank again; the job ends as uninterrupted" {
