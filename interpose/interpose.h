@@ -443,8 +443,13 @@ bool ckpt_standby_mem_on(void);
 bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size, int how, CUstream s, void *pool);
 bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ordered);
 int ckpt_standby_mem_back(char *why, size_t whylen);
-/* How an allocation was asked for, to be made the same way at takeover. */
-enum { CKPT_SMEM_PLAIN, CKPT_SMEM_ASYNC, CKPT_SMEM_POOL, CKPT_SMEM_NCCL };
+/* The program read a memory pool's usage (reserved or used bytes): the
+ * takeover refuses to hold stream-ordered memory outside the pools. */
+void ckpt_standby_mem_pool_stats(void);
+/* How an allocation was asked for, to be made the same way at takeover;
+ * a free gives its allocation's, with CKPT_SMEM_ORDERED when it was made
+ * in stream order. */
+enum { CKPT_SMEM_PLAIN, CKPT_SMEM_ASYNC, CKPT_SMEM_POOL, CKPT_SMEM_NCCL, CKPT_SMEM_ORDERED = 16 };
 /* The journal's allocations and frees made real (virtual.c walks it). */
 void ckpt_standby_mem_make(int how, uint64_t addr, uint64_t size, CUstream s, void *pool);
 void ckpt_standby_mem_unmake(int how, uint64_t addr, uint64_t size, CUstream s);
@@ -500,8 +505,9 @@ bool ckpt_v_wait(CUresult *r, int what, const void *h);
  * (locked) while the objects are virtual; _journal_alloc and _free need it. */
 bool ckpt_v_lock(void);
 void ckpt_v_unlock(void);
-void ckpt_v_journal_alloc(int how, uint64_t addr, uint64_t size, CUstream s, void *pool);
-void ckpt_v_journal_free(int how, uint64_t addr, uint64_t size, CUstream s);
+/* _alloc returns the allocation's entry, which its free names (@made). */
+size_t ckpt_v_journal_alloc(int how, uint64_t addr, uint64_t size, CUstream s, void *pool);
+void ckpt_v_journal_free(int how, uint64_t addr, uint64_t size, CUstream s, size_t made);
 bool ckpt_v_journal_aside(uint64_t thread, const struct ckpt_rl_rec *rec);
 bool ckpt_v_journal_load(CUfunction f);
 /* A library's variable, answered from the log while virtual: made in the

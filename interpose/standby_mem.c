@@ -17,7 +17,15 @@
  * its own and the libraries' allocations, so those are made for real, as
  * is any allocation not at a granule's start: the address space the
  * driver sees is then laid out as the rank's was.  (A framework's caching
- * allocator asks for 2 MiB or more: its segments are reserved.)  A range
+ * allocator asks for 2 MiB or more: its segments are reserved.)  Stream-
+ * ordered allocations are reserved whatever their size: a pool carves
+ * them from address space of its own, and where it puts each depends on
+ * how far its streams had got, which a takeover cannot reproduce.  The
+ * pools then do not hold them, so a program that reads its pools'
+ * statistics is refused at the takeover (the cold path restores it); and
+ * an allocation and its free, with nothing but stream-ordered memory
+ * between them, fold away in the journal (virtual.c), which then does not
+ * grow with the job's age.  A range
  * is a run of granules no earlier range covered, released (unmapped, its
  * memory released, its addresses freed) with the last allocation that
  * touches it.  An allocation the log does not have (libraries' own, a run
@@ -69,6 +77,7 @@ struct held {
     size_t size;
     bool deferred; /* answered while the standby's objects were virtual: made at the takeover */
     int how;       /* CKPT_SMEM_*: how it was asked for */
+    size_t made;   /* deferred: its entry in the journal (virtual.c) */
 };
 
 /* A library's memory held in the standby: recorded at, and got. */
@@ -88,6 +97,8 @@ static struct held *helds;
 static size_t nhelds, helds_cap;
 static size_t granule;
 static bool standing, backed; /* reserving; and ranges get memory as they are made */
+static bool pool_stats;       /* the program read a pool's usage while standing by */
+static bool ordered;          /* a stream-ordered allocation was held outside its pool */
 static CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE}};
 
@@ -284,11 +295,12 @@ static void unhold(CUdeviceptr addr, size_t size)
 }
 
 /* Kept in helds.  Lock held. */
-static CUresult keep(CUdeviceptr addr, size_t size, bool deferred, int how)
+static CUresult keep(CUdeviceptr addr, size_t size, bool deferred, int how, size_t made)
 {
     if (!ckpt_grow((void **)&helds, &helds_cap, nhelds, sizeof(*helds)))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    helds[nhelds] = (struct held){addr, size, deferred, how};
+    helds[nhelds] = (struct held){addr, size, deferred, how, made};
+    ordered |= how == CKPT_SMEM_ASYNC || how == CKPT_SMEM_POOL;
     __atomic_store_n(&nhelds, nhelds + 1, __ATOMIC_RELEASE); /* read unlocked by ckpt_standby_mem_free */
     return CUDA_SUCCESS;
 }
@@ -304,17 +316,28 @@ static bool deferred_alloc(CUresult *r, CUdeviceptr *dptr, size_t size, uint64_t
     }
     if (!ckpt_v_lock())
         return false;
+    size_t made = ckpt_v_journal_alloc(how, addr, size, s, pool);
     pthread_mutex_lock(&lock);
-    CUresult e = keep(addr, size, true, how);
+    CUresult e = keep(addr, size, true, how, made);
     pthread_mutex_unlock(&lock);
-    if (e == CUDA_SUCCESS)
-        ckpt_v_journal_alloc(how, addr, size, s, pool);
     ckpt_v_unlock();
     if (e != CUDA_SUCCESS)
         ckpt_refuse("out of host memory for the standby's allocations");
     *dptr = addr;
     *r = CUDA_SUCCESS;
     return true;
+}
+
+/* Does the standby hold an allocation by reserving its addresses (the
+ * granules around it), rather than make it the way the program asked?
+ * Whole granules at a granule's start; and every stream-ordered one,
+ * whatever its size: a pool carves those from address space of its own,
+ * shared with nothing else, and where it puts each depends on how far its
+ * streams had got, which nothing at the takeover reproduces.  Lock held,
+ * granule known. */
+static bool reserved_kind(int how, CUdeviceptr addr, size_t size)
+{
+    return how == CKPT_SMEM_ASYNC || how == CKPT_SMEM_POOL || (size >= granule && addr % granule == 0);
 }
 
 bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size, int how, CUstream s, void *pool)
@@ -327,15 +350,13 @@ bool ckpt_standby_mem_alloc(CUresult *r, CUdeviceptr *dptr, size_t size, int how
         return true;
     pthread_mutex_lock(&lock);
     CUresult e = granularity();
-    size_t g = granule;
+    bool reserved = e == CUDA_SUCCESS && addr && reserved_kind(how, addr, size);
     pthread_mutex_unlock(&lock);
-    if (e != CUDA_SUCCESS || size < g)
+    if (!reserved)
         return false; /* packed into pages the driver shares: made for real */
-    if (!addr || addr % g)
-        return false;
     pthread_mutex_lock(&lock);
     e = hold(addr, size);
-    if (e == CUDA_SUCCESS && (e = keep(addr, size, false, how)) != CUDA_SUCCESS)
+    if (e == CUDA_SUCCESS && (e = keep(addr, size, false, how, 0)) != CUDA_SUCCESS)
         unhold(addr, size);
     pthread_mutex_unlock(&lock);
     if (e != CUDA_SUCCESS)
@@ -368,8 +389,7 @@ bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ord
     bool wait = ordered && backed;
     pthread_mutex_unlock(&lock);
     if (h.deferred) { /* still virtual: freed in the journal */
-        ckpt_v_journal_free(ordered ? CKPT_SMEM_ASYNC : h.how == CKPT_SMEM_NCCL ? h.how : CKPT_SMEM_PLAIN, h.addr, h.size,
-                            stream);
+        ckpt_v_journal_free(h.how | (ordered ? CKPT_SMEM_ORDERED : 0), h.addr, h.size, stream, h.made);
         ckpt_v_unlock();
         *r = CUDA_SUCCESS;
         return true;
@@ -377,7 +397,7 @@ bool ckpt_standby_mem_free(CUresult *r, CUdeviceptr p, CUstream stream, bool ord
     if (virtual)
         ckpt_v_unlock();
     /* Work queued before a stream-ordered free may still use the memory. */
-    *r = wait ? real_cuStreamSynchronize(stream) : CUDA_SUCCESS;
+    *r = wait ? real_cuStreamSynchronize((CUstream)ckpt_v_peek(stream)) : CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     unhold(h.addr, h.size);
     pthread_mutex_unlock(&lock);
@@ -398,12 +418,6 @@ static CUresult nccl_alloc(CUdeviceptr *got, size_t size)
     return r == ncclSuccess ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-/* Whole granules at a granule's start are reserved, as standby_mem_alloc
- * does; the rest made for real the way the program asked.  Lock held. */
-static bool reserved_kind(CUdeviceptr addr, size_t size)
-{
-    return size >= granule && addr % granule == 0;
-}
 
 void ckpt_standby_mem_make(int how, uint64_t addr, uint64_t size, CUstream s, void *pool)
 {
@@ -413,7 +427,7 @@ void ckpt_standby_mem_make(int how, uint64_t addr, uint64_t size, CUstream s, vo
     size_t i = 0;
     while (i < nhelds && !(helds[i].deferred && helds[i].addr == addr))
         i++;
-    if (e == CUDA_SUCCESS && reserved_kind(addr, size)) {
+    if (e == CUDA_SUCCESS && reserved_kind(how, addr, size)) {
         if ((e = hold(addr, size)) == CUDA_SUCCESS && i < nhelds)
             helds[i].deferred = false;
         got = addr;
@@ -447,8 +461,10 @@ void ckpt_standby_mem_make(int how, uint64_t addr, uint64_t size, CUstream s, vo
 
 void ckpt_standby_mem_unmake(int how, uint64_t addr, uint64_t size, CUstream s)
 {
+    bool ordered = how & CKPT_SMEM_ORDERED;
+    how &= ~CKPT_SMEM_ORDERED;
     pthread_mutex_lock(&lock);
-    bool reserved = granularity() == CUDA_SUCCESS && reserved_kind(addr, size);
+    bool reserved = granularity() == CUDA_SUCCESS && reserved_kind(how, addr, size);
     if (reserved)
         unhold(addr, size);
     pthread_mutex_unlock(&lock);
@@ -460,11 +476,17 @@ void ckpt_standby_mem_unmake(int how, uint64_t addr, uint64_t size, CUstream s)
         ckpt_self_depth--;
         ckpt_nccl_depth--;
     } else if (!reserved) {
-        freed = ckpt_resolve(how == CKPT_SMEM_ASYNC ? "cuMemFreeAsync" : "cuMemFree_v2") == 0 &&
-                (how == CKPT_SMEM_ASYNC ? real_cuMemFreeAsync(addr, s) : real_cuMemFree_v2(addr)) == CUDA_SUCCESS;
+        freed = ckpt_resolve(ordered ? "cuMemFreeAsync" : "cuMemFree_v2") == 0 &&
+                (ordered ? real_cuMemFreeAsync(addr, s) : real_cuMemFree_v2(addr)) == CUDA_SUCCESS;
     }
     if (!freed)
         ckpt_refuse("the standby cannot free the rank's allocation at 0x%llx again", (unsigned long long)addr);
+}
+
+void ckpt_standby_mem_pool_stats(void)
+{
+    if (ckpt_standby_mem_on())
+        __atomic_store_n(&pool_stats, true, __ATOMIC_RELEASE);
 }
 
 int ckpt_standby_mem_back(char *why, size_t whylen)
@@ -472,6 +494,13 @@ int ckpt_standby_mem_back(char *why, size_t whylen)
     double bytes = 0;
     int rc = 0;
     pthread_mutex_lock(&lock);
+    if (__atomic_load_n(&pool_stats, __ATOMIC_ACQUIRE) && ordered) {
+        snprintf(why, whylen, "the program reads its memory pools' statistics (cuMemPoolGetAttribute), and the "
+                 "standby held its stream-ordered memory outside the pools (by reserving its addresses): after a "
+                 "takeover they would not be its rank's");
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
     __atomic_store_n(&standing, false, __ATOMIC_RELEASE);
     backed = true;
     for (size_t i = 0; i < nasides; i++)

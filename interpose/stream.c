@@ -270,6 +270,8 @@ EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute att
 {
     NEED_REAL(cuMemPoolGetAttribute, CUDA_ERROR_NOT_INITIALIZED);
     CUresult r = suppressed() && ckpt_v_on() ? CUDA_SUCCESS : real_cuMemPoolGetAttribute(pool, attr, value);
+    if (attr >= CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT && attr <= CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+        ckpt_standby_mem_pool_stats();
     if (ckpt_observed() && value) {
         bool wide = attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
         uint64_t v = 0, rc = (uint64_t)r;

@@ -653,3 +653,29 @@ no_context_until_takeover() {
     [ "$status" -eq 2 ] && [[ $stderr == *"CKPT_STANDBY=1: sh is not torchrun"*"ckpt-resume --nproc N, or set CKPT_STANDBY=0"* ]] ||
         { echo "$status $stderr"; return 1; }
 }
+
+# faulted PROG ARGS...: PROG under ckpt-resume with its standby, its rank killed at the boundary of
+# iteration $KILL_AT (CKPT_FAULT); the output in $D/out, ckpt-resume's in $D/err, and an uninterrupted
+# run's in $D/plain.
+faulted() {
+    CKPT_STANDBY=0 ckpt --nproc 1 -- "$@" >"$D/plain" 2>"$D/plain.err" || { cat "$D/plain.err"; return 1; }
+    CKPT_FAULT=kill:rank=0:iter=$KILL_AT ckpt --nproc 1 -- "$@" >"$D/out" 2>"$D/err" || { cat "$D/err"; return 1; }
+    diff <(grep '^digest' "$D/out") <(grep '^digest' "$D/plain") || { cat "$D/err"; return 1; }
+}
+
+@test "programs that allocate in stream order every iteration (cudaMallocAsync's pool; two pools on three streams) are taken over by their standby bit-exact, its journal as short at iteration 3,900 as at 900; one that reads its pools' statistics is refused at the takeover, said, and comes back by the cold path" {
+    local n calls=()
+    for n in 1000 4000; do
+        KILL_AT=$((n - 100)) faulted "$BUILD/tests/progs/alloc_train" async --iters $n || return 1
+        grep -q "^ckpt-resume: the standby took over at iteration [0-9]* in " "$D/err" || { cat "$D/err"; return 1; }
+        calls+=("$(sed -n 's/.*made real (the takeover): \([0-9]*\) calls in .*/\1/p' "$D/err")")
+    done
+    echo "driver calls that made the standby real, killed at iterations 900 and 3,900: ${calls[*]}"
+    [ -n "${calls[0]}" ] && [ "${calls[0]}" = "${calls[1]}" ] || return 1
+    KILL_AT=1900 faulted "$BUILD/tests/progs/poolmix" --iters 2000 || return 1
+    grep -q "^ckpt-resume: the standby took over at iteration [0-9]* in " "$D/err" || { cat "$D/err"; return 1; }
+    KILL_AT=1900 faulted "$BUILD/tests/progs/fid_poolstats" --iters 2000 || return 1
+    grep -q "^libckpt\[rank 0\]: error: restore of iteration [0-9]* refused: the program reads its memory pools' statistics (cuMemPoolGetAttribute), and the standby held its stream-ordered memory outside the pools (by reserving its addresses): after a takeover they would not be its rank's" "$D/err" ||
+        { cat "$D/err"; return 1; }
+    grep -q "^ckpt-resume: recovering by the cold path" "$D/err" || { cat "$D/err"; return 1; }
+}

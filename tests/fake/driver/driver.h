@@ -294,8 +294,13 @@ void fg_pages_free(void *p, size_t bytes);
  */
 /* Reserves the range for a device of device_bytes: 0 or -ENOMEM. */
 int fg_va_init(size_t device_bytes);
+/* What small allocations share a 2 MiB chunk with: device memory with
+ * device memory; managed memory, which the host may touch, with managed
+ * memory; a pool's blocks only with blocks of pools (CUDA's pools map
+ * address space of their own, which nothing else shares). */
+enum fg_va_class { FG_VA_DEVICE, FG_VA_HOST, FG_VA_POOL };
 /* Readable and writable memory of bytes at a new address: 0 or -ENOMEM. */
-int fg_va_alloc(size_t bytes, int host, uintptr_t *addr);
+int fg_va_alloc(size_t bytes, enum fg_va_class cls, uintptr_t *addr);
 /* Gives back fg_va_alloc memory (bytes as allocated): its pages become inaccessible. */
 void fg_va_free(uintptr_t addr, size_t bytes);
 /*

@@ -130,7 +130,7 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t bytes, enum fg_mem_kind k
         return rc;
     if (kind == FG_MEM_DEVICE && fg_mem_reserve(bytes))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (fg_va_alloc(bytes, kind == FG_MEM_MANAGED, &p)) {
+    if (fg_va_alloc(bytes, kind == FG_MEM_MANAGED ? FG_VA_HOST : FG_VA_DEVICE, &p)) {
         if (kind == FG_MEM_DEVICE)
             fg_mem_unreserve(bytes);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -101,7 +101,7 @@ CUresult fg_code_load(struct fg_ctx *ctx, CUfunction f)
         c->addr = a;
         c->cap = cap;
     }
-    if (fg_va_alloc(FG_CODE_BYTES, 0, &c->addr[c->nloaded]))
+    if (fg_va_alloc(FG_CODE_BYTES, FG_VA_DEVICE, &c->addr[c->nloaded]))
         return CUDA_ERROR_OUT_OF_MEMORY;
     c->loaded[c->nloaded++] = host;
     return CUDA_SUCCESS;

@@ -10,7 +10,8 @@
  * releases it.  cuMemPoolGetAttribute reports the pool's reserved and used
  * bytes and their high-water marks, as an allocator's statistics read them.  A block must never be handed out again before the free
  * has run on its stream.  Blocks come from the device's address range
- * (va.c) like every device allocation.
+ * (va.c) like every device allocation, small ones packed into chunks that
+ * only pools' blocks share, as CUDA's pools map address space of their own.
  */
 #include <stdlib.h>
 
@@ -169,7 +170,7 @@ static CUresult pool_alloc(struct fg_pool *pool, size_t bytes, struct fg_stream 
         uintptr_t p;
 
         b = calloc(1, sizeof(*b));
-        if (!b || fg_va_alloc(want, 0, &p)) {
+        if (!b || fg_va_alloc(want, FG_VA_POOL, &p)) {
             free(b);
             fg_mem_unreserve(want);
             return CUDA_ERROR_OUT_OF_MEMORY;

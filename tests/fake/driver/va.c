@@ -11,7 +11,8 @@
  * Allocations of 2 MiB or more take extents of their own, 2 MiB-aligned
  * and rounded up to 2 MiB; smaller ones are packed, 512-byte aligned and
  * rounded up to 512 bytes, into 2 MiB chunks, as a GPU sub-allocates small
- * allocations from its 2 MiB pages.  Pages are mapped read-write (fresh,
+ * allocations from its 2 MiB pages: device memory, managed memory and
+ * stream-ordered pools' blocks each in chunks of their own (fg_va_class).  Pages are mapped read-write (fresh,
  * zeroed, populated) when an allocation first uses them and made
  * inaccessible again (fresh pages, PROT_NONE) when no allocation uses them
  * any more, so a use after free faults unless a neighbour in the same page
@@ -47,7 +48,7 @@ enum va_kind { VA_MAPPED, VA_RESERVED, VA_CHUNK };
 struct va_chunk {
     uint64_t used[CHUNK_UNITS / WORD_BITS]; /* one bit per unit */
     size_t nused;
-    int host; /* managed memory's: the host may touch its pages */
+    enum fg_va_class cls; /* FG_VA_HOST: managed memory's, the host may touch its pages */
 };
 
 struct va_extent {
@@ -324,7 +325,7 @@ static int sync_pages(const struct va_extent *e, size_t first, size_t count, int
             others = (v < lo || v >= hi) && unit_used(e->chunk, v);
         if (others)
             continue;
-        if (used && map_rw(e->base + u * UNIT, va.page, e->chunk->host))
+        if (used && map_rw(e->base + u * UNIT, va.page, e->chunk->cls == FG_VA_HOST))
             return -ENOMEM;
         if (!used)
             map_none(e->base + u * UNIT, va.page);
@@ -332,7 +333,7 @@ static int sync_pages(const struct va_extent *e, size_t first, size_t count, int
     return 0;
 }
 
-static int small_alloc(size_t bytes, int host, uintptr_t *addr)
+static int small_alloc(size_t bytes, enum fg_va_class cls, uintptr_t *addr)
 {
     size_t count = (bytes + UNIT - 1) / UNIT, i;
     struct va_extent *e = NULL;
@@ -341,14 +342,14 @@ static int small_alloc(size_t bytes, int host, uintptr_t *addr)
     long first = -1;
 
     for (i = 0; i < va.n && first < 0; i++)
-        if (va.ext[i].kind == VA_CHUNK && va.ext[i].chunk->host == host &&
+        if (va.ext[i].kind == VA_CHUNK && va.ext[i].chunk->cls == cls &&
             (first = find_units(va.ext[i].chunk, count)) >= 0)
             e = &va.ext[i];
     if (!e) {
         /* A new chunk, first fit like any 2 MiB allocation. */
         if (!(c = calloc(1, sizeof(*c))))
             return -ENOMEM;
-        c->host = host;
+        c->cls = cls;
         if (first_fit(CHUNK, CHUNK, 0, &base, &i) || insert(i, base, CHUNK, VA_CHUNK, c)) {
             free(c);
             return -ENOMEM;
@@ -384,7 +385,7 @@ static void small_free(struct va_extent *e, uintptr_t addr, size_t bytes)
 
 /* ---- the interface ------------------------------------------------- */
 
-int fg_va_alloc(size_t bytes, int host, uintptr_t *addr)
+int fg_va_alloc(size_t bytes, enum fg_va_class cls, uintptr_t *addr)
 {
     size_t span, i;
     uintptr_t base;
@@ -392,11 +393,11 @@ int fg_va_alloc(size_t bytes, int host, uintptr_t *addr)
     if (!va.base || bytes == 0 || bytes > va.size)
         return -ENOMEM;
     if (bytes < CHUNK)
-        return small_alloc(bytes, host, addr);
+        return small_alloc(bytes, cls, addr);
     span = align_up(bytes, CHUNK);
     if (first_fit(span, CHUNK, 0, &base, &i))
         return -ENOMEM;
-    if (map_rw(base, span, host)) {
+    if (map_rw(base, span, cls == FG_VA_HOST)) {
         map_none(base, span);
         return -ENOMEM;
     }
