@@ -15,6 +15,8 @@
  *                              the epoch;
  *   <job>/spare/<lease>, <job>/plan
  *                              the spares' keys (bridge_spare.c);
+ *   <job>/decision             the coordinator's last decision, its
+ *                              revision the plan's epoch (bridge_decide.c);
  *   <job>/e<epoch>/up/<I>/<lease>/<n>
  *                              the n-th message to the coordinator of the
  *                              agent that is node I under that lease,
@@ -367,64 +369,6 @@ static void unauthentic(const char *dir, unsigned node, int64_t lease)
     to_member(node, COORD_FINISH, msg, sizeof(st) + (size_t)k);
 }
 
-/* Is each node in @kv (etcd's node/ keys at @rev) the agent the
- * coordinator heard?  1, or -ESTALE with why. */
-static int heard_all(const struct etcd_kv *kv, size_t n, int64_t rev, char *why, size_t whylen)
-{
-    size_t skip = strlen(B.prefix) + strlen("node/");
-    for (unsigned j = 0; j < B.n; j++) {
-        int64_t heard = __atomic_load_n(&B.heard[j], __ATOMIC_ACQUIRE), now = 0;
-        for (size_t i = 0; i < n; i++)
-            if (strlen(kv[i].key) > skip && strtoul(kv[i].key + skip, NULL, 10) == j)
-                now = kv[i].lease;
-        if (!heard || now != heard) {
-            snprintf(why, whylen, "node %u's agent%s left the job after it said what it holds (etcd revision "
-                     "%" PRId64 ")", j, heard ? "" : ", or the coordinator's link to it,", rev);
-            return -ESTALE;
-        }
-    }
-    return 1;
-}
-
-/*
- * A decision of the coordinator (coord.c, on its thread): <job>/decision
- * put by a transaction that holds only while the leader key is the one of
- * @term, the epoch this agent was elected for; its revision is the
- * decision's epoch.  The same transaction reads the node keys: each must
- * be the agent whose JOIN, with what it holds, the plan was made from, or
- * the decision is not acted on (the next, once the coordinator has heard
- * the node's new agent, has a higher revision).  They are read once
- * before, so that a node known to have changed costs no write.  1, 0 when
- * another leads, -errno.
- */
-static int decide(int64_t term, uint64_t restore, uint64_t *epoch, char *why, size_t whylen)
-{
-    char leader[300], key[300], nodes[300], value[64];
-    int64_t rev = 0;
-    struct etcd_kv *kv = NULL;
-    size_t n = 0;
-    snprintf(leader, sizeof(leader), "%sleader", B.prefix);
-    snprintf(key, sizeof(key), "%sdecision", B.prefix);
-    snprintf(nodes, sizeof(nodes), "%snode/", B.prefix);
-    snprintf(value, sizeof(value), "%" PRIu64 " %" PRId64, restore, term);
-    struct etcd_cmp held = { leader, ETCD_CREATE, term, NULL };
-    struct etcd_op put = { key, value, strlen(value), 0 };
-    *epoch = 0;
-    int rc = etcd_get(B.decider, nodes, true, &kv, &n, &rev, why, whylen);
-    if (rc == 0)
-        rc = heard_all(kv, n, rev, why, whylen);
-    etcd_kvs_free(kv, n);
-    if (rc < 0)
-        return rc;
-    rc = etcd_txn_read(B.decider, &held, 1, &put, 1, nodes, &kv, &n, &rev, why, whylen);
-    if (rc == 1)
-        rc = heard_all(kv, n, rev, why, whylen);
-    if (rc == 1)
-        *epoch = (uint64_t)rev;
-    etcd_kvs_free(kv, n);
-    return rc;
-}
-
 static void stop_leading(void)
 {
     if (!B.leading)
@@ -449,7 +393,7 @@ static void lead(int64_t epoch)
         B.nodes[j] = (struct link){ .conn = CKPT_CONN_CLOSED };
     int rc = coord_open(&B.coord, &B.copt);
     if (rc == 0)
-        coord_decide_by(B.coord, decide, epoch);
+        coord_decide_by(B.coord, bridge_decide, epoch);
     if (rc == 0 && B.lost_leader >= 0 && !(B.led && (unsigned)B.lost_leader == B.node))
         coord_lost(B.coord, (unsigned)B.lost_leader, B.lost_leader_ip);
     B.lost_leader = -1;
@@ -652,18 +596,32 @@ static void whose(int leader)
     etcd_kvs_free(kv, n);
 }
 
+/* The leader key (@key): its create revision, the epoch (0: no leader),
+ * and the node it names (-1: none).  0, or -errno when etcd cannot tell. */
+static int read_leader(const char *key, int64_t *epoch, int *leader)
+{
+    char why[512];
+    struct etcd_kv *kv;
+    size_t n;
+    int rc = etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why));
+    if (rc < 0)
+        return rc;
+    *epoch = n ? kv[0].create_revision : 0;
+    *leader = n && kv[0].len ? atoi(kv[0].value) : -1;
+    etcd_kvs_free(kv, n);
+    return 0;
+}
+
 /* Who leads, read by a replacement or a spare while it waits for a node
  * rank: if that leader is gone when it has one, it is fenced. */
 void bridge_note_leader(void)
 {
-    char key[300], why[512];
-    struct etcd_kv *kv;
-    size_t n;
+    char key[300];
+    int64_t epoch;
+    int leader;
     snprintf(key, sizeof(key), "%sleader", B.prefix);
-    if (etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) < 0)
+    if (read_leader(key, &epoch, &leader) < 0)
         return;
-    int leader = n && kv[0].len ? atoi(kv[0].value) : -1;
-    etcd_kvs_free(kv, n);
     B.late = true;
     if (leader >= 0)
         whose(leader);
@@ -674,12 +632,11 @@ static void leadership(void)
     char key[300], why[512], me[16];
     struct etcd_kv *kv;
     size_t n;
+    int64_t epoch;
+    int leader;
     snprintf(key, sizeof(key), "%sleader", B.prefix);
-    if (etcd_get(B.e, key, false, &kv, &n, NULL, why, sizeof(why)) < 0)
+    if (read_leader(key, &epoch, &leader) < 0)
         return;
-    int64_t epoch = n ? kv[0].create_revision : 0;
-    int leader = n && kv[0].len ? atoi(kv[0].value) : -1;
-    etcd_kvs_free(kv, n);
     if (!epoch && B.epoch) /* what the last leader said last (its FINISH) comes first */
         take(B.epoch, "down", B.node, B.lease, &B.member.taken, to_member);
     if (!epoch && !B.finished && B.leader_node >= 0) {

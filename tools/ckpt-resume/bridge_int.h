@@ -101,6 +101,11 @@ bool bridge_led(void);
 /* Notes who leads, for an agent waiting for a node rank (it is late). */
 void bridge_note_leader(void);
 
+/* bridge_decide.c: a decision of the coordinator, on its thread, by the
+ * leader of @term: 1 with *@epoch its revision, 0 when another leads,
+ * -errno (-ESTALE: a node's agent is not the one the plan heard). */
+int bridge_decide(int64_t term, uint64_t restore, uint64_t *epoch, char *why, size_t whylen);
+
 /* bridge_spare.c */
 void bridge_put_plan(const void *msg, size_t len);
 void bridge_spares_turn(double now);
