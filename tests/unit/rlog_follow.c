@@ -9,6 +9,7 @@
  * live rank is.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,9 +109,17 @@ static void spare_standby(void)
           "a log that differs before the cut is refused: %s", why);
     ckpt_rlog_close();
 
-    snprintf(cmd, sizeof(cmd), "cp %s/replay.log %s/ && printf Y | dd of=%s/replay.log bs=1 seek=20 conv=notrunc "
-             "status=none", peer, bad, bad);
+    /* A byte of the lineage flipped (a constant written there would be the
+     * lineage's own byte one time in 256). */
+    snprintf(cmd, sizeof(cmd), "cp %s/replay.log %s/", peer, bad);
     CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof(cmd), "%s/replay.log", bad);
+    int fd = open(cmd, O_RDWR);
+    unsigned char b = 0;
+    CHECK(fd >= 0 && pread(fd, &b, 1, 20) == 1, "read the lineage of %s", cmd);
+    b ^= 0xff;
+    CHECK(pwrite(fd, &b, 1, 20) == 1, "write the lineage of %s", cmd);
+    close(fd);
     CHECK(ckpt_rlog_open_follow(peer, NULL, 1 << 30, why, sizeof(why)) == 0, "follow the copy: %s", why);
     CHECK(follow_to(10, why, sizeof(why)) == 0, "to 10: %s", why);
     CHECK(ckpt_rlog_follow_end(bad, NULL, why, sizeof(why)) == -EBADMSG && strstr(why, "not the one"),
