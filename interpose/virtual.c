@@ -758,39 +758,32 @@ size_t ckpt_v_journal_alloc(int how, uint64_t addr, uint64_t size, CUstream s, v
                               .pool = pool});
 }
 
-/* A stream-ordered allocation or free: the standby holds such memory by
- * reserving its addresses (standby_mem.c), so an allocation and its free
- * come to nothing. */
+#define FOLD_SCAN 1024 /* entries a free looks back over for its allocation */
+
+/* A stream-ordered allocation or free: the standby reserves such memory
+ * (standby_mem.c), so an allocation and its free come to nothing. */
 static bool ordered_kind(const struct jrec *j)
 {
     int how = (int)j->a & ~CKPT_SMEM_ORDERED;
     return (j->op == J_ALLOC || j->op == J_FREE) && (how == CKPT_SMEM_ASYNC || how == CKPT_SMEM_POOL);
 }
 
-#define FOLD_SCAN 1024 /* entries a free looks back over for its allocation */
-
-/*
- * A free, in the journal.  A program that allocates in stream order every
- * iteration (a framework's cudaMallocAsync backend) would make the journal,
- * and the takeover's walk of it, grow with the job's age.  So the free of
- * a stream-ordered allocation, when nothing but other stream-ordered
- * allocations and frees came after it, folds the pair away: neither is
- * walked, and the journal's dead tail is dropped.  Anything else between
- * them (a context, a module, memory the driver places) might have been
- * placed otherwise without the allocation's addresses taken, so the pair
- * is kept.
- */
+/* A free, in the journal.  That of a stream-ordered allocation with only
+ * stream-ordered allocations and frees after it folds the pair away (and
+ * the dead tail), so that a program allocating that way every iteration
+ * does not make the journal, or the takeover, grow with the job's age.
+ * Anything else between them might have been placed otherwise without
+ * the allocation's addresses taken: the pair is kept. */
 void ckpt_v_journal_free(int how, uint64_t addr, uint64_t size, CUstream s, size_t made)
 {
     bool fold = made < njournal && njournal - made <= FOLD_SCAN && journal[made].op == J_ALLOC &&
                 journal[made].b == addr && ordered_kind(&journal[made]);
     for (size_t i = made + 1; fold && i < njournal; i++)
         fold = journal[i].dead || ordered_kind(&journal[i]);
-    if (!fold) {
+    if (fold)
+        journal[made].dead = true;
+    else
         jput((struct jrec){.op = J_FREE, .o = cur, .s = as_vobj(s), .a = (uint64_t)how, .b = addr, .c = size});
-        return;
-    }
-    journal[made].dead = true;
     while (njournal && journal[njournal - 1].dead)
         njournal--;
 }
